@@ -1,0 +1,302 @@
+package v1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Limits of the API. They bound what a cluster may ask for, and they also
+// bound the estimated cost of the CRD's CEL rules: the apiserver refuses a
+// CRD whose rules it cannot prove cheap, so every map and list that a rule
+// walks has a maximum size.
+const (
+	// MaxInstances is the largest numberOfInstances. Every replica holds a
+	// WAL sender and a replication slot on the primary and a member key in
+	// Patroni's DCS; beyond a handful of replicas a single-primary cluster
+	// gains little, and 16 leaves ample room.
+	MaxInstances = 16
+	// MaxUsers is the largest number of entries in users.
+	MaxUsers = 64
+	// MaxDatabases is the largest number of entries in databases.
+	MaxDatabases = 64
+	// MaxIdentifierLength is PostgreSQL's limit on role and database names
+	// (NAMEDATALEN - 1); longer names would be truncated silently.
+	MaxIdentifierLength = 63
+	// MaxClusterNameLength bounds metadata.name. pgloop names the
+	// StatefulSet after the cluster, and the StatefulSet controller labels
+	// pods with "<name>-<10-character revision hash>", a label value of at
+	// most 63 characters.
+	MaxClusterNameLength = 52
+)
+
+// Postgresql is one PostgreSQL cluster: a primary and its streaming
+// replicas, run by Patroni in Spilo pods of one StatefulSet. The spec is
+// what the user asks for; the status is the operator's persisted state
+// machine for the cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=postgresqls,singular=postgresql,shortName=pg,scope=Namespaced,categories=all
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="State of the cluster's state machine"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Ready instances / desired instances"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet, its pods and Services are named after it"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): the cluster's Services are named after it"
+type Postgresql struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired cluster.
+	// +required
+	Spec PostgresqlSpec `json:"spec"`
+	// Status is the cluster's state machine as the operator last wrote it.
+	// +optional
+	Status PostgresqlStatus `json:"status,omitempty"`
+}
+
+// PostgresqlList is a list of Postgresql clusters.
+//
+// +kubebuilder:object:root=true
+type PostgresqlList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the clusters.
+	Items []Postgresql `json:"items"`
+}
+
+// PostgresqlSpec is the desired shape of a cluster. Field names follow the
+// zalando postgres-operator's `postgresql` manifest.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(db, has(self.users) && self.databases[db] in self.users)",message="every database owner must be declared in users",fieldPath=".databases"
+type PostgresqlSpec struct {
+	// TeamID is the team that owns the cluster. It labels every object of
+	// the cluster (label `team`) and cannot change once set.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="teamId is immutable"
+	TeamID string `json:"teamId"`
+
+	// NumberOfInstances is how many PostgreSQL instances (pods) to run: one
+	// primary and numberOfInstances-1 streaming replicas. 0 stops the
+	// cluster and keeps its volumes.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16
+	NumberOfInstances int32 `json:"numberOfInstances"`
+
+	// DockerImage is the Spilo image to run. Empty means the operator's
+	// default image.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	DockerImage string `json:"dockerImage,omitempty"`
+
+	// PostgreSQL holds the PostgreSQL major version and server parameters.
+	// +required
+	PostgreSQL PostgresqlParam `json:"postgresql"`
+
+	// Volume is the persistent volume each instance keeps its data
+	// directory on.
+	// +required
+	Volume Volume `json:"volume"`
+
+	// Resources are the CPU and memory requests and limits of the
+	// PostgreSQL container. Unset values take the operator's defaults.
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+
+	// Users are the database roles the operator creates, each with its role
+	// flags; each gets a generated password in a Secret. Write `name: []`
+	// for a role without flags: a null value is dropped by the apiserver.
+	// Names are lower case letters, digits, '_', '-' and '.', at most 63
+	// characters; postgres, standby and the pg_ prefix are reserved.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(u, size(u) <= 63 && u.matches('^[a-z0-9]([-_a-z0-9]*[a-z0-9])?([.][a-z0-9]([-_a-z0-9]*[a-z0-9])?)*$'))",message="user names must be at most 63 lower case letters, digits, '_', '-' or '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(u, u != 'postgres' && u != 'standby' && !u.startsWith('pg_'))",message="user names postgres and standby, and the prefix pg_, are reserved"
+	Users map[string]UserFlags `json:"users,omitempty"`
+
+	// Databases maps each database to create to its owner, which must be
+	// declared in users. Names are letters, digits and '_', not starting
+	// with a digit, at most 63 characters; postgres, template0 and template1
+	// are reserved.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(db, size(db) <= 63 && db.matches('^[a-zA-Z_][a-zA-Z0-9_]*$'))",message="database names must be at most 63 letters, digits or '_', not starting with a digit"
+	// +kubebuilder:validation:XValidation:rule="self.all(db, !(db in ['postgres', 'template0', 'template1']))",message="database names postgres, template0 and template1 are reserved"
+	Databases map[string]string `json:"databases,omitempty"`
+
+	// Patroni holds the Patroni settings of the cluster. Unset, Spilo's
+	// defaults apply (the same values as the defaults below).
+	// +optional
+	Patroni *Patroni `json:"patroni,omitempty"`
+
+	// Tolerations let the cluster's pods schedule onto tainted nodes.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeAffinity constrains the nodes the cluster's pods may run on.
+	// +optional
+	NodeAffinity *corev1.NodeAffinity `json:"nodeAffinity,omitempty"`
+
+	// PodAnnotations are added to the cluster's pods.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// ServiceAnnotations are added to the cluster's Services.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	ServiceAnnotations map[string]string `json:"serviceAnnotations,omitempty"`
+}
+
+// PostgresqlParam is the PostgreSQL server of the cluster.
+type PostgresqlParam struct {
+	// Version is the PostgreSQL major version, as a string ("17"). It can
+	// be raised (a major upgrade) but never lowered: a data directory
+	// cannot be downgraded.
+	// +required
+	// +kubebuilder:validation:Enum="13";"14";"15";"16";"17";"18"
+	// +kubebuilder:validation:XValidation:rule="int(self) >= int(oldSelf)",message="postgresql.version may not decrease: a data directory cannot be downgraded"
+	Version string `json:"version"`
+
+	// Parameters are postgresql.conf settings, name to value. Patroni
+	// applies those that must match across the cluster (max_connections,
+	// wal_level, ...) through its DCS, the others per instance. Settings
+	// that Patroni or pgloop own (listen_addresses, port, hba_file,
+	// synchronous_standby_names, ...) are refused.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+// Volume is the persistent volume of each instance.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.storageClass) == has(oldSelf.storageClass) && (!has(self.storageClass) || self.storageClass == oldSelf.storageClass)",message="volume.storageClass is immutable: a StatefulSet's volume claims cannot change class"
+type Volume struct {
+	// Size is the capacity of each instance's volume, a quantity such as
+	// "10Gi". It may grow (the volumes are expanded) but never shrink.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="volume.size may not shrink: volumes can only be expanded"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClass is the StorageClass of the volumes. Empty means the
+	// cluster's default class. It cannot change once set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClass string `json:"storageClass,omitempty"`
+}
+
+// Resources are the compute resources of the PostgreSQL container. They are
+// quantities (CPU "500m", memory "1Gi") rather than zalando's plain strings,
+// so a malformed value is refused by the apiserver and consumers need not
+// parse them; the YAML a zalando user writes is the same.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || !has(self.requests.cpu) || !has(self.limits.cpu) || quantity(string(self.requests.cpu)).compareTo(quantity(string(self.limits.cpu))) <= 0",message="resources.requests.cpu must not exceed resources.limits.cpu",fieldPath=".requests.cpu"
+// +kubebuilder:validation:XValidation:rule="!has(self.requests) || !has(self.limits) || !has(self.requests.memory) || !has(self.limits.memory) || quantity(string(self.requests.memory)).compareTo(quantity(string(self.limits.memory))) <= 0",message="resources.requests.memory must not exceed resources.limits.memory",fieldPath=".requests.memory"
+type Resources struct {
+	// Requests are the resources the scheduler reserves for each pod.
+	// +optional
+	Requests *ResourceDescription `json:"requests,omitempty"`
+	// Limits are the most each pod may use; each must be at least the
+	// matching request.
+	// +optional
+	Limits *ResourceDescription `json:"limits,omitempty"`
+}
+
+// ResourceDescription is an amount of CPU and memory.
+type ResourceDescription struct {
+	// CPU is an amount of CPU, e.g. "500m" or "2".
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+	// Memory is an amount of memory, e.g. "512Mi".
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// UserFlag is a role attribute of CREATE ROLE, in upper or lower case as in
+// zalando manifests. Each attribute has a NO-variant that negates it; giving
+// both is refused.
+//
+// +kubebuilder:validation:Enum=superuser;SUPERUSER;nosuperuser;NOSUPERUSER;inherit;INHERIT;noinherit;NOINHERIT;login;LOGIN;nologin;NOLOGIN;createrole;CREATEROLE;nocreaterole;NOCREATEROLE;createdb;CREATEDB;nocreatedb;NOCREATEDB;replication;REPLICATION;noreplication;NOREPLICATION;bypassrls;BYPASSRLS;nobypassrls;NOBYPASSRLS
+type UserFlag string
+
+// Role attributes, in the upper case that CREATE ROLE uses. Manifests may
+// spell them in lower case too; UserFlag.Normalize maps them here.
+const (
+	FlagSuperuser     UserFlag = "SUPERUSER"
+	FlagNoSuperuser   UserFlag = "NOSUPERUSER"
+	FlagInherit       UserFlag = "INHERIT"
+	FlagNoInherit     UserFlag = "NOINHERIT"
+	FlagLogin         UserFlag = "LOGIN"
+	FlagNoLogin       UserFlag = "NOLOGIN"
+	FlagCreateRole    UserFlag = "CREATEROLE"
+	FlagNoCreateRole  UserFlag = "NOCREATEROLE"
+	FlagCreateDB      UserFlag = "CREATEDB"
+	FlagNoCreateDB    UserFlag = "NOCREATEDB"
+	FlagReplication   UserFlag = "REPLICATION"
+	FlagNoReplication UserFlag = "NOREPLICATION"
+	FlagBypassRLS     UserFlag = "BYPASSRLS"
+	FlagNoBypassRLS   UserFlag = "NOBYPASSRLS"
+)
+
+// UserFlags are the role attributes of one user. Empty means a plain role
+// that can log in. Go clients must send an empty, non-nil list for a user
+// without flags: a nil list encodes as null, and the apiserver drops null
+// map values, which would silently remove the user.
+//
+// +listType=set
+// +kubebuilder:validation:MaxItems=14
+type UserFlags []UserFlag
+
+// Patroni holds the Patroni settings pgloop exposes; they go to Patroni's
+// dynamic (DCS) configuration, shared by all members. Patroni requires
+// loop_wait + 2 * retry_timeout <= ttl, so that a leader whose DCS calls are
+// retrying still renews its lock before it expires.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.loop_wait) ? self.loop_wait : 10) + 2 * (has(self.retry_timeout) ? self.retry_timeout : 10) <= (has(self.ttl) ? self.ttl : 30)",message="patroni: loop_wait + 2 * retry_timeout must not exceed ttl"
+type Patroni struct {
+	// TTL is the leader lock's time to live, in seconds: how long a failed
+	// primary keeps the lock before a replica may take over.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=20
+	// +kubebuilder:validation:Maximum=3600
+	TTL int32 `json:"ttl,omitempty"`
+	// LoopWait is the seconds Patroni sleeps between runs of its HA loop.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600
+	LoopWait int32 `json:"loop_wait,omitempty"`
+	// RetryTimeout is the seconds Patroni retries DCS and PostgreSQL
+	// operations before it demotes the primary.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=3
+	// +kubebuilder:validation:Maximum=600
+	RetryTimeout int32 `json:"retry_timeout,omitempty"`
+	// MaximumLagOnFailover is the most WAL, in bytes, a replica may lag
+	// behind to be promoted on failover.
+	// +optional
+	// +kubebuilder:default=33554432
+	// +kubebuilder:validation:Minimum=0
+	MaximumLagOnFailover int64 `json:"maximum_lag_on_failover,omitempty"`
+	// SynchronousMode makes Patroni keep one replica synchronous, so a
+	// failover loses no committed transaction.
+	// +optional
+	SynchronousMode bool `json:"synchronous_mode,omitempty"`
+	// PgHba replaces the pg_hba.conf lines, one entry each, e.g.
+	// "hostssl all all 0.0.0.0/0 md5". Empty keeps Spilo's defaults.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=512
+	PgHba []string `json:"pg_hba,omitempty"`
+}

@@ -1,0 +1,395 @@
+package v1
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// SupportedVersions are the PostgreSQL major versions pgloop runs, oldest
+// first. The CRD's enum on spec.postgresql.version lists the same values (a
+// test checks it).
+var SupportedVersions = []string{"13", "14", "15", "16", "17", "18"}
+
+// MinVolumeSize is the smallest volume pgloop accepts: below it, initdb, a
+// few WAL segments and a base backup for a new replica do not fit.
+var MinVolumeSize = resource.MustParse("1Gi")
+
+// Patroni's defaults, which apply to fields left unset.
+const (
+	DefaultPatroniTTL                  = 30
+	DefaultPatroniLoopWait             = 10
+	DefaultPatroniRetryTimeout         = 10
+	DefaultPatroniMaximumLagOnFailover = 33554432
+)
+
+var (
+	// userNameRE is zalando's rule for role names: they become part of the
+	// Secret name "<user>.<cluster>.credentials...", a DNS subdomain.
+	userNameRE = regexp.MustCompile(`^[a-z0-9]([-_a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-_a-z0-9]*[a-z0-9])?)*$`)
+	// databaseNameRE admits names that need no quoting in SQL.
+	databaseNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	// parameterNameRE admits PostgreSQL setting names, including the
+	// dotted names of extensions (pg_stat_statements.max).
+	parameterNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*(\.[a-zA-Z_][a-zA-Z0-9_]*)?$`)
+)
+
+// reservedUsers are the roles Spilo creates and manages itself.
+var reservedUsers = []string{"postgres", "standby"}
+
+// reservedDatabases exist in every cluster and are not pgloop's to create.
+var reservedDatabases = []string{"postgres", "template0", "template1"}
+
+// ownedParameters are settings Patroni or pgloop set on every member; a value
+// in the manifest would be overridden or would break replication, so it is
+// refused rather than ignored.
+var ownedParameters = map[string]string{
+	"listen_addresses":          "Patroni",
+	"port":                      "Patroni",
+	"data_directory":            "Patroni",
+	"config_file":               "Patroni",
+	"hba_file":                  "Patroni",
+	"ident_file":                "Patroni",
+	"cluster_name":              "Patroni",
+	"hot_standby":               "Patroni",
+	"synchronous_standby_names": "Patroni (use patroni.synchronous_mode)",
+	"primary_conninfo":          "Patroni",
+	"primary_slot_name":         "Patroni",
+	"promote_trigger_file":      "Patroni",
+	"unix_socket_directories":   "Spilo",
+}
+
+// clusterWideIntParameters are the settings Patroni keeps equal on every
+// member through its DCS: a replica refuses to start with a smaller value
+// than its primary. Patroni compares them as integers, so they must be
+// plain integers, at least the given minimum.
+var clusterWideIntParameters = map[string]int64{
+	"max_connections":           1,
+	"max_locks_per_transaction": 10,
+	"max_worker_processes":      0,
+	"max_prepared_transactions": 0,
+	"max_wal_senders":           0,
+	"max_replication_slots":     0,
+}
+
+// booleanParameters are cluster-wide settings whose value must be a
+// PostgreSQL boolean.
+var booleanParameters = []string{"track_commit_timestamp", "wal_log_hints"}
+
+// postgresBooleans are the spellings PostgreSQL accepts for a boolean.
+var postgresBooleans = []string{"on", "off", "true", "false", "yes", "no", "1", "0"}
+
+// Validate reports what the CRD schema admits but pgloop cannot serve, and
+// re-checks the schema's own rules so that an object that never went through
+// the apiserver (a test fixture, an object stored before the CRD was
+// upgraded) is judged the same way. An empty list means the cluster is valid.
+func (p *Postgresql) Validate() field.ErrorList {
+	errs := ValidateClusterName(p.Name, field.NewPath("metadata", "name"))
+	return append(errs, p.Spec.Validate()...)
+}
+
+// ValidateClusterName checks that name can be the base of every object name
+// pgloop derives from it: Services need a DNS-1035 label, and the
+// StatefulSet's revision label needs MaxClusterNameLength or fewer
+// characters.
+func ValidateClusterName(name string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1035Label(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	if len(name) > MaxClusterNameLength {
+		errs = append(errs, field.TooLong(path, name, MaxClusterNameLength))
+	}
+	return errs
+}
+
+// Validate checks the spec; see Postgresql.Validate. Paths start at "spec".
+func (s *PostgresqlSpec) Validate() field.ErrorList {
+	path := field.NewPath("spec")
+	var errs field.ErrorList
+
+	if s.TeamID == "" {
+		errs = append(errs, field.Required(path.Child("teamId"), "the team that owns the cluster"))
+	} else {
+		for _, msg := range validation.IsValidLabelValue(s.TeamID) {
+			errs = append(errs, field.Invalid(path.Child("teamId"), s.TeamID, msg))
+		}
+	}
+
+	if s.NumberOfInstances < 0 || s.NumberOfInstances > MaxInstances {
+		errs = append(errs, field.Invalid(path.Child("numberOfInstances"), s.NumberOfInstances,
+			fmt.Sprintf("must be between 0 and %d", MaxInstances)))
+	}
+
+	errs = append(errs, s.PostgreSQL.validate(path.Child("postgresql"), s.NumberOfInstances)...)
+	errs = append(errs, s.Volume.validate(path.Child("volume"))...)
+	if s.Resources != nil {
+		errs = append(errs, s.Resources.validate(path.Child("resources"))...)
+	}
+	errs = append(errs, validateUsers(s.Users, path.Child("users"))...)
+	errs = append(errs, validateDatabases(s.Databases, s.Users, path.Child("databases"))...)
+	if s.Patroni != nil {
+		errs = append(errs, s.Patroni.validate(path.Child("patroni"))...)
+	}
+	errs = append(errs, apivalidation.ValidateAnnotations(s.PodAnnotations, path.Child("podAnnotations"))...)
+	errs = append(errs, apivalidation.ValidateAnnotations(s.ServiceAnnotations, path.Child("serviceAnnotations"))...)
+	return errs
+}
+
+func (p *PostgresqlParam) validate(path *field.Path, instances int32) field.ErrorList {
+	var errs field.ErrorList
+	if p.Version == "" {
+		errs = append(errs, field.Required(path.Child("version"),
+			"the PostgreSQL major version, one of "+strings.Join(SupportedVersions, ", ")))
+	} else if !slices.Contains(SupportedVersions, p.Version) {
+		errs = append(errs, field.NotSupported(path.Child("version"), p.Version, SupportedVersions))
+	}
+
+	replicas := int64(instances) - 1
+	for _, name := range sortedKeys(p.Parameters) {
+		value := p.Parameters[name]
+		fp := path.Child("parameters").Key(name)
+		lower := strings.ToLower(name)
+		if !parameterNameRE.MatchString(name) {
+			errs = append(errs, field.Invalid(fp, name, "is not a PostgreSQL setting name"))
+			continue
+		}
+		if owner, ok := ownedParameters[lower]; ok {
+			errs = append(errs, field.Forbidden(fp, "is set by "+owner+" and cannot be overridden"))
+			continue
+		}
+		if minimum, ok := clusterWideIntParameters[lower]; ok {
+			n, err := strconv.ParseInt(value, 10, 64)
+			switch {
+			case err != nil:
+				errs = append(errs, field.Invalid(fp, value,
+					"must be a plain integer: Patroni sets it on every member through its DCS"))
+			case n < minimum:
+				errs = append(errs, field.Invalid(fp, value, fmt.Sprintf("must be at least %d", minimum)))
+			case (lower == "max_wal_senders" || lower == "max_replication_slots") && n < replicas:
+				// Each replica streams through its own WAL sender and
+				// holds its own slot on the primary.
+				errs = append(errs, field.Invalid(fp, value, fmt.Sprintf(
+					"must be at least the number of replicas (%d, numberOfInstances - 1): each replica needs one", replicas)))
+			}
+			continue
+		}
+		if lower == "wal_level" && value != "replica" && value != "logical" {
+			errs = append(errs, field.NotSupported(fp, value, []string{"replica", "logical"}))
+			continue
+		}
+		if slices.Contains(booleanParameters, lower) && !slices.Contains(postgresBooleans, strings.ToLower(value)) {
+			errs = append(errs, field.Invalid(fp, value, "must be a boolean (on, off, true, false, yes, no, 1, 0)"))
+		}
+	}
+	return errs
+}
+
+func (v *Volume) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if v.Size.Cmp(MinVolumeSize) < 0 {
+		errs = append(errs, field.Invalid(path.Child("size"), v.Size.String(),
+			"must be at least "+MinVolumeSize.String()+": smaller volumes cannot hold a data directory and its WAL"))
+	}
+	if v.StorageClass != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(v.StorageClass) {
+			errs = append(errs, field.Invalid(path.Child("storageClass"), v.StorageClass, msg))
+		}
+	}
+	return errs
+}
+
+func (r *Resources) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, r.Requests.validate(path.Child("requests"))...)
+	errs = append(errs, r.Limits.validate(path.Child("limits"))...)
+	if r.Requests == nil || r.Limits == nil {
+		return errs
+	}
+	check := func(name string, request, limit *resource.Quantity) {
+		if request != nil && limit != nil && request.Cmp(*limit) > 0 {
+			errs = append(errs, field.Invalid(path.Child("requests", name), request.String(),
+				fmt.Sprintf("must not exceed resources.limits.%s (%s)", name, limit.String())))
+		}
+	}
+	check("cpu", r.Requests.CPU, r.Limits.CPU)
+	check("memory", r.Requests.Memory, r.Limits.Memory)
+	return errs
+}
+
+func (d *ResourceDescription) validate(path *field.Path) field.ErrorList {
+	if d == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if d.CPU != nil && d.CPU.Sign() <= 0 {
+		errs = append(errs, field.Invalid(path.Child("cpu"), d.CPU.String(), "must be greater than zero"))
+	}
+	if d.Memory != nil && d.Memory.Sign() <= 0 {
+		errs = append(errs, field.Invalid(path.Child("memory"), d.Memory.String(), "must be greater than zero"))
+	}
+	return errs
+}
+
+func validateUsers(users map[string]UserFlags, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(users) > MaxUsers {
+		errs = append(errs, field.TooMany(path, len(users), MaxUsers))
+	}
+	for _, name := range sortedKeys(users) {
+		fp := path.Key(name)
+		switch {
+		case len(name) > MaxIdentifierLength:
+			errs = append(errs, field.TooLong(fp, name, MaxIdentifierLength))
+		case !userNameRE.MatchString(name):
+			errs = append(errs, field.Invalid(fp, name,
+				"must be lower case letters, digits, '_', '-' or '.', starting and ending with a letter or digit"))
+		case slices.Contains(reservedUsers, name) || strings.HasPrefix(name, "pg_"):
+			errs = append(errs, field.Forbidden(fp, "is reserved: postgres and standby are Spilo's own roles, and PostgreSQL reserves the pg_ prefix"))
+		}
+		errs = append(errs, validateFlags(users[name], fp)...)
+	}
+	return errs
+}
+
+func validateFlags(flags UserFlags, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[UserFlag]bool{}
+	for i, f := range flags {
+		n := f.Normalize()
+		if !n.known() {
+			errs = append(errs, field.NotSupported(path.Index(i), string(f), knownFlagNames()))
+			continue
+		}
+		if seen[n] {
+			errs = append(errs, field.Duplicate(path.Index(i), string(f)))
+			continue
+		}
+		seen[n] = true
+		if neg := n.negation(); seen[neg] {
+			errs = append(errs, field.Invalid(path.Index(i), string(f),
+				fmt.Sprintf("contradicts %s given for the same user", neg)))
+		}
+	}
+	return errs
+}
+
+func validateDatabases(databases map[string]string, users map[string]UserFlags, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(databases) > MaxDatabases {
+		errs = append(errs, field.TooMany(path, len(databases), MaxDatabases))
+	}
+	for _, name := range sortedKeys(databases) {
+		fp := path.Key(name)
+		switch {
+		case len(name) > MaxIdentifierLength:
+			errs = append(errs, field.TooLong(fp, name, MaxIdentifierLength))
+		case !databaseNameRE.MatchString(name):
+			errs = append(errs, field.Invalid(fp, name, "must be letters, digits or '_', not starting with a digit"))
+		case slices.Contains(reservedDatabases, name):
+			errs = append(errs, field.Forbidden(fp, "exists in every cluster and cannot be declared"))
+		}
+		owner := databases[name]
+		if _, ok := users[owner]; !ok {
+			errs = append(errs, field.Invalid(fp, owner,
+				fmt.Sprintf("owner %q of database %q must be declared in spec.users", owner, name)))
+		}
+	}
+	return errs
+}
+
+func (p *Patroni) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	ttl, loopWait, retryTimeout := p.EffectiveTimings()
+	inRange := func(name string, v, lo, hi int32) {
+		if v < lo || v > hi {
+			errs = append(errs, field.Invalid(path.Child(name), v, fmt.Sprintf("must be between %d and %d seconds", lo, hi)))
+		}
+	}
+	inRange("ttl", ttl, 20, 3600)
+	inRange("loop_wait", loopWait, 1, 600)
+	inRange("retry_timeout", retryTimeout, 3, 600)
+	if loopWait+2*retryTimeout > ttl {
+		errs = append(errs, field.Invalid(path.Child("ttl"), ttl, fmt.Sprintf(
+			"must be at least loop_wait + 2 * retry_timeout (%d): otherwise a primary whose DCS calls are retrying loses its leader lock and is demoted",
+			loopWait+2*retryTimeout)))
+	}
+	if p.MaximumLagOnFailover < 0 {
+		errs = append(errs, field.Invalid(path.Child("maximum_lag_on_failover"), p.MaximumLagOnFailover, "must not be negative"))
+	}
+	for i, line := range p.PgHba {
+		switch {
+		case strings.TrimSpace(line) == "":
+			errs = append(errs, field.Invalid(path.Child("pg_hba").Index(i), line, "must not be empty"))
+		case strings.ContainsAny(line, "\r\n"):
+			errs = append(errs, field.Invalid(path.Child("pg_hba").Index(i), line, "must be a single line"))
+		}
+	}
+	return errs
+}
+
+// EffectiveTimings returns ttl, loop_wait and retry_timeout with Patroni's
+// defaults in place of unset (zero) fields.
+func (p *Patroni) EffectiveTimings() (ttl, loopWait, retryTimeout int32) {
+	ttl, loopWait, retryTimeout = DefaultPatroniTTL, DefaultPatroniLoopWait, DefaultPatroniRetryTimeout
+	if p == nil {
+		return ttl, loopWait, retryTimeout
+	}
+	if p.TTL != 0 {
+		ttl = p.TTL
+	}
+	if p.LoopWait != 0 {
+		loopWait = p.LoopWait
+	}
+	if p.RetryTimeout != 0 {
+		retryTimeout = p.RetryTimeout
+	}
+	return ttl, loopWait, retryTimeout
+}
+
+// Normalize returns the flag in the upper case CREATE ROLE uses.
+func (f UserFlag) Normalize() UserFlag {
+	return UserFlag(strings.ToUpper(string(f)))
+}
+
+// allFlags are the positive role attributes; each has a NO-variant.
+var allFlags = []UserFlag{FlagSuperuser, FlagInherit, FlagLogin, FlagCreateRole, FlagCreateDB, FlagReplication, FlagBypassRLS}
+
+// known reports whether the normalized flag is a role attribute pgloop
+// manages. Mixed case ("Login") is not in the CRD's enum but is accepted
+// here, as PostgreSQL would.
+func (f UserFlag) known() bool {
+	return slices.Contains(allFlags, f) || slices.Contains(allFlags, f.negation())
+}
+
+// negation returns the flag's opposite: LOGIN for NOLOGIN and the reverse.
+func (f UserFlag) negation() UserFlag {
+	if s, ok := strings.CutPrefix(string(f), "NO"); ok && slices.Contains(allFlags, UserFlag(s)) {
+		return UserFlag(s)
+	}
+	return "NO" + f
+}
+
+func knownFlagNames() []string {
+	var names []string
+	for _, f := range allFlags {
+		names = append(names, string(f), string(f.negation()))
+	}
+	return names
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,393 @@
+package v1
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+)
+
+// samplesDir holds the sample manifests users copy; they must decode
+// strictly and validate.
+const samplesDir = "../../../../manifests/samples"
+
+func quantity(s string) *resource.Quantity {
+	q := resource.MustParse(s)
+	return &q
+}
+
+// validCluster is a small valid cluster that each case below breaks in one
+// way.
+func validCluster() *Postgresql {
+	return &Postgresql{
+		Spec: PostgresqlSpec{
+			TeamID:            "acid",
+			NumberOfInstances: 3,
+			PostgreSQL:        PostgresqlParam{Version: "17"},
+			Volume:            Volume{Size: resource.MustParse("10Gi")},
+			Users: map[string]UserFlags{
+				"app":    {"createdb", "LOGIN"},
+				"reader": {},
+			},
+			Databases: map[string]string{"app": "app"},
+		},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(p *Postgresql)
+		// want are substrings of the aggregated error, one per expected
+		// error; none means valid.
+		want []string
+	}{
+		{name: "valid", mutate: func(p *Postgresql) {}},
+		{name: "zero instances stop the cluster", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
+		{
+			name:   "too many instances",
+			mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = MaxInstances + 1 },
+			want:   []string{"spec.numberOfInstances: Invalid value: 17: must be between 0 and 16"},
+		},
+		{
+			name:   "negative instances",
+			mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = -1 },
+			want:   []string{"spec.numberOfInstances"},
+		},
+		{
+			name:   "missing team",
+			mutate: func(p *Postgresql) { p.Spec.TeamID = "" },
+			want:   []string{"spec.teamId: Required value"},
+		},
+		{
+			name:   "team is not a label value",
+			mutate: func(p *Postgresql) { p.Spec.TeamID = "team a" },
+			want:   []string{"spec.teamId: Invalid value"},
+		},
+		{
+			name:   "cluster name too long",
+			mutate: func(p *Postgresql) { p.Name = strings.Repeat("a", MaxClusterNameLength+1) },
+			want:   []string{"metadata.name: Too long"},
+		},
+		{
+			name:   "cluster name starts with a digit",
+			mutate: func(p *Postgresql) { p.Name = "1cluster" },
+			want:   []string{"metadata.name: Invalid value: \"1cluster\""},
+		},
+		{
+			name:   "unsupported version",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Version = "12" },
+			want:   []string{`spec.postgresql.version: Unsupported value: "12"`},
+		},
+		{
+			name:   "missing version",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Version = "" },
+			want:   []string{"spec.postgresql.version: Required value"},
+		},
+		{
+			name: "ordinary parameters pass",
+			mutate: func(p *Postgresql) {
+				p.Spec.PostgreSQL.Parameters = map[string]string{
+					"shared_buffers": "1GB", "pg_stat_statements.max": "10000",
+					"max_connections": "100", "wal_level": "logical", "track_commit_timestamp": "ON",
+				}
+			},
+		},
+		{
+			name:   "parameter owned by Patroni",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"Port": "5433"} },
+			want:   []string{"spec.postgresql.parameters[Port]: Forbidden: is set by Patroni"},
+		},
+		{
+			name: "synchronous_standby_names points to synchronous_mode",
+			mutate: func(p *Postgresql) {
+				p.Spec.PostgreSQL.Parameters = map[string]string{"synchronous_standby_names": "*"}
+			},
+			want: []string{"use patroni.synchronous_mode"},
+		},
+		{
+			name:   "cluster-wide parameter with units",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "1k"} },
+			want:   []string{`spec.postgresql.parameters[max_connections]: Invalid value: "1k": must be a plain integer`},
+		},
+		{
+			name:   "cluster-wide parameter below its minimum",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"max_connections": "0"} },
+			want:   []string{"must be at least 1"},
+		},
+		{
+			name:   "fewer WAL senders than replicas",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"max_wal_senders": "1"} },
+			want:   []string{"must be at least the number of replicas (2"},
+		},
+		{
+			name: "fewer slots than replicas",
+			mutate: func(p *Postgresql) {
+				p.Spec.PostgreSQL.Parameters = map[string]string{"max_replication_slots": "0"}
+			},
+			want: []string{"spec.postgresql.parameters[max_replication_slots]"},
+		},
+		{
+			name:   "wal_level minimal cannot replicate",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"wal_level": "minimal"} },
+			want:   []string{`spec.postgresql.parameters[wal_level]: Unsupported value: "minimal"`},
+		},
+		{
+			name:   "boolean parameter",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"wal_log_hints": "sure"} },
+			want:   []string{"must be a boolean"},
+		},
+		{
+			name:   "malformed parameter name",
+			mutate: func(p *Postgresql) { p.Spec.PostgreSQL.Parameters = map[string]string{"shared buffers": "1GB"} },
+			want:   []string{"is not a PostgreSQL setting name"},
+		},
+		{
+			name:   "volume below the minimum",
+			mutate: func(p *Postgresql) { p.Spec.Volume.Size = resource.MustParse("500Mi") },
+			want:   []string{`spec.volume.size: Invalid value: "500Mi": must be at least 1Gi`},
+		},
+		{
+			name:   "volume of exactly the minimum",
+			mutate: func(p *Postgresql) { p.Spec.Volume.Size = resource.MustParse("1024Mi") },
+		},
+		{
+			name:   "storage class is not a name",
+			mutate: func(p *Postgresql) { p.Spec.Volume.StorageClass = "Fast SSD" },
+			want:   []string{"spec.volume.storageClass"},
+		},
+		{
+			name: "request above limit",
+			mutate: func(p *Postgresql) {
+				p.Spec.Resources = &Resources{
+					Requests: &ResourceDescription{CPU: quantity("2"), Memory: quantity("1Gi")},
+					Limits:   &ResourceDescription{CPU: quantity("1500m"), Memory: quantity("1Gi")},
+				}
+			},
+			want: []string{`spec.resources.requests.cpu: Invalid value: "2": must not exceed resources.limits.cpu (1500m)`},
+		},
+		{
+			name: "memory request above limit in other units",
+			mutate: func(p *Postgresql) {
+				p.Spec.Resources = &Resources{
+					Requests: &ResourceDescription{Memory: quantity("2Gi")},
+					Limits:   &ResourceDescription{Memory: quantity("2000Mi")},
+				}
+			},
+			want: []string{"spec.resources.requests.memory"},
+		},
+		{
+			name: "requests without limits",
+			mutate: func(p *Postgresql) {
+				p.Spec.Resources = &Resources{Requests: &ResourceDescription{CPU: quantity("8")}}
+			},
+		},
+		{
+			name: "zero memory",
+			mutate: func(p *Postgresql) {
+				p.Spec.Resources = &Resources{Limits: &ResourceDescription{Memory: quantity("0")}}
+			},
+			want: []string{"spec.resources.limits.memory: Invalid value: \"0\": must be greater than zero"},
+		},
+		{
+			name:   "superuser and nosuperuser",
+			mutate: func(p *Postgresql) { p.Spec.Users["app"] = UserFlags{"superuser", "NOSUPERUSER"} },
+			want:   []string{`spec.users[app][1]: Invalid value: "NOSUPERUSER": contradicts SUPERUSER`},
+		},
+		{
+			name:   "login and nologin",
+			mutate: func(p *Postgresql) { p.Spec.Users["app"] = UserFlags{"nologin", "login"} },
+			want:   []string{"contradicts NOLOGIN"},
+		},
+		{
+			name:   "same flag in two cases",
+			mutate: func(p *Postgresql) { p.Spec.Users["app"] = UserFlags{"createdb", "CREATEDB"} },
+			want:   []string{`spec.users[app][1]: Duplicate value: "CREATEDB"`},
+		},
+		{
+			name:   "unknown flag",
+			mutate: func(p *Postgresql) { p.Spec.Users["app"] = UserFlags{"admin"} },
+			want:   []string{`spec.users[app][0]: Unsupported value: "admin"`},
+		},
+		{
+			name:   "reserved user",
+			mutate: func(p *Postgresql) { p.Spec.Users["standby"] = UserFlags{} },
+			want:   []string{"spec.users[standby]: Forbidden: is reserved"},
+		},
+		{
+			name:   "pg_ prefix",
+			mutate: func(p *Postgresql) { p.Spec.Users["pg_app"] = UserFlags{} },
+			want:   []string{"spec.users[pg_app]: Forbidden"},
+		},
+		{
+			name:   "upper case user",
+			mutate: func(p *Postgresql) { p.Spec.Users["App"] = UserFlags{} },
+			want:   []string{`spec.users[App]: Invalid value: "App": must be lower case`},
+		},
+		{
+			name:   "user name too long",
+			mutate: func(p *Postgresql) { p.Spec.Users[strings.Repeat("u", 64)] = UserFlags{} },
+			want:   []string{"Too long"},
+		},
+		{
+			name:   "dotted and dashed user names are zalando's",
+			mutate: func(p *Postgresql) { p.Spec.Users["team.app-user"] = UserFlags{} },
+		},
+		{
+			name:   "database owner not declared",
+			mutate: func(p *Postgresql) { p.Spec.Databases["reports"] = "analyst" },
+			want:   []string{`spec.databases[reports]: Invalid value: "analyst": owner "analyst" of database "reports" must be declared in spec.users`},
+		},
+		{
+			name:   "reserved database",
+			mutate: func(p *Postgresql) { p.Spec.Databases["template1"] = "app" },
+			want:   []string{"spec.databases[template1]: Forbidden"},
+		},
+		{
+			name:   "database name with a dash",
+			mutate: func(p *Postgresql) { p.Spec.Databases["my-db"] = "app" },
+			want:   []string{`spec.databases[my-db]: Invalid value: "my-db"`},
+		},
+		{
+			name:   "patroni defaults",
+			mutate: func(p *Postgresql) { p.Spec.Patroni = &Patroni{SynchronousMode: true} },
+		},
+		{
+			name:   "patroni timings that lose the leader lock",
+			mutate: func(p *Postgresql) { p.Spec.Patroni = &Patroni{TTL: 20, LoopWait: 10, RetryTimeout: 10} },
+			want:   []string{"spec.patroni.ttl: Invalid value: 20: must be at least loop_wait + 2 * retry_timeout (30)"},
+		},
+		{
+			name:   "patroni ttl below Patroni's minimum",
+			mutate: func(p *Postgresql) { p.Spec.Patroni = &Patroni{TTL: 10, LoopWait: 1, RetryTimeout: 3} },
+			want:   []string{"spec.patroni.ttl: Invalid value: 10: must be between 20 and 3600 seconds"},
+		},
+		{
+			name: "pg_hba line break",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{PgHba: []string{"local all all trust\nhost all all 0.0.0.0/0 trust"}}
+			},
+			want: []string{"spec.patroni.pg_hba[0]: Invalid value", "must be a single line"},
+		},
+		{
+			name:   "bad annotation key",
+			mutate: func(p *Postgresql) { p.Spec.PodAnnotations = map[string]string{"not a key": "x"} },
+			want:   []string{"spec.podAnnotations: Invalid value: \"not a key\""},
+		},
+		{
+			name: "errors accumulate",
+			mutate: func(p *Postgresql) {
+				p.Spec.NumberOfInstances = 20
+				p.Spec.PostgreSQL.Version = "9.6"
+				p.Spec.Databases["x"] = "nobody"
+			},
+			want: []string{"spec.numberOfInstances", "spec.postgresql.version", "spec.databases[x]"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validCluster()
+			p.Name = "acid-test"
+			tt.mutate(p)
+			errs := p.Validate()
+			if len(tt.want) == 0 {
+				if len(errs) != 0 {
+					t.Fatalf("want valid, got %v", errs.ToAggregate())
+				}
+				return
+			}
+			if len(errs) == 0 {
+				t.Fatalf("want errors %q, got none", tt.want)
+			}
+			got := errs.ToAggregate().Error()
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("error %q does not contain %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestUserFlagNegation(t *testing.T) {
+	for _, f := range allFlags {
+		neg := f.negation()
+		if !strings.HasPrefix(string(neg), "NO") || neg.negation() != f {
+			t.Errorf("negation of %s is %s, whose negation is %s", f, neg, neg.negation())
+		}
+		if !neg.known() || !UserFlag(strings.ToLower(string(f))).Normalize().known() {
+			t.Errorf("%s or %s not known", f, neg)
+		}
+	}
+}
+
+// TestSamples decodes every sample manifest strictly (an unknown or
+// misspelt field fails) and validates it.
+func TestSamples(t *testing.T) {
+	for _, name := range []string{"minimal.yaml", "full.yaml"} {
+		t.Run(name, func(t *testing.T) {
+			p := decodeSample(t, name)
+			if p.APIVersion != SchemeGroupVersion.String() || p.Kind != PostgresqlKind {
+				t.Errorf("apiVersion/kind = %s/%s, want %s/%s", p.APIVersion, p.Kind, SchemeGroupVersion, PostgresqlKind)
+			}
+			if errs := p.Validate(); len(errs) != 0 {
+				t.Errorf("sample is invalid: %v", errs.ToAggregate())
+			}
+		})
+	}
+
+	// The full sample sets every spec field, so a field added to the
+	// type without a sample shows up here.
+	t.Run("full sets every field", func(t *testing.T) {
+		p := decodeSample(t, "full.yaml")
+		s := p.Spec
+		if s.DockerImage == "" || s.PostgreSQL.Parameters == nil || s.Volume.StorageClass == "" ||
+			s.Resources == nil || s.Resources.Requests == nil || s.Resources.Limits == nil ||
+			s.Users == nil || s.Databases == nil || s.Patroni == nil || !s.Patroni.SynchronousMode ||
+			s.Patroni.PgHba == nil || s.Tolerations == nil || s.NodeAffinity == nil ||
+			s.PodAnnotations == nil || s.ServiceAnnotations == nil {
+			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
+		}
+	})
+}
+
+func yamlToJSON(t *testing.T, name string) ([]byte, error) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(samplesDir, name))
+	if err != nil {
+		return nil, err
+	}
+	return yaml.YAMLToJSON(data)
+}
+
+func decodeSample(t *testing.T, name string) *Postgresql {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(samplesDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Postgresql
+	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+		t.Fatalf("decode %s: %v", name, err)
+	}
+	return &p
+}
+
+func TestDecodeStrictRejectsUnknownFields(t *testing.T) {
+	manifest := `
+apiVersion: pgloop.dev/v1
+kind: Postgresql
+metadata: {name: x}
+spec:
+  teamId: acid
+  numberOfInstance: 2
+`
+	var p Postgresql
+	err := yaml.UnmarshalStrict([]byte(manifest), &p)
+	if err == nil || !strings.Contains(err.Error(), "numberOfInstance") {
+		t.Fatalf("want an unknown field error naming numberOfInstance, got %v", err)
+	}
+}
