@@ -1,0 +1,57 @@
+package fsm
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/fsm.md from the state machine")
+
+// TestDocsMatchMachine keeps docs/fsm.md generated from the table.
+func TestDocsMatchMachine(t *testing.T) {
+	const path = "../../docs/fsm.md"
+	want := Markdown()
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `make generate`)", err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s is out of date: run `make generate` (or go test ./pkg/fsm -update)", path)
+	}
+}
+
+func TestEveryStateAndEventDocumented(t *testing.T) {
+	for _, s := range States {
+		if stateDocs[s] == "" {
+			t.Errorf("state %s has no documentation", s)
+		}
+	}
+	for _, e := range eventNames() {
+		if eventDocs[e] == "" {
+			t.Errorf("event %s has no documentation", e)
+		}
+	}
+	if len(eventDocs) != len(eventNames()) {
+		t.Errorf("%d documented events, %d in the table", len(eventDocs), len(eventNames()))
+	}
+}
+
+func TestMermaidMarksCurrentState(t *testing.T) {
+	d := Mermaid(Degraded)
+	if !strings.HasPrefix(d, "stateDiagram-v2\n") || !strings.Contains(d, "class Degraded current") {
+		t.Errorf("diagram:\n%s", d)
+	}
+	if !strings.Contains(d, "Creating --> Running: podsReady [all pods Ready, primary labelled, objects converged, last ensure succeeded]") {
+		t.Errorf("diagram lacks the podsReady edge:\n%s", d)
+	}
+	if strings.Contains(Mermaid(""), "class ") {
+		t.Error("no state should be marked")
+	}
+}

@@ -1,0 +1,84 @@
+package fsm
+
+import "time"
+
+// Facts are what pgloop observed about a cluster when an input arrives, read
+// from the informers' caches by the caller. Guards decide on them.
+type Facts struct {
+	// Generation is the custom resource's metadata.generation.
+	Generation int64
+	// Deleting is true once the resource has a deletion timestamp.
+	Deleting bool
+	// Gone is true once the resource is no longer in the cache.
+	Gone bool
+	// SpecError says why the spec cannot be served; empty when it can.
+	SpecError string
+	// Desired is spec.numberOfInstances.
+	Desired int32
+	// Ready counts the cluster's pods that are Ready.
+	Ready int32
+	// Primary is the pod holding the leader role, empty when none.
+	Primary string
+	// ObjectsCurrent is true when the owned objects match the spec and the
+	// StatefulSet's pods all run its current revision.
+	ObjectsCurrent bool
+	// StuckReason and Stuck are the concrete cause pods are not progressing,
+	// when one is known (Unschedulable, QuotaExceeded, VolumePending,
+	// CrashLoopBackOff...): a CamelCase reason and a message.
+	StuckReason string
+	Stuck       string
+
+	// cleanupDone is set by the machine when its cleanup plan succeeded.
+	cleanupDone bool
+	// troubled is set by the machine while its ensure effects last failed
+	// (or it panicked) and have not succeeded since: pods may be Ready, but
+	// the objects are not known to match the spec.
+	troubled bool
+}
+
+// converged is the podsReady guard: every desired pod Ready, a primary known
+// whenever there are pods, and the objects match the spec.
+func (f *Facts) converged() bool {
+	if f.Ready < f.Desired || !f.ObjectsCurrent {
+		return false
+	}
+	return f.Desired == 0 || f.Primary != ""
+}
+
+// Config holds the machine's timeouts and backoff. The zero value is not
+// usable; start from DefaultConfig.
+type Config struct {
+	// CreateTimeout bounds Creating before the cluster is Degraded.
+	CreateTimeout time.Duration
+	// UpdateTimeout bounds Updating before the cluster is Degraded.
+	UpdateTimeout time.Duration
+	// RetryBase is the first retry delay; each retry doubles it.
+	RetryBase time.Duration
+	// RetryMax caps the retry delay.
+	RetryMax time.Duration
+	// ResyncPeriod is how often a Running cluster re-plans its ensure effects.
+	ResyncPeriod time.Duration
+}
+
+// DefaultConfig returns the defaults documented in docs/fsm.md.
+func DefaultConfig() Config {
+	return Config{
+		CreateTimeout: 10 * time.Minute,
+		UpdateTimeout: 10 * time.Minute,
+		RetryBase:     2 * time.Second,
+		RetryMax:      5 * time.Minute,
+		ResyncPeriod:  10 * time.Minute,
+	}
+}
+
+// backoff is RetryBase * 2^attempt, capped at RetryMax.
+func (c *Config) backoff(attempt int32) time.Duration {
+	d := c.RetryBase
+	for i := int32(0); i < attempt && d < c.RetryMax; i++ {
+		d *= 2
+	}
+	if d > c.RetryMax {
+		d = c.RetryMax
+	}
+	return d
+}

@@ -1,0 +1,547 @@
+package fsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	lfsm "github.com/looplab/fsm"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// errGuard cancels an event whose guard does not hold.
+var errGuard = errors.New("guard does not hold")
+
+// Machine is the state machine of one cluster. It is not safe for concurrent
+// use: the event loop owns it and calls it from one goroutine.
+type Machine struct {
+	cfg *Config
+	fsm *lfsm.FSM
+	st  v1.PostgresqlStatus
+
+	// dirty is set when st changed since the last plan took a snapshot.
+	dirty bool
+	// ensureWanted and cleanupWanted stay set until a plan carrying them
+	// succeeds; every plan made meanwhile carries them again, so a plan
+	// superseded in the executor's queue loses nothing.
+	ensureWanted  bool
+	cleanupWanted bool
+	cleanupDone   bool
+	troubled      bool
+
+	planSeq      uint64 // ID of the latest plan
+	ensurePlan   uint64 // ID of the latest plan carrying Ensure or Cleanup, 0 if done
+	statusPlan   uint64 // ID of the latest plan carrying a status snapshot
+	statusInPlan bool   // statusPlan has not reported yet
+
+	call call // scratch of the Handle in progress
+}
+
+// call is what callbacks record during one Handle.
+type call struct {
+	facts   Facts
+	now     time.Time
+	reason  string
+	message string
+	res     Result
+	events  []KubeEvent
+}
+
+// New returns the machine of a cluster, resumed from its stored status (the
+// zero status for a new cluster). The status is copied.
+func New(cfg *Config, status *v1.PostgresqlStatus) *Machine {
+	m := &Machine{cfg: cfg}
+	if status != nil {
+		status.DeepCopyInto(&m.st)
+	}
+	if !knownState(m.st.State) || m.st.State == Deleted {
+		m.st.State = Pending
+	}
+	m.fsm = lfsm.NewFSM(m.st.State, events, lfsm.Callbacks{
+		"before_event":                   m.guard,
+		"leave_state":                    m.leaveState,
+		"enter_state":                    m.enterState,
+		"enter_" + Creating:              m.enterCreating,
+		"enter_" + Updating:              m.enterUpdating,
+		"enter_" + Running:               m.enterRunning,
+		"enter_" + Degraded:              m.enterDegraded,
+		"enter_" + Invalid:               m.enterInvalid,
+		"enter_" + Deleting:              m.enterDeleting,
+		"enter_" + Deleted:               m.enterDeleted,
+		"after_" + EventCreate:           m.afterSpecSeen,
+		"after_" + EventSpecChanged:      m.afterSpecSeen,
+		"after_" + EventInvalidSpec:      m.afterSpecSeen,
+		"after_" + EventRetry:            m.afterRetry,
+		"after_" + EventResync:           m.afterResync,
+		"after_" + EventEffectsSucceeded: m.afterEffectsSucceeded,
+		"after_" + EventEffectsFailed:    m.afterTrouble,
+		"after_" + EventPanicked:         m.afterTrouble,
+	})
+	return m
+}
+
+func knownState(s string) bool {
+	for _, k := range States {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// State is the current state.
+func (m *Machine) State() string { return m.st.State }
+
+// Status returns the machine's status. Callers must not modify it.
+func (m *Machine) Status() *v1.PostgresqlStatus { return &m.st }
+
+// Resume is called once after New: it re-arms the timers stored in status
+// (a restarted operator keeps the original deadlines) and, since the outcome
+// of the previous process's last plan is unknown, asks for the state's
+// effects again on the next input.
+func (m *Machine) Resume() Result {
+	res := Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch}
+	for _, t := range m.st.Timers {
+		res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+	}
+	switch m.st.State {
+	case Creating, Updating, Running, Degraded:
+		m.ensureWanted = true
+	case Deleting:
+		m.cleanupWanted = true
+	}
+	return res
+}
+
+// Handle runs one input through the machine with the facts observed now and
+// returns what to do. It never blocks and does no I/O.
+func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
+	c := &m.call
+	*c = call{facts: f, now: now, events: c.events[:0]}
+	c.facts.cleanupDone, c.facts.troubled = m.cleanupDone, m.troubled
+	c.res.From = m.st.State
+	epoch := m.st.Epoch
+
+	switch in.Kind {
+	case TimerFired:
+		if !m.takeTimer(in.Timer, in.Epoch) {
+			return m.ignore(fmt.Sprintf("stale timer %s (epoch %d, now %d)", in.Timer, in.Epoch, m.st.Epoch))
+		}
+		reason, msg := "", ""
+		if in.Timer == TimerTimeout {
+			r, s := stuck(&c.facts)
+			reason, msg = ReasonTimeout, fmt.Sprintf("not converged within %s: %s (%s)", m.timeoutFor(m.st.State), s, r)
+		}
+		m.fire(in.Timer, reason, msg)
+	case PlanDone:
+		if !m.planDone(in.PlanID, in.Err) {
+			return m.ignore(fmt.Sprintf("stale result of plan %d (latest %d)", in.PlanID, m.planSeq))
+		}
+	case Panic:
+		// The panic may have cut a transition short: trust nothing until
+		// the retry's effects succeed.
+		m.setTroubled(true)
+		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
+	}
+	m.observe()
+	m.project()
+	return m.finish(epoch)
+}
+
+// planDone accounts for a plan's result. It reports false when the result
+// is stale: a newer plan carries everything this one did.
+func (m *Machine) planDone(id uint64, err error) bool {
+	handled := false
+	if id == m.statusPlan && m.statusInPlan {
+		m.statusInPlan = false
+		if err != nil {
+			m.dirty = true // the snapshot was not written: write it again
+		}
+		handled = true
+	}
+	switch {
+	case id == m.ensurePlan:
+		m.ensurePlan = 0
+		if err != nil {
+			// Not again at once: the retry timer plans them, with backoff.
+			m.ensureWanted, m.cleanupWanted = false, false
+			m.setTroubled(true)
+			m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
+			return true
+		}
+		m.setTroubled(false)
+		if m.cleanupWanted {
+			m.cleanupWanted = false
+			m.cleanupDone = true
+			m.call.facts.cleanupDone = true
+		}
+		m.ensureWanted = false
+		m.fire(EventEffectsSucceeded, "", "")
+		return true
+	case id == m.planSeq && err != nil:
+		// The latest plan wrote only status or events and failed.
+		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
+		return true
+	}
+	return handled || id == m.planSeq
+}
+
+func (m *Machine) setTroubled(v bool) {
+	m.troubled, m.call.facts.troubled = v, v
+}
+
+func (m *Machine) ignore(why string) Result {
+	return Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch, Ignored: why}
+}
+
+// fire runs one looplab/fsm event. It reports whether the event fired; a
+// guard that does not hold or an event the state does not take is not an
+// error, just no transition.
+func (m *Machine) fire(event, reason, message string) bool {
+	m.call.reason, m.call.message = reason, message
+	from := m.st.State
+	err := m.fsm.Event(context.Background(), event)
+	var noTransition lfsm.NoTransitionError
+	if err == nil || errors.As(err, &noTransition) {
+		m.call.res.Fired = append(m.call.res.Fired, Fired{Event: event, From: from, To: m.st.State})
+		return true
+	}
+	return false
+}
+
+// observe fires the fact-driven events whose guards hold, in observeOrder,
+// until none does. A few rounds are enough: Pending → Creating → Running is
+// the longest chain.
+func (m *Machine) observe() {
+	f := &m.call.facts
+	for round := 0; round < 4 && m.st.State != Deleted; round++ {
+		fired := false
+		for _, ev := range observeOrder {
+			g, ok := guards[guardKey{ev, m.st.State}]
+			if !ok || (g != nil && !g(&m.st, f)) {
+				continue
+			}
+			reason, msg := m.observeReason(ev)
+			if m.fire(ev, reason, msg) {
+				fired = true
+				break
+			}
+		}
+		if !fired {
+			return
+		}
+	}
+}
+
+func (m *Machine) observeReason(event string) (string, string) {
+	f := &m.call.facts
+	switch event {
+	case EventCleanedUp:
+		if f.Gone {
+			return ReasonCleanupFinished, "resource gone"
+		}
+		return ReasonCleanupFinished, "objects deleted, finalizer removed"
+	case EventDelete:
+		return ReasonDeleting, "deletion requested"
+	case EventInvalidSpec:
+		return ReasonInvalidSpec, f.SpecError
+	case EventCreate:
+		return ReasonCreating, fmt.Sprintf("creating %d instances", f.Desired)
+	case EventSpecChanged:
+		return ReasonUpdating, fmt.Sprintf("applying generation %d", f.Generation)
+	case EventPodsReady:
+		return ReasonReady, fmt.Sprintf("%d/%d instances ready, primary %s", f.Ready, f.Desired, f.Primary)
+	}
+	return stuck(f)
+}
+
+// stuck names why a cluster is not converged, from the concrete cause when
+// one was observed.
+func stuck(f *Facts) (string, string) {
+	switch {
+	case f.Stuck != "":
+		return f.StuckReason, f.Stuck
+	case !f.ObjectsCurrent:
+		return "NotConverged", fmt.Sprintf("objects do not match the spec yet, %d/%d instances ready", f.Ready, f.Desired)
+	case f.Ready < f.Desired:
+		return ReasonPodsNotReady, fmt.Sprintf("%d/%d instances ready", f.Ready, f.Desired)
+	}
+	return "NoPrimary", "no pod holds the primary role"
+}
+
+func (m *Machine) timeoutFor(state string) time.Duration {
+	if state == Updating {
+		return m.cfg.UpdateTimeout
+	}
+	return m.cfg.CreateTimeout
+}
+
+// --- callbacks: they only record into m.call and m.st ---
+
+func (m *Machine) guard(_ context.Context, e *lfsm.Event) {
+	if g := guards[guardKey{e.Event, e.Src}]; g != nil && !g(&m.st, &m.call.facts) {
+		e.Cancel(errGuard)
+	}
+}
+
+// leaveState starts a new epoch: every timer of the old state is dropped.
+func (m *Machine) leaveState(_ context.Context, _ *lfsm.Event) {
+	m.st.Epoch++
+	m.st.Timers = m.st.Timers[:0]
+	m.st.Attempt = 0
+	m.dirty = true
+}
+
+func (m *Machine) enterState(_ context.Context, e *lfsm.Event) {
+	c := &m.call
+	now := metav1.NewTime(c.now)
+	m.st.State = e.Dst
+	m.st.StateSince = &now
+	m.st.Reason, m.st.Message = c.reason, c.message
+	m.st.History = append(m.st.History, v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
+	if n := len(m.st.History) - v1.MaxHistory; n > 0 {
+		m.st.History = append(m.st.History[:0], m.st.History[n:]...)
+	}
+	if e.Dst != Deleted {
+		warning := e.Dst == Degraded || e.Dst == Invalid
+		msg := fmt.Sprintf("%s -> %s on %s", e.Src, e.Dst, e.Event)
+		if c.message != "" {
+			msg += ": " + c.message
+		}
+		c.events = append(c.events, KubeEvent{Warning: warning, Reason: e.Dst, Message: msg})
+	}
+}
+
+func (m *Machine) enterCreating(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted = true
+	m.setTimer(TimerTimeout, m.cfg.CreateTimeout)
+}
+
+func (m *Machine) enterUpdating(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted = true
+	m.setTimer(TimerTimeout, m.cfg.UpdateTimeout)
+}
+
+func (m *Machine) enterRunning(_ context.Context, _ *lfsm.Event) {
+	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
+}
+
+func (m *Machine) enterDegraded(_ context.Context, _ *lfsm.Event) {
+	m.setTimer(TimerRetry, m.cfg.backoff(0))
+}
+
+func (m *Machine) enterInvalid(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted = false
+}
+
+func (m *Machine) enterDeleting(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted = false
+	m.cleanupWanted = true
+	m.call.res.CancelInFlight = true
+}
+
+func (m *Machine) enterDeleted(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted, m.cleanupWanted = false, false
+	m.call.res.Forget = true
+}
+
+// afterSpecSeen records that the current generation was acted on. A
+// self-transition (a new spec while Creating or Updating, a still-invalid
+// edit) re-plans and restarts the state's timeout.
+func (m *Machine) afterSpecSeen(_ context.Context, e *lfsm.Event) {
+	m.st.ObservedGeneration = m.call.facts.Generation
+	m.dirty = true
+	if e.Src != e.Dst {
+		return
+	}
+	switch e.Dst {
+	case Invalid:
+		m.st.Reason, m.st.Message = m.call.reason, m.call.message
+	case Creating, Updating:
+		m.ensureWanted = true
+		m.setTimer(TimerTimeout, m.timeoutFor(e.Dst))
+	}
+}
+
+func (m *Machine) afterRetry(_ context.Context, e *lfsm.Event) {
+	switch e.Dst {
+	case Deleting:
+		m.cleanupWanted = true
+	case Invalid:
+		m.dirty = true // only the status write had failed
+	default:
+		m.ensureWanted = true
+	}
+	if e.Dst == Degraded {
+		m.st.Attempt++
+		m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
+	}
+}
+
+func (m *Machine) afterResync(_ context.Context, _ *lfsm.Event) {
+	m.ensureWanted = true
+	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
+}
+
+func (m *Machine) afterEffectsSucceeded(_ context.Context, e *lfsm.Event) {
+	if e.Dst == Creating || e.Dst == Updating {
+		if m.st.Attempt != 0 {
+			m.st.Attempt = 0
+			m.dirty = true
+		}
+		m.cancelTimer(TimerRetry)
+	}
+}
+
+// afterTrouble handles a failed plan or a panic that did not change the
+// state: record the cause and retry with backoff. Entering Degraded arms its
+// own retry.
+func (m *Machine) afterTrouble(_ context.Context, e *lfsm.Event) {
+	if e.Src != e.Dst {
+		return
+	}
+	m.st.Reason, m.st.Message = m.call.reason, m.call.message
+	m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
+	m.st.Attempt++
+	m.dirty = true
+}
+
+// --- timers ---
+
+// setTimer arms (or re-arms) a timer d from now, in the current epoch. The
+// deadline is rounded up to a whole second, the precision status keeps, so
+// a resumed timer never fires early.
+func (m *Machine) setTimer(name string, d time.Duration) {
+	deadline := m.call.now.Add(d)
+	if r := deadline.Truncate(time.Second); !r.Equal(deadline) {
+		deadline = r.Add(time.Second)
+	}
+	t := v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch}
+	m.dirty = true
+	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
+	for i := range m.st.Timers {
+		if m.st.Timers[i].Name == name {
+			m.st.Timers[i] = t
+			return
+		}
+	}
+	m.st.Timers = append(m.st.Timers, t)
+}
+
+func (m *Machine) cancelTimer(name string) {
+	for i := range m.st.Timers {
+		if m.st.Timers[i].Name == name {
+			m.st.Timers = append(m.st.Timers[:i], m.st.Timers[i+1:]...)
+			m.dirty = true
+			m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Cancel: true})
+			return
+		}
+	}
+}
+
+// takeTimer removes the pending timer name of the given epoch and reports
+// whether it was pending: a fired timer that is not is stale.
+func (m *Machine) takeTimer(name string, epoch int64) bool {
+	if epoch != m.st.Epoch {
+		return false
+	}
+	for i := range m.st.Timers {
+		if m.st.Timers[i].Name == name {
+			m.st.Timers = append(m.st.Timers[:i], m.st.Timers[i+1:]...)
+			m.dirty = true
+			return true
+		}
+	}
+	return false
+}
+
+// --- status projection and the plan ---
+
+// project copies the observed counts into status and keeps the conditions in
+// line with the state.
+func (m *Machine) project() {
+	if m.st.State == Deleted {
+		return
+	}
+	f := &m.call.facts
+	st := &m.st
+	if st.DesiredInstances != f.Desired || st.ReadyInstances != f.Ready || st.Primary != f.Primary || st.Ready == "" {
+		st.DesiredInstances, st.ReadyInstances, st.Primary = f.Desired, f.Ready, f.Primary
+		st.Ready = fmt.Sprintf("%d/%d", f.Ready, f.Desired)
+		m.dirty = true
+	}
+	// In Degraded the message follows the live cause, so a user sees the
+	// current reason, not the one of an hour ago.
+	if st.State == Degraded && f.Stuck != "" && (st.Reason != f.StuckReason || st.Message != f.Stuck) {
+		st.Reason, st.Message = f.StuckReason, f.Stuck
+		m.dirty = true
+	}
+	progressingMsg := st.Message
+	if (st.State == Creating || st.State == Updating) && f.Stuck != "" {
+		progressingMsg = f.Stuck
+	}
+	state := st.State
+	m.condition(v1.ConditionReady, state == Running, st.Reason, st.Message)
+	m.condition(v1.ConditionProgressing, state == Creating || state == Updating || state == Deleting, st.Reason, progressingMsg)
+	m.condition(v1.ConditionDegraded, state == Degraded || state == Invalid, st.Reason, st.Message)
+}
+
+func (m *Machine) condition(typ string, on bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if on {
+		status = metav1.ConditionTrue
+	}
+	if reason == "" {
+		reason = m.st.State
+	}
+	if c := meta.FindStatusCondition(m.st.Conditions, typ); c != nil &&
+		c.Status == status && c.Reason == reason && c.Message == message && c.ObservedGeneration == m.st.ObservedGeneration {
+		return
+	}
+	meta.SetStatusCondition(&m.st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.call.now),
+	})
+	m.dirty = true
+}
+
+// finish turns what the callbacks recorded into a Result and a Plan.
+func (m *Machine) finish(epoch int64) Result {
+	c := &m.call
+	res := c.res
+	res.To, res.Epoch = m.st.State, m.st.Epoch
+	if res.Epoch != epoch {
+		// The loop drops every timer of the old epoch; re-send the ones
+		// set in this one, once each, with their final deadlines.
+		res.Timers = res.Timers[:0]
+		for _, t := range m.st.Timers {
+			res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+		}
+	}
+	if m.st.State == Deleted {
+		return res
+	}
+	if !m.ensureWanted && !m.cleanupWanted && !m.dirty && !m.statusInPlan && len(c.events) == 0 {
+		return res
+	}
+	m.planSeq++
+	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted}
+	if len(c.events) > 0 {
+		p.Events = append([]KubeEvent(nil), c.events...)
+	}
+	if m.dirty || m.statusInPlan {
+		// A plan still carrying an older snapshot may be superseded in
+		// the executor's queue: carry the newest one again.
+		p.Status = m.st.DeepCopy()
+		m.statusPlan, m.statusInPlan, m.dirty = p.ID, true, false
+	}
+	if p.Ensure || p.Cleanup {
+		m.ensurePlan = p.ID
+	}
+	res.Plan = p
+	return res
+}

@@ -1,0 +1,551 @@
+package fsm
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// ready is a converged 2-instance cluster at generation gen.
+func ready(gen int64) Facts {
+	return Facts{Generation: gen, Desired: 2, Ready: 2, Primary: "c-0", ObjectsCurrent: true}
+}
+
+// starting is a 2-instance cluster whose pods are not Ready yet.
+func starting(gen int64) Facts {
+	return Facts{Generation: gen, Desired: 2, Ready: 0, ObjectsCurrent: true}
+}
+
+func unschedulable(gen int64) Facts {
+	f := starting(gen)
+	f.StuckReason, f.Stuck = "Unschedulable", "pod c-0: 0/3 nodes are available"
+	return f
+}
+
+func invalid(gen int64, msg string) Facts {
+	f := starting(gen)
+	f.SpecError = msg
+	return f
+}
+
+func with(f Facts, change func(*Facts)) Facts {
+	change(&f)
+	return f
+}
+
+// inState returns a machine resumed in state, at epoch 5, having acted on
+// generation 1, with the timers a real machine would hold there.
+func inState(t *testing.T, cfg *Config, state string) *Machine {
+	t.Helper()
+	st := &v1.PostgresqlStatus{State: state, Epoch: 5, ObservedGeneration: 1}
+	timer := map[string]string{Creating: TimerTimeout, Updating: TimerTimeout, Running: TimerResync, Degraded: TimerRetry}
+	if name, ok := timer[state]; ok {
+		st.Timers = []v1.Timer{{Name: name, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: 5}}
+	}
+	return New(cfg, st)
+}
+
+type step struct {
+	in    Input
+	facts Facts
+	after time.Duration // since t0
+}
+
+func observe(f Facts) step { return step{in: Input{Kind: Observe}, facts: f} }
+
+func timer(name string, epoch int64, f Facts) step {
+	return step{in: Input{Kind: TimerFired, Timer: name, Epoch: epoch}, facts: f}
+}
+
+// done reports the result of the machine's latest plan.
+type done struct {
+	err   error
+	facts Facts
+	first bool // the first plan of the case rather than the latest
+}
+
+func TestTransitions(t *testing.T) {
+	cfg := DefaultConfig()
+	boom := errors.New("create statefulset c: forbidden")
+	tests := []struct {
+		name  string
+		from  string
+		steps []any // step or done
+
+		wantState   string
+		wantFired   []string // events fired by the last step
+		wantIgnored bool
+		wantEnsure  bool
+		wantCleanup bool
+		wantTimers  []string // timers pending in status afterwards
+		wantCancel  bool
+		wantForget  bool
+		wantReason  string
+		wantMessage string // substring
+	}{
+		{name: "new valid cluster is created", from: Pending,
+			steps:     []any{observe(starting(1))},
+			wantState: Creating, wantFired: []string{EventCreate}, wantEnsure: true, wantTimers: []string{TimerTimeout},
+			wantReason: ReasonCreating},
+		{name: "new invalid cluster", from: Pending,
+			steps:     []any{observe(invalid(1, "spec.users.x: unknown flag"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}, wantReason: ReasonInvalidSpec, wantMessage: "unknown flag"},
+		{name: "new cluster already converged goes straight on", from: Pending,
+			steps:     []any{observe(ready(1))},
+			wantState: Running, wantFired: []string{EventCreate, EventPodsReady}, wantEnsure: true, wantTimers: []string{TimerResync}},
+		{name: "creating waits while pods start", from: Creating,
+			steps:     []any{observe(with(starting(1), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Creating, wantTimers: []string{TimerTimeout}},
+		{name: "creating without a primary waits", from: Creating,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Primary = "" }))},
+			wantState: Creating, wantTimers: []string{TimerTimeout}},
+		{name: "creating waits for the rollout", from: Creating,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.ObjectsCurrent = false }))},
+			wantState: Creating, wantTimers: []string{TimerTimeout}},
+		{name: "creating becomes running when pods are ready", from: Creating,
+			steps:     []any{observe(ready(1))},
+			wantState: Running, wantFired: []string{EventPodsReady}, wantTimers: []string{TimerResync}, wantReason: ReasonReady},
+		{name: "creating times out into degraded with the concrete cause", from: Creating,
+			steps:     []any{timer(TimerTimeout, 5, unschedulable(1))},
+			wantState: Degraded, wantFired: []string{EventTimeout}, wantTimers: []string{TimerRetry},
+			wantReason: "Unschedulable", wantMessage: "0/3 nodes are available"},
+		{name: "timeout without a known cause names the counts", from: Creating,
+			steps:     []any{timer(TimerTimeout, 5, with(starting(1), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Degraded, wantFired: []string{EventTimeout}, wantTimers: []string{TimerRetry},
+			wantReason: ReasonTimeout, wantMessage: "1/2 instances ready"},
+		{name: "stale timer of an old epoch is ignored", from: Creating,
+			steps:     []any{timer(TimerTimeout, 4, starting(1))},
+			wantState: Creating, wantIgnored: true, wantTimers: []string{TimerTimeout}},
+		{name: "timer not pending is ignored", from: Creating,
+			steps:     []any{timer(TimerRetry, 5, starting(1))},
+			wantState: Creating, wantIgnored: true, wantTimers: []string{TimerTimeout}},
+		{name: "a spec edit while creating re-plans", from: Creating,
+			steps:     []any{observe(starting(2))},
+			wantState: Creating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "a spec edit while running updates", from: Running,
+			steps:     []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false }))},
+			wantState: Updating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout},
+			wantReason: ReasonUpdating},
+		{name: "a second edit while updating re-plans", from: Updating,
+			steps:     []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false }))},
+			wantState: Updating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "updating converges", from: Updating,
+			steps:     []any{observe(ready(1))},
+			wantState: Running, wantFired: []string{EventPodsReady}, wantTimers: []string{TimerResync}},
+		{name: "updating times out", from: Updating,
+			steps:     []any{timer(TimerTimeout, 5, with(ready(1), func(f *Facts) { f.ObjectsCurrent = false }))},
+			wantState: Degraded, wantFired: []string{EventTimeout}, wantTimers: []string{TimerRetry}, wantReason: ReasonTimeout},
+		{name: "running loses a pod", from: Running,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Degraded, wantFired: []string{EventPodsLost}, wantTimers: []string{TimerRetry}, wantReason: ReasonPodsNotReady},
+		{name: "running loses its primary", from: Running,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Primary = "" }))},
+			wantState: Degraded, wantFired: []string{EventPodsLost}, wantReason: "NoPrimary", wantTimers: []string{TimerRetry}},
+		{name: "running pod stuck names the cause", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 1, "CrashLoopBackOff", "pod c-1: back-off restarting"
+			}))},
+			wantState: Degraded, wantFired: []string{EventPodsLost}, wantReason: "CrashLoopBackOff", wantTimers: []string{TimerRetry}},
+		{name: "resync re-plans the ensure effects", from: Running,
+			steps:     []any{timer(TimerResync, 5, ready(1))},
+			wantState: Running, wantFired: []string{EventResync}, wantEnsure: true, wantTimers: []string{TimerResync}},
+		{name: "degraded retries with backoff", from: Degraded,
+			steps:     []any{timer(TimerRetry, 5, unschedulable(1))},
+			wantState: Degraded, wantFired: []string{EventRetry}, wantEnsure: true, wantTimers: []string{TimerRetry},
+			wantReason: "Unschedulable"},
+		{name: "degraded recovers when pods become ready", from: Degraded,
+			steps:     []any{observe(ready(1))},
+			wantState: Running, wantFired: []string{EventPodsReady}, wantTimers: []string{TimerResync}},
+		{name: "degraded cluster edited", from: Degraded,
+			steps:     []any{observe(unschedulable(2))},
+			wantState: Updating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "invalid spec fixed", from: Invalid,
+			steps:     []any{observe(starting(2))},
+			wantState: Creating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "invalid spec edited, still invalid", from: Invalid,
+			steps:     []any{observe(invalid(2, "spec.volume.size: too small"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}, wantReason: ReasonInvalidSpec, wantMessage: "too small"},
+		{name: "invalid cluster without an edit stays", from: Invalid,
+			steps:     []any{observe(invalid(1, "x")), observe(invalid(1, "x"))},
+			wantState: Invalid},
+		{name: "running cluster edited into an invalid spec", from: Running,
+			steps:     []any{observe(invalid(2, "bad"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}, wantMessage: "bad"},
+		{name: "creating cluster edited into an invalid spec", from: Creating,
+			steps:     []any{observe(invalid(2, "bad"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}},
+		{name: "updating cluster edited into an invalid spec", from: Updating,
+			steps:     []any{observe(invalid(2, "bad"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}},
+		{name: "degraded cluster edited into an invalid spec", from: Degraded,
+			steps:     []any{observe(invalid(2, "bad"))},
+			wantState: Invalid, wantFired: []string{EventInvalidSpec}},
+		{name: "delete cancels what is in flight and cleans up", from: Creating,
+			steps:     []any{observe(with(starting(1), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventDelete}, wantCleanup: true, wantCancel: true, wantReason: ReasonDeleting},
+		{name: "cleanup done forgets the cluster", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })),
+				done{facts: with(ready(1), func(f *Facts) { f.Deleting = true })}},
+			wantState: Deleted, wantFired: []string{EventEffectsSucceeded, EventCleanedUp}, wantForget: true},
+		{name: "cleanup failure retries the cleanup", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })),
+				done{err: boom, facts: with(ready(1), func(f *Facts) { f.Deleting = true })},
+				timer(TimerRetry, 6, with(ready(1), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventRetry}, wantCleanup: true, wantMessage: "forbidden"},
+		{name: "resource gone without cleanup", from: Degraded,
+			steps:     []any{observe(Facts{Gone: true})},
+			wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "pending resource gone", from: Pending,
+			steps:     []any{observe(Facts{Gone: true})},
+			wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "failed ensure in running degrades", from: Running,
+			steps:     []any{timer(TimerResync, 5, ready(1)), done{err: boom, facts: ready(1)}},
+			wantState: Degraded, wantFired: []string{EventEffectsFailed}, wantEnsure: false, wantTimers: []string{TimerRetry},
+			wantReason: ReasonEffectsFailed, wantMessage: "forbidden"},
+		{name: "failed ensure in creating retries with backoff", from: Creating,
+			steps:     []any{observe(starting(2)), done{err: boom, facts: starting(2)}},
+			wantState: Creating, wantFired: []string{EventEffectsFailed}, wantEnsure: false,
+			wantTimers: []string{TimerTimeout, TimerRetry}, wantReason: ReasonEffectsFailed},
+		{name: "retry then success clears the retry timer", from: Creating,
+			steps: []any{observe(starting(2)), done{err: boom, facts: starting(2)},
+				timer(TimerRetry, 5, starting(2)), done{facts: starting(2)}},
+			wantState: Creating, wantFired: []string{EventEffectsSucceeded}, wantTimers: []string{TimerTimeout}},
+		{name: "failed status write in invalid retries the write", from: Pending,
+			steps: []any{observe(invalid(1, "bad")), done{err: boom, facts: invalid(1, "bad")},
+				timer(TimerRetry, 6, invalid(1, "bad"))},
+			wantState: Invalid, wantFired: []string{EventRetry}},
+		{name: "failed ensure while updating", from: Running,
+			steps: []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })),
+				done{err: boom, facts: with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })}},
+			wantState: Updating, wantFired: []string{EventEffectsFailed}, wantEnsure: false,
+			wantTimers: []string{TimerTimeout, TimerRetry}},
+		{name: "failed ensure while degraded", from: Degraded,
+			steps:     []any{timer(TimerRetry, 5, unschedulable(1)), done{err: boom, facts: unschedulable(1)}},
+			wantState: Degraded, wantFired: []string{EventEffectsFailed}, wantEnsure: false, wantTimers: []string{TimerRetry}},
+		{name: "successful ensure in running", from: Running,
+			steps:     []any{timer(TimerResync, 5, ready(1)), done{facts: ready(1)}},
+			wantState: Running, wantFired: []string{EventEffectsSucceeded}, wantTimers: []string{TimerResync}},
+		{name: "successful ensure in degraded", from: Degraded,
+			steps:     []any{timer(TimerRetry, 5, unschedulable(1)), done{facts: unschedulable(1)}},
+			wantState: Degraded, wantFired: []string{EventEffectsSucceeded}, wantTimers: []string{TimerRetry}},
+		{name: "successful ensure in updating", from: Running,
+			steps: []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })),
+				done{facts: with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })}},
+			wantState: Updating, wantFired: []string{EventEffectsSucceeded}, wantTimers: []string{TimerTimeout}},
+		{name: "successful status write in invalid", from: Pending,
+			steps:     []any{observe(invalid(1, "bad")), done{facts: invalid(1, "bad")}},
+			wantState: Invalid, wantFired: nil},
+		{name: "panic is recorded and degrades", from: Running,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("runtime error: index out of range")}, facts: ready(1)}},
+			wantState: Degraded, wantFired: []string{EventPanicked}, wantTimers: []string{TimerRetry}, wantReason: ReasonPanic},
+		{name: "after a panic a successful ensure recovers", from: Running,
+			steps: []any{step{in: Input{Kind: Panic, Err: errors.New("boom")}, facts: ready(1)},
+				timer(TimerRetry, 6, ready(1)), done{facts: ready(1)}},
+			wantState: Running, wantFired: []string{EventEffectsSucceeded, EventPodsReady}, wantTimers: []string{TimerResync}},
+		{name: "panic while stuck stays degraded", from: Pending,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: unschedulable(1)}},
+			wantState: Degraded, wantFired: []string{EventPanicked}, wantTimers: []string{TimerRetry}, wantReason: "Unschedulable"},
+		{name: "panic while deleting keeps deleting", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })),
+				step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: with(ready(1), func(f *Facts) { f.Deleting = true })}},
+			wantState: Deleting, wantFired: []string{EventPanicked}, wantCleanup: true, wantTimers: []string{TimerRetry}, wantReason: ReasonPanic},
+		{name: "panic while invalid stays invalid", from: Invalid,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: invalid(1, "bad")}},
+			wantState: Invalid, wantFired: []string{EventPanicked, EventInvalidSpec}},
+		{name: "retry after a failed plan while updating", from: Running,
+			steps: []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })),
+				done{err: boom, facts: with(ready(2), func(f *Facts) { f.ObjectsCurrent = false })},
+				timer(TimerRetry, 6, with(ready(2), func(f *Facts) { f.ObjectsCurrent = false }))},
+			wantState: Updating, wantFired: []string{EventRetry}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "an ensure started before the spec became invalid finishes", from: Creating,
+			steps:     []any{observe(starting(2)), observe(invalid(3, "bad")), done{first: true, facts: invalid(3, "bad")}},
+			wantState: Invalid, wantFired: []string{EventEffectsSucceeded}},
+		{name: "panic while creating", from: Creating,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: starting(1)}},
+			wantState: Degraded, wantFired: []string{EventPanicked}, wantTimers: []string{TimerRetry}},
+		{name: "panic while updating", from: Updating,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: starting(1)}},
+			wantState: Degraded, wantFired: []string{EventPanicked}, wantTimers: []string{TimerRetry}},
+		{name: "panic while degraded", from: Degraded,
+			steps:     []any{step{in: Input{Kind: Panic, Err: errors.New("nil map")}, facts: starting(1)}},
+			wantState: Degraded, wantFired: []string{EventPanicked}, wantTimers: []string{TimerRetry}},
+		{name: "delete from every live state: pending", from: Pending,
+			steps:     []any{observe(with(starting(1), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventDelete}, wantCleanup: true, wantCancel: true},
+		{name: "delete from invalid", from: Invalid,
+			steps:     []any{observe(with(invalid(1, "bad"), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventDelete}, wantCleanup: true, wantCancel: true},
+		{name: "delete from updating", from: Updating,
+			steps:     []any{observe(with(starting(1), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventDelete}, wantCleanup: true, wantCancel: true},
+		{name: "delete from degraded", from: Degraded,
+			steps:     []any{observe(with(starting(1), func(f *Facts) { f.Deleting = true }))},
+			wantState: Deleting, wantFired: []string{EventDelete}, wantCleanup: true, wantCancel: true},
+		{name: "gone from every state: creating", from: Creating,
+			steps: []any{observe(Facts{Gone: true})}, wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "gone from invalid", from: Invalid,
+			steps: []any{observe(Facts{Gone: true})}, wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "gone from updating", from: Updating,
+			steps: []any{observe(Facts{Gone: true})}, wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "gone from running", from: Running,
+			steps: []any{observe(Facts{Gone: true})}, wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "gone while deleting", from: Running,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })), observe(Facts{Gone: true})},
+			wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},
+		{name: "successful cleanup status write only", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })),
+				done{err: boom, facts: with(ready(1), func(f *Facts) { f.Deleting = true })},
+				timer(TimerRetry, 6, with(ready(1), func(f *Facts) { f.Deleting = true })),
+				done{facts: with(ready(1), func(f *Facts) { f.Deleting = true })}},
+			wantState: Deleted, wantFired: []string{EventEffectsSucceeded, EventCleanedUp}, wantForget: true},
+	}
+	covered := map[guardKey]bool{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := inState(t, &cfg, tc.from)
+			var res Result
+			var first *Plan
+			for i, s := range tc.steps {
+				now := t0.Add(time.Duration(i) * time.Second)
+				switch s := s.(type) {
+				case step:
+					res = m.Handle(s.in, s.facts, now)
+				case done:
+					p := res.Plan
+					if s.first {
+						p = first
+					}
+					if p == nil {
+						t.Fatalf("step %d: no plan to finish", i)
+					}
+					res = m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: s.err}, s.facts, now)
+				}
+				if first == nil {
+					first = res.Plan
+				}
+				for _, f := range res.Fired {
+					covered[guardKey{f.Event, f.From}] = true
+					if want := transitionTo(f.Event, f.From); f.To != want {
+						t.Errorf("%s from %s went to %s, table says %s", f.Event, f.From, f.To, want)
+					}
+				}
+			}
+			if m.State() != tc.wantState || res.To != tc.wantState {
+				t.Fatalf("state = %s (result %s), want %s", m.State(), res.To, tc.wantState)
+			}
+			if got := firedEvents(res.Fired); !slices.Equal(got, tc.wantFired) {
+				t.Errorf("fired %v, want %v", got, tc.wantFired)
+			}
+			if (res.Ignored != "") != tc.wantIgnored {
+				t.Errorf("ignored = %q, want ignored %v", res.Ignored, tc.wantIgnored)
+			}
+			gotEnsure := res.Plan != nil && res.Plan.Ensure
+			gotCleanup := res.Plan != nil && res.Plan.Cleanup
+			if gotEnsure != tc.wantEnsure || gotCleanup != tc.wantCleanup {
+				t.Errorf("plan ensure=%v cleanup=%v, want %v %v (%+v)", gotEnsure, gotCleanup, tc.wantEnsure, tc.wantCleanup, res.Plan)
+			}
+			var timers []string
+			for _, tm := range m.Status().Timers {
+				timers = append(timers, tm.Name)
+				if tm.Epoch != m.Status().Epoch {
+					t.Errorf("timer %s has epoch %d, status epoch %d", tm.Name, tm.Epoch, m.Status().Epoch)
+				}
+			}
+			if !slices.Equal(timers, tc.wantTimers) {
+				t.Errorf("timers %v, want %v", timers, tc.wantTimers)
+			}
+			if res.CancelInFlight != tc.wantCancel || res.Forget != tc.wantForget {
+				t.Errorf("cancel=%v forget=%v, want %v %v", res.CancelInFlight, res.Forget, tc.wantCancel, tc.wantForget)
+			}
+			if tc.wantReason != "" && m.Status().Reason != tc.wantReason {
+				t.Errorf("reason %q, want %q (message %q)", m.Status().Reason, tc.wantReason, m.Status().Message)
+			}
+			if !strings.Contains(m.Status().Message, tc.wantMessage) {
+				t.Errorf("message %q does not contain %q", m.Status().Message, tc.wantMessage)
+			}
+			if res.Plan != nil && res.Plan.Status != nil && res.Plan.Status.State != m.State() && m.State() != Deleted {
+				t.Errorf("planned status state %s, machine %s", res.Plan.Status.State, m.State())
+			}
+		})
+	}
+	// Every row of the table, from every source state, was exercised.
+	for key := range guards {
+		if !covered[key] {
+			t.Errorf("no test fires %s from %s", key.event, key.from)
+		}
+	}
+}
+
+func firedEvents(fired []Fired) []string {
+	var out []string
+	for _, f := range fired {
+		out = append(out, f.Event)
+	}
+	return out
+}
+
+// transitionTo follows Table for one fired event.
+func transitionTo(event, from string) string {
+	for _, t := range Table {
+		if t.Event == event && slices.Contains(t.From, from) {
+			if t.To == "" {
+				return from
+			}
+			return t.To
+		}
+	}
+	return from
+}
+
+func TestEpochAndTimersOnStateChange(t *testing.T) {
+	cfg := DefaultConfig()
+	m := New(&cfg, nil)
+	res := m.Handle(Input{Kind: Observe}, starting(1), t0.Add(300*time.Millisecond))
+	if res.Epoch != 1 || m.Status().Epoch != 1 {
+		t.Fatalf("epoch %d, want 1", res.Epoch)
+	}
+	// The deadline is rounded up to the second status can keep.
+	want := t0.Add(cfg.CreateTimeout + time.Second)
+	if len(res.Timers) != 1 || res.Timers[0].Name != TimerTimeout || !res.Timers[0].Deadline.Equal(want) {
+		t.Fatalf("timers %+v, want timeout at %s", res.Timers, want)
+	}
+	res = m.Handle(Input{Kind: TimerFired, Timer: TimerTimeout, Epoch: 1}, unschedulable(1), want)
+	if res.Epoch != 2 || len(res.Timers) != 1 || res.Timers[0].Name != TimerRetry || !res.Timers[0].Deadline.Equal(want.Add(cfg.RetryBase)) {
+		t.Fatalf("after timeout: epoch %d timers %+v", res.Epoch, res.Timers)
+	}
+	// Backoff doubles on every retry in Degraded and is capped.
+	deadline := want.Add(cfg.RetryBase)
+	for i := 1; i <= 12; i++ {
+		res = m.Handle(Input{Kind: TimerFired, Timer: TimerRetry, Epoch: 2}, unschedulable(1), deadline)
+		if len(res.Timers) != 1 {
+			t.Fatalf("retry %d: timers %+v", i, res.Timers)
+		}
+		wantDelay := min(cfg.RetryBase<<i, cfg.RetryMax)
+		if got := res.Timers[0].Deadline.Sub(deadline); got != wantDelay {
+			t.Fatalf("retry %d: delay %s, want %s", i, got, wantDelay)
+		}
+		deadline = res.Timers[0].Deadline
+	}
+	if m.Status().Attempt != 12 {
+		t.Errorf("attempt %d, want 12", m.Status().Attempt)
+	}
+}
+
+func TestStatusProjection(t *testing.T) {
+	cfg := DefaultConfig()
+	m := New(&cfg, nil)
+	m.Handle(Input{Kind: Observe}, unschedulable(1), t0)
+	st := m.Status()
+	if st.Ready != "0/2" || st.DesiredInstances != 2 {
+		t.Errorf("ready %q desired %d", st.Ready, st.DesiredInstances)
+	}
+	prog := meta.FindStatusCondition(st.Conditions, v1.ConditionProgressing)
+	if prog == nil || prog.Status != metav1.ConditionTrue || !strings.Contains(prog.Message, "0/3 nodes") {
+		t.Errorf("progressing condition %+v: want True with the stuck message", prog)
+	}
+	res := m.Handle(Input{Kind: Observe}, ready(1), t0.Add(time.Second))
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, ready(1), t0.Add(time.Second))
+	st = m.Status()
+	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("ready condition %+v", c)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionDegraded); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("degraded condition %+v", c)
+	}
+	if st.Primary != "c-0" || st.Ready != "2/2" {
+		t.Errorf("primary %q ready %q", st.Primary, st.Ready)
+	}
+	if res.Plan == nil || res.Plan.Status == nil || len(res.Plan.Events) != 1 || res.Plan.Events[0].Reason != Running {
+		t.Fatalf("plan %+v: want a status write and a Running event", res.Plan)
+	}
+	// The snapshot is a copy: later transitions do not change it.
+	snap := res.Plan.Status
+	res = m.Handle(Input{Kind: Observe}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
+	if snap.State != Running {
+		t.Errorf("snapshot changed to %s", snap.State)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
+	// Nothing changed and every plan is done: nothing to do.
+	res = m.Handle(Input{Kind: Observe}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(3*time.Second))
+	if res.Plan != nil {
+		t.Errorf("unchanged facts planned %+v", res.Plan)
+	}
+}
+
+func TestStatusSurvivesSupersededPlans(t *testing.T) {
+	cfg := DefaultConfig()
+	m := New(&cfg, nil)
+	first := m.Handle(Input{Kind: Observe}, starting(1), t0).Plan
+	// While the first plan runs, more pod events: each later plan still
+	// carries the ensure (not confirmed yet) and the newest status.
+	second := m.Handle(Input{Kind: Observe}, with(starting(1), func(f *Facts) { f.Ready = 1 }), t0.Add(time.Second)).Plan
+	if second == nil || !second.Ensure || second.Status == nil || second.Status.Ready != "1/2" {
+		t.Fatalf("second plan %+v", second)
+	}
+	// The first plan's result is stale: it is ignored.
+	res := m.Handle(Input{Kind: PlanDone, PlanID: first.ID, Err: errors.New("late")}, starting(1), t0.Add(2*time.Second))
+	if res.Ignored == "" && len(res.Fired) > 0 {
+		t.Errorf("stale result fired %v", res.Fired)
+	}
+	res = m.Handle(Input{Kind: PlanDone, PlanID: second.ID}, with(starting(1), func(f *Facts) { f.Ready = 1 }), t0.Add(3*time.Second))
+	if got := firedEvents(res.Fired); !slices.Equal(got, []string{EventEffectsSucceeded}) {
+		t.Errorf("fired %v", got)
+	}
+	if res.Plan != nil && res.Plan.Ensure {
+		t.Errorf("ensure planned again after success: %+v", res.Plan)
+	}
+}
+
+func TestHistoryIsBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	m := New(&cfg, nil)
+	now := t0
+	for i := 0; i < 3*v1.MaxHistory; i++ {
+		now = now.Add(time.Second)
+		m.Handle(Input{Kind: Observe}, ready(1), now)
+		m.Handle(Input{Kind: Observe}, with(ready(1), func(f *Facts) { f.Ready = 1 }), now)
+	}
+	h := m.Status().History
+	if len(h) != v1.MaxHistory {
+		t.Fatalf("history has %d entries, want %d", len(h), v1.MaxHistory)
+	}
+	last := h[len(h)-1]
+	if last.From != Running || last.To != Degraded || last.Event != EventPodsLost || !last.Time.Time.Equal(now) {
+		t.Errorf("last transition %+v", last)
+	}
+}
+
+func TestResumeKeepsDeadlines(t *testing.T) {
+	cfg := DefaultConfig()
+	deadline := t0.Add(7 * time.Minute)
+	st := &v1.PostgresqlStatus{State: Creating, Epoch: 9, ObservedGeneration: 1,
+		Timers: []v1.Timer{{Name: TimerTimeout, Deadline: metav1.NewTime(deadline), Epoch: 9}}}
+	m := New(&cfg, st)
+	res := m.Resume()
+	if res.Epoch != 9 || len(res.Timers) != 1 || !res.Timers[0].Deadline.Equal(deadline) {
+		t.Fatalf("resume %+v", res)
+	}
+	// The previous process's last plan may not have run: ensure again.
+	res = m.Handle(Input{Kind: Observe}, starting(1), t0)
+	if res.Plan == nil || !res.Plan.Ensure {
+		t.Fatalf("no ensure after resume: %+v", res.Plan)
+	}
+	// The original deadline fires the timeout.
+	res = m.Handle(Input{Kind: TimerFired, Timer: TimerTimeout, Epoch: 9}, starting(1), deadline)
+	if res.To != Degraded {
+		t.Fatalf("resumed timeout led to %s", res.To)
+	}
+	// An unknown state starts over as Pending.
+	if m := New(&cfg, &v1.PostgresqlStatus{State: "Frobnicating"}); m.State() != Pending {
+		t.Errorf("unknown state resumed as %s", m.State())
+	}
+}

@@ -1,0 +1,89 @@
+package fsm
+
+import (
+	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// InputKind tells what kind of input reaches the machine.
+type InputKind uint8
+
+const (
+	// Observe: something about the cluster changed (spec, pods, owned
+	// objects); only the facts matter.
+	Observe InputKind = iota
+	// TimerFired: the timer Input.Timer set in Input.Epoch fired.
+	TimerFired
+	// PlanDone: the plan Input.PlanID finished with Input.Err.
+	PlanDone
+	// Panic: pgloop panicked handling the cluster; Input.Err describes it.
+	Panic
+)
+
+// Input is one thing that happened to a cluster.
+type Input struct {
+	Kind   InputKind
+	Timer  string
+	Epoch  int64
+	PlanID uint64
+	Err    error
+}
+
+// Plan is the batch of effects a transition asks for. The caller turns it
+// into API calls and runs them off the loop: the status first, then the
+// ensure or cleanup effects, then the Kubernetes Events.
+type Plan struct {
+	// ID identifies the plan; its PlanDone input carries it back.
+	ID uint64
+	// Status, when not nil, is the status to write (a snapshot).
+	Status *v1.PostgresqlStatus
+	// Ensure asks for every object the spec describes to be created or
+	// brought in line with the spec (idempotent; nothing written when equal).
+	Ensure bool
+	// Cleanup asks for the owned objects to be deleted and the finalizer
+	// removed.
+	Cleanup bool
+	// Events are Kubernetes Events to record on the resource.
+	Events []KubeEvent
+}
+
+// KubeEvent is a Kubernetes Event to record on the custom resource.
+type KubeEvent struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// TimerOp sets or cancels one of the cluster's timers.
+type TimerOp struct {
+	Name     string
+	Deadline time.Time
+	Cancel   bool
+}
+
+// Result is what one input did to the machine.
+type Result struct {
+	// From and To are the states before and after the input.
+	From, To string
+	// Fired lists the FSM events that fired, in order.
+	Fired []Fired
+	// Ignored says why the input changed nothing (a stale timer or result).
+	Ignored string
+	// Epoch is the epoch after the input; timers of older epochs are stale.
+	Epoch int64
+	// Timers to set or cancel, in the new epoch.
+	Timers []TimerOp
+	// Plan is nil when there is nothing to do.
+	Plan *Plan
+	// CancelInFlight asks the executor to cancel the running plan at once.
+	CancelInFlight bool
+	// Forget says the cluster is gone: drop everything kept for it.
+	Forget bool
+}
+
+// Fired is one FSM event that fired during an input, with the states it
+// went from and to (the same state for a self-transition).
+type Fired struct {
+	Event, From, To string
+}

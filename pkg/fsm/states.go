@@ -1,0 +1,125 @@
+// Package fsm is the per-cluster state machine of pgloop. It decides; it
+// never acts: a transition is a pure function of the stored status, one input
+// and the observed facts, and it returns a Result (effects to run, timers to
+// set or cancel, the new status). The event loop runs the effects off its
+// goroutine and feeds their outcome back as another input.
+//
+// The machine is built on github.com/looplab/fsm. Guards run in before_
+// callbacks and cancel the event when the facts do not allow it; enter_ and
+// after_ callbacks only record effects and timers into the current call's
+// plan. No callback calls the FSM's own methods, no transition is async, and
+// the context handed to looplab/fsm is never cancellable.
+package fsm
+
+// States. PascalCase nouns, as a user reads them in `kubectl get`.
+const (
+	// Pending is a cluster pgloop has seen but not acted on yet.
+	Pending = "Pending"
+	// Invalid is a cluster whose spec passed the CRD schema but that pgloop
+	// cannot serve; it waits for the spec to be fixed.
+	Invalid = "Invalid"
+	// Creating is a cluster whose objects are being created and whose pods
+	// have not all become Ready yet.
+	Creating = "Creating"
+	// Running is a cluster with every desired instance Ready, a primary,
+	// and objects matching the spec.
+	Running = "Running"
+	// Updating is a cluster whose spec changed and whose objects and pods
+	// are being brought to the new spec.
+	Updating = "Updating"
+	// Degraded is a cluster that cannot reach the desired shape: pods stuck
+	// or lost, a timeout, a failed API call. It retries with backoff and
+	// goes back to Running as soon as the cause goes away.
+	Degraded = "Degraded"
+	// Deleting is a cluster whose custom resource is being deleted; its
+	// objects are cleaned up before the finalizer is removed.
+	Deleting = "Deleting"
+	// Deleted is the final state: the cleanup finished and the loop forgets
+	// the cluster.
+	Deleted = "Deleted"
+)
+
+// States lists every state in the order the documentation shows them.
+var States = []string{Pending, Invalid, Creating, Running, Updating, Degraded, Deleting, Deleted}
+
+// Events. lowerCamel facts.
+const (
+	// EventCreate: a new cluster with a valid spec.
+	EventCreate = "create"
+	// EventInvalidSpec: the spec cannot be served.
+	EventInvalidSpec = "invalidSpec"
+	// EventSpecChanged: a valid spec with a generation not acted on yet.
+	EventSpecChanged = "specChanged"
+	// EventPodsReady: every desired pod Ready, a primary known, objects
+	// converged.
+	EventPodsReady = "podsReady"
+	// EventPodsLost: a Running cluster lost a Ready pod or its primary.
+	EventPodsLost = "podsLost"
+	// EventTimeout: the state's deadline passed without convergence.
+	EventTimeout = "timeout"
+	// EventRetry: the retry timer fired; the ensure effects are planned again.
+	EventRetry = "retry"
+	// EventResync: the periodic resync timer fired in Running.
+	EventResync = "resync"
+	// EventEffectsSucceeded: the plan of ensure or cleanup effects succeeded.
+	EventEffectsSucceeded = "effectsSucceeded"
+	// EventEffectsFailed: the plan failed; the error is the reason.
+	EventEffectsFailed = "effectsFailed"
+	// EventPanicked: pgloop itself panicked while handling this cluster.
+	EventPanicked = "panicked"
+	// EventDelete: the custom resource has a deletion timestamp.
+	EventDelete = "delete"
+	// EventCleanedUp: the cleanup plan succeeded, or the resource is gone.
+	EventCleanedUp = "cleanedUp"
+)
+
+// Timer names. A timer fires the event of the same name.
+const (
+	TimerTimeout = EventTimeout
+	TimerRetry   = EventRetry
+	TimerResync  = EventResync
+)
+
+// Reasons are the machine-readable causes written to status.reason, to
+// condition reasons and to Kubernetes Events.
+const (
+	ReasonCreating        = "Creating"
+	ReasonUpdating        = "Updating"
+	ReasonReady           = "AllInstancesReady"
+	ReasonInvalidSpec     = "InvalidSpec"
+	ReasonTimeout         = "Timeout"
+	ReasonPodsNotReady    = "PodsNotReady"
+	ReasonEffectsFailed   = "EffectsFailed"
+	ReasonPanic           = "Panic"
+	ReasonDeleting        = "Deleting"
+	ReasonCleanupFinished = "CleanupFinished"
+)
+
+// stateDocs and eventDocs are the documentation `pgloop fsm --markdown`
+// writes into docs/fsm.md.
+var stateDocs = map[string]string{
+	Pending:  "Seen by pgloop, not acted on yet (a new resource has no state).",
+	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
+	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be labelled. A `timeout` timer bounds the wait.",
+	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically.",
+	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait.",
+	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away.",
+	Deleting: "The resource is being deleted; in-flight effects are cancelled and the objects cleaned up before the finalizer is removed.",
+	Deleted:  "Cleanup finished; the loop forgets the cluster.",
+}
+
+var eventDocs = map[string]string{
+	EventCreate:           "A new cluster whose spec is valid.",
+	EventInvalidSpec:      "The spec cannot be served (guard: the validation error is not empty).",
+	EventSpecChanged:      "The spec's generation is newer than status.observedGeneration and the spec is valid.",
+	EventPodsReady:        "Guard: ready instances = desired, a primary is labelled (when desired > 0) and the objects converged.",
+	EventPodsLost:         "Guard: fewer Ready instances than desired, or no primary, while Running.",
+	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
+	EventRetry:            "The `retry` timer fired: the ensure effects are planned again and, in Degraded, the next retry is armed with a doubled delay.",
+	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",
+	EventEffectsSucceeded: "The latest plan of ensure effects succeeded.",
+	EventEffectsFailed:    "The latest plan of ensure effects failed: a `retry` timer with backoff is armed.",
+	EventPanicked:         "pgloop panicked while handling the cluster; the panic is recorded and the cluster retries.",
+	EventDelete:           "The resource has a deletion timestamp.",
+	EventCleanedUp:        "The cleanup plan succeeded, or the resource disappeared.",
+}

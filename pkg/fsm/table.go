@@ -1,0 +1,122 @@
+package fsm
+
+import (
+	lfsm "github.com/looplab/fsm"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Guard decides on observed facts whether an event may fire from the
+// machine's current status. Guards are pure.
+type Guard func(st *v1.PostgresqlStatus, f *Facts) bool
+
+// Transition is one row of the transition table: the event, the states it
+// may fire from, the state it leads to (the source itself when To is empty),
+// the guard, and the guard's text for the diagram.
+type Transition struct {
+	Event string
+	From  []string
+	To    string
+	Guard Guard
+	When  string
+}
+
+// allBut lists every state except the given ones, in States order.
+func allBut(except ...string) []string {
+	var out []string
+	for _, s := range States {
+		skip := false
+		for _, e := range except {
+			if s == e {
+				skip = true
+				break
+			}
+		}
+		if !skip {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Table is the whole state machine. "What happens when a pod becomes Ready"
+// is the podsReady row.
+var Table = []Transition{
+	{Event: EventCleanedUp, From: allBut(Deleted), To: Deleted,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.Gone || f.cleanupDone },
+		When:  "cleanup done or resource gone"},
+	{Event: EventDelete, From: allBut(Deleting, Deleted), To: Deleting,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.Deleting },
+		When:  "deletionTimestamp set"},
+	{Event: EventInvalidSpec, From: []string{Pending, Creating, Running, Updating, Degraded}, To: Invalid,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.SpecError != "" },
+		When:  "spec cannot be served"},
+	{Event: EventInvalidSpec, From: []string{Invalid},
+		Guard: func(st *v1.PostgresqlStatus, f *Facts) bool {
+			return f.SpecError != "" && (f.Generation != st.ObservedGeneration || f.SpecError != st.Message)
+		},
+		When: "spec edited, still invalid"},
+	{Event: EventCreate, From: []string{Pending}, To: Creating,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.SpecError == "" },
+		When:  "spec valid"},
+	{Event: EventSpecChanged, From: []string{Invalid, Creating}, To: Creating,
+		Guard: specChanged, When: "new generation, valid"},
+	{Event: EventSpecChanged, From: []string{Running, Updating, Degraded}, To: Updating,
+		Guard: specChanged, When: "new generation, valid"},
+	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
+		When:  "all pods Ready, primary labelled, objects converged, last ensure succeeded"},
+	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return !f.converged() },
+		When:  "a pod or the primary lost"},
+	{Event: EventTimeout, From: []string{Creating, Updating}, To: Degraded},
+	{Event: EventRetry, From: []string{Invalid, Creating, Updating, Degraded, Deleting}},
+	{Event: EventResync, From: []string{Running}},
+	{Event: EventEffectsSucceeded, From: allBut(Pending, Deleted)},
+	{Event: EventEffectsFailed, From: []string{Running}, To: Degraded},
+	{Event: EventEffectsFailed, From: []string{Invalid, Creating, Updating, Degraded, Deleting}},
+	{Event: EventPanicked, From: []string{Pending, Invalid, Creating, Running, Updating, Degraded}, To: Degraded},
+	{Event: EventPanicked, From: []string{Deleting}},
+}
+
+func specChanged(st *v1.PostgresqlStatus, f *Facts) bool {
+	return f.SpecError == "" && f.Generation > st.ObservedGeneration
+}
+
+// guards maps an event to the guards of its rows, by source state.
+type guardKey struct{ event, from string }
+
+var guards = func() map[guardKey]Guard {
+	m := map[guardKey]Guard{}
+	for _, t := range Table {
+		for _, from := range t.From {
+			if _, dup := m[guardKey{t.Event, from}]; dup {
+				panic("fsm: two rows for " + t.Event + " from " + from)
+			}
+			m[guardKey{t.Event, from}] = t.Guard
+		}
+	}
+	return m
+}()
+
+// events is the looplab/fsm form of Table, built once.
+var events = func() lfsm.Events {
+	var out lfsm.Events
+	for _, t := range Table {
+		if t.To != "" {
+			out = append(out, lfsm.EventDesc{Name: t.Event, Src: t.From, Dst: t.To})
+			continue
+		}
+		// A self-transition needs one row per source state.
+		for _, from := range t.From {
+			out = append(out, lfsm.EventDesc{Name: t.Event, Src: []string{from}, Dst: from})
+		}
+	}
+	return out
+}()
+
+// observeOrder is the order in which fact-driven events are tried after every
+// input: deletion first, then the spec, then the pods.
+var observeOrder = []string{
+	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventPodsReady, EventPodsLost,
+}
