@@ -1,0 +1,41 @@
+// Package eventloop is the operator's shell: one goroutine that owns every
+// cluster's state machine, fed by an inbox that never blocks its producers,
+// with timers on a heap it owns and a bounded executor that runs effects off
+// the loop. It knows nothing about Postgres: a Handler (the state machines)
+// decides, the loop carries out what the Handler's Outcome says.
+//
+// Why: in the legacy operator a worker blocks for minutes on one cluster's
+// effects and every cluster mapped to it waits. Here a transition never
+// waits; waiting is a timer or a plan whose result comes back as an event,
+// so a cluster whose effects hang until their deadline delays no other
+// cluster's transition.
+//
+// Guarantees and choices a Handler relies on:
+//
+//  1. Handle is called on the loop goroutine only, one event at a time.
+//  2. Events of one cluster are dispatched in the order they entered the
+//     inbox; clusters take turns, one event each, so a flooding cluster
+//     cannot starve the others. A Signal is merged into a waiting Signal of
+//     the same cluster and name (which keeps its place); TimerFired,
+//     PlanDone and Panicked are never merged or dropped by the inbox.
+//  3. Every Outcome must carry the cluster's current epoch, even when
+//     nothing changed: the zero Outcome means "epoch 0" and drops the
+//     cluster's timers if its epoch was not 0.
+//  4. A TimerFired is dispatched only if its epoch is the cluster's epoch
+//     and the timer was neither set again nor cancelled after it fired.
+//  5. Every plan that starts reports exactly one PlanDone, also when it
+//     was cancelled (Err wraps context.Canceled) or its step deadline passed
+//     (Err wraps context.DeadlineExceeded). A plan that never starts
+//     (superseded by a newer one, dropped by CancelInFlight or Forget, or
+//     waiting at shutdown) reports nothing.
+//  6. A step that panics fails its plan with a *PanicError: the PlanDone
+//     carries it, and a Panicked event with the same PlanID and Err
+//     follows. A panic in Handle loses that event's Outcome (epoch, timers
+//     and plans stay as they were) and is reported as a Panicked event
+//     (PlanID 0); a panic while handling Panicked is only logged.
+//  7. Forget drops the cluster's timers and waiting plan at once, and the
+//     rest of its state when its plan in flight (or the Plan given with
+//     Forget) is done. That plan's PlanDone is still delivered: the Handler
+//     sees the result of its last effect and can ignore it. A later Outcome
+//     that sets a timer or a plan without Forget cancels a pending Forget.
+package eventloop

@@ -1,0 +1,247 @@
+package eventloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
+)
+
+// PanicError is a panic recovered from a Handler's Handle or from a Step's
+// Run. Panicked events carry it, and so does the PlanDone of a plan whose
+// step panicked; find it with errors.As.
+type PanicError struct {
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack, for the log.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error, so that
+// errors.Is(err, context.Canceled) still sees through panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// job is one plan handed to a worker.
+type job struct {
+	key    string
+	plan   *Plan
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// submit makes p the cluster's next plan, superseding the one waiting, and
+// starts it if the cluster has none in flight and a worker is free. It never
+// blocks.
+func (l *Loop) submit(rec *record, p *Plan) {
+	if rec.waiting != nil {
+		l.st.plansSuperseded.Add(1)
+		l.nWaiting--
+	}
+	rec.waiting = p
+	l.nWaiting++
+	if !rec.running && !rec.queued {
+		rec.queued = true
+		l.runq.push(rec)
+	}
+	l.schedule()
+}
+
+// dropWaiting forgets the cluster's waiting plan: it never runs and no
+// PlanDone reports it.
+func (l *Loop) dropWaiting(rec *record) {
+	if rec.waiting == nil {
+		return
+	}
+	rec.waiting = nil
+	l.nWaiting--
+	l.st.plansCancelled.Add(1)
+}
+
+// schedule starts queued plans while workers are free. The work channel has
+// one slot per worker and at most Workers plans are in flight (counted until
+// their PlanDone is dispatched), so the send never blocks.
+func (l *Loop) schedule() {
+	for l.inflight < l.workers && l.runq.len() > 0 {
+		rec := l.runq.pop()
+		rec.queued = false
+		p := rec.waiting
+		if p == nil { // dropped while queued
+			l.gc(rec)
+			continue
+		}
+		rec.waiting = nil
+		l.nWaiting--
+		ctx, cancel := context.WithCancel(l.runCtx)
+		rec.running, rec.cancel = true, cancel
+		l.inflight++
+		l.work <- job{key: rec.key, plan: p, ctx: ctx, cancel: cancel}
+	}
+}
+
+// planFinished is the loop's bookkeeping for a PlanDone, done before the
+// Handler sees it: the cluster's slot is free, and its waiting plan, if any,
+// may start.
+func (l *Loop) planFinished(key string) {
+	rec := l.clusters[key]
+	if rec == nil || !rec.running {
+		// Cannot happen: a record is kept while its plan runs.
+		l.log.WithField("cluster", key).Debug("plan result for a cluster with no plan in flight")
+		return
+	}
+	rec.running, rec.cancel = false, nil
+	l.inflight--
+	if rec.waiting != nil && !rec.queued {
+		rec.queued = true
+		l.runq.push(rec)
+	}
+	l.schedule()
+}
+
+// worker runs plans until Run closes the work channel.
+func (l *Loop) worker() {
+	defer l.wg.Done()
+	for j := range l.work {
+		err, panicErr := l.runPlan(j.ctx, j.key, j.plan)
+		j.cancel()
+		l.st.plansRun.Add(1)
+		if err != nil {
+			l.st.plansFailed.Add(1)
+		}
+		now := l.clock.Now()
+		// PlanDone first: the handler learns the plan is over, then that
+		// it panicked. Both are queued in order on the cluster's FIFO, at
+		// once, so the loop is never idle between them.
+		done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now}
+		if panicErr != nil {
+			l.in.postPair(done, Event{Key: j.key, Kind: Panicked, PlanID: j.plan.ID, Err: panicErr, At: now})
+		} else {
+			l.in.post(done)
+		}
+	}
+}
+
+// runPlan runs the steps in order. After the first error only steps marked
+// Always run; err is the first error, wrapped with its step's name. A step
+// that panics fails with a *PanicError; panicErr is the first such error.
+func (l *Loop) runPlan(ctx context.Context, key string, p *Plan) (err, panicErr error) {
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		if err != nil && !s.Always {
+			continue
+		}
+		serr := l.runStep(ctx, s)
+		if serr == nil {
+			continue
+		}
+		serr = fmt.Errorf("step %s: %w", s.Name, serr)
+		log := l.log.WithFields(logrus.Fields{"cluster": key, "plan": p.ID, "step": s.Name})
+		var pe *PanicError
+		if errors.As(serr, &pe) {
+			log.WithField("stack", string(pe.Stack)).Errorf("effect panicked: %v", pe.Value)
+			if panicErr == nil {
+				panicErr = serr
+			}
+		} else {
+			log.WithError(serr).Info("effect failed")
+		}
+		if err == nil {
+			err = serr
+		}
+	}
+	return err, panicErr
+}
+
+// runStep runs one step under its deadline, which follows the loop's clock.
+// A plan cancelled before the step starts fails it without running it,
+// unless the step is Always.
+func (l *Loop) runStep(parent context.Context, s *Step) (err error) {
+	if perr := parent.Err(); perr != nil && !s.Always {
+		return perr
+	}
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = l.stepTimeout
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	sc := &stepCtx{Context: ctx, deadline: l.clock.Now().Add(timeout)}
+	if d, ok := parent.Deadline(); ok && d.Before(sc.deadline) {
+		sc.deadline = d
+	}
+	stop := l.afterFunc(timeout, func() { cancel(context.DeadlineExceeded) })
+	defer stop()
+
+	defer func() {
+		if r := recover(); r != nil {
+			l.st.panics.Add(1)
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	err = s.Run(sc)
+	if err != nil && sc.expired() && !errors.Is(err, context.DeadlineExceeded) {
+		// The step gave up because of its deadline but reported it its
+		// own way (often context.Canceled from a derived context).
+		err = fmt.Errorf("%w after %v: %w", context.DeadlineExceeded, timeout, err)
+	}
+	return err
+}
+
+// stepCtx is a step's context: cancelled when the step's deadline passes on
+// the loop's clock, and then reporting context.DeadlineExceeded like a
+// context made by context.WithDeadline. It exists because WithDeadline
+// follows the wall clock, which a fake clock cannot move.
+type stepCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c *stepCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *stepCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.expired() {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// expired reports whether the step's own deadline (not the plan's
+// cancellation) ended it. The first cancellation sets the cause, so a
+// deadline passing after a cancellation does not count.
+func (c *stepCtx) expired() bool {
+	return c.Context.Err() != nil && errors.Is(context.Cause(c.Context), context.DeadlineExceeded)
+}
+
+// newAfterFunc returns how the executor schedules step deadlines on c: its
+// AfterFunc when it has one (the real and the fake clock do), else a timer
+// watched by a goroutine. The returned stop function releases the deadline.
+func newAfterFunc(c clock.WithTicker) func(d time.Duration, f func()) (stop func()) {
+	if dc, ok := c.(clock.WithDelayedExecution); ok {
+		return func(d time.Duration, f func()) func() {
+			t := dc.AfterFunc(d, f)
+			return func() { t.Stop() }
+		}
+	}
+	return func(d time.Duration, f func()) func() {
+		t := c.NewTimer(d)
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-t.C():
+				f()
+			case <-done:
+				t.Stop()
+			}
+		}()
+		return func() { close(done) }
+	}
+}

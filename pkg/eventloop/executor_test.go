@@ -1,0 +1,172 @@
+package eventloop
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func TestRunPlanSteps(t *testing.T) {
+	errA := errors.New("a failed")
+	errB := errors.New("b failed")
+	type stepSpec struct {
+		name   string
+		always bool
+		err    error
+		panics bool
+	}
+	tests := []struct {
+		name      string
+		cancelled bool // the plan's context is cancelled before it starts
+		steps     []stepSpec
+		wantRan   []string
+		wantErr   error  // errors.Is target; nil for success
+		wantMsg   string // the error's text
+		wantPanic bool
+	}{{
+		name:    "steps run in order",
+		steps:   []stepSpec{{name: "a"}, {name: "b"}, {name: "c"}},
+		wantRan: []string{"a", "b", "c"},
+	}, {
+		name:    "the first error stops the plan and is wrapped with its step",
+		steps:   []stepSpec{{name: "a"}, {name: "b", err: errB}, {name: "c"}},
+		wantRan: []string{"a", "b"},
+		wantErr: errB,
+		wantMsg: "step b: b failed",
+	}, {
+		name:    "Always steps run after an error, which stays the first",
+		steps:   []stepSpec{{name: "a", err: errA}, {name: "b"}, {name: "status", always: true, err: errB}, {name: "d"}},
+		wantRan: []string{"a", "status"},
+		wantErr: errA,
+		wantMsg: "step a: a failed",
+	}, {
+		name:      "a panic is the step's error",
+		steps:     []stepSpec{{name: "a", panics: true}, {name: "b"}, {name: "status", always: true}},
+		wantRan:   []string{"a", "status"},
+		wantMsg:   "step a: panic: step a",
+		wantPanic: true,
+	}, {
+		name:      "a panic in an Always step is reported, the first error kept",
+		steps:     []stepSpec{{name: "a", err: errA}, {name: "status", always: true, panics: true}},
+		wantRan:   []string{"a", "status"},
+		wantErr:   errA,
+		wantMsg:   "step a: a failed",
+		wantPanic: true,
+	}, {
+		name:      "a cancelled plan runs only its Always steps",
+		cancelled: true,
+		steps:     []stepSpec{{name: "a"}, {name: "status", always: true}},
+		wantRan:   []string{"status"},
+		wantErr:   context.Canceled,
+		wantMsg:   "step a: context canceled",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := New(newRecorder(nil), Options{Clock: testingclock.NewFakeClock(t0), Log: quietLogger()})
+			var ran []string
+			p := &Plan{ID: 1}
+			for _, s := range tt.steps {
+				p.Steps = append(p.Steps, Step{Name: s.name, Always: s.always, Run: func(context.Context) error {
+					ran = append(ran, s.name)
+					if s.panics {
+						panic("step " + s.name)
+					}
+					return s.err
+				}})
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.cancelled {
+				cancel()
+			}
+			err, panicErr := l.runPlan(ctx, "ns/c", p)
+			if !slices.Equal(ran, tt.wantRan) {
+				t.Errorf("ran %q, want %q", ran, tt.wantRan)
+			}
+			switch {
+			case tt.wantMsg == "" && err != nil:
+				t.Errorf("err %v, want nil", err)
+			case tt.wantMsg != "" && (err == nil || err.Error() != tt.wantMsg):
+				t.Errorf("err %v, want %q", err, tt.wantMsg)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Errorf("err %v is not %v", err, tt.wantErr)
+			}
+			var pe *PanicError
+			if got := errors.As(panicErr, &pe); got != tt.wantPanic {
+				t.Errorf("panic error %v, want one: %v", panicErr, tt.wantPanic)
+			}
+		})
+	}
+}
+
+// A step's context has the deadline of its own Timeout or of the default,
+// by the loop's clock.
+func TestStepDeadline(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	l := New(newRecorder(nil), Options{Clock: fc, StepTimeout: 7 * time.Second, Log: quietLogger()})
+	var got []time.Duration
+	p := plan(1,
+		step("default", func(ctx context.Context) error {
+			d, _ := ctx.Deadline()
+			got = append(got, d.Sub(t0))
+			return nil
+		}),
+		Step{Name: "own", Timeout: time.Minute, Run: func(ctx context.Context) error {
+			d, _ := ctx.Deadline()
+			got = append(got, d.Sub(t0))
+			return ctx.Err()
+		}},
+	)
+	if err, _ := l.runPlan(context.Background(), "ns/c", p); err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{7 * time.Second, time.Minute}; !slices.Equal(got, want) {
+		t.Errorf("deadlines %v, want %v", got, want)
+	}
+	if n := fc.Waiters(); n != 0 {
+		t.Errorf("%d step deadlines left armed, want 0", n)
+	}
+}
+
+// A cancelled plan whose deadline then passes still reports Canceled: the
+// first cause wins.
+func TestStepCancelledThenExpired(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	l := New(newRecorder(nil), Options{Clock: fc, StepTimeout: time.Second, Log: quietLogger()})
+	ctx, cancel := context.WithCancel(context.Background())
+	p := plan(1, step("wait", func(ctx context.Context) error {
+		cancel()
+		<-ctx.Done()
+		fc.Step(time.Second) // the deadline passes after the cancellation
+		return ctx.Err()
+	}))
+	err, _ := l.runPlan(ctx, "ns/c", p)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v, want context.Canceled only", err)
+	}
+}
+
+// plainClock hides the fake clock's AfterFunc: the executor falls back to a
+// timer watched by a goroutine.
+type plainClock struct{ clock.WithTicker }
+
+func TestStepDeadlineWithoutAfterFunc(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	l := New(newRecorder(nil), Options{Clock: plainClock{fc}, StepTimeout: time.Second, Log: quietLogger()})
+	p := plan(1,
+		step("quick", ok), // its deadline is released
+		step("hang", func(ctx context.Context) error {
+			fc.Step(time.Second)
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+	err, _ := l.runPlan(context.Background(), "ns/c", p)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v, want context.DeadlineExceeded", err)
+	}
+}

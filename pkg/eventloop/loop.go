@@ -1,0 +1,376 @@
+package eventloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
+)
+
+const (
+	// DefaultWorkers is the executor pool size when Options.Workers is zero.
+	DefaultWorkers = 16
+	// DefaultStepTimeout bounds a step whose Timeout is zero when
+	// Options.StepTimeout is zero.
+	DefaultStepTimeout = 30 * time.Second
+
+	// batchSize is how many events the loop takes from the inbox under one
+	// lock. Small enough that timers and shutdown are looked at often.
+	batchSize = 64
+)
+
+// ErrStopped is returned by WaitIdle when Run has returned.
+var ErrStopped = errors.New("eventloop: stopped")
+
+// Options configures a Loop. The zero value is ready to use.
+type Options struct {
+	// Clock drives timers, step deadlines and event times. Tests pass a
+	// k8s.io/utils/clock/testing.FakeClock so that nothing sleeps. Default:
+	// clock.RealClock{}.
+	Clock clock.WithTicker
+	// Workers bounds how many plans run at once across all clusters. A
+	// hung effect holds its worker until its step deadline, so more workers
+	// only delay the point where hung clusters exhaust the pool; the
+	// deadline is what frees it. Default: DefaultWorkers.
+	Workers int
+	// StepTimeout bounds steps whose Timeout is zero. Default:
+	// DefaultStepTimeout.
+	StepTimeout time.Duration
+	// Log receives the loop's entries, with the field cluster=<key>.
+	// Default: logrus.StandardLogger().
+	Log logrus.FieldLogger
+	// Observe, when set, is called on the loop goroutine for every event
+	// handed to the Handler, with how long it waited in the inbox (for a
+	// coalesced Signal, since the first of its kind). It is on the hot
+	// path: it must be cheap and never block (a histogram's Observe is).
+	Observe func(kind Kind, lag time.Duration)
+}
+
+// Loop runs every cluster's state machine on one goroutine: it takes events
+// from a never-blocking inbox, hands them one at a time to the Handler, and
+// applies the Outcome (timers on a heap it owns, plans to a bounded pool of
+// executor workers whose results come back as events). Nothing the Handler
+// asks for ever makes the loop wait, so a cluster whose effects hang delays
+// no other cluster's transitions.
+type Loop struct {
+	h           Handler
+	clock       clock.WithTicker
+	afterFunc   func(time.Duration, func()) func()
+	workers     int
+	stepTimeout time.Duration
+	log         logrus.FieldLogger
+	observe     func(Kind, time.Duration)
+
+	in      *inbox
+	st      counters
+	started atomic.Bool
+	stopped chan struct{} // closed when Run returns
+
+	// Everything below is owned by the loop goroutine (set up by Run
+	// before the workers start).
+	clusters map[string]*record
+	timers   timerHeap
+	timerSeq uint64
+	wake     clock.Timer
+	wakeAt   time.Time // deadline wake is armed for; zero when not armed
+	runq     ring[*record]
+	inflight int // plans handed to workers whose PlanDone is not dispatched
+	nWaiting int
+	batch    []Event
+	idle     []chan struct{}
+	runCtx   context.Context
+	work     chan job
+	wg       sync.WaitGroup
+}
+
+// record is what the loop keeps for one cluster. It exists only while there
+// is something to keep: a non-zero epoch, a timer, or a plan.
+type record struct {
+	key     string
+	epoch   int64
+	timers  map[string]*timer
+	running bool               // a plan is in flight
+	cancel  context.CancelFunc // of the plan in flight
+	waiting *Plan              // next plan, run when the one in flight is done
+	queued  bool               // in the loop's run queue
+	forget  bool               // drop the record once no plan is in flight
+}
+
+// New returns a Loop that hands events to h once Run is called. Notify may
+// be called before Run: the events wait.
+func New(h Handler, opts Options) *Loop {
+	l := &Loop{
+		h:           h,
+		clock:       opts.Clock,
+		workers:     opts.Workers,
+		stepTimeout: opts.StepTimeout,
+		log:         opts.Log,
+		observe:     opts.Observe,
+		in:          newInbox(),
+		stopped:     make(chan struct{}),
+		clusters:    make(map[string]*record),
+		batch:       make([]Event, 0, batchSize),
+	}
+	if l.clock == nil {
+		l.clock = clock.RealClock{}
+	}
+	if l.workers <= 0 {
+		l.workers = DefaultWorkers
+	}
+	if l.stepTimeout <= 0 {
+		l.stepTimeout = DefaultStepTimeout
+	}
+	if l.log == nil {
+		l.log = logrus.StandardLogger()
+	}
+	l.afterFunc = newAfterFunc(l.clock)
+	return l
+}
+
+// Notify tells the loop that something about cluster key changed; signal
+// names what (a constant of the caller's, e.g. specChanged). It never
+// blocks, whatever the loop and the executor are doing: informer handlers
+// call it directly. While a signal of the same name waits for the cluster,
+// this one is merged into it.
+func (l *Loop) Notify(key, signal string) {
+	l.in.post(Event{Key: key, Kind: Signal, Name: signal, At: l.clock.Now()})
+}
+
+// Run runs the loop until ctx is done, then cancels the plans in flight and
+// waits for the executor's workers to return (steps must honour their
+// context). Events still waiting, and results of cancelled plans, are not
+// dispatched. Run returns nil after a shutdown, and an error if called
+// twice.
+func (l *Loop) Run(ctx context.Context) error {
+	if !l.started.CompareAndSwap(false, true) {
+		return errors.New("eventloop: Run called twice")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	l.runCtx = runCtx
+	l.work = make(chan job, l.workers)
+	l.wg.Add(l.workers)
+	for range l.workers {
+		go l.worker()
+	}
+	defer func() {
+		cancel()
+		close(l.work)
+		l.wg.Wait()
+		l.stopWake()
+		l.publish()
+		close(l.stopped)
+	}()
+	l.run(runCtx)
+	return nil
+}
+
+// WaitIdle blocks until the loop has nothing left to do: the inbox is empty,
+// no timer is due by the loop's clock, and no plan is running or waiting.
+// Timers not yet due do not count. It is meant for tests: step a fake clock,
+// then WaitIdle, and every timer due at the new time has been fired and
+// handled, and every plan it started has reported. It returns ctx.Err() if
+// ctx ends first and ErrStopped if Run has returned.
+func (l *Loop) WaitIdle(ctx context.Context) error {
+	ch := make(chan struct{})
+	l.in.addIdle(ch)
+	select {
+	case <-ch:
+		return nil
+	case <-l.stopped:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run is the loop goroutine.
+func (l *Loop) run(ctx context.Context) {
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		now := l.clock.Now()
+		l.fireDue(now)
+		if l.in.take(&l.batch, batchSize) > 0 {
+			l.dispatchBatch()
+			continue
+		}
+		l.publish()
+		if l.inflight == 0 && l.runq.len() == 0 {
+			if !l.in.takeIdle(&l.idle) {
+				continue // an event arrived since take
+			}
+			if len(l.idle) > 0 {
+				// A WaitIdle caller may have stepped the clock after
+				// now was read: look again before saying idle.
+				if len(l.timers) > 0 && !l.timers[0].deadline.After(l.clock.Now()) {
+					continue
+				}
+				for _, ch := range l.idle {
+					close(ch)
+				}
+				clear(l.idle)
+				l.idle = l.idle[:0]
+			}
+		}
+		wake, due := l.armWake(now)
+		if due {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.in.wake:
+		case <-wake:
+			l.wakeAt = time.Time{} // consumed: Reset needs no drain
+		}
+	}
+}
+
+// dispatchBatch hands the events taken from the inbox to the Handler.
+func (l *Loop) dispatchBatch() {
+	now := l.clock.Now()
+	var lag, maxLag time.Duration
+	var handled uint64
+	for i := range l.batch {
+		ev := &l.batch[i]
+		lag = max(now.Sub(ev.At), 0)
+		maxLag = max(maxLag, lag)
+		if l.dispatch(ev) {
+			handled++
+			if l.observe != nil {
+				l.observe(ev.Kind, lag)
+			}
+		}
+	}
+	l.st.dispatched.Add(handled)
+	l.st.lagLast.Store(int64(lag))
+	if int64(maxLag) > l.st.lagMax.Load() {
+		l.st.lagMax.Store(int64(maxLag))
+	}
+	clear(l.batch)
+	l.batch = l.batch[:0]
+	l.publish()
+}
+
+// dispatch runs one event through the Handler and applies its Outcome. It
+// reports whether the Handler was called.
+func (l *Loop) dispatch(ev *Event) bool {
+	switch ev.Kind {
+	case TimerFired:
+		rec := l.clusters[ev.Key]
+		if !l.liveTimer(rec, ev) {
+			l.st.staleTimers.Add(1)
+			l.log.WithFields(logrus.Fields{"cluster": ev.Key, "timer": ev.Name, "epoch": ev.Epoch}).
+				Debug("stale timer dropped")
+			if rec != nil {
+				l.gc(rec)
+			}
+			return false
+		}
+	case PlanDone:
+		l.planFinished(ev.Key)
+	}
+	out, ok := l.handle(ev)
+	if ok {
+		l.apply(ev.Key, &out)
+	} else if rec := l.clusters[ev.Key]; rec != nil {
+		l.gc(rec) // e.g. a consumed timer
+	}
+	return true
+}
+
+// handle calls the Handler, containing a panic: it is logged with the
+// cluster's key, counted, and reported to the Handler as a Panicked event,
+// unless it was the Panicked event that panicked (no endless loop).
+func (l *Loop) handle(ev *Event) (out Outcome, ok bool) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		pe := &PanicError{Value: r, Stack: debug.Stack()}
+		l.st.panics.Add(1)
+		l.log.WithFields(logrus.Fields{"cluster": ev.Key, "event": ev.Kind.String(), "name": ev.Name}).
+			WithField("stack", string(pe.Stack)).Errorf("handler panicked: %v", r)
+		if ev.Kind != Panicked {
+			l.in.post(Event{
+				Key:  ev.Key,
+				Kind: Panicked,
+				Err:  fmt.Errorf("handle %s %q: %w", ev.Kind, ev.Name, pe),
+				At:   l.clock.Now(),
+			})
+		}
+		out, ok = Outcome{}, false
+	}()
+	return l.h.Handle(*ev), true
+}
+
+// apply carries out an Outcome for the cluster key, in this order: epoch
+// (dropping the timers of the old one), CancelInFlight, Forget or Timers,
+// Plan.
+func (l *Loop) apply(key string, out *Outcome) {
+	rec := l.clusters[key]
+	if rec == nil {
+		if out.Epoch == 0 && len(out.Timers) == 0 && out.Plan == nil {
+			return // nothing to keep, nothing to cancel
+		}
+		rec = &record{key: key}
+		l.clusters[key] = rec
+	}
+	if out.Epoch != rec.epoch {
+		l.dropTimers(rec)
+		rec.epoch = out.Epoch
+	}
+	if out.CancelInFlight {
+		if rec.running {
+			rec.cancel()
+			l.st.plansCancelled.Add(1)
+		}
+		l.dropWaiting(rec)
+	}
+	if out.Forget {
+		// The cluster is gone: its timers go now, the record once no
+		// plan is in flight. Timers set alongside Forget are ignored.
+		rec.forget = true
+		l.dropTimers(rec)
+		if out.Plan == nil {
+			l.dropWaiting(rec)
+		}
+		if len(out.Timers) > 0 {
+			l.log.WithField("cluster", key).Debug("timers set with Forget ignored")
+		}
+	} else {
+		if len(out.Timers) > 0 || out.Plan != nil {
+			rec.forget = false // the cluster lives on (e.g. re-created)
+		}
+		for _, op := range out.Timers {
+			l.setTimer(rec, op)
+		}
+	}
+	if out.Plan != nil {
+		l.submit(rec, out.Plan)
+	}
+	l.gc(rec)
+}
+
+// gc drops the cluster's record when nothing is left in it, or when it is
+// forgotten and no plan is in flight or waiting.
+func (l *Loop) gc(rec *record) {
+	if rec.running || rec.waiting != nil || rec.queued || l.clusters[rec.key] != rec {
+		return
+	}
+	switch {
+	case rec.forget:
+		l.dropTimers(rec)
+	case rec.epoch != 0 || len(rec.timers) > 0:
+		return
+	}
+	delete(l.clusters, rec.key)
+}

@@ -1,0 +1,121 @@
+package eventloop
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// String returns the kind's name as it appears in logs.
+func (k Kind) String() string {
+	switch k {
+	case Signal:
+		return "signal"
+	case TimerFired:
+		return "timerFired"
+	case PlanDone:
+		return "planDone"
+	case Panicked:
+		return "panicked"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Stats is a snapshot of the loop's counters (totals since New) and gauges
+// (current values), for metrics and for tests.
+type Stats struct {
+	// InboxDepth is the number of events waiting for the loop.
+	InboxDepth int
+	// Clusters is the number of clusters the loop keeps state for (an
+	// epoch, timers or plans).
+	Clusters int
+	// Timers is the number of timers waiting for their deadline.
+	Timers int
+	// PlansRunning and PlansWaiting are plans in flight (until their
+	// PlanDone is dispatched) and plans waiting for their cluster's plan
+	// or for a free worker.
+	PlansRunning, PlansWaiting int
+
+	// Dispatched counts events handed to the Handler.
+	Dispatched uint64
+	// Coalesced counts Signals merged into one already waiting.
+	Coalesced uint64
+	// StaleTimers counts TimerFired events dropped at dispatch: their
+	// epoch had passed, or the timer was set again or cancelled after it
+	// fired.
+	StaleTimers uint64
+	// TimersDropped counts timers removed before firing (or before their
+	// event was dispatched) by an epoch change or Forget.
+	TimersDropped uint64
+	// PlansRun and PlansFailed count plans that ran to the end, and those
+	// of them that reported an error.
+	PlansRun, PlansFailed uint64
+	// PlansSuperseded counts waiting plans replaced by a newer one.
+	PlansSuperseded uint64
+	// PlansCancelled counts running plans cancelled by CancelInFlight and
+	// waiting plans dropped by CancelInFlight or Forget.
+	PlansCancelled uint64
+	// Panics counts panics recovered in Handle and in steps.
+	Panics uint64
+
+	// LagLast is how long the last dispatched event waited in the inbox,
+	// and LagMax the longest wait seen, by the loop's clock.
+	LagLast, LagMax time.Duration
+}
+
+// counters are the Stats kept by the loop and the workers, read by Stats
+// from any goroutine.
+type counters struct {
+	dispatched      atomic.Uint64
+	staleTimers     atomic.Uint64
+	timersDropped   atomic.Uint64
+	plansRun        atomic.Uint64
+	plansFailed     atomic.Uint64
+	plansSuperseded atomic.Uint64
+	plansCancelled  atomic.Uint64
+	panics          atomic.Uint64
+	lagLast         atomic.Int64
+	lagMax          atomic.Int64
+
+	// Gauges of loop-owned state, published after each batch of events
+	// and when the inbox is found empty.
+	clusters     atomic.Int64
+	timers       atomic.Int64
+	plansRunning atomic.Int64
+	plansWaiting atomic.Int64
+}
+
+// publish copies the loop-owned gauges where Stats can read them. It runs
+// on the loop goroutine.
+func (l *Loop) publish() {
+	l.st.clusters.Store(int64(len(l.clusters)))
+	l.st.timers.Store(int64(len(l.timers)))
+	l.st.plansRunning.Store(int64(l.inflight))
+	l.st.plansWaiting.Store(int64(l.nWaiting))
+}
+
+// Stats returns a snapshot of the loop's counters and gauges. It is safe
+// to call from any goroutine. The loop-owned gauges (Clusters, Timers,
+// PlansRunning, PlansWaiting) are as of the loop's last batch of events;
+// after WaitIdle they are exact.
+func (l *Loop) Stats() Stats {
+	depth, merged := l.in.stats()
+	return Stats{
+		InboxDepth:      depth,
+		Clusters:        int(l.st.clusters.Load()),
+		Timers:          int(l.st.timers.Load()),
+		PlansRunning:    int(l.st.plansRunning.Load()),
+		PlansWaiting:    int(l.st.plansWaiting.Load()),
+		Dispatched:      l.st.dispatched.Load(),
+		Coalesced:       merged,
+		StaleTimers:     l.st.staleTimers.Load(),
+		TimersDropped:   l.st.timersDropped.Load(),
+		PlansRun:        l.st.plansRun.Load(),
+		PlansFailed:     l.st.plansFailed.Load(),
+		PlansSuperseded: l.st.plansSuperseded.Load(),
+		PlansCancelled:  l.st.plansCancelled.Load(),
+		Panics:          l.st.panics.Load(),
+		LagLast:         time.Duration(l.st.lagLast.Load()),
+		LagMax:          time.Duration(l.st.lagMax.Load()),
+	}
+}
