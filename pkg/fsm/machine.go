@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	lfsm "github.com/looplab/fsm"
@@ -16,12 +17,83 @@ import (
 // errGuard cancels an event whose guard does not hold.
 var errGuard = errors.New("guard does not hold")
 
+// Engine runs the transitions of many machines, one at a time: it holds the
+// configuration and one looplab/fsm instance compiled from Table, which is
+// pointed at a machine's state (SetState) before each event. Every
+// per-cluster fact lives in the Machine and its status; a looplab/fsm per
+// cluster would cost kilobytes of maps per cluster and cache misses on the
+// loop's hot path (docs/performance.md). An Engine is not safe for
+// concurrent use: each event loop has its own.
+type Engine struct {
+	cfg Config
+	fsm *lfsm.FSM
+	cur *Machine // the machine whose event is running
+}
+
+// NewEngine compiles Table into a looplab/fsm instance.
+func NewEngine(cfg Config) *Engine {
+	e := &Engine{cfg: cfg}
+	e.compile()
+	return e
+}
+
+func (e *Engine) compile() {
+	on := func(f func(m *Machine, ev *lfsm.Event)) lfsm.Callback {
+		return func(_ context.Context, ev *lfsm.Event) { f(e.cur, ev) }
+	}
+	e.fsm = lfsm.NewFSM(Pending, events, lfsm.Callbacks{
+		"before_event":                   on((*Machine).guard),
+		"leave_state":                    on((*Machine).leaveState),
+		"enter_state":                    on((*Machine).enterState),
+		"enter_" + Creating:              on((*Machine).enterCreating),
+		"enter_" + Updating:              on((*Machine).enterUpdating),
+		"enter_" + Running:               on((*Machine).enterRunning),
+		"enter_" + Degraded:              on((*Machine).enterDegraded),
+		"enter_" + Invalid:               on((*Machine).enterInvalid),
+		"enter_" + Deleting:              on((*Machine).enterDeleting),
+		"enter_" + Deleted:               on((*Machine).enterDeleted),
+		"after_" + EventCreate:           on((*Machine).afterSpecSeen),
+		"after_" + EventSpecChanged:      on((*Machine).afterSpecSeen),
+		"after_" + EventInvalidSpec:      on((*Machine).afterSpecSeen),
+		"after_" + EventRetry:            on((*Machine).afterRetry),
+		"after_" + EventResync:           on((*Machine).afterResync),
+		"after_" + EventEffectsSucceeded: on((*Machine).afterEffectsSucceeded),
+		"after_" + EventEffectsFailed:    on((*Machine).afterTrouble),
+		"after_" + EventPanicked:         on((*Machine).afterTrouble),
+	})
+}
+
+// event runs one looplab/fsm event for m.
+func (e *Engine) event(m *Machine, event string) error {
+	e.cur = m
+	e.fsm.SetState(m.st.State)
+	completed := false
+	defer func() {
+		e.cur = nil
+		if !completed {
+			// A callback panicked: looplab/fsm may be left mid-transition,
+			// refusing every later event. Start afresh; the panic goes on
+			// to the loop, which records it on this cluster only.
+			e.compile()
+		}
+	}()
+	err := e.fsm.Event(context.Background(), event)
+	completed = true
+	return err
+}
+
+// Config is the engine's configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
 // Machine is the state machine of one cluster. It is not safe for concurrent
 // use: the event loop owns it and calls it from one goroutine.
 type Machine struct {
+	eng *Engine
 	cfg *Config
-	fsm *lfsm.FSM
-	st  v1.PostgresqlStatus
+	// st is the status. Its slices and pointers are copy-on-write: a change
+	// replaces them, never writes into them, so a plan's snapshot is a
+	// shallow copy that later transitions cannot touch.
+	st v1.PostgresqlStatus
 
 	// dirty is set when st changed since the last plan took a snapshot.
 	dirty bool
@@ -51,36 +123,16 @@ type call struct {
 	events  []KubeEvent
 }
 
-// New returns the machine of a cluster, resumed from its stored status (the
-// zero status for a new cluster). The status is copied.
-func New(cfg *Config, status *v1.PostgresqlStatus) *Machine {
-	m := &Machine{cfg: cfg}
+// New returns the machine of a cluster, resumed from its stored status (nil
+// for a new cluster). The status is copied.
+func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
+	m := &Machine{eng: e, cfg: &e.cfg}
 	if status != nil {
 		status.DeepCopyInto(&m.st)
 	}
 	if !knownState(m.st.State) || m.st.State == Deleted {
 		m.st.State = Pending
 	}
-	m.fsm = lfsm.NewFSM(m.st.State, events, lfsm.Callbacks{
-		"before_event":                   m.guard,
-		"leave_state":                    m.leaveState,
-		"enter_state":                    m.enterState,
-		"enter_" + Creating:              m.enterCreating,
-		"enter_" + Updating:              m.enterUpdating,
-		"enter_" + Running:               m.enterRunning,
-		"enter_" + Degraded:              m.enterDegraded,
-		"enter_" + Invalid:               m.enterInvalid,
-		"enter_" + Deleting:              m.enterDeleting,
-		"enter_" + Deleted:               m.enterDeleted,
-		"after_" + EventCreate:           m.afterSpecSeen,
-		"after_" + EventSpecChanged:      m.afterSpecSeen,
-		"after_" + EventInvalidSpec:      m.afterSpecSeen,
-		"after_" + EventRetry:            m.afterRetry,
-		"after_" + EventResync:           m.afterResync,
-		"after_" + EventEffectsSucceeded: m.afterEffectsSucceeded,
-		"after_" + EventEffectsFailed:    m.afterTrouble,
-		"after_" + EventPanicked:         m.afterTrouble,
-	})
 	return m
 }
 
@@ -204,7 +256,7 @@ func (m *Machine) ignore(why string) Result {
 func (m *Machine) fire(event, reason, message string) bool {
 	m.call.reason, m.call.message = reason, message
 	from := m.st.State
-	err := m.fsm.Event(context.Background(), event)
+	err := m.eng.event(m, event)
 	var noTransition lfsm.NoTransitionError
 	if err == nil || errors.As(err, &noTransition) {
 		m.call.res.Fired = append(m.call.res.Fired, Fired{Event: event, From: from, To: m.st.State})
@@ -220,13 +272,12 @@ func (m *Machine) observe() {
 	f := &m.call.facts
 	for round := 0; round < 4 && m.st.State != Deleted; round++ {
 		fired := false
-		for _, ev := range observeOrder {
-			g, ok := guards[guardKey{ev, m.st.State}]
-			if !ok || (g != nil && !g(&m.st, f)) {
+		for _, c := range candidates[m.st.State] {
+			if c.guard != nil && !c.guard(&m.st, f) {
 				continue
 			}
-			reason, msg := m.observeReason(ev)
-			if m.fire(ev, reason, msg) {
+			reason, msg := m.observeReason(c.event)
+			if m.fire(c.event, reason, msg) {
 				fired = true
 				break
 			}
@@ -282,30 +333,33 @@ func (m *Machine) timeoutFor(state string) time.Duration {
 
 // --- callbacks: they only record into m.call and m.st ---
 
-func (m *Machine) guard(_ context.Context, e *lfsm.Event) {
+func (m *Machine) guard(e *lfsm.Event) {
 	if g := guards[guardKey{e.Event, e.Src}]; g != nil && !g(&m.st, &m.call.facts) {
 		e.Cancel(errGuard)
 	}
 }
 
 // leaveState starts a new epoch: every timer of the old state is dropped.
-func (m *Machine) leaveState(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) leaveState(_ *lfsm.Event) {
 	m.st.Epoch++
-	m.st.Timers = m.st.Timers[:0]
+	m.st.Timers = nil
 	m.st.Attempt = 0
 	m.dirty = true
 }
 
-func (m *Machine) enterState(_ context.Context, e *lfsm.Event) {
+func (m *Machine) enterState(e *lfsm.Event) {
 	c := &m.call
 	now := metav1.NewTime(c.now)
 	m.st.State = e.Dst
 	m.st.StateSince = &now
 	m.st.Reason, m.st.Message = c.reason, c.message
-	m.st.History = append(m.st.History, v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
-	if n := len(m.st.History) - v1.MaxHistory; n > 0 {
-		m.st.History = append(m.st.History[:0], m.st.History[n:]...)
+	old := m.st.History
+	if n := len(old) + 1 - v1.MaxHistory; n > 0 {
+		old = old[n:]
 	}
+	h := make([]v1.Transition, len(old), len(old)+1)
+	copy(h, old)
+	m.st.History = append(h, v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
 	if e.Dst != Deleted {
 		warning := e.Dst == Degraded || e.Dst == Invalid
 		msg := fmt.Sprintf("%s -> %s on %s", e.Src, e.Dst, e.Event)
@@ -316,35 +370,35 @@ func (m *Machine) enterState(_ context.Context, e *lfsm.Event) {
 	}
 }
 
-func (m *Machine) enterCreating(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterCreating(_ *lfsm.Event) {
 	m.ensureWanted = true
 	m.setTimer(TimerTimeout, m.cfg.CreateTimeout)
 }
 
-func (m *Machine) enterUpdating(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterUpdating(_ *lfsm.Event) {
 	m.ensureWanted = true
 	m.setTimer(TimerTimeout, m.cfg.UpdateTimeout)
 }
 
-func (m *Machine) enterRunning(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterRunning(_ *lfsm.Event) {
 	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
-func (m *Machine) enterDegraded(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterDegraded(_ *lfsm.Event) {
 	m.setTimer(TimerRetry, m.cfg.backoff(0))
 }
 
-func (m *Machine) enterInvalid(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterInvalid(_ *lfsm.Event) {
 	m.ensureWanted = false
 }
 
-func (m *Machine) enterDeleting(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterDeleting(_ *lfsm.Event) {
 	m.ensureWanted = false
 	m.cleanupWanted = true
 	m.call.res.CancelInFlight = true
 }
 
-func (m *Machine) enterDeleted(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) enterDeleted(_ *lfsm.Event) {
 	m.ensureWanted, m.cleanupWanted = false, false
 	m.call.res.Forget = true
 }
@@ -352,7 +406,7 @@ func (m *Machine) enterDeleted(_ context.Context, _ *lfsm.Event) {
 // afterSpecSeen records that the current generation was acted on. A
 // self-transition (a new spec while Creating or Updating, a still-invalid
 // edit) re-plans and restarts the state's timeout.
-func (m *Machine) afterSpecSeen(_ context.Context, e *lfsm.Event) {
+func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 	m.st.ObservedGeneration = m.call.facts.Generation
 	m.dirty = true
 	if e.Src != e.Dst {
@@ -367,7 +421,7 @@ func (m *Machine) afterSpecSeen(_ context.Context, e *lfsm.Event) {
 	}
 }
 
-func (m *Machine) afterRetry(_ context.Context, e *lfsm.Event) {
+func (m *Machine) afterRetry(e *lfsm.Event) {
 	switch e.Dst {
 	case Deleting:
 		m.cleanupWanted = true
@@ -382,12 +436,12 @@ func (m *Machine) afterRetry(_ context.Context, e *lfsm.Event) {
 	}
 }
 
-func (m *Machine) afterResync(_ context.Context, _ *lfsm.Event) {
+func (m *Machine) afterResync(_ *lfsm.Event) {
 	m.ensureWanted = true
 	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
-func (m *Machine) afterEffectsSucceeded(_ context.Context, e *lfsm.Event) {
+func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
 	if e.Dst == Creating || e.Dst == Updating {
 		if m.st.Attempt != 0 {
 			m.st.Attempt = 0
@@ -400,7 +454,7 @@ func (m *Machine) afterEffectsSucceeded(_ context.Context, e *lfsm.Event) {
 // afterTrouble handles a failed plan or a panic that did not change the
 // state: record the cause and retry with backoff. Entering Degraded arms its
 // own retry.
-func (m *Machine) afterTrouble(_ context.Context, e *lfsm.Event) {
+func (m *Machine) afterTrouble(e *lfsm.Event) {
 	if e.Src != e.Dst {
 		return
 	}
@@ -423,40 +477,43 @@ func (m *Machine) setTimer(name string, d time.Duration) {
 	t := v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch}
 	m.dirty = true
 	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
+	timers := make([]v1.Timer, 0, len(m.st.Timers)+1)
+	replaced := false
+	for _, old := range m.st.Timers {
+		if old.Name == name {
+			old, replaced = t, true
+		}
+		timers = append(timers, old)
+	}
+	if !replaced {
+		timers = append(timers, t)
+	}
+	m.st.Timers = timers
+}
+
+// dropTimer removes the timer name from status (copy-on-write) and reports
+// whether it was there.
+func (m *Machine) dropTimer(name string) bool {
 	for i := range m.st.Timers {
 		if m.st.Timers[i].Name == name {
-			m.st.Timers[i] = t
-			return
+			m.st.Timers = slices.Delete(slices.Clone(m.st.Timers), i, i+1)
+			m.dirty = true
+			return true
 		}
 	}
-	m.st.Timers = append(m.st.Timers, t)
+	return false
 }
 
 func (m *Machine) cancelTimer(name string) {
-	for i := range m.st.Timers {
-		if m.st.Timers[i].Name == name {
-			m.st.Timers = append(m.st.Timers[:i], m.st.Timers[i+1:]...)
-			m.dirty = true
-			m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Cancel: true})
-			return
-		}
+	if m.dropTimer(name) {
+		m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Cancel: true})
 	}
 }
 
 // takeTimer removes the pending timer name of the given epoch and reports
 // whether it was pending: a fired timer that is not is stale.
 func (m *Machine) takeTimer(name string, epoch int64) bool {
-	if epoch != m.st.Epoch {
-		return false
-	}
-	for i := range m.st.Timers {
-		if m.st.Timers[i].Name == name {
-			m.st.Timers = append(m.st.Timers[:i], m.st.Timers[i+1:]...)
-			m.dirty = true
-			return true
-		}
-	}
-	return false
+	return epoch == m.st.Epoch && m.dropTimer(name)
 }
 
 // --- status projection and the plan ---
@@ -502,6 +559,7 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 		c.Status == status && c.Reason == reason && c.Message == message && c.ObservedGeneration == m.st.ObservedGeneration {
 		return
 	}
+	m.st.Conditions = slices.Clone(m.st.Conditions)
 	meta.SetStatusCondition(&m.st.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.call.now),
@@ -535,8 +593,10 @@ func (m *Machine) finish(epoch int64) Result {
 	}
 	if m.dirty || m.statusInPlan {
 		// A plan still carrying an older snapshot may be superseded in
-		// the executor's queue: carry the newest one again.
-		p.Status = m.st.DeepCopy()
+		// the executor's queue: carry the newest one again. A shallow
+		// copy is a snapshot: st is copy-on-write.
+		snap := m.st
+		p.Status = &snap
 		m.statusPlan, m.statusInPlan, m.dirty = p.ID, true, false
 	}
 	if p.Ensure || p.Cleanup {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -51,7 +52,7 @@ func inState(t *testing.T, cfg *Config, state string) *Machine {
 	if name, ok := timer[state]; ok {
 		st.Timers = []v1.Timer{{Name: name, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: 5}}
 	}
-	return New(cfg, st)
+	return NewEngine(*cfg).New(st)
 }
 
 type step struct {
@@ -408,7 +409,7 @@ func transitionTo(event, from string) string {
 
 func TestEpochAndTimersOnStateChange(t *testing.T) {
 	cfg := DefaultConfig()
-	m := New(&cfg, nil)
+	m := NewEngine(cfg).New(nil)
 	res := m.Handle(Input{Kind: Observe}, starting(1), t0.Add(300*time.Millisecond))
 	if res.Epoch != 1 || m.Status().Epoch != 1 {
 		t.Fatalf("epoch %d, want 1", res.Epoch)
@@ -442,7 +443,7 @@ func TestEpochAndTimersOnStateChange(t *testing.T) {
 
 func TestStatusProjection(t *testing.T) {
 	cfg := DefaultConfig()
-	m := New(&cfg, nil)
+	m := NewEngine(cfg).New(nil)
 	m.Handle(Input{Kind: Observe}, unschedulable(1), t0)
 	st := m.Status()
 	if st.Ready != "0/2" || st.DesiredInstances != 2 {
@@ -469,9 +470,10 @@ func TestStatusProjection(t *testing.T) {
 	}
 	// The snapshot is a copy: later transitions do not change it.
 	snap := res.Plan.Status
+	frozen := snap.DeepCopy()
 	res = m.Handle(Input{Kind: Observe}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
-	if snap.State != Running {
-		t.Errorf("snapshot changed to %s", snap.State)
+	if !equality.Semantic.DeepEqual(snap, frozen) {
+		t.Errorf("snapshot changed by a later transition:\n%+v\nwas\n%+v", snap, frozen)
 	}
 	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
 	// Nothing changed and every plan is done: nothing to do.
@@ -483,7 +485,7 @@ func TestStatusProjection(t *testing.T) {
 
 func TestStatusSurvivesSupersededPlans(t *testing.T) {
 	cfg := DefaultConfig()
-	m := New(&cfg, nil)
+	m := NewEngine(cfg).New(nil)
 	first := m.Handle(Input{Kind: Observe}, starting(1), t0).Plan
 	// While the first plan runs, more pod events: each later plan still
 	// carries the ensure (not confirmed yet) and the newest status.
@@ -507,7 +509,7 @@ func TestStatusSurvivesSupersededPlans(t *testing.T) {
 
 func TestHistoryIsBounded(t *testing.T) {
 	cfg := DefaultConfig()
-	m := New(&cfg, nil)
+	m := NewEngine(cfg).New(nil)
 	now := t0
 	for i := 0; i < 3*v1.MaxHistory; i++ {
 		now = now.Add(time.Second)
@@ -529,7 +531,7 @@ func TestResumeKeepsDeadlines(t *testing.T) {
 	deadline := t0.Add(7 * time.Minute)
 	st := &v1.PostgresqlStatus{State: Creating, Epoch: 9, ObservedGeneration: 1,
 		Timers: []v1.Timer{{Name: TimerTimeout, Deadline: metav1.NewTime(deadline), Epoch: 9}}}
-	m := New(&cfg, st)
+	m := NewEngine(cfg).New(st)
 	res := m.Resume()
 	if res.Epoch != 9 || len(res.Timers) != 1 || !res.Timers[0].Deadline.Equal(deadline) {
 		t.Fatalf("resume %+v", res)
@@ -545,7 +547,32 @@ func TestResumeKeepsDeadlines(t *testing.T) {
 		t.Fatalf("resumed timeout led to %s", res.To)
 	}
 	// An unknown state starts over as Pending.
-	if m := New(&cfg, &v1.PostgresqlStatus{State: "Frobnicating"}); m.State() != Pending {
+	if m := NewEngine(cfg).New(&v1.PostgresqlStatus{State: "Frobnicating"}); m.State() != Pending {
 		t.Errorf("unknown state resumed as %s", m.State())
+	}
+}
+
+// TestEngineSurvivesPanickingCallback: a panic inside a transition reaches
+// the caller (the loop records it on that cluster) and leaves the shared
+// engine usable for every other machine.
+func TestEngineSurvivesPanickingCallback(t *testing.T) {
+	cfg := DefaultConfig()
+	e := NewEngine(cfg)
+	bad := e.New(nil)
+	bad.call.facts = starting(1)
+	bad.st.History = nil
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		// A nil config makes enter_Creating's timer arithmetic panic.
+		bad.cfg = nil
+		bad.Handle(Input{Kind: Observe}, starting(1), t0)
+	}()
+	good := e.New(nil)
+	if res := good.Handle(Input{Kind: Observe}, starting(1), t0); res.To != Creating {
+		t.Fatalf("after a panic elsewhere the engine took %s to %s", Pending, res.To)
 	}
 }

@@ -36,7 +36,9 @@ type Input struct {
 type Plan struct {
 	// ID identifies the plan; its PlanDone input carries it back.
 	ID uint64
-	// Status, when not nil, is the status to write (a snapshot).
+	// Status, when not nil, is the status to write: a snapshot that shares
+	// its slices with other snapshots, so it must not be modified (DeepCopy
+	// it first).
 	Status *v1.PostgresqlStatus
 	// Ensure asks for every object the spec describes to be created or
 	// brought in line with the spec (idempotent; nothing written when equal).

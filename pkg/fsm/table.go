@@ -120,3 +120,24 @@ var events = func() lfsm.Events {
 var observeOrder = []string{
 	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventPodsReady, EventPodsLost,
 }
+
+// candidate is a fact-driven event a state takes, with its guard.
+type candidate struct {
+	event string
+	guard Guard
+}
+
+// candidates lists, per state, the fact-driven events it takes in
+// observeOrder: one lookup per round on the hot path instead of one per
+// event.
+var candidates = func() map[string][]candidate {
+	m := map[string][]candidate{}
+	for _, s := range States {
+		for _, ev := range observeOrder {
+			if g, ok := guards[guardKey{ev, s}]; ok {
+				m[s] = append(m[s], candidate{event: ev, guard: g})
+			}
+		}
+	}
+	return m
+}()
