@@ -1,0 +1,136 @@
+// Package controller connects the generic event loop to the clusters' state
+// machines: it implements eventloop.Handler by keeping one fsm.Machine per
+// cluster, reading each cluster's facts from an Observer (the informers'
+// caches) and turning the machine's plans into executable steps through
+// Effects. It runs on the loop goroutine only, so it needs no locks.
+package controller
+
+import (
+	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Observer reads what is known about a cluster from local caches. It must
+// not do network I/O: it runs on the loop goroutine.
+type Observer interface {
+	// Observe returns the cluster's facts and, for a cluster the controller
+	// has not seen yet, its stored status (nil when it has none).
+	Observe(key string) (fsm.Facts, *v1.PostgresqlStatus)
+}
+
+// Effects turns a cluster's plan into the steps the executor runs.
+type Effects interface {
+	Steps(key string, plan *fsm.Plan) []eventloop.Step
+}
+
+// Controller is the eventloop.Handler of pgloop.
+type Controller struct {
+	engine   *fsm.Engine
+	obs      Observer
+	eff      Effects
+	clock    clock.PassiveClock
+	log      *logrus.Entry
+	machines map[string]*fsm.Machine
+	// OnTransition, when set, is called for every handled event that fired
+	// at least one FSM event (metrics hook). It runs on the loop goroutine.
+	OnTransition func(key string, res *fsm.Result)
+}
+
+// New returns a Controller. log may be nil (the standard logger).
+func New(cfg fsm.Config, obs Observer, eff Effects, clk clock.PassiveClock, log *logrus.Entry) *Controller {
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	return &Controller{engine: fsm.NewEngine(cfg), obs: obs, eff: eff, clock: clk, log: log, machines: map[string]*fsm.Machine{}}
+}
+
+// Machine returns the state machine of a cluster, nil when it has none. For
+// inspection from the loop goroutine (and tests) only.
+func (c *Controller) Machine(key string) *fsm.Machine { return c.machines[key] }
+
+// Len is the number of clusters the controller holds a machine for.
+func (c *Controller) Len() int { return len(c.machines) }
+
+// Handle implements eventloop.Handler.
+func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
+	facts, stored := c.obs.Observe(ev.Key)
+	m := c.machines[ev.Key]
+	var resumed *fsm.Result
+	if m == nil {
+		if facts.Gone {
+			// Never seen alive (or already forgotten): nothing to do.
+			return eventloop.Outcome{Forget: true}
+		}
+		m = c.engine.New(stored)
+		c.machines[ev.Key] = m
+		r := m.Resume()
+		resumed = &r
+	}
+	res := m.Handle(input(ev), facts, c.clock.Now())
+	c.logResult(ev, &res)
+
+	out := eventloop.Outcome{Epoch: res.Epoch, CancelInFlight: res.CancelInFlight, Forget: res.Forget}
+	if resumed != nil && resumed.Epoch == res.Epoch {
+		// A resumed cluster re-arms the timers its status kept, with the
+		// deadlines the previous process set.
+		out.Timers = timerOps(out.Timers, resumed.Timers)
+	}
+	out.Timers = timerOps(out.Timers, res.Timers)
+	if res.Plan != nil {
+		out.Plan = &eventloop.Plan{ID: res.Plan.ID, Steps: c.eff.Steps(ev.Key, res.Plan)}
+	}
+	if res.Forget {
+		delete(c.machines, ev.Key)
+	}
+	if len(res.Fired) > 0 && c.OnTransition != nil {
+		c.OnTransition(ev.Key, &res)
+	}
+	return out
+}
+
+func input(ev eventloop.Event) fsm.Input {
+	switch ev.Kind {
+	case eventloop.TimerFired:
+		return fsm.Input{Kind: fsm.TimerFired, Timer: ev.Name, Epoch: ev.Epoch}
+	case eventloop.PlanDone:
+		return fsm.Input{Kind: fsm.PlanDone, PlanID: ev.PlanID, Err: ev.Err}
+	case eventloop.Panicked:
+		return fsm.Input{Kind: fsm.Panic, Err: ev.Err}
+	}
+	return fsm.Input{Kind: fsm.Observe}
+}
+
+func timerOps(dst []eventloop.TimerOp, ops []fsm.TimerOp) []eventloop.TimerOp {
+	for _, op := range ops {
+		dst = append(dst, eventloop.TimerOp{Name: op.Name, Deadline: op.Deadline, Cancel: op.Cancel})
+	}
+	return dst
+}
+
+func (c *Controller) logResult(ev eventloop.Event, res *fsm.Result) {
+	// Building fields costs more than a transition: only when they print.
+	if res.Ignored != "" {
+		if c.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			c.log.WithField("cluster", ev.Key).Debugf("ignored: %s", res.Ignored)
+		}
+		return
+	}
+	if len(res.Fired) == 0 || !c.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
+		return
+	}
+	for _, f := range res.Fired {
+		entry := c.log.WithFields(logrus.Fields{"cluster": ev.Key, "event": f.Event, "from": f.From, "to": f.To})
+		if m := c.machines[ev.Key]; m != nil && m.Status().Message != "" {
+			entry = entry.WithField("reason", m.Status().Reason)
+		}
+		if f.From == f.To {
+			entry.Debug("event")
+			continue
+		}
+		entry.Info("transition")
+	}
+}

@@ -1,0 +1,319 @@
+package controller
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// world is the test's stand-in for the informers' caches and the API: it
+// serves facts and records what the effects did. The loop calls it from its
+// goroutine and its workers; the test from its own.
+type world struct {
+	mu       sync.Mutex
+	facts    map[string]fsm.Facts
+	stored   map[string]*v1.PostgresqlStatus
+	written  map[string]*v1.PostgresqlStatus
+	ensures  map[string]int
+	cleanups map[string]int
+	// ensure, when set for a cluster, runs inside its ensure step.
+	ensure map[string]func(ctx context.Context) error
+	// log records ensure starts and state writes, in order.
+	log []string
+	// changed gets a token after every status write.
+	changed chan struct{}
+}
+
+func newWorld() *world {
+	return &world{
+		facts: map[string]fsm.Facts{}, stored: map[string]*v1.PostgresqlStatus{},
+		written: map[string]*v1.PostgresqlStatus{}, ensures: map[string]int{}, cleanups: map[string]int{},
+		ensure: map[string]func(context.Context) error{}, changed: make(chan struct{}, 1),
+	}
+}
+
+func (w *world) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f, ok := w.facts[key]
+	if !ok {
+		return fsm.Facts{Gone: true}, nil
+	}
+	return f, w.stored[key]
+}
+
+func (w *world) set(key string, f fsm.Facts) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.facts[key] = f
+}
+
+func (w *world) state(key string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st := w.written[key]; st != nil {
+		return st.State
+	}
+	return ""
+}
+
+func (w *world) Steps(key string, p *fsm.Plan) []eventloop.Step {
+	var steps []eventloop.Step
+	if p.Status != nil {
+		st := p.Status
+		steps = append(steps, eventloop.Step{Name: "status", Run: func(context.Context) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if prev := w.written[key]; prev == nil || prev.State != st.State {
+				w.log = append(w.log, key+" "+st.State)
+			}
+			w.written[key] = st
+			select {
+			case w.changed <- struct{}{}:
+			default:
+			}
+			return nil
+		}})
+	}
+	if p.Ensure {
+		steps = append(steps, eventloop.Step{Name: "ensure", Run: func(ctx context.Context) error {
+			w.mu.Lock()
+			w.ensures[key]++
+			w.log = append(w.log, key+" ensure")
+			fn := w.ensure[key]
+			w.mu.Unlock()
+			if fn != nil {
+				return fn(ctx)
+			}
+			return nil
+		}})
+	}
+	if p.Cleanup {
+		steps = append(steps, eventloop.Step{Name: "cleanup", Run: func(context.Context) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.cleanups[key]++
+			return nil
+		}})
+	}
+	return steps
+}
+
+// quiet logs at Info, as the operator does, into nowhere.
+func quiet() *logrus.Entry {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return logrus.NewEntry(l)
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+type harness struct {
+	t     *testing.T
+	w     *world
+	clk   *clocktesting.FakeClock
+	ctrl  *Controller
+	loop  *eventloop.Loop
+	ctx   context.Context
+	count int
+}
+
+func start(t *testing.T, w *world, cfg fsm.Config, workers int) *harness {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	ctrl := New(cfg, w, w, clk, quiet())
+	loop := eventloop.New(ctrl, eventloop.Options{Clock: clk, Workers: workers, StepTimeout: 30 * time.Second, Log: quiet()})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("loop: %v", err)
+		}
+	})
+	return &harness{t: t, w: w, clk: clk, ctrl: ctrl, loop: loop, ctx: ctx}
+}
+
+// idle waits until the loop has nothing left to do at the fake clock's time.
+func (h *harness) idle() {
+	h.t.Helper()
+	if err := h.loop.WaitIdle(h.ctx); err != nil {
+		h.t.Fatalf("loop never idle: %v", err)
+	}
+}
+
+func (h *harness) wantState(key, state string) {
+	h.t.Helper()
+	if got := h.w.state(key); got != state {
+		h.t.Fatalf("%s: written state %q, want %q", key, got, state)
+	}
+}
+
+func ready(gen int64) fsm.Facts {
+	return fsm.Facts{Generation: gen, Desired: 2, Ready: 2, Primary: "p-0", ObjectsCurrent: true}
+}
+
+func starting(gen int64) fsm.Facts {
+	return fsm.Facts{Generation: gen, Desired: 2, ObjectsCurrent: true}
+}
+
+func TestLifecycle(t *testing.T) {
+	w := newWorld()
+	h := start(t, w, fsm.DefaultConfig(), 4)
+	w.set("ns/a", starting(1))
+	h.loop.Notify("ns/a", "spec")
+	h.idle()
+	h.wantState("ns/a", fsm.Creating)
+	if w.ensures["ns/a"] != 1 {
+		t.Errorf("ensures %d, want 1", w.ensures["ns/a"])
+	}
+	// Pods become Ready: a pod event moves it on, no polling.
+	w.set("ns/a", ready(1))
+	h.loop.Notify("ns/a", "pods")
+	h.idle()
+	h.wantState("ns/a", fsm.Running)
+	// A spec edit, converged at once.
+	w.set("ns/a", ready(2))
+	h.loop.Notify("ns/a", "spec")
+	h.idle()
+	h.wantState("ns/a", fsm.Running)
+	st := w.written["ns/a"]
+	if st.ObservedGeneration != 2 || len(st.History) != 4 || st.History[2].To != fsm.Updating {
+		t.Errorf("status after the edit: generation %d history %+v", st.ObservedGeneration, st.History)
+	}
+	// Deletion: cleanup, then the cluster is forgotten once it is gone.
+	f := ready(2)
+	f.Deleting = true
+	w.set("ns/a", f)
+	h.loop.Notify("ns/a", "spec")
+	h.idle()
+	if w.cleanups["ns/a"] != 1 {
+		t.Fatalf("cleanups %d, want 1", w.cleanups["ns/a"])
+	}
+	if h.ctrl.Len() != 0 {
+		t.Errorf("controller still holds %d machines", h.ctrl.Len())
+	}
+	if s := h.loop.Stats(); s.Timers != 0 {
+		t.Errorf("%d timers left after delete", s.Timers)
+	}
+}
+
+func TestTimeoutIsATimer(t *testing.T) {
+	w := newWorld()
+	cfg := fsm.DefaultConfig()
+	h := start(t, w, cfg, 4)
+	f := starting(1)
+	f.StuckReason, f.Stuck = "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu"
+	w.set("ns/stuck", f)
+	h.loop.Notify("ns/stuck", "spec")
+	h.idle()
+	h.wantState("ns/stuck", fsm.Creating)
+	h.clk.Step(cfg.CreateTimeout - time.Second)
+	h.idle()
+	h.wantState("ns/stuck", fsm.Creating)
+	h.clk.Step(2 * time.Second)
+	h.idle()
+	h.wantState("ns/stuck", fsm.Degraded)
+	if got := w.written["ns/stuck"].Message; got != f.Stuck {
+		t.Errorf("message %q, want the concrete cause", got)
+	}
+	// The cause goes away: a pod event brings it back at once.
+	w.set("ns/stuck", ready(1))
+	h.loop.Notify("ns/stuck", "pods")
+	h.idle()
+	h.wantState("ns/stuck", fsm.Running)
+}
+
+// TestResumeFromStatus restarts the controller on a stored status: the
+// timeout fires at the deadline the previous process set, not a new one.
+func TestResumeFromStatus(t *testing.T) {
+	w := newWorld()
+	cfg := fsm.DefaultConfig()
+	deadline := t0.Add(3 * time.Minute)
+	w.stored["ns/a"] = &v1.PostgresqlStatus{State: fsm.Creating, Epoch: 4, ObservedGeneration: 1,
+		Timers: []v1.Timer{{Name: fsm.TimerTimeout, Deadline: metav1.NewTime(deadline), Epoch: 4}}}
+	w.set("ns/a", starting(1))
+	h := start(t, w, cfg, 4)
+	h.loop.Notify("ns/a", "spec")
+	h.idle()
+	h.wantState("ns/a", fsm.Creating)
+	if w.ensures["ns/a"] != 1 {
+		t.Errorf("resume did not re-plan the ensure effects")
+	}
+	h.clk.Step(3 * time.Minute)
+	h.idle()
+	h.wantState("ns/a", fsm.Degraded)
+}
+
+// TestHungEffectsDoNotDelayOtherClusters: cluster A's ensure hangs until
+// its deadline; B, created afterwards, reaches Running first, by the order
+// of what happened, not by wall time.
+func TestHungEffectsDoNotDelayOtherClusters(t *testing.T) {
+	w := newWorld()
+	cfg := fsm.DefaultConfig()
+	h := start(t, w, cfg, 2)
+	w.ensure["ns/a"] = func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	w.set("ns/a", starting(1))
+	h.loop.Notify("ns/a", "spec")
+	w.set("ns/b", starting(1))
+	h.loop.Notify("ns/b", "spec")
+	h.loop.Notify("ns/b", "pods")
+	// B's pods become Ready while A's ensure still hangs.
+	w.set("ns/b", ready(1))
+	h.loop.Notify("ns/b", "pods")
+	for w.state("ns/b") != fsm.Running {
+		select {
+		case <-h.ctx.Done():
+			t.Fatalf("b never Running while a's effects hang")
+		case <-w.changed:
+		}
+	}
+	w.mu.Lock()
+	aDone := w.written["ns/a"].Reason
+	w.mu.Unlock()
+	if aDone == fsm.ReasonEffectsFailed {
+		t.Fatal("a's ensure finished before b was Running")
+	}
+	// Now A's step deadline passes: its plan fails and it retries.
+	h.clk.Step(30 * time.Second)
+	h.idle()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if got := w.written["ns/a"]; got.Reason != fsm.ReasonEffectsFailed || !strings.Contains(got.Message, "deadline exceeded") {
+		t.Errorf("a after its deadline: %s %q", got.Reason, got.Message)
+	}
+}
+
+func TestPanicInEffectIsRecorded(t *testing.T) {
+	w := newWorld()
+	h := start(t, w, fsm.DefaultConfig(), 2)
+	w.ensure["ns/a"] = func(context.Context) error { panic("nil map write") }
+	w.set("ns/a", starting(1))
+	w.set("ns/b", starting(1))
+	h.loop.Notify("ns/a", "spec")
+	h.loop.Notify("ns/b", "spec")
+	h.idle()
+	h.wantState("ns/a", fsm.Degraded)
+	h.wantState("ns/b", fsm.Creating)
+	if st := w.written["ns/a"]; st.Reason != fsm.ReasonPanic {
+		t.Errorf("a: reason %q message %q", st.Reason, st.Message)
+	}
+	if h.loop.Stats().Panics == 0 {
+		t.Error("panic not counted")
+	}
+}
