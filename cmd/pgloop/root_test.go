@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"strings"
 	"testing"
 
@@ -56,3 +57,5 @@ func TestVersionCommand(t *testing.T) {
 		t.Fatalf("version: %q, %v", out, err)
 	}
 }
+
+var update = flag.Bool("update", false, "rewrite generated documentation")

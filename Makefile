@@ -1,0 +1,59 @@
+# pgloop Makefile. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := $(CURDIR)/bin
+
+.DEFAULT_GOAL := help
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
+		/^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } \
+		/^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Build
+
+.PHONY: build
+build: ## Build bin/pgloop.
+	$(GO) build -o $(BIN)/pgloop ./cmd/pgloop
+
+##@ Test
+
+# Packages whose concurrency matters run under the race detector.
+RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/...
+
+.PHONY: test
+test: verify test-unit test-testbed ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
+
+.PHONY: test-unit
+test-unit: ## Unit tests; the loop, FSM and controller also under -race.
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race $(RACE_PKGS)
+
+.PHONY: bench
+bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/eventloop/ ./pkg/controller/
+
+##@ Run
+
+.PHONY: run
+run: ## Run pgloop: with no KUBECONFIG, on a local control plane it brings up (Ctrl-C stops everything).
+ifeq ($(strip $(KUBECONFIG)),)
+	$(MAKE) plane
+else
+	@echo "KUBECONFIG is set: pgloop's operator command comes with the next milestone; installing the CRD only."
+	kubectl apply -f manifests/crds/
+endif
+
+# Fragments owned by their parts of the tree.
+include hack/codegen.mk
+include test/testbed.mk
+
+# docs/fsm.md and the README's diagram come from pkg/fsm's table.
+.PHONY: generate-docs
+generate-docs: ## Regenerate docs/fsm.md and the README's state diagram from pkg/fsm.
+	$(GO) test ./pkg/fsm/ ./cmd/pgloop/ -run 'TestDocsMatchMachine|TestReadmeDiagram' -update
+
+generate: generate-docs

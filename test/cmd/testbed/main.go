@@ -1,0 +1,152 @@
+// Command testbed runs the local control plane in the foreground, for
+// `make plane` and `make run`; Ctrl-C stops it and everything it started.
+//
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "testbed:", err)
+		}
+		stop()
+		os.Exit(1)
+	}
+}
+
+// config is what `testbed up` was asked for.
+type config struct {
+	nodes         int
+	kubeconfigOut string
+	crds          string
+	apply         []string
+	keepDir       bool
+}
+
+const usage = `usage: testbed up [flags]
+
+Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+on 127.0.0.1 with fake nodes, and runs until interrupted.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "up" {
+		fmt.Fprint(stderr, usage)
+		return errors.New(`expected the "up" subcommand`)
+	}
+	var cfg config
+	fs := flag.NewFlagSet("testbed up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.IntVar(&cfg.nodes, "nodes", 3, "number of fake nodes")
+	fs.StringVar(&cfg.kubeconfigOut, "kubeconfig-out", "", "also write the admin kubeconfig here once the plane is ready, and remove it on exit")
+	fs.StringVar(&cfg.crds, "crds", "", "apply the CustomResourceDefinitions in this directory and wait until they are Established")
+	fs.Func("apply", "apply the manifests in this file or directory after the CRDs (repeatable)", func(s string) error {
+		cfg.apply = append(cfg.apply, s)
+		return nil
+	})
+	fs.BoolVar(&cfg.keepDir, "keep-dir", false, "keep the plane's directory (etcd data, logs) on exit")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return up(ctx, cfg, stdout, stderr)
+}
+
+// up runs the plane until ctx ends or one of its processes dies.
+func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
+	p, err := testbed.Start(ctx, testbed.Options{Nodes: cfg.nodes, KeepDir: cfg.keepDir, Log: stderr})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(stderr, "testbed: stopping")
+		err = errors.Join(err, p.Stop())
+	}()
+
+	var manifests []string
+	if cfg.crds != "" {
+		manifests = append(manifests, cfg.crds)
+	}
+	manifests = append(manifests, cfg.apply...)
+	if len(manifests) > 0 {
+		objs, err := testbed.ReadManifests(manifests...)
+		if err != nil {
+			return err
+		}
+		applyCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := testbed.Apply(applyCtx, p.Config, objs); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "testbed: applied %d objects from %s\n", len(objs), strings.Join(manifests, ", "))
+	}
+
+	kubeconfig := p.Kubeconfig
+	if cfg.kubeconfigOut != "" {
+		if kubeconfig, err = publish(p.Kubeconfig, cfg.kubeconfigOut); err != nil {
+			return err
+		}
+		defer os.Remove(kubeconfig)
+	}
+	version := "?"
+	if v, err := p.Client.Discovery().ServerVersion(); err == nil {
+		version = v.GitVersion
+	}
+	fmt.Fprintf(stdout, `Kubernetes %s is up at %s (%d fake nodes, started in %v).
+Point kubectl at it:
+
+    export KUBECONFIG=%s
+    kubectl get nodes
+
+Ctrl-C stops it.
+`, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig)
+	return p.Wait(ctx)
+}
+
+// publish copies the kubeconfig to path atomically, so a script waiting for
+// path to exist sees a ready plane and a whole file.
+func publish(src, path string) (string, error) {
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return "", err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("while writing %s: %w", path, err)
+	}
+	return path, nil
+}

@@ -1,0 +1,120 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	// kwokNodeAnnotation marks the nodes kwok plays the kubelet of.
+	kwokNodeAnnotation = "kwok.x-k8s.io/node"
+	kwokNodeValue      = "fake"
+
+	// StatusAnnotation set to StatusCustom on a pod makes kwok leave its
+	// status alone, so a test can write it (a crash loop, a failed probe).
+	// Deleting such a pod needs a zero grace period: no kubelet confirms it.
+	StatusAnnotation = "kwok.x-k8s.io/status"
+	StatusCustom     = "custom"
+
+	// StorageClassName is the plane's default StorageClass. kwok's volume
+	// stages provision and bind the claims of this class (and only this
+	// one: they match it by name), standing in for a CSI driver.
+	StorageClassName = "kwok-volume"
+	// Provisioner is the provisioner of StorageClassName.
+	Provisioner = "kwok.x-k8s.io/volume"
+
+	// NodeLabel is set to "kwok" on every fake node.
+	NodeLabel = "type"
+)
+
+// createStorageClass creates the default StorageClass, with Immediate binding
+// so claims bind before their pods are scheduled, as on most clouds' defaults
+// until the pod needs topology.
+func (p *Plane) createStorageClass(ctx context.Context) error {
+	sc := &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        StorageClassName,
+			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
+		},
+		Provisioner:       Provisioner,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+	}
+	_, err := p.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("while creating StorageClass %s: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// createNodes creates Options.Nodes nodes named node-1, node-2, … and waits
+// for them to be Ready.
+func (p *Plane) createNodes(ctx context.Context) error {
+	for i := range p.opts.Nodes {
+		labels := maps.Clone(p.opts.NodeLabels)
+		if len(p.opts.Zones) > 0 {
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[corev1.LabelTopologyZone] = p.opts.Zones[i%len(p.opts.Zones)]
+		}
+		if _, err := p.AddNode(ctx, fmt.Sprintf("node-%d", i+1), p.opts.NodeCapacity, labels); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddNode creates a fake node that kwok manages and waits until it is Ready.
+// A test adds one to give a stuck pod somewhere to go.
+func (p *Plane) AddNode(ctx context.Context, name string, capacity corev1.ResourceList, labels map[string]string) (*corev1.Node, error) {
+	n := p.nodes.Add(1) - 1
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				corev1.LabelHostname:   name,
+				corev1.LabelOSStable:   "linux",
+				corev1.LabelArchStable: "amd64",
+				NodeLabel:              "kwok",
+			},
+			Annotations: map[string]string{kwokNodeAnnotation: kwokNodeValue},
+		},
+		// A kubelet registers its node with its capacity and addresses, and
+		// so may we: kwok's node stage keeps what is there.
+		Status: corev1.NodeStatus{
+			Capacity:    capacity,
+			Allocatable: capacity,
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.1.%d.%d", n/250, n%250+1)},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+		},
+	}
+	maps.Copy(node.Labels, labels)
+	if _, err := p.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("while creating node %s: %w", name, err)
+	}
+	ready, err := WaitFor(ctx, Nodes(p.Client, name), NodeReady)
+	if err != nil {
+		return nil, fmt.Errorf("while waiting for node %s to be Ready: %w", name, err)
+	}
+	return ready, nil
+}
+
+// NodeReady holds once the node's Ready condition is True.
+func NodeReady(node *corev1.Node) (bool, error) {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,558 @@
+// Package testbed runs a real Kubernetes control plane on loopback for tests
+// and for `make run`: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler and kwok, which plays the kubelets of fake nodes so pods
+// become Running and Ready without a container runtime. The binaries come
+// from test/tools/build.sh (`make testbed`); docs/testbed.md has the details.
+package testbed
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+const (
+	// startAttempts bounds the retries when a probed free port is taken
+	// before the process binding it starts.
+	startAttempts = 3
+	// stopGrace is how long a process may take to exit after SIGTERM.
+	stopGrace = 15 * time.Second
+	// pollInterval paces health probes; nothing to watch exists before the
+	// apiserver serves.
+	pollInterval = 100 * time.Millisecond
+)
+
+// Options shapes the plane. The zero value is usable.
+type Options struct {
+	// Nodes is the number of fake nodes; 0 means 3.
+	Nodes int
+	// NodeCapacity is each node's capacity and allocatable; nil means
+	// 4 CPUs, 16Gi of memory and 110 pods.
+	NodeCapacity corev1.ResourceList
+	// NodeLabels are added to every node.
+	NodeLabels map[string]string
+	// Zones, when set, are spread over the nodes in turn as the
+	// topology.kubernetes.io/zone label, for anti-affinity tests.
+	Zones []string
+	// BinDir holds the binaries; empty means $PGLOOP_BIN, else bin/ at the
+	// repository root.
+	BinDir string
+	// TempDir is where the plane's directory is created; empty means
+	// os.TempDir().
+	TempDir string
+	// KeepDir keeps the plane's directory (data, logs, kubeconfig) after Stop.
+	KeepDir bool
+	// StartTimeout bounds the start-up; 0 means 2 minutes.
+	StartTimeout time.Duration
+	// Log receives one line per start-up step; nil discards them.
+	Log io.Writer
+}
+
+func (o Options) withDefaults() Options {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.NodeCapacity == nil {
+		o.NodeCapacity = corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("4"),
+			corev1.ResourceMemory: resource.MustParse("16Gi"),
+			corev1.ResourcePods:   resource.MustParse("110"),
+		}
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return o
+}
+
+// Process describes one program the plane started.
+type Process struct {
+	Name string
+	PID  int
+	// Log is the file holding its stdout and stderr.
+	Log string
+}
+
+// Plane is a running control plane. Stop it, or its processes die only with
+// the program that started it.
+type Plane struct {
+	// Dir holds etcd's data, certificates, logs and the kubeconfig.
+	Dir string
+	// Kubeconfig is the path of an admin kubeconfig for the plane.
+	Kubeconfig string
+	// Config is the admin rest.Config (what Kubeconfig holds).
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client *kubernetes.Clientset
+	// StartupTime is how long Start took, for the record.
+	StartupTime time.Duration
+
+	opts     Options
+	bins     binaries
+	launcher *launcher
+	procs    []*process   // in start order: etcd first
+	nodes    atomic.Int32 // created so far, numbering their addresses
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// ports are the plane's listening ports, all on 127.0.0.1.
+type ports struct {
+	etcdClient, etcdPeer, apiserver, controllerManager, scheduler, kwok int
+}
+
+// Start brings a plane up in a new directory, on free loopback ports, and
+// returns once the nodes are Ready, the default StorageClass exists and the
+// default namespace has its ServiceAccount. ctx bounds the start-up only: the
+// processes run until Stop. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Plane, error) {
+	opts = opts.withDefaults()
+	bins, err := findBinaries(opts.BinDir)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		p, err := start(ctx, opts, bins)
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, errPortInUse) || attempt == startAttempts {
+			return nil, err
+		}
+		fmt.Fprintf(opts.Log, "testbed: port clash, retrying (%v)\n", err)
+	}
+}
+
+func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err error) {
+	began := time.Now()
+	step := func(format string, args ...any) {
+		fmt.Fprintf(opts.Log, "testbed: %6.2fs "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
+	}
+	removeStaleDirs(opts.TempDir, step)
+	dir, err := os.MkdirTemp(opts.TempDir, dirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("while creating the plane's directory: %w", err)
+	}
+	p := &Plane{Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), opts: opts, bins: bins, launcher: newLauncher()}
+	defer func() {
+		if err != nil {
+			_ = p.Stop()
+		}
+	}()
+	if err := writeOwner(dir); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"etcd", "apiserver", "controller-manager", "scheduler", "home"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	port, err := freePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	pt := ports{port[0], port[1], port[2], port[3], port[4], port[5]}
+
+	etcd, err := p.startEtcd(pt)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHealthy(ctx, etcd, fmt.Sprintf("http://127.0.0.1:%d/health", pt.etcdClient), nil); err != nil {
+		return nil, err
+	}
+	step("etcd healthy (pid %d)", etcd.pid())
+
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	apiserver, err := p.startAPIServer(pt, token)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.connect(ctx, apiserver, pt, token); err != nil {
+		return nil, err
+	}
+	step("kube-apiserver ready (pid %d)", apiserver.pid())
+
+	cm, err := p.startControllerManager(pt)
+	if err != nil {
+		return nil, err
+	}
+	sched, err := p.startScheduler(pt)
+	if err != nil {
+		return nil, err
+	}
+	kwok, err := p.startKwok(pt)
+	if err != nil {
+		return nil, err
+	}
+	// Their serving certificates are self-signed and unknown to us; only
+	// /healthz is read, on loopback.
+	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // health probe of a loopback process we started
+	for _, c := range []struct {
+		proc *process
+		url  string
+		tls  *tls.Config
+	}{
+		{cm, fmt.Sprintf("https://127.0.0.1:%d/healthz", pt.controllerManager), insecure},
+		{sched, fmt.Sprintf("https://127.0.0.1:%d/healthz", pt.scheduler), insecure},
+		{kwok, fmt.Sprintf("http://127.0.0.1:%d/healthz", pt.kwok), nil},
+	} {
+		if err := waitHealthy(ctx, c.proc, c.url, c.tls); err != nil {
+			return nil, err
+		}
+	}
+	step("controller-manager, scheduler and kwok healthy")
+
+	if err := p.createStorageClass(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.createNodes(ctx); err != nil {
+		return nil, p.withProcessState(err)
+	}
+	step("%d nodes Ready", opts.Nodes)
+	if _, err := WaitFor(ctx, ServiceAccounts(p.Client, corev1.NamespaceDefault, "default"), func(*corev1.ServiceAccount) (bool, error) { return true, nil }); err != nil {
+		return nil, p.withProcessState(fmt.Errorf("while waiting for the default ServiceAccount: %w", err))
+	}
+	p.StartupTime = time.Since(began)
+	step("plane up in %v at %s", p.StartupTime.Round(time.Millisecond), p.Config.Host)
+	return p, nil
+}
+
+// Processes lists what the plane started, in start order.
+func (p *Plane) Processes() []Process {
+	out := make([]Process, 0, len(p.procs))
+	for _, proc := range p.procs {
+		out = append(out, Process{Name: proc.name, PID: proc.pid(), Log: proc.logPath})
+	}
+	return out
+}
+
+// Healthy returns an error naming each process of the plane that has exited,
+// with the end of its log; tests call it to tell a broken plane from a bug.
+func (p *Plane) Healthy() error {
+	var errs []error
+	for _, proc := range p.procs {
+		if proc.hasExited() {
+			errs = append(errs, proc.failure(errors.New("process is gone")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Plane) withProcessState(err error) error {
+	if h := p.Healthy(); h != nil {
+		return fmt.Errorf("%w\n%w", err, h)
+	}
+	return err
+}
+
+// Stop terminates exactly the processes the plane started, etcd last since
+// the apiserver exits slowly without it, waits until each is reaped, and
+// removes the plane's directory unless Options.KeepDir. It is idempotent.
+func (p *Plane) Stop() error {
+	p.stopOnce.Do(func() { p.stopErr = p.stop() })
+	return p.stopErr
+}
+
+func (p *Plane) stop() error {
+	var etcd *process
+	var wg sync.WaitGroup
+	for _, proc := range p.procs {
+		if proc.name == binEtcd {
+			etcd = proc
+			continue
+		}
+		wg.Go(func() {
+			if proc.stop(stopGrace) {
+				fmt.Fprintf(p.opts.Log, "testbed: %s ignored SIGTERM for %v, killed\n", proc.name, stopGrace)
+			}
+		})
+	}
+	wg.Wait()
+	if etcd != nil {
+		etcd.stop(stopGrace)
+	}
+	// Every child is reaped: the launcher's thread may now exit.
+	p.launcher.close()
+	if p.opts.KeepDir {
+		// Kept on purpose: not for the next Start to collect.
+		_ = os.Remove(filepath.Join(p.Dir, ownerFile))
+		fmt.Fprintf(p.opts.Log, "testbed: kept %s\n", p.Dir)
+		return nil
+	}
+	if err := os.RemoveAll(p.Dir); err != nil {
+		return fmt.Errorf("while removing %s: %w", p.Dir, err)
+	}
+	return nil
+}
+
+// run starts one of the plane's programs with its log in the plane's
+// directory, and records it for Stop.
+func (p *Plane) run(name string, args ...string) (*process, error) {
+	proc, err := p.launcher.start(name, p.bins.path(name), filepath.Join(p.Dir, name+".log"), args, p.env())
+	if err != nil {
+		return nil, err
+	}
+	p.procs = append(p.procs, proc)
+	return proc, nil
+}
+
+// env is the environment of the plane's processes: ours, without what would
+// make them read someone else's configuration (ETCD_* variables, a
+// KUBECONFIG, kwok's ~/.kwok/kwok.yaml).
+func (p *Plane) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "ETCD_") || strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "HOME=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "HOME="+filepath.Join(p.Dir, "home"))
+}
+
+func (p *Plane) startEtcd(pt ports) (*process, error) {
+	client := fmt.Sprintf("http://127.0.0.1:%d", pt.etcdClient)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", pt.etcdPeer)
+	return p.run(binEtcd,
+		"--name=testbed",
+		"--data-dir="+filepath.Join(p.Dir, "etcd"),
+		"--listen-client-urls="+client,
+		"--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer,
+		"--initial-advertise-peer-urls="+peer,
+		"--initial-cluster=testbed="+peer,
+		// Tests only: a crash loses the data, which is thrown away anyway.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	)
+}
+
+func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
+	tokens := filepath.Join(p.Dir, "tokens.csv")
+	if err := writeTokenFile(tokens, token); err != nil {
+		return nil, err
+	}
+	saKey, saPub := filepath.Join(p.Dir, "sa.key"), filepath.Join(p.Dir, "sa.pub")
+	if err := writeServiceAccountKeys(saKey, saPub); err != nil {
+		return nil, err
+	}
+	return p.run(binAPIServer,
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdClient),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		// 1.37 refuses a loopback advertise address for the kubernetes
+		// Service's endpoints; nothing here needs them.
+		"--endpoint-reconciler-type=none",
+		fmt.Sprintf("--secure-port=%d", pt.apiserver),
+		// Where it writes its self-signed serving certificate; the default
+		// is /var/run/kubernetes.
+		"--cert-dir="+filepath.Join(p.Dir, "apiserver"),
+		"--token-auth-file="+tokens,
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+saPub,
+		"--service-account-signing-key-file="+saKey,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--allow-privileged=true",
+	)
+}
+
+// connect waits for the apiserver's serving certificate, writes the
+// kubeconfig trusting its CA, and waits for /readyz and /healthz.
+func (p *Plane) connect(ctx context.Context, apiserver *process, pt ports, token string) error {
+	certPath := filepath.Join(p.Dir, "apiserver", "apiserver.crt")
+	var ca []byte
+	err := poll(ctx, apiserver, func() (bool, error) {
+		var err error
+		ca, err = extractCA(certPath)
+		if errors.Is(err, errNoCA) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("while waiting for %s: %w", certPath, err)
+	}
+	if err := os.WriteFile(filepath.Join(p.Dir, "ca.crt"), ca, 0o644); err != nil {
+		return err
+	}
+	cfg, err := writeKubeconfig(p.Kubeconfig, fmt.Sprintf("https://127.0.0.1:%d", pt.apiserver), ca, token)
+	if err != nil {
+		return err
+	}
+	// Tests create objects in bursts; the default 5 QPS would throttle them.
+	cfg.QPS, cfg.Burst = 100, 200
+	p.Config = cfg
+	if p.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	for _, path := range []string{"/readyz", "/healthz"} {
+		err := poll(ctx, apiserver, func() (bool, error) {
+			body, err := p.Client.Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+			return err == nil && string(body) == "ok", nil
+		})
+		if err != nil {
+			return fmt.Errorf("while waiting for the apiserver's %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func (p *Plane) startControllerManager(pt ports) (*process, error) {
+	return p.run(binControllerManager,
+		// No --authentication-kubeconfig: it needs the
+		// extension-apiserver-authentication ConfigMap, which this apiserver
+		// (no client CA) never writes, and /healthz is served anonymously.
+		"--kubeconfig="+p.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", pt.controllerManager),
+		"--cert-dir="+filepath.Join(p.Dir, "controller-manager"),
+		"--leader-elect=false",
+		"--service-account-private-key-file="+filepath.Join(p.Dir, "sa.key"),
+		// Without it the controller-manager logs ClusterTrustBundle errors
+		// forever.
+		"--root-ca-file="+filepath.Join(p.Dir, "ca.crt"),
+		"--use-service-account-credentials=false",
+		"--controllers=*",
+	)
+}
+
+func (p *Plane) startScheduler(pt ports) (*process, error) {
+	return p.run(binScheduler,
+		"--kubeconfig="+p.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", pt.scheduler),
+		"--cert-dir="+filepath.Join(p.Dir, "scheduler"),
+		"--leader-elect=false",
+	)
+}
+
+func (p *Plane) startKwok(pt ports) (*process, error) {
+	args := []string{
+		"--kubeconfig=" + p.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=" + kwokNodeAnnotation + "=" + kwokNodeValue,
+		// A test patches the status of such a pod itself (e.g. to
+		// CrashLoopBackOff) and kwok leaves it alone.
+		"--disregard-status-with-annotation-selector=" + StatusAnnotation + "=" + StatusCustom,
+		"--node-lease-duration-seconds=40",
+		"--node-ip=10.0.0.1",
+		"--cidr=10.244.0.0/16",
+		fmt.Sprintf("--server-address=127.0.0.1:%d", pt.kwok),
+	}
+	for _, stage := range p.bins.stages {
+		args = append(args, "--config="+stage)
+	}
+	return p.run(binKwok, args...)
+}
+
+// freePorts returns n distinct ports that were free on 127.0.0.1. They are
+// all held open until all are chosen, so they differ from one another.
+func freePorts(n int) ([]int, error) {
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("while finding a free port: %w", err)
+		}
+		defer l.Close()
+		_, port, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(port)
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// poll calls check until it reports done, fails, proc exits, or ctx ends.
+func poll(ctx context.Context, proc *process, check func() (bool, error)) error {
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		done, err := check()
+		if err != nil {
+			return proc.failure(err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return proc.failure(ctx.Err())
+		case <-proc.exited:
+			return proc.failure(errors.New("exited during start-up"))
+		case <-ticker.C:
+		}
+	}
+}
+
+// waitHealthy waits until url answers 200 OK.
+func waitHealthy(ctx context.Context, proc *process, url string, tlsConfig *tls.Config) error {
+	client := &http.Client{
+		Timeout:   5 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: nil},
+	}
+	defer client.CloseIdleConnections()
+	err := poll(ctx, proc, func() (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("while waiting for %s at %s: %w", proc.name, url, err)
+	}
+	return nil
+}
+
+// Wait blocks until ctx ends, returning nil, or until a process of the plane
+// exits, returning which and the end of its log: a foreground plane should
+// not outlive a dead apiserver.
+func (p *Plane) Wait(ctx context.Context) error {
+	exited := make(chan *process, len(p.procs))
+	for _, proc := range p.procs {
+		go func() {
+			select {
+			case <-proc.exited:
+				exited <- proc
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case proc := <-exited:
+		return proc.failure(errors.New("process is gone"))
+	}
+}
