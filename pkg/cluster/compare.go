@@ -1,0 +1,187 @@
+package cluster
+
+import (
+	"maps"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
+)
+
+// The comparisons look only at what pgloop owns. Objects read back from the
+// apiserver carry defaulted fields, allocated addresses and what other
+// controllers and users added; none of that is a difference. Labels and
+// annotations pgloop sets must be present with its values; others are left
+// alone (so one pgloop stops setting stays on the object until it is
+// re-created).
+
+// Change is what it takes to bring an existing StatefulSet to the desired
+// one.
+type Change int
+
+const (
+	// NoChange: the StatefulSet is as desired.
+	NoChange Change = iota
+	// UpdateInPlace: fields that do not touch the pods differ (replicas,
+	// labels, annotations, update strategy); updating the StatefulSet is
+	// enough, no pod is restarted.
+	UpdateInPlace
+	// ReplacePods: the pod template differs. The StatefulSet must be
+	// updated and, as its update strategy is OnDelete, every pod that is not
+	// PodUpToDate deleted, one at a time, for the StatefulSet controller to
+	// re-create it from the new template.
+	ReplacePods
+)
+
+var changeNames = []string{NoChange: "NoChange", UpdateInPlace: "UpdateInPlace", ReplacePods: "ReplacePods"}
+
+// String returns the name of the change, for logs and events.
+func (c Change) String() string {
+	if c < 0 || int(c) >= len(changeNames) {
+		return "Change(?)"
+	}
+	return changeNames[c]
+}
+
+// Compare tells what it takes to turn current, the StatefulSet in the
+// apiserver, into desired, one built by StatefulSet. Both must be non-nil.
+// The rules, first match wins:
+//
+//  1. The pod template hash annotations differ, or current has none:
+//     ReplacePods. Templates are compared by their hash only, because the
+//     apiserver defaults many template fields; a hand edit of the template
+//     that leaves the annotation alone is therefore not seen.
+//  2. Replicas, a label or annotation pgloop sets on the StatefulSet, the
+//     update strategy or the claim retention policy differ: UpdateInPlace.
+//  3. Otherwise NoChange.
+//
+// Immutable fields are never compared: selector, serviceName,
+// podManagementPolicy and volumeClaimTemplates. The volume size can only
+// grow and is applied to the existing claims, not through the StatefulSet;
+// the storage class cannot change (the CRD refuses it).
+//
+// Once the StatefulSet is updated, Compare says NoChange even while pods
+// still run the old template: a rollout in progress is tracked per pod with
+// PodUpToDate.
+func Compare(current, desired *appsv1.StatefulSet) Change {
+	if h := PodTemplateHash(current); h == "" || h != PodTemplateHash(desired) {
+		return ReplacePods
+	}
+	switch {
+	case ptr.Deref(current.Spec.Replicas, 1) != ptr.Deref(desired.Spec.Replicas, 1),
+		!containsAll(current.Labels, desired.Labels),
+		!containsAll(current.Annotations, desired.Annotations),
+		current.Spec.UpdateStrategy.Type != desired.Spec.UpdateStrategy.Type,
+		retention(current) != retention(desired):
+		return UpdateInPlace
+	}
+	return NoChange
+}
+
+// retention returns the claim retention policy; unset means Retain for
+// both, as the apiserver defaults it.
+func retention(sts *appsv1.StatefulSet) appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy {
+	p := appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+		WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+	}
+	if r := sts.Spec.PersistentVolumeClaimRetentionPolicy; r != nil {
+		if r.WhenDeleted != "" {
+			p.WhenDeleted = r.WhenDeleted
+		}
+		if r.WhenScaled != "" {
+			p.WhenScaled = r.WhenScaled
+		}
+	}
+	return p
+}
+
+// ApplyStatefulSet returns a copy of current with what pgloop owns taken
+// from desired, ready for an Update: replicas, pod template, update
+// strategy, claim retention policy, and pgloop's labels and annotations
+// merged into the existing ones. Immutable fields keep current's values,
+// so the apiserver accepts the update; resourceVersion is kept, so a
+// concurrent change makes it fail with a conflict rather than be lost.
+func ApplyStatefulSet(current, desired *appsv1.StatefulSet) *appsv1.StatefulSet {
+	out := current.DeepCopy()
+	out.Labels = mergeInto(out.Labels, desired.Labels)
+	out.Annotations = mergeInto(out.Annotations, desired.Annotations)
+	d := desired.DeepCopy()
+	out.Spec.Replicas = d.Spec.Replicas
+	out.Spec.Template = d.Spec.Template
+	out.Spec.UpdateStrategy = d.Spec.UpdateStrategy
+	out.Spec.PersistentVolumeClaimRetentionPolicy = d.Spec.PersistentVolumeClaimRetentionPolicy
+	return out
+}
+
+// ServiceNeedsUpdate reports whether current differs from desired in what
+// pgloop owns: type, ports (name, protocol, port, target port), selector,
+// and its labels and annotations. The cluster IP is never compared: the
+// apiserver allocates it and it cannot change.
+func ServiceNeedsUpdate(current, desired *corev1.Service) bool {
+	return current.Spec.Type != desired.Spec.Type ||
+		!maps.Equal(current.Spec.Selector, desired.Spec.Selector) ||
+		!slices.EqualFunc(current.Spec.Ports, desired.Spec.Ports, samePort) ||
+		!containsAll(current.Labels, desired.Labels) ||
+		!containsAll(current.Annotations, desired.Annotations)
+}
+
+func samePort(a, b corev1.ServicePort) bool {
+	return a.Name == b.Name && protocol(a) == protocol(b) && a.Port == b.Port && a.TargetPort == b.TargetPort
+}
+
+// protocol returns the port's protocol; unset means TCP, as the apiserver
+// defaults it.
+func protocol(p corev1.ServicePort) corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
+// ApplyService returns a copy of current with what pgloop owns taken from
+// desired, ready for an Update. Cluster IPs, IP families and everything else
+// the apiserver or others set are kept.
+func ApplyService(current, desired *corev1.Service) *corev1.Service {
+	out := current.DeepCopy()
+	out.Labels = mergeInto(out.Labels, desired.Labels)
+	out.Annotations = mergeInto(out.Annotations, desired.Annotations)
+	d := desired.DeepCopy()
+	out.Spec.Type = d.Spec.Type
+	out.Spec.Selector = d.Spec.Selector
+	out.Spec.Ports = d.Spec.Ports
+	return out
+}
+
+// PodDisruptionBudgetNeedsUpdate reports whether current differs from
+// desired in what pgloop owns: minAvailable, maxUnavailable (pgloop never
+// sets it), the selector, and its labels.
+func PodDisruptionBudgetNeedsUpdate(current, desired *policyv1.PodDisruptionBudget) bool {
+	return !apiequality.Semantic.DeepEqual(current.Spec.MinAvailable, desired.Spec.MinAvailable) ||
+		!apiequality.Semantic.DeepEqual(current.Spec.MaxUnavailable, desired.Spec.MaxUnavailable) ||
+		!apiequality.Semantic.DeepEqual(current.Spec.Selector, desired.Spec.Selector) ||
+		!containsAll(current.Labels, desired.Labels)
+}
+
+// ApplyPodDisruptionBudget returns a copy of current with what pgloop owns
+// taken from desired, ready for an Update.
+func ApplyPodDisruptionBudget(current, desired *policyv1.PodDisruptionBudget) *policyv1.PodDisruptionBudget {
+	out := current.DeepCopy()
+	out.Labels = mergeInto(out.Labels, desired.Labels)
+	d := desired.DeepCopy()
+	out.Spec.MinAvailable = d.Spec.MinAvailable
+	out.Spec.MaxUnavailable = d.Spec.MaxUnavailable
+	out.Spec.Selector = d.Spec.Selector
+	return out
+}
+
+// RoleNeedsUpdate reports whether the pods' Role grants other rules than
+// desired, as after an upgrade of pgloop that changed them.
+func RoleNeedsUpdate(current, desired *rbacv1.Role) bool {
+	return !apiequality.Semantic.DeepEqual(current.Rules, desired.Rules) ||
+		!containsAll(current.Labels, desired.Labels)
+}

@@ -1,0 +1,199 @@
+package cluster
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Paths and ports inside the Spilo image.
+const (
+	// DataMountPath is where the data volume is mounted.
+	DataMountPath = "/home/postgres/pgdata"
+	// PGRoot is Spilo's PGROOT, on the data volume: the data directory
+	// Spilo creates under it survives pod replacement with its volume.
+	PGRoot = DataMountPath + "/pgroot"
+	// PostgresPort is PostgreSQL's port in every pod.
+	PostgresPort = 5432
+	// PatroniPort is Patroni's REST API port in every pod.
+	PatroniPort = 8008
+)
+
+// Roles Spilo creates itself: Patroni connects as the superuser and
+// replicas stream as the replication user. Their names are fixed because
+// Validate reserves them.
+const (
+	SuperuserName       = "postgres"
+	ReplicationUserName = "standby"
+)
+
+// spiloLocalParameters are the settings Spilo's own Patroni configuration
+// sets per instance (in postgresql.parameters, not in the DCS). Patroni lets
+// a local setting win over the DCS one, so a user's value for one of these
+// must be local too, or Spilo's default would silently override it. Every
+// other parameter goes to the DCS, shared by all members. The list is
+// Spilo's configure_spilo.py template, as the zalando operator keeps it.
+var spiloLocalParameters = map[string]bool{
+	"archive_command":                  true,
+	"shared_buffers":                   true,
+	"logging_collector":                true,
+	"log_destination":                  true,
+	"log_directory":                    true,
+	"log_filename":                     true,
+	"log_file_mode":                    true,
+	"log_rotation_age":                 true,
+	"log_truncate_on_rotation":         true,
+	"ssl":                              true,
+	"ssl_ca_file":                      true,
+	"ssl_crl_file":                     true,
+	"ssl_cert_file":                    true,
+	"ssl_key_file":                     true,
+	"shared_preload_libraries":         true,
+	"bg_mon.listen_address":            true,
+	"bg_mon.history_buckets":           true,
+	"pg_stat_statements.track_utility": true,
+	"extwlist.extensions":              true,
+	"extwlist.custom_path":             true,
+}
+
+// spiloConfiguration is the SPILO_CONFIGURATION document. Spilo deep-merges
+// it over the Patroni configuration it generates: maps merge key by key
+// with these values winning, lists (pg_hba) replace Spilo's. Structs, not
+// maps, give its fixed keys a fixed order; encoding/json sorts map keys.
+type spiloConfiguration struct {
+	Bootstrap  spiloBootstrap   `json:"bootstrap"`
+	PostgreSQL *localPostgreSQL `json:"postgresql,omitempty"`
+}
+
+type spiloBootstrap struct {
+	DCS patroniDCS `json:"dcs"`
+}
+
+// patroniDCS is Patroni's dynamic configuration. Patroni writes it to the
+// DCS when it bootstraps the cluster and ignores it afterwards: a later
+// change reaches a running cluster only through Patroni's PATCH /config.
+type patroniDCS struct {
+	TTL                  int32          `json:"ttl"`
+	LoopWait             int32          `json:"loop_wait"`
+	RetryTimeout         int32          `json:"retry_timeout"`
+	MaximumLagOnFailover int64          `json:"maximum_lag_on_failover"`
+	SynchronousMode      bool           `json:"synchronous_mode"`
+	PostgreSQL           *dcsPostgreSQL `json:"postgresql,omitempty"`
+}
+
+type dcsPostgreSQL struct {
+	Parameters map[string]string `json:"parameters"`
+}
+
+// localPostgreSQL is the per-instance postgresql section; Patroni reads it
+// at every start.
+type localPostgreSQL struct {
+	Parameters map[string]string `json:"parameters,omitempty"`
+	PgHba      []string          `json:"pg_hba,omitempty"`
+}
+
+// SpiloConfiguration returns the SPILO_CONFIGURATION of the cluster: the
+// Patroni timings, the PostgreSQL parameters split between the DCS and the
+// instances (see spiloLocalParameters) and pg_hba. Parameter names are
+// lower-cased, as PostgreSQL treats them, so that Patroni recognises the
+// settings it manages; should two names differ only in case, the one that
+// sorts last wins. The output is deterministic.
+func SpiloConfiguration(pg *v1.Postgresql) string {
+	p := pg.Spec.Patroni
+	ttl, loopWait, retryTimeout := p.EffectiveTimings()
+	dcs := patroniDCS{
+		TTL:                  ttl,
+		LoopWait:             loopWait,
+		RetryTimeout:         retryTimeout,
+		MaximumLagOnFailover: v1.DefaultPatroniMaximumLagOnFailover,
+	}
+	local := localPostgreSQL{}
+	if p != nil {
+		// 0 is what an omitted maximum_lag_on_failover decodes to: the
+		// field is omitempty, so an explicit 0 cannot be stored either.
+		if p.MaximumLagOnFailover != 0 {
+			dcs.MaximumLagOnFailover = p.MaximumLagOnFailover
+		}
+		dcs.SynchronousMode = p.SynchronousMode
+		if len(p.PgHba) > 0 {
+			local.PgHba = append([]string(nil), p.PgHba...)
+		}
+	}
+	shared := map[string]string{}
+	perInstance := map[string]string{}
+	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
+		lower := strings.ToLower(name)
+		if spiloLocalParameters[lower] {
+			perInstance[lower] = pg.Spec.PostgreSQL.Parameters[name]
+		} else {
+			shared[lower] = pg.Spec.PostgreSQL.Parameters[name]
+		}
+	}
+	if len(shared) > 0 {
+		dcs.PostgreSQL = &dcsPostgreSQL{Parameters: shared}
+	}
+	if len(perInstance) > 0 {
+		local.Parameters = perInstance
+	}
+	cfg := spiloConfiguration{Bootstrap: spiloBootstrap{DCS: dcs}}
+	if local.Parameters != nil || local.PgHba != nil {
+		cfg.PostgreSQL = &local
+	}
+	return mustJSON(cfg)
+}
+
+// spiloEnv is the environment of the Spilo container, in a fixed order.
+// Spilo turns the KUBERNETES_* variables into Patroni's kubernetes section
+// (KUBERNETES_SCOPE_LABEL becomes kubernetes.scope_label, and so on).
+func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		// Patroni's scope: its DCS objects are named <scope>-leader, ...
+		{Name: "SCOPE", Value: pg.Name},
+		{Name: "PGROOT", Value: PGRoot},
+		{Name: "POD_IP", ValueFrom: fieldRef("status.podIP")},
+		{Name: "POD_NAMESPACE", ValueFrom: fieldRef("metadata.namespace")},
+		{Name: "PGUSER_SUPERUSER", Value: SuperuserName},
+		{Name: "PGPASSWORD_SUPERUSER", ValueFrom: passwordRef(SecretName(SuperuserName, pg.Name))},
+		{Name: "PGUSER_STANDBY", Value: ReplicationUserName},
+		{Name: "PGPASSWORD_STANDBY", ValueFrom: passwordRef(SecretName(ReplicationUserName, pg.Name))},
+		// Spilo picks the binaries of this major version for a new data
+		// directory; an existing one keeps the version of its PG_VERSION.
+		{Name: "PGVERSION", Value: pg.Spec.PostgreSQL.Version},
+		{Name: "DCS_ENABLE_KUBERNETES_API", Value: "true"},
+		{Name: "KUBERNETES_SCOPE_LABEL", Value: LabelClusterName},
+		{Name: "KUBERNETES_ROLE_LABEL", Value: LabelRole},
+		{Name: "KUBERNETES_LEADER_LABEL_VALUE", Value: RoleMaster},
+		// Spilo parses KUBERNETES_LABELS as JSON. Patroni lists its members
+		// with these labels plus scope_label=SCOPE.
+		{Name: "KUBERNETES_LABELS", Value: mustJSON(map[string]string{LabelApplication: ApplicationSpilo})},
+		// ConfigMaps rather than Endpoints: the master Service selects the
+		// role label, so nothing else may own its Endpoints.
+		{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
+		{Name: "SPILO_CONFIGURATION", Value: SpiloConfiguration(pg)},
+	}
+}
+
+func fieldRef(path string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
+}
+
+func passwordRef(secret string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret},
+		Key:                  SecretPasswordKey,
+	}}
+}
+
+// mustJSON encodes v, which is built here from strings, numbers, booleans,
+// maps with string keys and slices only: encoding cannot fail.
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("cluster: encode " + strconv.Quote(err.Error()))
+	}
+	return string(b)
+}
