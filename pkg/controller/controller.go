@@ -35,9 +35,13 @@ type Controller struct {
 	clock    clock.PassiveClock
 	log      *logrus.Entry
 	machines map[string]*fsm.Machine
-	// OnTransition, when set, is called for every handled event that fired
-	// at least one FSM event (metrics hook). It runs on the loop goroutine.
+	// Hooks for metrics; each runs on the loop goroutine and must be cheap.
+	// OnNew is called when a machine is created (resumed in state);
+	// OnTransition for every handled event that fired at least one FSM
+	// event; OnForget when a machine is dropped, with its last state.
+	OnNew        func(key, state string)
 	OnTransition func(key string, res *fsm.Result)
+	OnForget     func(key, state string)
 }
 
 // New returns a Controller. log may be nil (the standard logger).
@@ -67,6 +71,9 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 		}
 		m = c.engine.New(stored)
 		c.machines[ev.Key] = m
+		if c.OnNew != nil {
+			c.OnNew(ev.Key, m.State())
+		}
 		r := m.Resume()
 		resumed = &r
 	}
@@ -83,11 +90,14 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 	if res.Plan != nil {
 		out.Plan = &eventloop.Plan{ID: res.Plan.ID, Steps: c.eff.Steps(ev.Key, res.Plan)}
 	}
-	if res.Forget {
-		delete(c.machines, ev.Key)
-	}
 	if len(res.Fired) > 0 && c.OnTransition != nil {
 		c.OnTransition(ev.Key, &res)
+	}
+	if res.Forget {
+		delete(c.machines, ev.Key)
+		if c.OnForget != nil {
+			c.OnForget(ev.Key, m.State())
+		}
 	}
 	return out
 }

@@ -22,6 +22,12 @@ type Facts struct {
 	// ObjectsCurrent is true when the owned objects match the spec and the
 	// StatefulSet's pods all run its current revision.
 	ObjectsCurrent bool
+	// Outdated counts the pods not running the StatefulSet's current pod
+	// template (a rollout is due).
+	Outdated int32
+	// NextReplace is the pod a rollout replaces next: set only when every
+	// desired pod is Ready, replicas before the primary.
+	NextReplace PodRef
 	// StuckReason and Stuck are the concrete cause pods are not progressing,
 	// when one is known (Unschedulable, QuotaExceeded, VolumePending,
 	// CrashLoopBackOff...): a CamelCase reason and a message.
@@ -30,10 +36,20 @@ type Facts struct {
 
 	// cleanupDone is set by the machine when its cleanup plan succeeded.
 	cleanupDone bool
+	// replaced is the UID of the pod the machine last asked to replace, so
+	// a stale cache showing it still Ready does not replace it twice.
+	replaced string
 	// troubled is set by the machine while its ensure effects last failed
 	// (or it panicked) and have not succeeded since: pods may be Ready, but
 	// the objects are not known to match the spec.
 	troubled bool
+}
+
+// PodRef names one pod; the UID makes its deletion a precondition on that
+// very pod, not a successor with the same name.
+type PodRef struct {
+	Name string
+	UID  string
 }
 
 // converged is the podsReady guard: every desired pod Ready, a primary known

@@ -57,6 +57,7 @@ func (e *Engine) compile() {
 		"after_" + EventInvalidSpec:      on((*Machine).afterSpecSeen),
 		"after_" + EventRetry:            on((*Machine).afterRetry),
 		"after_" + EventResync:           on((*Machine).afterResync),
+		"after_" + EventReplacePod:       on((*Machine).afterReplacePod),
 		"after_" + EventEffectsSucceeded: on((*Machine).afterEffectsSucceeded),
 		"after_" + EventEffectsFailed:    on((*Machine).afterTrouble),
 		"after_" + EventPanicked:         on((*Machine).afterTrouble),
@@ -104,6 +105,8 @@ type Machine struct {
 	cleanupWanted bool
 	cleanupDone   bool
 	troubled      bool
+	replaced      string // UID of the last pod replaced
+	replace       PodRef // pod to replace in the next plan
 
 	planSeq      uint64 // ID of the latest plan
 	ensurePlan   uint64 // ID of the latest plan carrying Ensure or Cleanup, 0 if done
@@ -174,7 +177,7 @@ func (m *Machine) Resume() Result {
 func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	c := &m.call
 	*c = call{facts: f, now: now, events: c.events[:0]}
-	c.facts.cleanupDone, c.facts.troubled = m.cleanupDone, m.troubled
+	c.facts.cleanupDone, c.facts.troubled, c.facts.replaced = m.cleanupDone, m.troubled, m.replaced
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
 
@@ -208,6 +211,12 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 // is stale: a newer plan carries everything this one did.
 func (m *Machine) planDone(id uint64, err error) bool {
 	handled := false
+	if m.replace.Name != "" && id == m.planSeq {
+		if err != nil {
+			m.replaced = "" // ask again once the retry comes
+		}
+		m.replace = PodRef{}
+	}
 	if id == m.statusPlan && m.statusInPlan {
 		m.statusInPlan = false
 		if err != nil {
@@ -436,6 +445,16 @@ func (m *Machine) afterRetry(e *lfsm.Event) {
 	}
 }
 
+// afterReplacePod asks for one pod of the rollout to be deleted. The
+// StatefulSet controller recreates it; its pod events drive the next step.
+func (m *Machine) afterReplacePod(_ *lfsm.Event) {
+	ref := m.call.facts.NextReplace
+	m.replace, m.replaced = ref, ref.UID
+	m.call.facts.replaced = ref.UID
+	m.st.Reason, m.st.Message = ReasonUpdating, fmt.Sprintf("replacing pod %s (%d outdated)", ref.Name, m.call.facts.Outdated)
+	m.dirty = true
+}
+
 func (m *Machine) afterResync(_ *lfsm.Event) {
 	m.ensureWanted = true
 	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
@@ -583,11 +602,14 @@ func (m *Machine) finish(epoch int64) Result {
 	if m.st.State == Deleted {
 		return res
 	}
-	if !m.ensureWanted && !m.cleanupWanted && !m.dirty && !m.statusInPlan && len(c.events) == 0 {
+	if !m.ensureWanted && !m.cleanupWanted && !m.dirty && !m.statusInPlan && len(c.events) == 0 && m.replace.Name == "" {
 		return res
 	}
 	m.planSeq++
-	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted}
+	// A pending replacement rides on every plan until one carrying it
+	// reports (deleting with a UID precondition is idempotent), so a plan
+	// superseded in the executor's queue loses nothing.
+	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted, ReplacePod: m.replace}
 	if len(c.events) > 0 {
 		p.Events = append([]KubeEvent(nil), c.events...)
 	}

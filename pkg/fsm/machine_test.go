@@ -26,6 +26,14 @@ func starting(gen int64) Facts {
 	return Facts{Generation: gen, Desired: 2, Ready: 0, ObjectsCurrent: true}
 }
 
+// rolling is a ready cluster at generation 1 with outdated pods, the next
+// to replace named.
+func rolling(outdated int32, name, uid string) Facts {
+	f := ready(1)
+	f.ObjectsCurrent, f.Outdated, f.NextReplace = false, outdated, PodRef{Name: name, UID: uid}
+	return f
+}
+
 func unschedulable(gen int64) Facts {
 	f := starting(gen)
 	f.StuckReason, f.Stuck = "Unschedulable", "pod c-0: 0/3 nodes are available"
@@ -89,6 +97,7 @@ func TestTransitions(t *testing.T) {
 		wantCleanup bool
 		wantTimers  []string // timers pending in status afterwards
 		wantCancel  bool
+		wantReplace string // pod the last plan replaces
 		wantForget  bool
 		wantReason  string
 		wantMessage string // substring
@@ -139,6 +148,28 @@ func TestTransitions(t *testing.T) {
 		{name: "a second edit while updating re-plans", from: Updating,
 			steps:     []any{observe(with(ready(2), func(f *Facts) { f.ObjectsCurrent = false }))},
 			wantState: Updating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "rollout replaces an outdated pod when all are ready", from: Updating,
+			steps:     []any{observe(rolling(2, "c-1", "uid-1"))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerTimeout},
+			wantReplace: "c-1", wantMessage: "replacing pod c-1"},
+		{name: "rollout does not replace the same pod twice", from: Updating,
+			steps:     []any{observe(rolling(2, "c-1", "uid-1")), observe(rolling(2, "c-1", "uid-1"))},
+			wantState: Updating, wantTimers: []string{TimerTimeout}, wantReplace: "c-1"},
+		{name: "rollout waits while a pod is not ready", from: Updating,
+			steps:     []any{observe(with(rolling(2, "c-1", "uid-1"), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Updating, wantTimers: []string{TimerTimeout}},
+		{name: "rollout goes on with the next pod", from: Updating,
+			steps: []any{observe(rolling(2, "c-1", "uid-1")), done{facts: rolling(2, "c-1", "uid-1")},
+				observe(rolling(1, "c-0", "uid-0"))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerTimeout}, wantReplace: "c-0"},
+		{name: "a failed replacement is asked again", from: Updating,
+			steps: []any{observe(rolling(2, "c-1", "uid-1")), done{err: boom, facts: rolling(2, "c-1", "uid-1")},
+				observe(rolling(2, "c-1", "uid-1"))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerTimeout, TimerRetry},
+			wantReplace: "c-1"},
+		{name: "degraded rollout goes on", from: Degraded,
+			steps:     []any{observe(rolling(2, "c-1", "uid-1"))},
+			wantState: Degraded, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerRetry}, wantReplace: "c-1"},
 		{name: "updating converges", from: Updating,
 			steps:     []any{observe(ready(1))},
 			wantState: Running, wantFired: []string{EventPodsReady}, wantTimers: []string{TimerResync}},
@@ -363,6 +394,13 @@ func TestTransitions(t *testing.T) {
 			}
 			if !slices.Equal(timers, tc.wantTimers) {
 				t.Errorf("timers %v, want %v", timers, tc.wantTimers)
+			}
+			gotReplace := ""
+			if res.Plan != nil {
+				gotReplace = res.Plan.ReplacePod.Name
+			}
+			if gotReplace != tc.wantReplace {
+				t.Errorf("plan replaces %q, want %q", gotReplace, tc.wantReplace)
 			}
 			if res.CancelInFlight != tc.wantCancel || res.Forget != tc.wantForget {
 				t.Errorf("cancel=%v forget=%v, want %v %v", res.CancelInFlight, res.Forget, tc.wantCancel, tc.wantForget)

@@ -46,6 +46,10 @@ type Plan struct {
 	// Cleanup asks for the owned objects to be deleted and the finalizer
 	// removed.
 	Cleanup bool
+	// ReplacePod, when its Name is set, is a pod of a rollout to delete
+	// (with its UID as precondition) so the StatefulSet controller
+	// recreates it from the current template.
+	ReplacePod PodRef
 	// Events are Kubernetes Events to record on the resource.
 	Events []KubeEvent
 }

@@ -55,6 +55,8 @@ const (
 	EventPodsReady = "podsReady"
 	// EventPodsLost: a Running cluster lost a Ready pod or its primary.
 	EventPodsLost = "podsLost"
+	// EventReplacePod: a rollout step, one outdated pod replaced.
+	EventReplacePod = "replacePod"
 	// EventTimeout: the state's deadline passed without convergence.
 	EventTimeout = "timeout"
 	// EventRetry: the retry timer fired; the ensure effects are planned again.
@@ -114,6 +116,7 @@ var eventDocs = map[string]string{
 	EventSpecChanged:      "The spec's generation is newer than status.observedGeneration and the spec is valid.",
 	EventPodsReady:        "Guard: ready instances = desired, a primary is labelled (when desired > 0) and the objects converged.",
 	EventPodsLost:         "Guard: fewer Ready instances than desired, or no primary, while Running.",
+	EventReplacePod:       "A rollout step: every desired pod is Ready and one runs an outdated template; it is deleted (UID precondition) so the StatefulSet controller recreates it. Replicas go first, the primary last; the next step waits for the pod events that show the new pod Ready.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects are planned again and, in Degraded, the next retry is armed with a doubled delay.",
 	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",

@@ -63,6 +63,11 @@ var Table = []Transition{
 		Guard: specChanged, When: "new generation, valid"},
 	{Event: EventSpecChanged, From: []string{Running, Updating, Degraded}, To: Updating,
 		Guard: specChanged, When: "new generation, valid"},
+	{Event: EventReplacePod, From: []string{Updating, Degraded},
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool {
+			return f.NextReplace.Name != "" && f.Ready >= f.Desired && f.NextReplace.UID != f.replaced
+		},
+		When: "all pods Ready, one outdated"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
 		When:  "all pods Ready, primary labelled, objects converged, last ensure succeeded"},
@@ -118,7 +123,7 @@ var events = func() lfsm.Events {
 // observeOrder is the order in which fact-driven events are tried after every
 // input: deletion first, then the spec, then the pods.
 var observeOrder = []string{
-	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventPodsReady, EventPodsLost,
+	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventReplacePod, EventPodsReady, EventPodsLost,
 }
 
 // candidate is a fact-driven event a state takes, with its guard.
