@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,7 +86,16 @@ func BenchmarkLoopDispatch(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			heap := func() uint64 {
+				var ms runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				return ms.HeapAlloc
+			}
+			empty := heap()
 			round() // every cluster exists
+			// Live heap per cluster: machine, status, loop records, timers.
+			perCluster := float64(heap()-empty) / float64(clusters)
 			before := loop.Stats()
 			b.ResetTimer()
 			start := time.Now()
@@ -101,6 +111,7 @@ func BenchmarkLoopDispatch(b *testing.B) {
 			}
 			b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(events), "ns/event")
+			b.ReportMetric(perCluster, "heapB/cluster")
 		})
 	}
 }
