@@ -107,6 +107,9 @@ type Machine struct {
 	troubled      bool
 	replaced      string // UID of the last pod replaced
 	replace       PodRef // pod to replace in the next plan
+	// again re-plans the state's effects on the next observation: the
+	// last plan was waiting for something the informers will report.
+	again bool
 
 	planSeq      uint64 // ID of the latest plan
 	ensurePlan   uint64 // ID of the latest plan carrying Ensure or Cleanup, 0 if done
@@ -202,6 +205,11 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		m.setTroubled(true)
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
 	}
+	if in.Kind == Observe && m.again {
+		m.again = false
+		m.cleanupWanted = m.st.State == Deleting
+		m.ensureWanted = !m.cleanupWanted
+	}
 	m.observe()
 	m.project()
 	return m.finish(epoch)
@@ -225,6 +233,12 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		handled = true
 	}
 	switch {
+	case id == m.ensurePlan && errors.Is(err, ErrWaiting):
+		m.ensurePlan = 0
+		m.ensureWanted, m.cleanupWanted, m.again = false, false, true
+		m.st.Message = err.Error()
+		m.setTimer(TimerRetry, m.cfg.RetryBase)
+		return true
 	case id == m.ensurePlan:
 		m.ensurePlan = 0
 		if err != nil {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -233,6 +234,11 @@ func TestTransitions(t *testing.T) {
 				done{err: boom, facts: with(ready(1), func(f *Facts) { f.Deleting = true })},
 				timer(TimerRetry, 6, with(ready(1), func(f *Facts) { f.Deleting = true }))},
 			wantState: Deleting, wantFired: []string{EventRetry}, wantCleanup: true, wantMessage: "forbidden"},
+		{name: "cleanup waiting for pods is planned again on the next pod event", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Deleting = true })),
+				done{err: fmt.Errorf("cleanup: 2 pods (%w)", ErrWaiting), facts: with(ready(1), func(f *Facts) { f.Deleting = true })},
+				observe(with(ready(1), func(f *Facts) { f.Deleting, f.Ready = true, 0 }))},
+			wantState: Deleting, wantCleanup: true, wantTimers: []string{TimerRetry}, wantReason: ReasonDeleting, wantMessage: "2 pods"},
 		{name: "resource gone without cleanup", from: Degraded,
 			steps:     []any{observe(Facts{Gone: true})},
 			wantState: Deleted, wantFired: []string{EventCleanedUp}, wantForget: true},

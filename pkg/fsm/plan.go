@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"time"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -29,6 +30,12 @@ type Input struct {
 	PlanID uint64
 	Err    error
 }
+
+// ErrWaiting is wrapped by effect errors that mean "not yet" rather than
+// "failed" (pods still terminating before a cleanup can finish). The
+// machine then plans the effects again on the next observation, with a
+// retry timer as a safety net, instead of backing off as for a failure.
+var ErrWaiting = errors.New("waiting")
 
 // Plan is the batch of effects a transition asks for. The caller turns it
 // into API calls and runs them off the loop: the status first, then the

@@ -1,0 +1,229 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Finalizer keeps a Postgresql in the apiserver until pgloop has cleaned up
+// what the garbage collector would not: Patroni's ConfigMaps, which carry no
+// owner reference, and the cluster's reference on the shared RBAC objects.
+// The ensure effect adds it; the cleanup effect removes it last.
+const Finalizer = "pgloop.dev/cleanup"
+
+// Names of the steps Effects.Steps returns, for logs, metrics and tests.
+const (
+	StepStatus     = "status"
+	StepEnsure     = "ensure"
+	StepReplacePod = "replacePod"
+	StepCleanup    = "cleanup"
+	StepEvents     = "events"
+)
+
+// maxAttempts bounds the fresh-read-and-retry rounds of one write that meets
+// a conflict. Retries are immediate: a conflict means another writer got
+// there first, and a new read is all it takes; the step's deadline bounds
+// the whole.
+const maxAttempts = 5
+
+// ErrNotControlled is returned, wrapped, when the StatefulSet, a Service or
+// the PodDisruptionBudget of a cluster already exists and is not controlled
+// by that cluster: pgloop never takes over an object someone else made. (A
+// Secret that exists is used as it is, whoever made it.)
+var ErrNotControlled = errors.New("exists and is not controlled by postgresql")
+
+// ErrPodsTerminating is returned, wrapped, by the cleanup step while pods of
+// the cluster still exist. Patroni re-creates its ConfigMaps as long as it
+// runs, so they are deleted, and the finalizer removed, only once the pods
+// are gone; until then the cleanup is retried.
+var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", fsm.ErrWaiting)
+
+// EffectsOptions configure Effects.
+type EffectsOptions struct {
+	// Build are the builders' options (image, default resources).
+	Build Options
+	// Random is the source of new passwords; nil means crypto/rand.Reader.
+	// Plans of several clusters run at once: reads are serialised, so
+	// any reader will do (tests pass a seeded one).
+	Random io.Reader
+	// Log is the entry effects log to; nil means the standard logger.
+	Log *logrus.Entry
+}
+
+// Effects turns the plans of the state machine into client-go calls: it
+// implements controller.Effects. Every step is idempotent and writes only
+// what differs, so that a periodic resync of a cluster that did not change
+// writes nothing. It holds no state between plans and is safe for
+// concurrent use.
+type Effects struct {
+	kube   kubernetes.Interface
+	pg     client.Interface
+	rec    record.EventRecorder
+	build  Options
+	random io.Reader
+	log    *logrus.Entry
+}
+
+// NewEffects returns the Effects that act through kube (built-in objects),
+// pg (Postgresql resources) and rec (Kubernetes Events on the resources).
+func NewEffects(kube kubernetes.Interface, pg client.Interface, rec record.EventRecorder, opts EffectsOptions) *Effects {
+	log := opts.Log
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	var random io.Reader = rand.Reader
+	if opts.Random != nil {
+		random = &lockedReader{r: opts.Random}
+	}
+	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log}
+}
+
+// lockedReader serialises the reads of a random source shared by the
+// workers that run plans: crypto/rand.Reader is safe for concurrent use, an
+// arbitrary io.Reader is not.
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Read(p)
+}
+
+// Steps returns the steps that carry out plan for the cluster key
+// ("namespace/name"), in this order: status, ensure, replacePod, cleanup,
+// events. Only the steps the plan asks for are returned. status and events
+// are Always: the state machine's record and the user's Events are written
+// even when an effect failed.
+func (e *Effects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err == nil && (ns == "" || name == "") {
+		err = errors.New("want namespace/name")
+	}
+	if err != nil {
+		return []eventloop.Step{{Name: "key", Run: func(context.Context) error {
+			return fmt.Errorf("cluster key %q: %w", key, err)
+		}}}
+	}
+	r := &run{Effects: e, key: key, ns: ns, name: name, log: e.log.WithField("cluster", key)}
+	var steps []eventloop.Step
+	if plan.Status != nil {
+		status := plan.Status
+		steps = append(steps, eventloop.Step{Name: StepStatus, Always: true,
+			Run: func(ctx context.Context) error { return r.writeStatus(ctx, status) }})
+	}
+	if plan.Ensure {
+		steps = append(steps, eventloop.Step{Name: StepEnsure, Run: r.ensure})
+	}
+	if plan.ReplacePod.Name != "" {
+		pod := plan.ReplacePod
+		steps = append(steps, eventloop.Step{Name: StepReplacePod,
+			Run: func(ctx context.Context) error { return r.replacePod(ctx, pod) }})
+	}
+	if plan.Cleanup {
+		steps = append(steps, eventloop.Step{Name: StepCleanup, Run: r.cleanup})
+	}
+	if len(plan.Events) > 0 {
+		events := plan.Events
+		steps = append(steps, eventloop.Step{Name: StepEvents, Always: true,
+			Run: func(ctx context.Context) error { r.recordEvents(ctx, events); return nil }})
+	}
+	return steps
+}
+
+// run is one plan of one cluster. Its steps run one after another on one
+// goroutine, so it needs no lock.
+type run struct {
+	*Effects
+	key, ns, name string
+	log           *logrus.Entry
+	// uid is the resource's UID once a step has read it, for the Events.
+	uid types.UID
+}
+
+// getCluster reads the resource. It returns nil and no error when the
+// resource is gone, which every step takes as success.
+func (r *run) getCluster(ctx context.Context) (*v1.Postgresql, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pg, err := r.pg.Get(ctx, r.ns, r.name)
+	if apierrors.IsNotFound(err) {
+		r.log.Debug("resource gone")
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get postgresql %s: %w", r.key, err)
+	}
+	r.uid = pg.UID
+	return pg, nil
+}
+
+// replacePod deletes one pod of a rollout so the StatefulSet controller
+// re-creates it from the current template. The UID precondition makes sure
+// it is that very pod: when it is gone (NotFound) or already replaced by a
+// successor of the same name (Conflict), the work is done.
+func (r *run) replacePod(ctx context.Context, pod fsm.PodRef) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var opts metav1.DeleteOptions
+	if pod.UID != "" {
+		uid := types.UID(pod.UID)
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := r.kube.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, opts)
+	switch {
+	case err == nil:
+		r.log.WithField("pod", pod.Name).Info("deleted pod for replacement")
+		return nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		r.log.WithField("pod", pod.Name).Debug("pod already replaced")
+		return nil
+	}
+	return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+}
+
+// recordEvents records the plan's Kubernetes Events on the resource. The
+// recorder sends them asynchronously, so this never blocks and never fails.
+// Events are facts of transitions already made, so they are recorded even
+// when the plan was cancelled. The resource's UID lets `kubectl describe`
+// find them; when no earlier step read it, one read is tried.
+func (r *run) recordEvents(ctx context.Context, events []fsm.KubeEvent) {
+	if r.uid == "" && ctx.Err() == nil {
+		if _, err := r.getCluster(ctx); err != nil {
+			r.log.WithError(err).Debug("events recorded without the resource's UID")
+		}
+	}
+	ref := &v1.Postgresql{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: v1.PostgresqlKind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: r.name, UID: r.uid},
+	}
+	for _, ev := range events {
+		typ := corev1.EventTypeNormal
+		if ev.Warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.rec.Event(ref, typ, ev.Reason, ev.Message)
+	}
+}

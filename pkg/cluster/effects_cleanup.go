@@ -1,0 +1,245 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// sharedClient is what the cleanup needs of the clients of the shared RBAC
+// objects.
+type sharedClient[T Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// deleteFunc is a typed client's Delete.
+type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions) error
+
+// cleanup deletes what the cluster of a resource being deleted is made of,
+// then removes the Finalizer so the apiserver can delete the resource. It
+// may run several times (it is retried while pods terminate); each run
+// picks up where the last one stopped, and objects already gone are fine.
+//
+//  1. The StatefulSet (its pods go with it, by the garbage collector),
+//     the Services, the PodDisruptionBudget and the credentials Secrets of
+//     the superuser, the replication user and the users in the spec. The
+//     Secrets of users removed from the spec earlier carry the cluster's
+//     controller reference: the garbage collector deletes them.
+//  2. The pods, at once, so that pods never scheduled go without waiting
+//     for the garbage collector. While any pod remains the step fails with
+//     ErrPodsTerminating: Patroni, as long as it runs, would re-create the
+//     ConfigMaps deleted in 3, and a later cluster of the same name would
+//     find the old cluster's state there (and never bootstrap).
+//  3. Patroni's ConfigMaps, which have no owner reference.
+//  4. The cluster's owner reference on the shared ServiceAccount, Role and
+//     RoleBinding; each is deleted when no other cluster owns it.
+//  5. The Finalizer.
+//
+// Data is never deleted by pgloop: the volume claims pgdata-<cluster>-<n>
+// are kept (the StatefulSet retains them too), so deleting a cluster by
+// mistake loses no data, and a cluster created again with the same name
+// mounts them. Delete them yourself once the data is no longer needed:
+//
+//	kubectl delete pvc -n <namespace> -l application=spilo,cluster-name=<cluster>
+//
+// Unlike Patroni's ConfigMaps, the Secrets are deleted: a cluster created
+// again on kept volumes then gets new passwords that its data directory does
+// not know (see the operator's user guide).
+func (r *run) cleanup(ctx context.Context) error {
+	pg, err := r.getCluster(ctx)
+	if pg == nil {
+		return err
+	}
+	if pg.DeletionTimestamp == nil {
+		// Only the state machine's Deleting state asks for a cleanup;
+		// deleting a live cluster's Secrets would lose its passwords.
+		return fmt.Errorf("cleanup of postgresql %s refused: it is not being deleted", r.key)
+	}
+	names := Names(pg)
+	core, apps := r.kube.CoreV1(), r.kube.AppsV1()
+	background := metav1.DeletePropagationBackground
+	if err := r.deleteObject(ctx, "statefulset", names.StatefulSet, apps.StatefulSets(r.ns).Delete,
+		metav1.DeleteOptions{PropagationPolicy: &background}); err != nil {
+		return err
+	}
+	for _, name := range names.Services {
+		if err := r.deleteObject(ctx, "service", name, core.Services(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := r.deleteObject(ctx, "poddisruptionbudget", names.PodDisruptionBudget,
+		r.kube.PolicyV1().PodDisruptionBudgets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	for _, name := range names.Secrets {
+		if err := r.deleteObject(ctx, "secret", name, core.Secrets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := r.deletePods(ctx, pg); err != nil {
+		return err
+	}
+	for _, name := range names.PatroniConfigMaps {
+		if err := r.deleteObject(ctx, "configmap", name, core.ConfigMaps(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+	}
+	rbac := r.kube.RbacV1()
+	if err := releaseShared(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", names.ServiceAccount, pg.UID); err != nil {
+		return err
+	}
+	if err := releaseShared(ctx, r, rbac.Roles(r.ns), "role", names.Role, pg.UID); err != nil {
+		return err
+	}
+	if err := releaseShared(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", names.RoleBinding, pg.UID); err != nil {
+		return err
+	}
+	return r.removeFinalizer(ctx, pg)
+}
+
+// deleteObject deletes one object; one already gone is fine.
+func (r *run) deleteObject(ctx context.Context, kind, name string, del deleteFunc, opts metav1.DeleteOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := del(ctx, name, opts)
+	switch {
+	case err == nil:
+		r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("deleted")
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return fmt.Errorf("delete %s %s: %w", kind, name, err)
+}
+
+// deletePods deletes the cluster's pods that are not terminating yet and
+// fails with ErrPodsTerminating while any remains. Pods are found by the
+// StatefulSet's selector.
+func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	pods := r.kube.CoreV1().Pods(r.ns)
+	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()}
+	list, err := pods.List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("list pods of postgresql %s: %w", r.key, err)
+	}
+	deleted := false
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.deleteObject(ctx, "pod", list.Items[i].Name, pods.Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		deleted = true
+	}
+	if deleted {
+		// Pods never scheduled are gone at once; the others terminate.
+		if list, err = pods.List(ctx, sel); err != nil {
+			return fmt.Errorf("list pods of postgresql %s: %w", r.key, err)
+		}
+	}
+	if n := len(list.Items); n > 0 {
+		return fmt.Errorf("%w: %d of postgresql %s", ErrPodsTerminating, n, r.key)
+	}
+	return nil
+}
+
+// releaseShared removes the cluster's owner reference (by uid) from a
+// shared object and deletes the object once no owner remains. The deletion
+// is conditional on the version read, so a cluster that has just added its
+// reference keeps the object: the conflict makes this start over.
+func releaseShared[T Object](ctx context.Context, r *run, c sharedClient[T], kind, name string, uid types.UID) error {
+	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		cur, err := c.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("get %s %s: %w", kind, name, err)
+		}
+		refs := cur.GetOwnerReferences()
+		kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == uid })
+		if len(kept) == len(refs) {
+			return nil // not, or no longer, ours
+		}
+		if len(kept) == 0 {
+			pre := &metav1.Preconditions{UID: ptr.To(cur.GetUID())}
+			if rv := cur.GetResourceVersion(); rv != "" {
+				pre.ResourceVersion = &rv
+			}
+			err = c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: pre})
+			switch {
+			case err == nil:
+				log.Info("deleted: no cluster uses it")
+				return nil
+			case apierrors.IsNotFound(err):
+				return nil
+			case apierrors.IsConflict(err) && attempt < maxAttempts:
+				continue
+			}
+			return fmt.Errorf("delete %s %s: %w", kind, name, err)
+		}
+		out := cur.DeepCopyObject().(T)
+		out.SetOwnerReferences(kept)
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			log.Info("owner reference removed")
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt < maxAttempts:
+			continue
+		}
+		return fmt.Errorf("update %s %s: %w", kind, name, err)
+	}
+}
+
+// removeFinalizer removes Finalizer from the resource, re-reading it on a
+// conflict. A resource already gone is fine.
+func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
+	for attempt := 1; ; attempt++ {
+		if !slices.Contains(pg.Finalizers, Finalizer) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		upd := pg.DeepCopy()
+		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == Finalizer })
+		_, err := r.pg.Update(ctx, upd)
+		switch {
+		case err == nil:
+			r.log.Info("finalizer removed")
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt < maxAttempts:
+			var gerr error
+			if pg, gerr = r.getCluster(ctx); pg == nil {
+				return gerr
+			}
+			continue
+		}
+		return fmt.Errorf("remove finalizer from postgresql %s: %w", r.key, err)
+	}
+}

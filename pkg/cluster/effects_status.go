@@ -1,0 +1,63 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// writeStatus writes status through the status subresource, as
+// CloudNativePG's status helper does: read the resource, skip the write when
+// its status already is the desired one, else write and, on a conflict,
+// read again and retry. The spec is never written here. A resource that is
+// gone needs no status.
+func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) error {
+	want := stored(status)
+	for attempt := 1; ; attempt++ {
+		pg, err := r.getCluster(ctx)
+		if pg == nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(pg.Status, *want) {
+			r.log.Debug("status unchanged")
+			return nil
+		}
+		// pg is this call's own copy: the client decoded it.
+		pg.Status = *status.DeepCopy()
+		_, err = r.pg.UpdateStatus(ctx, pg)
+		switch {
+		case err == nil:
+			r.log.WithField("state", status.State).Debug("status written")
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err) && attempt < maxAttempts:
+			continue
+		}
+		return fmt.Errorf("update status of postgresql %s: %w", r.key, err)
+	}
+}
+
+// stored returns status as the apiserver stores it, to compare with what it
+// returns: times keep whole seconds only (metav1.Time's encoding), while
+// the state machine stamps them with its clock's full precision. Without
+// this, a status that did not change would still be written. The JSON
+// round trip is exactly the apiserver's; status holds only plain fields.
+func stored(status *v1.PostgresqlStatus) *v1.PostgresqlStatus {
+	out := &v1.PostgresqlStatus{}
+	data, err := json.Marshal(status)
+	if err == nil {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
+		// Cannot happen for these types; comparing as it is only costs
+		// a write.
+		return status
+	}
+	return out
+}

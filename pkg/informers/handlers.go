@@ -1,0 +1,126 @@
+package informers
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// Handlers only map an object to its cluster and call Notify: no API call,
+// no blocking, no work that Observe can do later on the loop goroutine.
+
+// specHandler notifies SignalSpec for the Postgresql resources.
+func (i *Informers) specHandler() cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if pg, ok := obj.(*v1.Postgresql); ok {
+			i.notifier.Notify(pg.Namespace+"/"+pg.Name, SignalSpec)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*v1.Postgresql)
+			cur, ok2 := newObj.(*v1.Postgresql)
+			if ok1 && ok2 && !specChanged(old, cur) {
+				return
+			}
+			notify(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				// The resource's cache key is its cluster key.
+				i.notifier.Notify(tomb.Key, SignalSpec)
+				return
+			}
+			notify(obj)
+		},
+	}
+}
+
+// specChanged reports whether an update of a Postgresql is one the state
+// machine must see. pgloop's own status writes are not: each would be
+// observed, may change the status again (a new message, a new timestamp),
+// and the loop would feed itself. So an update that changes only status,
+// resourceVersion or managed fields is dropped. A resync (the informer hands
+// the cached object itself as both old and new) always notifies: that is
+// what a resync period is for.
+func specChanged(old, cur *v1.Postgresql) bool {
+	if old == cur {
+		return true
+	}
+	return old.UID != cur.UID ||
+		old.Generation != cur.Generation ||
+		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
+		!slices.Equal(old.Finalizers, cur.Finalizers) ||
+		!maps.Equal(old.Labels, cur.Labels) ||
+		!maps.Equal(old.Annotations, cur.Annotations)
+}
+
+// ownedHandler notifies signal for objects of a cluster (pods, StatefulSets,
+// Services, Secrets, PodDisruptionBudgets, claims), found by their
+// cluster-name label.
+func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		key, ok := clusterKey(obj)
+		if !ok {
+			i.log.Debugf("informers: %T without a %s label, ignored", obj, cluster.LabelClusterName)
+			return
+		}
+		i.notifier.Notify(key, signal)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			// A relabelled object leaves one cluster for another: both
+			// must look again.
+			if oldKey, ok := clusterKey(oldObj); ok {
+				if newKey, _ := clusterKey(newObj); newKey != oldKey {
+					i.notifier.Notify(oldKey, signal)
+				}
+			}
+			notify(newObj)
+		},
+		DeleteFunc: notify,
+	}
+}
+
+// eventHandler notifies SignalEvents for Warning Events about the
+// StatefulSet of a cluster that scope s knows. The Events informer sees the
+// Warnings of every StatefulSet in its namespaces, pgloop's or not; checking
+// the cluster cache (a map lookup, no I/O) keeps the others from waking the
+// loop. The kind and type are checked again although the field selector
+// asks for them, because a fake API ignores field selectors. A Normal Event
+// (SuccessfulCreate) would need no notice anyway: the pod it announces
+// brings its own.
+func (i *Informers) eventHandler(s *scope) cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		ev, ok := obj.(*corev1.Event)
+		if !ok || ev.InvolvedObject.Kind != "StatefulSet" || ev.Type != corev1.EventTypeWarning {
+			return
+		}
+		// pgloop names the StatefulSet after the cluster
+		// (cluster.StatefulSetName), so the Event's object key is the
+		// cluster key.
+		key := involvedKey(ev)
+		if _, ok, _ := s.postgresqls.GetStore().GetByKey(key); !ok {
+			return
+		}
+		i.notifier.Notify(key, SignalEvents)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		DeleteFunc: notify,
+	}
+}

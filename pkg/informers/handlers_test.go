@@ -1,0 +1,292 @@
+package informers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// TestHandlers drives the informers through a fake API and checks each
+// watch event becomes the right Notify. A case that must notify nothing
+// is followed by one that notifies on the same informer: handlers of one
+// informer run in order, so had the first notified, its note would come
+// first.
+func TestHandlers(t *testing.T) {
+	c1, c2 := newPG("c1", 1), newPG("c2", 1)
+	rec := newRecorder()
+	inf, kube, pgc := start(t, Options{}, rec, []*v1.Postgresql{c1, c2})
+	got := map[note]int{}
+	for range 2 {
+		got[rec.next(t)]++
+	}
+	if got[note{"db/c1", SignalSpec}] != 1 || got[note{"db/c2", SignalSpec}] != 1 {
+		t.Fatalf("initial notes %v", got)
+	}
+
+	ctx := context.Background()
+	sts := statefulSet(c1)
+	objs := cluster.Names(c1)
+	create := func(obj runtime.Object) func(*testing.T) {
+		return func(t *testing.T) { mustDo(t, kube.Tracker().Add(obj)) }
+	}
+	updatePG := func(name string, mod func(*v1.Postgresql)) func(*testing.T) {
+		return func(t *testing.T) {
+			cur, err := pgc.Get(ctx, ns, name)
+			mustDo(t, err)
+			cur = cur.DeepCopy()
+			mod(cur)
+			_, err = pgc.Update(ctx, cur)
+			mustDo(t, err)
+		}
+	}
+	labelled := func(obj metav1.Object, name string) {
+		obj.SetNamespace(ns)
+		obj.SetName(name)
+		obj.SetLabels(cluster.Labels(c1))
+	}
+	svc := &corev1.Service{}
+	labelled(svc, objs.Services[0])
+	secret := &corev1.Secret{Data: map[string][]byte{"password": []byte("s3cr3t")}}
+	labelled(secret, objs.Secrets[0])
+	pdb := &policyv1.PodDisruptionBudget{}
+	labelled(pdb, objs.PodDisruptionBudget)
+	stranger := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stranger",
+		Labels: map[string]string{cluster.LabelApplication: cluster.ApplicationSpilo}}}
+	otherSts := statefulSet(newPG("not-pgloop", 1))
+
+	steps := []struct {
+		name string
+		do   []func(*testing.T)
+		want []note
+	}{
+		{"pod added", []func(*testing.T){create(pod(c1, 0))}, []note{{"db/c1", SignalPods}}},
+		{"pod updated", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.Tracker().Update(podsGVR, pod(c1, 0, master), ns))
+		}}, []note{{"db/c1", SignalPods}}},
+		{"pod relabelled to another cluster notifies both", []func(*testing.T){func(t *testing.T) {
+			p := pod(c1, 0)
+			p.Labels[cluster.LabelClusterName] = "c2"
+			mustDo(t, kube.Tracker().Update(podsGVR, p, ns))
+		}}, []note{{"db/c1", SignalPods}, {"db/c2", SignalPods}}},
+		{"pod without cluster-name ignored", []func(*testing.T){create(stranger), create(pod(c1, 1))},
+			[]note{{"db/c1", SignalPods}}},
+		{"pod deleted", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.CoreV1().Pods(ns).Delete(ctx, "c1-1", metav1.DeleteOptions{}))
+		}}, []note{{"db/c1", SignalPods}}},
+		{"statefulset", []func(*testing.T){create(sts)}, []note{{"db/c1", SignalObjects}}},
+		{"service", []func(*testing.T){create(svc)}, []note{{"db/c1", SignalObjects}}},
+		{"secret", []func(*testing.T){create(secret)}, []note{{"db/c1", SignalObjects}}},
+		{"poddisruptionbudget", []func(*testing.T){create(pdb)}, []note{{"db/c1", SignalObjects}}},
+		{"persistentvolumeclaim", []func(*testing.T){create(claim(c1, 0, corev1.ClaimPending))}, []note{{"db/c1", SignalObjects}}},
+		{"statefulset deleted", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.AppsV1().StatefulSets(ns).Delete(ctx, sts.Name, metav1.DeleteOptions{}))
+		}}, []note{{"db/c1", SignalObjects}}},
+		{"warning event on the cluster's statefulset", []func(*testing.T){
+			create(event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
+		}, []note{{"db/c1", SignalEvents}}},
+		{"normal event and event of a statefulset not pgloop's ignored", []func(*testing.T){
+			create(event(sts, "e2", corev1.EventTypeNormal, "SuccessfulCreate", "create Pod c1-0", 0)),
+			create(event(otherSts, "e3", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
+			create(event(statefulSet(c2), "e4", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
+		}, []note{{"db/c2", SignalEvents}}},
+		{"status-only update not notified", []func(*testing.T){
+			updatePG("c1", func(pg *v1.Postgresql) {
+				pg.Status.State, pg.Status.Epoch, pg.Status.Message = "Degraded", 9, "pod c1-0: unschedulable"
+				pg.ResourceVersion = "77"
+				pg.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "pgloop", Subresource: "status"}}
+			}),
+			updatePG("c2", func(pg *v1.Postgresql) { pg.Labels = map[string]string{"env": "prod"} }),
+		}, []note{{"db/c2", SignalSpec}}},
+		{"spec update", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
+			pg.Spec.NumberOfInstances, pg.Generation = 2, 2
+		})}, []note{{"db/c1", SignalSpec}}},
+		{"annotation update", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
+			pg.Annotations = map[string]string{"note": "x"}
+		})}, []note{{"db/c1", SignalSpec}}},
+		{"deletion requested", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
+			pg.DeletionTimestamp = ptr.To(metav1.Now())
+		})}, []note{{"db/c1", SignalSpec}}},
+		{"cluster deleted", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, pgc.Delete(ctx, ns, "c1", metav1.DeleteOptions{}))
+		}}, []note{{"db/c1", SignalSpec}}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			for _, do := range st.do {
+				do(t)
+			}
+			// Notes of different informers may interleave: compare as sets.
+			want := map[note]int{}
+			for _, n := range st.want {
+				want[n]++
+			}
+			for range st.want {
+				n := rec.next(t)
+				if want[n] == 0 {
+					t.Fatalf("got %v, want %v", n, st.want)
+				}
+				want[n]--
+			}
+		})
+	}
+
+	if f, _ := inf.Observe("db/c1"); !f.Gone {
+		t.Errorf("db/c1 after deletion: %+v", f)
+	}
+	cached, err := inf.all.owned.Core().V1().Secrets().Lister().Secrets(ns).Get(secret.Name)
+	if err != nil || cached.Data != nil {
+		t.Errorf("cached secret %v, %v: its data must not be kept", cached, err)
+	}
+	select {
+	case n := <-rec.ch:
+		t.Errorf("unexpected %v", n)
+	default:
+	}
+}
+
+var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTombstones feeds the delete handlers the DeletedFinalStateUnknown a
+// relist leaves when a deletion was missed.
+func TestTombstones(t *testing.T) {
+	c1 := newPG("c1", 1)
+	sts := statefulSet(c1)
+	rec := newRecorder()
+	i := &Informers{notifier: rec, log: logrus.NewEntry(logrus.StandardLogger())}
+	s := &scope{postgresqls: cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.Postgresql{}, 0, cache.Indexers{})}
+	mustDo(t, s.postgresqls.GetStore().Add(c1))
+
+	tests := []struct {
+		name    string
+		handler cache.ResourceEventHandler
+		obj     any
+		want    *note
+	}{
+		{"cluster", i.specHandler(), c1, &note{"db/c1", SignalSpec}},
+		{"cluster tombstone", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1", Obj: c1}, &note{"db/c1", SignalSpec}},
+		{"cluster tombstone without object", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1"}, &note{"db/c1", SignalSpec}},
+		{"pod tombstone", i.ownedHandler(SignalPods), cache.DeletedFinalStateUnknown{Key: "db/c1-0", Obj: pod(c1, 0)}, &note{"db/c1", SignalPods}},
+		{"claim tombstone", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/pgdata-c1-0", Obj: claim(c1, 0, corev1.ClaimBound)}, &note{"db/c1", SignalObjects}},
+		{"tombstone without object", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/x"}, nil},
+		{"event tombstone", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1",
+			Obj: event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)}, &note{"db/c1", SignalEvents}},
+		{"event tombstone without object", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1"}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.handler.OnDelete(tt.obj)
+			select {
+			case n := <-rec.ch:
+				if tt.want == nil || n != *tt.want {
+					t.Errorf("got %v, want %v", n, tt.want)
+				}
+			default:
+				if tt.want != nil {
+					t.Errorf("nothing, want %v", *tt.want)
+				}
+			}
+		})
+	}
+}
+
+func TestSpecChanged(t *testing.T) {
+	base := newPG("c1", 1)
+	base.ResourceVersion = "1"
+	base.Labels = map[string]string{"a": "1"}
+	base.Finalizers = []string{"pgloop.dev/cleanup"}
+	tests := []struct {
+		name string
+		mod  func(*v1.Postgresql)
+		want bool
+	}{
+		{"status", func(p *v1.Postgresql) { p.Status.State, p.Status.Epoch = "Degraded", 5 }, false},
+		{"resourceVersion", func(p *v1.Postgresql) { p.ResourceVersion = "2" }, false},
+		{"managedFields", func(p *v1.Postgresql) { p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "pgloop"}} }, false},
+		{"generation", func(p *v1.Postgresql) { p.Generation++ }, true},
+		{"deletionTimestamp", func(p *v1.Postgresql) { p.DeletionTimestamp = ptr.To(metav1.Now()) }, true},
+		{"finalizers", func(p *v1.Postgresql) { p.Finalizers = nil }, true},
+		{"labels", func(p *v1.Postgresql) { p.Labels["a"] = "2" }, true},
+		{"annotations", func(p *v1.Postgresql) { p.Annotations = map[string]string{"x": "y"} }, true},
+		{"uid (recreated)", func(p *v1.Postgresql) { p.UID = "other" }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cur := base.DeepCopy()
+			tt.mod(cur)
+			if got := specChanged(base, cur); got != tt.want {
+				t.Errorf("specChanged = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if !specChanged(base, base) {
+		t.Error("a resync (same object) must notify")
+	}
+}
+
+// TestSelectors checks what the informers ask the API server for: pgloop's
+// label on owned objects, Warning Events of StatefulSets only, one namespace
+// each.
+func TestSelectors(t *testing.T) {
+	kube := fake.NewClientset()
+	inf := New(kube, newFakePG(t), Options{Namespaces: []string{"db"}, Now: func() time.Time { return now }}, discard{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf.Start(ctx)
+	mustDo(t, inf.WaitForCacheSync(ctx))
+	seen := map[string]bool{}
+	for _, a := range kube.Actions() {
+		la, ok := a.(k8stesting.ListAction)
+		if !ok {
+			continue
+		}
+		lr := la.GetListRestrictions()
+		res := a.GetResource().Resource
+		seen[res] = true
+		if a.GetNamespace() != "db" {
+			t.Errorf("%s listed in namespace %q", res, a.GetNamespace())
+		}
+		switch res {
+		case "events":
+			if got := lr.Fields.String(); got != "involvedObject.kind=StatefulSet,type=Warning" {
+				t.Errorf("events field selector %q", got)
+			}
+		default:
+			if got := lr.Labels.String(); got != "application=spilo" {
+				t.Errorf("%s label selector %q", res, got)
+			}
+		}
+	}
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "events"} {
+		if !seen[res] {
+			t.Errorf("%s never listed", res)
+		}
+	}
+
+	cancel()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel2()
+	stalled := New(fake.NewClientset(), newFakePG(t), Options{}, discard{})
+	if err := stalled.WaitForCacheSync(ctx2); err == nil {
+		t.Error("WaitForCacheSync of informers never started returned nil")
+	}
+}

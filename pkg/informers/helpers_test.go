@@ -1,0 +1,244 @@
+package informers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// fakePG is an in-memory client.Interface on client-go's object tracker,
+// which gives List a resourceVersion and replays to a Watch what changed
+// since, so no event between an informer's list and its watch is lost.
+type fakePG struct {
+	tracker k8stesting.ObjectTracker
+}
+
+var _ client.Interface = (*fakePG)(nil)
+
+func newFakePG(t testing.TB, pgs ...*v1.Postgresql) *fakePG {
+	t.Helper()
+	f := &fakePG{tracker: k8stesting.NewObjectTracker(client.Scheme, serializer.NewCodecFactory(client.Scheme).UniversalDecoder())}
+	for _, pg := range pgs {
+		if err := f.tracker.Add(pg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector to list then watch,
+// as for client-go's fake clientset: the tracker sends no initial-events
+// bookmark.
+func (f *fakePG) IsWatchListSemanticsUnSupported() bool { return true }
+
+var pgGVR = v1.SchemeGroupVersionResource
+
+func (f *fakePG) Get(_ context.Context, namespace, name string) (*v1.Postgresql, error) {
+	obj, err := f.tracker.Get(pgGVR, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.Postgresql), nil
+}
+
+func (f *fakePG) List(_ context.Context, namespace string, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
+	obj, err := f.tracker.List(pgGVR, v1.SchemeGroupVersionKind, namespace, opts)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.PostgresqlList), nil
+}
+
+func (f *fakePG) Watch(_ context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	return f.tracker.Watch(pgGVR, namespace, opts)
+}
+
+func (f *fakePG) Create(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return pg, f.tracker.Create(pgGVR, pg, pg.Namespace)
+}
+
+func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return pg, f.tracker.Update(pgGVR, pg, pg.Namespace)
+}
+
+func (f *fakePG) UpdateStatus(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return f.Update(ctx, pg)
+}
+
+func (f *fakePG) Delete(_ context.Context, namespace, name string, _ metav1.DeleteOptions) error {
+	return f.tracker.Delete(pgGVR, namespace, name)
+}
+
+// note is one Notify call.
+type note struct{ key, signal string }
+
+// recorder is a Notifier that hands every call to the test, in order.
+type recorder struct{ ch chan note }
+
+func newRecorder() *recorder { return &recorder{ch: make(chan note, 1024)} }
+
+func (r *recorder) Notify(key, signal string) { r.ch <- note{key, signal} }
+
+// next waits for the next note; the handlers run on the informers'
+// goroutines.
+func (r *recorder) next(t *testing.T) note {
+	t.Helper()
+	select {
+	case n := <-r.ch:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification within 10s")
+		return note{}
+	}
+}
+
+// discard is a Notifier for tests that only read the caches.
+type discard struct{}
+
+func (discard) Notify(string, string) {}
+
+// now is the fixed time of every test.
+var now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
+
+const ns = "db"
+
+// newPG returns a valid cluster of instances pods at generation 1.
+func newPG(name string, instances int32) *v1.Postgresql {
+	return &v1.Postgresql{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Generation: 1},
+		Spec: v1.PostgresqlSpec{
+			TeamID:            "acid",
+			NumberOfInstances: instances,
+			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
+			Volume:            v1.Volume{Size: resource.MustParse("10Gi")},
+		},
+		Status: v1.PostgresqlStatus{State: "Running", Epoch: 4},
+	}
+}
+
+// statefulSet returns pg's StatefulSet as the apiserver holds it once the
+// StatefulSet controller has seen it.
+func statefulSet(pg *v1.Postgresql) *appsv1.StatefulSet {
+	sts := cluster.StatefulSet(pg, cluster.Options{})
+	sts.UID = types.UID(pg.Name + "-sts-uid")
+	sts.Generation = 1
+	sts.Status.ObservedGeneration = 1
+	return sts
+}
+
+// pod returns the Ready, up-to-date replica of ordinal ord of pg; mods
+// change it.
+func pod(pg *v1.Postgresql, ord int32, mods ...func(*corev1.Pod)) *corev1.Pod {
+	name := cluster.PodName(pg.Name, ord)
+	labels := cluster.Labels(pg)
+	labels[cluster.LabelRole] = cluster.RoleReplica
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid"), Labels: labels,
+			Annotations:       map[string]string{cluster.AnnotationPodTemplateHash: cluster.PodTemplateHash(statefulSet(pg))},
+			CreationTimestamp: ago(time.Hour),
+		},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning,
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: cluster.ContainerName, Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+		},
+	}
+	for _, m := range mods {
+		m(p)
+	}
+	return p
+}
+
+func master(p *corev1.Pod) { p.Labels[cluster.LabelRole] = cluster.RoleMaster }
+
+func notReady(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }
+
+func terminating(p *corev1.Pod) {
+	t := ago(time.Second)
+	p.DeletionTimestamp = &t
+}
+
+func outdated(p *corev1.Pod) { p.Annotations[cluster.AnnotationPodTemplateHash] = "0ld" }
+
+func unschedulable(msg string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg},
+			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
+		}
+		p.Status.ContainerStatuses = nil
+	}
+}
+
+func waiting(reason, msg string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		notReady(p)
+		p.Status.ContainerStatuses[0].Ready = false
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	}
+}
+
+func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: cluster.PersistentVolumeClaimName(pg.Name, ord),
+			Labels: cluster.Labels(pg)},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
+	}
+}
+
+// event returns an Event of the StatefulSet controller about sts.
+func event(sts *appsv1.StatefulSet, name, typ, reason, msg string, last time.Duration) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sts.Namespace, Name: name},
+		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", APIVersion: "apps/v1",
+			Namespace: sts.Namespace, Name: sts.Name, UID: sts.UID},
+		Type: typ, Reason: reason, Message: msg,
+		FirstTimestamp: ago(last + time.Minute), LastTimestamp: ago(last),
+		Source: corev1.EventSource{Component: "statefulset-controller"},
+	}
+}
+
+// start runs informers over the given objects until the test ends, and
+// returns once their caches are synced.
+func start(t testing.TB, opts Options, n Notifier, pgs []*v1.Postgresql, objs ...runtime.Object) (*Informers, *fake.Clientset, *fakePG) {
+	t.Helper()
+	kube := fake.NewClientset(objs...)
+	pgc := newFakePG(t, pgs...)
+	if opts.Now == nil {
+		opts.Now = func() time.Time { return now }
+	}
+	inf := New(kube, pgc, opts, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf.Start(ctx)
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelSync()
+	if err := inf.WaitForCacheSync(syncCtx); err != nil {
+		t.Fatal(err)
+	}
+	return inf, kube, pgc
+}

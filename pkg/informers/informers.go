@@ -1,0 +1,370 @@
+// Package informers keeps pgloop's view of the cluster: informer caches of
+// the Postgresql resources and of the objects pgloop owns, handlers that turn
+// every watch event into a Notify of the event loop, and Observe, which reads
+// a cluster's fsm.Facts from those caches on the loop goroutine.
+//
+// Handlers never call the API and never block: they map an object to the
+// cluster it belongs to and notify. Everything else is read from the caches
+// when the loop asks, so a burst of pod updates costs one Observe once the
+// loop's inbox has coalesced it.
+package informers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// Notifier is the event loop's producer side (eventloop.Loop implements it).
+// Notify must not block: informer handlers call it on their own goroutines.
+type Notifier interface {
+	Notify(key, signal string)
+}
+
+// Signals the handlers send, one per kind of change, so the loop's inbox
+// coalesces a burst of the same kind into one event per cluster.
+const (
+	// SignalSpec: the Postgresql resource was added, deleted, or changed in
+	// what the state machine reads (generation, deletion, finalizers,
+	// labels, annotations).
+	SignalSpec = "spec"
+	// SignalPods: one of the cluster's pods changed.
+	SignalPods = "pods"
+	// SignalObjects: another object of the cluster changed (StatefulSet,
+	// Service, Secret, PodDisruptionBudget, PersistentVolumeClaim).
+	SignalObjects = "objects"
+	// SignalEvents: a Warning Event about the cluster's StatefulSet arrived
+	// (FailedCreate, e.g. exceeded quota).
+	SignalEvents = "events"
+)
+
+// Options configure New. The zero value watches every namespace.
+type Options struct {
+	// Namespaces to watch. Empty (or containing "") means all namespaces;
+	// otherwise one set of informers runs per namespace, so the operator
+	// needs RBAC in those namespaces only.
+	Namespaces []string
+	// Resync is the informers' resync period; 0 means none. pgloop has its
+	// own resync timers per cluster, so it needs none.
+	Resync time.Duration
+	// Log receives debug lines about objects that map to no cluster. Nil
+	// means the standard logger.
+	Log *logrus.Entry
+	// Now tells the time for Event age checks. Nil means time.Now.
+	Now func() time.Time
+	// Cluster are the operator-wide settings the desired StatefulSet is
+	// built with. They must be the ones the effects build with, or Observe
+	// sees a difference that is not there and ObjectsCurrent stays false.
+	Cluster cluster.Options
+}
+
+// Index names of the caches.
+const (
+	// byCluster indexes the objects of a cluster by cluster key
+	// ("namespace/cluster-name"), from their cluster-name label.
+	byCluster = "cluster"
+	// byInvolvedObject indexes Events by "namespace/name" of the object
+	// they are about.
+	byInvolvedObject = "involvedObject"
+)
+
+// scope is the set of informers of one namespace (or of all namespaces).
+type scope struct {
+	owned  kubeinformers.SharedInformerFactory
+	events kubeinformers.SharedInformerFactory
+
+	postgresqls  cache.SharedIndexInformer
+	pods         cache.SharedIndexInformer
+	statefulSets cache.SharedIndexInformer
+	claims       cache.SharedIndexInformer
+	warnings     cache.SharedIndexInformer
+	// synced complete once each handler has been handed its informer's
+	// initial list (which implies the informer's cache holds it).
+	synced []cache.DoneChecker
+}
+
+// Informers are pgloop's caches and the handlers that notify the loop.
+type Informers struct {
+	// all is set when every namespace is watched; otherwise byNamespace
+	// holds one scope per watched namespace.
+	all         *scope
+	byNamespace map[string]*scope
+	scopes      []*scope
+
+	notifier Notifier
+	log      *logrus.Entry
+	now      func() time.Time
+	opts     cluster.Options
+
+	startOnce sync.Once
+
+	// mu guards derived: Observe runs on the loop goroutine, but other
+	// readers (a status endpoint, tests) may call it too.
+	mu      sync.Mutex
+	derived map[string]*derived
+}
+
+// New sets up the informers and registers their handlers; nothing runs
+// until Start. n is notified of every change, keyed by cluster.
+func New(kube kubernetes.Interface, pg client.Interface, opts Options, n Notifier) *Informers {
+	i := &Informers{
+		notifier: n,
+		log:      opts.Log,
+		now:      opts.Now,
+		opts:     opts.Cluster,
+		derived:  map[string]*derived{},
+	}
+	if i.log == nil {
+		i.log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if i.now == nil {
+		i.now = time.Now
+	}
+	namespaces := slices.Clone(opts.Namespaces)
+	slices.Sort(namespaces)
+	namespaces = slices.Compact(namespaces)
+	if len(namespaces) == 0 || slices.Contains(namespaces, metav1.NamespaceAll) {
+		i.all = i.newScope(kube, pg, metav1.NamespaceAll, opts.Resync)
+		i.scopes = []*scope{i.all}
+		return i
+	}
+	i.byNamespace = make(map[string]*scope, len(namespaces))
+	for _, ns := range namespaces {
+		s := i.newScope(kube, pg, ns, opts.Resync)
+		i.byNamespace[ns] = s
+		i.scopes = append(i.scopes, s)
+	}
+	return i
+}
+
+func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns string, resync time.Duration) *scope {
+	spilo := labels.Set{cluster.LabelApplication: cluster.ApplicationSpilo}.String()
+	// Only Warnings explain stuck pods; the Normal SuccessfulCreate and
+	// SuccessfulDelete of every pod would be most of the cache otherwise.
+	statefulSetEvents := fields.Set{"involvedObject.kind": "StatefulSet", "type": corev1.EventTypeWarning}.AsSelector().String()
+	s := &scope{
+		owned: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spilo })),
+		events: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = statefulSetEvents })),
+	}
+
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return pg.List(ctx, ns, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return pg.Watch(ctx, ns, o)
+		},
+	}
+	// The wrapper lets a test client opt out of watch-list semantics, as
+	// client-go's fake clientset does; the real client supports them.
+	s.postgresqls = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, pg),
+		&v1.Postgresql{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	i.must(s.postgresqls.SetTransform(slim))
+
+	s.pods = s.owned.Core().V1().Pods().Informer()
+	s.statefulSets = s.owned.Apps().V1().StatefulSets().Informer()
+	s.claims = s.owned.Core().V1().PersistentVolumeClaims().Informer()
+	services := s.owned.Core().V1().Services().Informer()
+	// Secrets are watched for their existence only; slim drops their data
+	// before it reaches the cache, so it can never be logged from there.
+	secrets := s.owned.Core().V1().Secrets().Informer()
+	pdbs := s.owned.Policy().V1().PodDisruptionBudgets().Informer()
+	s.warnings = s.events.Core().V1().Events().Informer()
+
+	i.must(s.pods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
+	i.must(s.claims.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
+	i.must(s.warnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
+
+	s.addHandler(i, s.postgresqls, i.specHandler())
+	s.addHandler(i, s.pods, i.ownedHandler(SignalPods))
+	for _, inf := range []cache.SharedIndexInformer{s.statefulSets, s.claims, services, secrets, pdbs} {
+		s.addHandler(i, inf, i.ownedHandler(SignalObjects))
+	}
+	s.addHandler(i, s.warnings, i.eventHandler(s))
+	return s
+}
+
+// addHandler registers h and remembers when it has seen the initial list.
+func (s *scope) addHandler(i *Informers, inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+	reg, err := inf.AddEventHandler(h)
+	if err != nil {
+		i.must(err)
+		return
+	}
+	s.synced = append(s.synced, reg.HasSyncedChecker())
+}
+
+// must reports a setup error of client-go. They only happen when an
+// informer has already started, which New rules out.
+func (i *Informers) must(err error) {
+	if err != nil {
+		i.log.WithError(err).Error("informer setup")
+	}
+}
+
+// Start starts every informer; it does not wait for them. They stop when
+// ctx is done. Calls after the first do nothing.
+func (i *Informers) Start(ctx context.Context) {
+	i.startOnce.Do(func() {
+		for _, s := range i.scopes {
+			s.owned.Start(ctx.Done())
+			s.events.Start(ctx.Done())
+			go s.postgresqls.RunWithContext(ctx)
+		}
+	})
+}
+
+// WaitForCacheSync blocks until every cache holds its initial list and
+// every handler has notified it, so the loop never acts on a partial view
+// (a cluster whose pods are not listed yet looks like one with no pods). It
+// returns an error when ctx is done first.
+func (i *Informers) WaitForCacheSync(ctx context.Context) error {
+	var synced []cache.DoneChecker
+	for _, s := range i.scopes {
+		synced = append(synced, s.synced...)
+	}
+	// WaitFor is woken by the informers rather than polling every 100ms.
+	if !cache.WaitFor(ctx, "", synced...) {
+		return fmt.Errorf("wait for informer caches to sync: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// scopeFor returns the scope that watches namespace ns, nil when none does.
+func (i *Informers) scopeFor(ns string) *scope {
+	if i.all != nil {
+		return i.all
+	}
+	return i.byNamespace[ns]
+}
+
+// scopeOf returns the scope of a cluster key, nil when none watches it.
+func (i *Informers) scopeOf(key string) *scope {
+	ns, _, _ := strings.Cut(key, "/")
+	return i.scopeFor(ns)
+}
+
+// Keys returns the key of every cluster in the cache, sorted, for the loop
+// to enqueue at start: a cluster whose resource did not change while the
+// operator was down gets no watch event, yet must be resumed.
+func (i *Informers) Keys() []string {
+	var keys []string
+	for _, s := range i.scopes {
+		keys = append(keys, s.postgresqls.GetStore().ListKeys()...)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Postgresql returns the cluster key from the cache. It is the cache's own
+// object, shared with every reader: callers must not modify it (DeepCopy
+// first).
+func (i *Informers) Postgresql(key string) (*v1.Postgresql, bool) {
+	s := i.scopeOf(key)
+	if s == nil {
+		return nil, false
+	}
+	obj, ok, err := s.postgresqls.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	pg, ok := obj.(*v1.Postgresql)
+	return pg, ok
+}
+
+// Pods returns the pods of cluster key, terminating ones included, sorted
+// by name. They are the cache's objects: callers must not modify them.
+func (i *Informers) Pods(key string) []*corev1.Pod {
+	s := i.scopeOf(key)
+	if s == nil {
+		return nil
+	}
+	objs, _ := s.pods.GetIndexer().ByIndex(byCluster, key)
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods
+}
+
+// clusterIndex indexes an object under the key of the cluster its
+// cluster-name label names. Labels, not owner references: pods are owned by
+// the StatefulSet and claims by nobody, while all carry the label (the
+// StatefulSet copies it from its templates).
+func clusterIndex(obj any) ([]string, error) {
+	if key, ok := clusterKey(obj); ok {
+		return []string{key}, nil
+	}
+	return nil, nil
+}
+
+// involvedObjectIndex indexes an Event under "namespace/name" of the object
+// it is about.
+func involvedObjectIndex(obj any) ([]string, error) {
+	ev, ok := obj.(*corev1.Event)
+	if !ok {
+		return nil, nil
+	}
+	return []string{involvedKey(ev)}, nil
+}
+
+func involvedKey(ev *corev1.Event) string {
+	ns := ev.InvolvedObject.Namespace
+	if ns == "" {
+		ns = ev.Namespace
+	}
+	return ns + "/" + ev.InvolvedObject.Name
+}
+
+// clusterKey returns "namespace/cluster-name" of an object of a cluster.
+func clusterKey(obj any) (string, bool) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return "", false
+	}
+	name := m.GetLabels()[cluster.LabelClusterName]
+	if name == "" {
+		return "", false
+	}
+	return m.GetNamespace() + "/" + name, true
+}
+
+// slim drops from an object what pgloop never reads before it enters a
+// cache: managed fields (often the larger part of the metadata) and a
+// Secret's data, which pgloop only needs to know exists.
+func slim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if s, ok := obj.(*corev1.Secret); ok {
+		s.Data, s.StringData = nil, nil
+	}
+	return obj, nil
+}

@@ -1,0 +1,365 @@
+package informers
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Reasons of fsm.Facts.StuckReason that pgloop names itself. A container
+// that cannot start reports the kubelet's own reason instead
+// (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
+// CreateContainerConfigError).
+const (
+	// ReasonUnschedulable: the scheduler found no node for a pod.
+	ReasonUnschedulable = corev1.PodReasonUnschedulable
+	// ReasonVolumePending: a data volume claim of the cluster is not bound.
+	ReasonVolumePending = "VolumePending"
+	// ReasonQuotaExceeded: the StatefulSet controller could not create a
+	// pod because a ResourceQuota is exhausted.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonFailedCreate: the StatefulSet controller could not create a pod
+	// for another reason (admission, a missing ServiceAccount...).
+	ReasonFailedCreate = "FailedCreate"
+)
+
+// failedCreateWindow is how long a FailedCreate Event counts while pods are
+// missing even though a pod was created after it: the StatefulSet
+// controller retries with a backoff and refreshes the Event while the cause
+// lasts, so one older than this is from a cause that went away.
+const failedCreateWindow = 10 * time.Minute
+
+// maxMessage bounds a Stuck message: it ends up in the status, a condition
+// and a Kubernetes Event.
+const maxMessage = 300
+
+// derived is what Observe computes from the spec alone. The spec only
+// changes with the generation, so it is computed once per (UID, generation)
+// and not again for every pod event.
+type derived struct {
+	uid        types.UID
+	generation int64
+	specError  string
+	// desired is the StatefulSet the spec asks for, built on first need.
+	desired *appsv1.StatefulSet
+}
+
+// Observe implements controller.Observer: the cluster's facts, read from
+// the caches only (it runs on the loop goroutine), and its stored status.
+// The status is the cache's own copy: the caller must copy it before
+// keeping or changing it (fsm.Engine.New does).
+func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
+	pg, ok := i.Postgresql(key)
+	if !ok {
+		i.forget(key)
+		return fsm.Facts{Gone: true}, nil
+	}
+	s := i.scopeOf(key)
+	d := i.derive(key, pg)
+	f := fsm.Facts{
+		Generation: pg.Generation,
+		Deleting:   pg.DeletionTimestamp != nil,
+		Desired:    pg.Spec.NumberOfInstances,
+		SpecError:  d.specError,
+	}
+
+	stsName := cluster.StatefulSetName(pg.Name)
+	stsKey := key
+	if stsName != pg.Name {
+		stsKey = pg.Namespace + "/" + stsName
+	}
+	var sts *appsv1.StatefulSet
+	if obj, ok, _ := s.statefulSets.GetStore().GetByKey(stsKey); ok {
+		sts, _ = obj.(*appsv1.StatefulSet)
+	}
+
+	objs, _ := s.pods.GetIndexer().ByIndex(byCluster, key)
+	// Name order makes "the first cause found" the same on every call.
+	slices.SortFunc(objs, func(a, b any) int { return strings.Compare(a.(*corev1.Pod).Name, b.(*corev1.Pod).Name) })
+
+	var (
+		existing    int32
+		masters     int
+		master      *corev1.Pod
+		lastCreated time.Time
+		// next is the outdated pod to replace first: replicas before a pod
+		// labelled master, then the lowest ordinal.
+		next       *corev1.Pod
+		nextMaster bool
+		nextOrd    int
+		// The first pod-level causes, by kind.
+		unschedulable        *corev1.Pod
+		unschedulableMessage string
+		waiting              *corev1.Pod
+		waitingState         *corev1.ContainerStateWaiting
+	)
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if t := p.CreationTimestamp.Time; t.After(lastCreated) {
+			lastCreated = t
+		}
+		// A terminating pod is on its way out: it counts for nothing, not
+		// even as outdated, or a rollout would pick it again.
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		existing++
+		if podReady(p) {
+			f.Ready++
+		}
+		isMaster := p.Labels[cluster.LabelRole] == cluster.RoleMaster
+		if isMaster {
+			masters++
+			master = p
+		}
+		if sts != nil && !cluster.PodUpToDate(p, sts) {
+			f.Outdated++
+			ord := ordinal(p.Name, stsName)
+			if ord >= 0 && ord < int(f.Desired) &&
+				(next == nil || (!isMaster && nextMaster) || (isMaster == nextMaster && ord < nextOrd)) {
+				next, nextMaster, nextOrd = p, isMaster, ord
+			}
+		}
+		if unschedulable == nil {
+			if msg, ok := schedulingFailure(p); ok {
+				unschedulable, unschedulableMessage = p, msg
+			}
+		}
+		if waiting == nil {
+			if w := stuckContainer(p); w != nil {
+				waiting, waitingState = p, w
+			}
+		}
+	}
+
+	// Patroni labels the leader, but a leader that was killed or lost its
+	// lock keeps the label until its Patroni relabels it, so for a while
+	// two pods may carry it. Then the primary is unknown rather than
+	// guessed; it is also unknown while the one labelled pod is not Ready.
+	if masters == 1 && podReady(master) {
+		f.Primary = master.Name
+	}
+	if f.Ready == f.Desired && f.Outdated > 0 && next != nil {
+		f.NextReplace = fsm.PodRef{Name: next.Name, UID: string(next.UID)}
+	}
+	// Cheapest checks first: the desired StatefulSet is built (once per
+	// generation) only when everything else already holds.
+	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
+		sts.Status.ObservedGeneration >= sts.Generation &&
+		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
+		f.Outdated == 0 && existing == f.Desired &&
+		cluster.Compare(sts, i.desiredStatefulSet(d, pg)) == cluster.NoChange
+
+	// Stuck causes, the first found in this order. Claims and Events are
+	// looked up only while pods are missing or not Ready, which keeps the
+	// healthy path free of those lookups.
+	switch {
+	case unschedulable != nil:
+		f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
+	case waiting != nil:
+		msg := waitingState.Message
+		if msg == "" {
+			msg = waitingState.Reason
+		}
+		f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
+	case existing < f.Desired || f.Ready < f.Desired:
+		if claim := pendingClaim(s, key, stsName, f.Desired); claim != "" {
+			f.StuckReason, f.Stuck = ReasonVolumePending, "persistentvolumeclaim "+claim+" is Pending"
+		} else if sts != nil && existing < f.Desired {
+			f.StuckReason, f.Stuck = i.failedCreate(s, stsKey, sts, lastCreated)
+		}
+	}
+	return f, &pg.Status
+}
+
+// derive returns what the spec of pg says, computed once per (UID,
+// generation).
+func (i *Informers) derive(key string, pg *v1.Postgresql) *derived {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if d := i.derived[key]; d != nil && d.uid == pg.UID && d.generation == pg.Generation {
+		return d
+	}
+	d := &derived{uid: pg.UID, generation: pg.Generation}
+	if errs := pg.Validate(); len(errs) > 0 {
+		d.specError = errs.ToAggregate().Error()
+	}
+	i.derived[key] = d
+	return d
+}
+
+// desiredStatefulSet returns the StatefulSet pg asks for; d must be pg's.
+// Building it hashes the pod template, so it is done once per generation.
+func (i *Informers) desiredStatefulSet(d *derived, pg *v1.Postgresql) *appsv1.StatefulSet {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if d.desired == nil {
+		d.desired = cluster.StatefulSet(pg, i.opts)
+	}
+	return d.desired
+}
+
+// forget drops what was derived for a cluster that is gone.
+func (i *Informers) forget(key string) {
+	i.mu.Lock()
+	delete(i.derived, key)
+	i.mu.Unlock()
+}
+
+func podReady(p *corev1.Pod) bool {
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// schedulingFailure returns the scheduler's message when it found no
+// node for p.
+func schedulingFailure(p *corev1.Pod) (string, bool) {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.PodScheduled {
+			ok := c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+			return c.Message, ok
+		}
+	}
+	return "", false
+}
+
+// stuckContainer returns the waiting state of the first container of p
+// (init containers first) that waits for a reason that does not go away by
+// itself.
+func stuckContainer(p *corev1.Pod) *corev1.ContainerStateWaiting {
+	for _, statuses := range [2][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range statuses {
+			w := statuses[i].State.Waiting
+			if w == nil {
+				continue
+			}
+			switch w.Reason {
+			case "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError":
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// pendingClaim returns the first data volume claim of the cluster's
+// current ordinals that is Pending, "" when none is. Claims kept from a
+// scale-down (ordinals >= desired) are not waited for.
+func pendingClaim(s *scope, key, stsName string, desired int32) string {
+	objs, _ := s.claims.GetIndexer().ByIndex(byCluster, key)
+	first := ""
+	for _, o := range objs {
+		c, ok := o.(*corev1.PersistentVolumeClaim)
+		if !ok || c.Status.Phase != corev1.ClaimPending || c.DeletionTimestamp != nil {
+			continue
+		}
+		rest, ok := strings.CutPrefix(c.Name, cluster.DataVolumeName+"-")
+		if ord := ordinal(rest, stsName); !ok || ord < 0 || ord >= int(desired) {
+			continue
+		}
+		if first == "" || c.Name < first {
+			first = c.Name
+		}
+	}
+	return first
+}
+
+// failedCreate returns the reason and message of the newest FailedCreate
+// Event of sts that still explains missing pods: newer than the last pod
+// created, or within failedCreateWindow.
+func (i *Informers) failedCreate(s *scope, stsKey string, sts *appsv1.StatefulSet, lastCreated time.Time) (string, string) {
+	objs, _ := s.warnings.GetIndexer().ByIndex(byInvolvedObject, stsKey)
+	var newest *corev1.Event
+	var at time.Time
+	for _, o := range objs {
+		ev, ok := o.(*corev1.Event)
+		if !ok || ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonFailedCreate ||
+			ev.InvolvedObject.Kind != "StatefulSet" {
+			continue
+		}
+		// Events outlive their object: those of a former StatefulSet of
+		// the same name do not count.
+		if ev.InvolvedObject.UID != "" && sts.UID != "" && ev.InvolvedObject.UID != sts.UID {
+			continue
+		}
+		if t := eventTime(ev); newest == nil || t.After(at) {
+			newest, at = ev, t
+		}
+	}
+	if newest == nil || (!at.After(lastCreated) && i.now().Sub(at) > failedCreateWindow) {
+		return "", ""
+	}
+	reason := ReasonFailedCreate
+	if strings.Contains(newest.Message, "exceeded quota") {
+		reason = ReasonQuotaExceeded
+	}
+	return reason, truncate(newest.Message)
+}
+
+// eventTime is when an Event was last seen, whichever of the core/v1 and
+// events.k8s.io fields its recorder filled in.
+func eventTime(ev *corev1.Event) time.Time {
+	t := ev.LastTimestamp.Time
+	if ev.Series != nil && ev.Series.LastObservedTime.After(t) {
+		t = ev.Series.LastObservedTime.Time
+	}
+	if ev.EventTime.After(t) {
+		t = ev.EventTime.Time
+	}
+	if t.IsZero() {
+		t = ev.FirstTimestamp.Time
+	}
+	if t.IsZero() {
+		t = ev.CreationTimestamp.Time
+	}
+	return t
+}
+
+// ordinal returns n of a name "<stsName>-<n>", -1 for any other name.
+func ordinal(name, stsName string) int {
+	rest, ok := strings.CutPrefix(name, stsName)
+	if !ok {
+		return -1
+	}
+	rest, ok = strings.CutPrefix(rest, "-")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+func podMessage(pod, msg string) string {
+	return truncate("pod " + pod + ": " + msg)
+}
+
+// truncate cuts s to maxMessage bytes, on a rune boundary.
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	n := maxMessage
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,321 @@
+package informers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+func TestObserve(t *testing.T) {
+	pg := newPG("c1", 3)
+	sts := statefulSet(pg)
+	healthy := func(mods ...map[int32]func(*corev1.Pod)) []runtime.Object {
+		objs := []runtime.Object{sts}
+		for ord := range int32(3) {
+			var fs []func(*corev1.Pod)
+			if ord == 0 {
+				fs = append(fs, master)
+			}
+			for _, m := range mods {
+				if f := m[ord]; f != nil {
+					fs = append(fs, f)
+				}
+			}
+			objs = append(objs, pod(pg, ord, fs...))
+		}
+		return objs
+	}
+	running := fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true}
+	with := func(f fsm.Facts, mod func(*fsm.Facts)) fsm.Facts { mod(&f); return f }
+	quota := `create Pod c1-2 in StatefulSet c1 failed error: pods "c1-2" is forbidden: exceeded quota: small, requested: cpu=1, used: cpu=2, limited: cpu=2`
+	invalid := newPG("c1", 3)
+	invalid.Spec.PostgreSQL.Version = "9"
+	deleting := newPG("c1", 3)
+	deleting.DeletionTimestamp = ptr.To(ago(time.Second))
+	deleting.Finalizers = []string{"pgloop.dev/cleanup"}
+	scaledUp := newPG("c1", 4)
+	scaledUp.Generation = 2
+	longMessage := strings.Repeat("é", 400)
+
+	tests := []struct {
+		name string
+		pg   *v1.Postgresql
+		objs []runtime.Object
+		want fsm.Facts
+	}{
+		{name: "new cluster without objects", pg: pg,
+			want: fsm.Facts{Generation: 1, Desired: 3}},
+		{name: "all ready with a master", pg: pg, objs: healthy(), want: running},
+		{name: "two masters", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){1: master}),
+			want: with(running, func(f *fsm.Facts) { f.Primary = "" })},
+		{name: "the only master not ready", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){0: notReady}),
+			want: with(running, func(f *fsm.Facts) { f.Primary, f.Ready = "", 2 })},
+		{name: "unschedulable pod", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){2: unschedulable("0/3 nodes are available: 3 Insufficient cpu.")}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 2, "Unschedulable", "pod c1-2: 0/3 nodes are available: 3 Insufficient cpu."
+			})},
+		{name: "unschedulable before crash loop, whatever the pod order", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){
+				1: waiting("CrashLoopBackOff", "back-off 5m0s restarting failed container=postgres"),
+				2: unschedulable("0/3 nodes are available"),
+			}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 1, "Unschedulable", "pod c1-2: 0/3 nodes are available"
+			})},
+		{name: "crash loop", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){1: waiting("CrashLoopBackOff", "back-off 5m0s restarting failed container=postgres")}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 2, "CrashLoopBackOff", "pod c1-1: back-off 5m0s restarting failed container=postgres"
+			})},
+		{name: "image pull back-off in an init container, long message truncated", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){1: func(p *corev1.Pod) {
+				notReady(p)
+				p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{
+					Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: longMessage}}}}
+			}}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason = 2, "ImagePullBackOff"
+				f.Stuck = truncate("pod c1-1: " + longMessage)
+			})},
+		{name: "a waiting reason that passes by itself is no cause", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){1: waiting("ContainerCreating", "")}),
+			want: with(running, func(f *fsm.Facts) { f.Ready = 2 })},
+		{name: "volume pending", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){2: func(p *corev1.Pod) {
+				p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+			}}), claim(pg, 0, corev1.ClaimBound), claim(pg, 2, corev1.ClaimPending), claim(pg, 5, corev1.ClaimPending)),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 2, "VolumePending", "persistentvolumeclaim pgdata-c1-2 is Pending"
+			})},
+		{name: "a pending claim left from a scale-down is no cause", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){2: notReady}), claim(pg, 5, corev1.ClaimPending)),
+			want: with(running, func(f *fsm.Facts) { f.Ready = 2 })},
+		{name: "quota FailedCreate event", pg: pg,
+			objs: append(healthy()[:3],
+				event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 30*time.Minute),
+				event(sts, "e2", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute),
+				event(sts, "e3", corev1.EventTypeNormal, "SuccessfulCreate", "create Pod c1-1 in StatefulSet c1 successful", 0)),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
+		{name: "other FailedCreate event", pg: pg,
+			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "admission webhook denied the request", time.Minute)),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "FailedCreate", Stuck: "admission webhook denied the request"}},
+		{name: "FailedCreate newer than the last pod counts however old", pg: pg,
+			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 50*time.Minute)),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
+		{name: "FailedCreate older than the last pod and than 10 minutes is stale", pg: pg,
+			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 2*time.Hour)),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0"}},
+		{name: "FailedCreate of a former StatefulSet of the same name is ignored", pg: pg,
+			objs: append(healthy()[:3], func() runtime.Object {
+				e := event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute)
+				e.InvolvedObject.UID = "former"
+				return e
+			}()),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0"}},
+		{name: "FailedCreate while no pod is missing is no cause", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){2: notReady}),
+				event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute)),
+			want: with(running, func(f *fsm.Facts) { f.Ready = 2 })},
+		{name: "outdated pods: a replica first", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: outdated}),
+			want: with(running, func(f *fsm.Facts) {
+				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 3, fsm.PodRef{Name: "c1-1", UID: "c1-1-uid"}
+			})},
+		{name: "outdated pods: the lowest replica ordinal first", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 2: outdated}),
+			want: with(running, func(f *fsm.Facts) {
+				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 2, fsm.PodRef{Name: "c1-2", UID: "c1-2-uid"}
+			})},
+		{name: "outdated pods: the primary last", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){0: outdated}),
+			want: with(running, func(f *fsm.Facts) {
+				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 1, fsm.PodRef{Name: "c1-0", UID: "c1-0-uid"}
+			})},
+		{name: "outdated pods: nothing replaced while one is not ready", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: notReady}),
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready = false, 2, 2 })},
+		{name: "terminating pods not counted", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){
+				0: func(p *corev1.Pod) { terminating(p); outdated(p) },
+				1: master,
+			}),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-1"}},
+		{name: "StatefulSet not yet observed by its controller", pg: pg,
+			objs: append([]runtime.Object{func() runtime.Object {
+				s := statefulSet(pg)
+				s.Generation = 2
+				return s
+			}()}, healthy()[1:]...),
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent = false })},
+		{name: "scaled up: replicas differ", pg: scaledUp, objs: healthy(),
+			want: fsm.Facts{Generation: 2, Desired: 4, Ready: 3, Primary: "c1-0"}},
+		{name: "invalid spec", pg: invalid, objs: healthy(),
+			want: with(running, func(f *fsm.Facts) {
+				f.ObjectsCurrent = false
+				f.SpecError = invalid.Validate().ToAggregate().Error()
+			})},
+		{name: "deleting", pg: deleting, objs: healthy(),
+			want: with(running, func(f *fsm.Facts) { f.Deleting = true })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{tt.pg}, tt.objs...)
+			got, status := inf.Observe("db/c1")
+			if got != tt.want {
+				t.Errorf("facts\n got %+v\nwant %+v", got, tt.want)
+			}
+			cached, _ := inf.Postgresql("db/c1")
+			if status != &cached.Status {
+				t.Errorf("status is not the cache's: %p, want %p", status, &cached.Status)
+			}
+			if status.State != "Running" || status.Epoch != 4 {
+				t.Errorf("status %+v", status)
+			}
+		})
+	}
+}
+
+func TestObserveGone(t *testing.T) {
+	pg := newPG("c1", 1)
+	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg}, statefulSet(pg), pod(pg, 0, master))
+	if f, _ := inf.Observe("db/c1"); f.Gone || !f.ObjectsCurrent {
+		t.Fatalf("c1 %+v", f)
+	}
+	if _, ok := inf.derived["db/c1"]; !ok {
+		t.Fatal("nothing derived for c1")
+	}
+	// Pods of a cluster whose resource is gone are no reason to resurrect it.
+	other := newPG("other", 1)
+	inf2, _, _ := start(t, Options{}, discard{}, nil, pod(other, 0, master))
+	for _, tt := range []struct {
+		inf *Informers
+		key string
+	}{{inf, "db/nope"}, {inf2, "db/other"}, {inf, "no-slash"}} {
+		f, status := tt.inf.Observe(tt.key)
+		if f != (fsm.Facts{Gone: true}) || status != nil {
+			t.Errorf("%s: facts %+v status %v, want gone", tt.key, f, status)
+		}
+	}
+}
+
+// TestDeriveCached checks that the spec is validated and the desired
+// StatefulSet built once per (UID, generation), not per pod event.
+func TestDeriveCached(t *testing.T) {
+	i := &Informers{derived: map[string]*derived{}}
+	pg := newPG("c1", 3)
+	d1 := i.derive("db/c1", pg)
+	sts1 := i.desiredStatefulSet(d1, pg)
+
+	same := pg.DeepCopy()
+	same.Spec.PostgreSQL.Version = "9" // not how specs change, but shows no re-validation
+	if d := i.derive("db/c1", same); d != d1 || d.specError != "" || i.desiredStatefulSet(d, same) != sts1 {
+		t.Errorf("re-derived at the same generation")
+	}
+
+	next := same.DeepCopy()
+	next.Generation = 2
+	d2 := i.derive("db/c1", next)
+	if d2 == d1 || d2.specError == "" || !strings.Contains(d2.specError, "spec.postgresql.version") {
+		t.Errorf("generation 2: %+v", d2)
+	}
+
+	recreated := pg.DeepCopy()
+	recreated.UID = "new"
+	recreated.Generation = 2
+	if d := i.derive("db/c1", recreated); d == d2 || d.specError != "" {
+		t.Errorf("a new UID reused the old derivation")
+	}
+
+	i.forget("db/c1")
+	if len(i.derived) != 0 {
+		t.Errorf("forget left %v", i.derived)
+	}
+}
+
+func TestPodsAndKeys(t *testing.T) {
+	a, b := newPG("b", 2), newPG("a", 1)
+	c := newPG("c", 1)
+	c.Namespace = "other"
+	objs := []runtime.Object{pod(a, 1), pod(a, 0, terminating), pod(b, 0), pod(c, 0)}
+
+	t.Run("all namespaces", func(t *testing.T) {
+		inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
+		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b,other/c"; got != want {
+			t.Errorf("keys %s, want %s", got, want)
+		}
+		var names []string
+		for _, p := range inf.Pods("db/b") {
+			names = append(names, p.Name)
+		}
+		if got, want := strings.Join(names, ","), "b-0,b-1"; got != want {
+			t.Errorf("pods %s, want %s", got, want)
+		}
+		if _, ok := inf.Postgresql("other/c"); !ok {
+			t.Error("other/c not found")
+		}
+	})
+	t.Run("one namespace", func(t *testing.T) {
+		inf, _, _ := start(t, Options{Namespaces: []string{"db", "db"}}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
+		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b"; got != want {
+			t.Errorf("keys %s, want %s", got, want)
+		}
+		if _, ok := inf.Postgresql("other/c"); ok {
+			t.Error("other/c found outside the watched namespace")
+		}
+		if got := inf.Pods("other/c"); got != nil {
+			t.Errorf("pods of other/c: %v", got)
+		}
+		if f, _ := inf.Observe("other/c"); !f.Gone {
+			t.Errorf("other/c not gone: %+v", f)
+		}
+	})
+	t.Run("several namespaces", func(t *testing.T) {
+		inf, _, _ := start(t, Options{Namespaces: []string{"other", "db"}}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
+		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b,other/c"; got != want {
+			t.Errorf("keys %s, want %s", got, want)
+		}
+		if got := inf.Pods("other/c"); len(got) != 1 {
+			t.Errorf("pods of other/c: %v", got)
+		}
+	})
+}
+
+func TestSlim(t *testing.T) {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Data:       map[string][]byte{"password": []byte("hunter2")},
+		StringData: map[string]string{"password": "hunter2"},
+	}
+	if _, err := slim(s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Data != nil || s.StringData != nil || s.ManagedFields != nil {
+		t.Errorf("secret kept %+v", s)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	for _, s := range []string{"", "short", strings.Repeat("a", maxMessage), strings.Repeat("a", maxMessage+1), strings.Repeat("€", 200)} {
+		got := truncate(s)
+		if len(s) <= maxMessage && got != s {
+			t.Errorf("truncate(%q) = %q", s, got)
+		}
+		if len(s) > maxMessage && (len(got) > maxMessage+3 || !strings.HasSuffix(got, "...") || !strings.HasPrefix(s, strings.TrimSuffix(got, "..."))) {
+			t.Errorf("truncate(%d bytes) = %q", len(s), got)
+		}
+		if !utf8Valid(got) {
+			t.Errorf("truncate cut a rune: %q", got)
+		}
+	}
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
