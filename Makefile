@@ -22,7 +22,7 @@ build: ## Build bin/pgloop.
 ##@ Test
 
 # Packages whose concurrency matters run under the race detector.
-RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/...
+RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/...
 
 .PHONY: test
 test: verify test-unit test-testbed ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
@@ -39,13 +39,8 @@ bench: ## Benchmarks of the loop and the state machine (figures go to docs/perfo
 ##@ Run
 
 .PHONY: run
-run: ## Run pgloop: with no KUBECONFIG, on a local control plane it brings up (Ctrl-C stops everything).
-ifeq ($(strip $(KUBECONFIG)),)
-	$(MAKE) plane
-else
-	@echo "KUBECONFIG is set: pgloop's operator command comes with the next milestone; installing the CRD only."
-	kubectl apply -f manifests/crds/
-endif
+run: build testbed testbed-cmd labeller ## Run the operator: with no KUBECONFIG, on a local control plane with the samples (Ctrl-C stops all).
+	BIN=$(BIN) hack/run.sh
 
 # Fragments owned by their parts of the tree.
 include hack/codegen.mk
@@ -54,6 +49,23 @@ include test/testbed.mk
 # docs/fsm.md and the README's diagram come from pkg/fsm's table.
 .PHONY: generate-docs
 generate-docs: ## Regenerate docs/fsm.md and the README's state diagram from pkg/fsm.
-	$(GO) test ./pkg/fsm/ ./cmd/pgloop/ -run 'TestDocsMatchMachine|TestReadmeDiagram' -update
+	$(GO) test ./pkg/fsm/ ./cmd/pgloop/ -run 'TestDocsMatchMachine|TestReadmeDiagram|TestUserGuideTables' -update
 
 generate: generate-docs
+
+##@ Install
+
+# Where `make install` puts the binaries: $(PREFIX)/bin, or $(GOBIN) when it
+# is set and PREFIX was not given; INSTALL_BIN overrides both.
+PREFIX ?= /usr/local
+ifeq ($(origin PREFIX),file)
+INSTALL_BIN ?= $(or $(GOBIN),$(PREFIX)/bin)
+else
+INSTALL_BIN ?= $(PREFIX)/bin
+endif
+
+.PHONY: install
+install: build ## Install bin/pgloop as pgloop and as kubectl-pgloop (for `kubectl pgloop`) into $(PREFIX)/bin or $(GOBIN).
+	install -d "$(DESTDIR)$(INSTALL_BIN)"
+	install -m 0755 "$(BIN)/pgloop" "$(DESTDIR)$(INSTALL_BIN)/pgloop"
+	ln -sf pgloop "$(DESTDIR)$(INSTALL_BIN)/kubectl-pgloop"

@@ -6,7 +6,9 @@ import (
 )
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	root := newRootCmd()
+	asKubectlPlugin(root, os.Args[0])
+	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
 }

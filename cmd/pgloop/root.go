@@ -17,6 +17,8 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: false,
 	}
 	root.AddCommand(newFSMCmd(), newVersionCmd())
+	root.AddCommand(newOperatorCmd())
+	root.AddCommand(newStatusCmd())
 	return root
 }
 

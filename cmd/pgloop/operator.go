@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/pgloop/pgloop/pkg/operator"
+)
+
+// envPrefix prefixes the environment variable of every operator flag.
+const envPrefix = "PGLOOP_"
+
+// docsDefault is the flag annotation that the user guide's configuration
+// table shows instead of the flag's literal default, for defaults that
+// depend on the environment.
+const docsDefault = "pgloop/docs-default"
+
+func newOperatorCmd() *cobra.Command {
+	return newOperatorCmdWith(os.LookupEnv, operator.Run)
+}
+
+// newOperatorCmdWith is newOperatorCmd with the environment and the
+// operator's Run replaced, for tests.
+func newOperatorCmdWith(lookupEnv func(string) (string, bool), run func(context.Context, operator.Config) error) *cobra.Command {
+	cfg := operator.DefaultConfig()
+	if ns, ok := lookupEnv("POD_NAMESPACE"); ok && ns != "" {
+		cfg.LeaderElectionNamespace = ns
+	}
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the operator: manage the Postgresql clusters of a Kubernetes cluster",
+		Long: `Run the pgloop operator. It watches Postgresql resources (pgloop.dev/v1) and the objects
+it creates for them, and drives each cluster's state machine from one event loop.
+
+Every flag can also be set by an environment variable: PGLOOP_ and the flag's name in upper
+case with dashes as underscores (PGLOOP_WORKERS=32, PGLOOP_LEADER_ELECT=false,
+PGLOOP_NAMESPACE=a,b). A flag given on the command line wins over its variable.
+--kubeconfig also falls back to $KUBECONFIG; without either, the operator uses the in-cluster
+configuration of its pod's ServiceAccount.
+
+/healthz, /readyz and /metrics (Prometheus) are served on --health-addr. /readyz is OK while
+the loop runs, and also while this replica stands by for the leader.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags(), lookupEnv); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("kubeconfig") {
+				if v, ok := lookupEnv("KUBECONFIG"); ok {
+					cfg.Kubeconfig = v
+				}
+			}
+			cfg.Namespaces = cleanList(cfg.Namespaces)
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("invalid configuration:\n%w", err)
+			}
+			operator.RedirectKlog(&cfg)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run(ctx, cfg)
+		},
+	}
+
+	f := cmd.Flags()
+	f.SortFlags = false
+	f.StringVar(&cfg.Kubeconfig, "kubeconfig", "",
+		"path of the kubeconfig file; also $KUBECONFIG; empty means in-cluster configuration")
+	annotate(f, "kubeconfig", "`$KUBECONFIG`, else in-cluster")
+	f.StringSliceVar(&cfg.Namespaces, "namespace", nil,
+		"namespace to manage clusters in; repeat it or give a comma-separated list; empty means all namespaces")
+	annotate(f, "namespace", "all namespaces")
+	f.BoolVar(&cfg.LeaderElect, "leader-elect", cfg.LeaderElect,
+		"elect a leader among the operator's replicas on a Lease; only the leader manages clusters")
+	f.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", cfg.LeaderElectionNamespace,
+		"namespace of the leader election Lease; $POD_NAMESPACE when set")
+	annotate(f, "leader-election-namespace", "`$POD_NAMESPACE`, else `default`")
+	f.StringVar(&cfg.LeaderElectionID, "leader-election-id", cfg.LeaderElectionID,
+		"name of the leader election Lease")
+	f.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", cfg.LeaseDuration,
+		"how long standbys wait after the leader's last renewal before taking over")
+	f.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", cfg.RenewDeadline,
+		"how long the leader tries to renew its Lease before it gives up and exits")
+	f.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", cfg.RetryPeriod,
+		"interval between attempts to acquire or renew the Lease")
+	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr,
+		"address of /healthz, /readyz and /metrics (host:port; port 0 picks a free port, logged at start)")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers,
+		"effect executor size: plans of effects running at once across all clusters")
+	f.DurationVar(&cfg.StepTimeout, "step-timeout", cfg.StepTimeout,
+		"deadline of one effect step (API calls); a hung call frees its worker after it")
+	f.DurationVar(&cfg.CreateTimeout, "create-timeout", cfg.CreateTimeout,
+		"how long a cluster may stay Creating before it is Degraded")
+	f.DurationVar(&cfg.UpdateTimeout, "update-timeout", cfg.UpdateTimeout,
+		"how long a cluster may stay Updating before it is Degraded")
+	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod,
+		"how often a Running cluster's objects are checked against its spec (nothing is written when they match)")
+	f.DurationVar(&cfg.RetryBase, "retry-base", cfg.RetryBase,
+		"first delay before failed effects are retried; it doubles on each retry")
+	f.DurationVar(&cfg.RetryMax, "retry-max", cfg.RetryMax,
+		"longest delay between retries")
+	f.StringVar(&cfg.SpiloImage, "spilo-image", cfg.SpiloImage,
+		"Spilo image of clusters that set no spec.dockerImage")
+	f.Float32Var(&cfg.KubeQPS, "kube-qps", cfg.KubeQPS,
+		"queries per second to the Kubernetes API, shared by all clusters")
+	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,
+		"burst of queries to the Kubernetes API above kube-qps")
+	f.DurationVar(&cfg.CacheSyncTimeout, "cache-sync-timeout", cfg.CacheSyncTimeout,
+		"how long to wait for the API's first answers and the informers' initial lists before failing")
+	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat,
+		"log format: text or json")
+	f.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel,
+		"log level: error, warn, info, debug or trace")
+	return cmd
+}
+
+func annotate(f *pflag.FlagSet, name, docs string) {
+	if err := f.SetAnnotation(name, docsDefault, []string{docs}); err != nil {
+		panic(err) // a flag name typo: caught by every test
+	}
+}
+
+// envName is the environment variable of a flag: PGLOOP_LEADER_ELECT for
+// --leader-elect.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, when that is set.
+func applyEnv(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	var err error
+	f.VisitAll(func(fl *pflag.Flag) {
+		if err != nil || fl.Changed || fl.Name == "help" {
+			return
+		}
+		v, ok := lookupEnv(envName(fl.Name))
+		if !ok {
+			return
+		}
+		if serr := f.Set(fl.Name, v); serr != nil {
+			err = fmt.Errorf("invalid %s=%q: %w", envName(fl.Name), v, serr)
+		}
+	})
+	return err
+}
+
+// cleanList trims the items of a list flag and drops empty ones, so that
+// PGLOOP_NAMESPACE="" or "a, b" mean what they look like.
+func cleanList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,332 @@
+// Package metrics exposes what pgloop does as Prometheus metrics: how long
+// events wait for the loop, what the loop holds (inbox, timers, plans), how
+// many clusters are in each state, which transitions fire, and how long each
+// effect step takes and how often it fails.
+//
+// Everything is registered on the Metrics' own Registry, never on the
+// global one, so tests and several operators in one process do not collide.
+// The hooks that feed it (Observe, the controller hooks, the effect wrapper)
+// run on the loop goroutine or in the executor's workers and only touch
+// Prometheus' lock-free or atomic collectors, so they never make the loop
+// wait.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pgloop/pgloop/pkg/controller"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/version"
+)
+
+// Desc documents one metric pgloop exports. The metrics are built from
+// these descriptions, and docs/user-guide.md's list is generated from them,
+// so the documentation names exactly what /metrics serves.
+type Desc struct {
+	Name   string
+	Type   string // counter, gauge or histogram
+	Labels []string
+	Help   string
+}
+
+// The metrics, in the order the user guide lists them.
+var (
+	descLag = Desc{"pgloop_loop_lag_seconds", "histogram", []string{"kind"},
+		"How long events waited in the loop's inbox before the loop handled them, by event kind (signal, timerFired, planDone, panicked)."}
+	descInbox = Desc{"pgloop_loop_inbox_depth", "gauge", nil,
+		"Events waiting in the loop's inbox."}
+	descLoopClusters = Desc{"pgloop_loop_clusters", "gauge", nil,
+		"Clusters the loop keeps state for (an epoch, timers or plans)."}
+	descTimers = Desc{"pgloop_loop_timers", "gauge", nil,
+		"Timers waiting for their deadline."}
+	descPlansRunning = Desc{"pgloop_loop_plans_running", "gauge", nil,
+		"Plans of effects in flight in the executor."}
+	descPlansWaiting = Desc{"pgloop_loop_plans_waiting", "gauge", nil,
+		"Plans waiting for their cluster's running plan or for a free worker."}
+	descDispatched = Desc{"pgloop_loop_events_dispatched_total", "counter", nil,
+		"Events handed to the state machines."}
+	descCoalesced = Desc{"pgloop_loop_signals_coalesced_total", "counter", nil,
+		"Signals merged into one of the same cluster and name already waiting in the inbox."}
+	descStaleTimers = Desc{"pgloop_loop_stale_timers_total", "counter", nil,
+		"Timer events dropped because their epoch had passed or the timer was reset or cancelled."}
+	descTimersDropped = Desc{"pgloop_loop_timers_dropped_total", "counter", nil,
+		"Timers removed before firing by a state change or because the cluster was forgotten."}
+	descPlans = Desc{"pgloop_loop_plans_total", "counter", nil,
+		"Plans of effects that ran to the end."}
+	descPlansFailed = Desc{"pgloop_loop_plans_failed_total", "counter", nil,
+		"Plans of effects that ran to the end with an error."}
+	descPlansSuperseded = Desc{"pgloop_loop_plans_superseded_total", "counter", nil,
+		"Waiting plans replaced by a newer plan of the same cluster before they ran."}
+	descPlansCancelled = Desc{"pgloop_loop_plans_cancelled_total", "counter", nil,
+		"Plans cancelled while running or dropped while waiting (the cluster was deleted)."}
+	descPanics = Desc{"pgloop_loop_panics_total", "counter", nil,
+		"Panics recovered in a state machine or an effect; each is recorded on its cluster."}
+	descClusters = Desc{"pgloop_clusters", "gauge", []string{"state"},
+		"Clusters in each state of the state machine (docs/fsm.md)."}
+	descTransitions = Desc{"pgloop_transitions_total", "counter", []string{"from", "to", "event"},
+		"State machine events fired, by state left, state entered (the same for a self-transition) and event."}
+	descStepDuration = Desc{"pgloop_effect_step_duration_seconds", "histogram", []string{"step"},
+		"How long each effect step took, failed or not, by step name (status, ensure, replacePod, cleanup, events)."}
+	descStepFailures = Desc{"pgloop_effect_step_failures_total", "counter", []string{"step"},
+		"Effect steps that returned an error or panicked, by step name. Steps cancelled because their cluster was deleted, or the operator is stopping, do not count."}
+	descLeader = Desc{"pgloop_leader", "gauge", nil,
+		"Whether this process is the leader and runs the clusters (1) or stands by (0)."}
+	descBuildInfo = Desc{"pgloop_build_info", "gauge", []string{"version"},
+		"Always 1; the version label is pgloop's."}
+)
+
+// Descs returns the description of every metric pgloop exports, besides
+// the standard go_* and process_* metrics.
+func Descs() []Desc {
+	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
+		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
+		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
+		descStepDuration, descStepFailures, descLeader, descBuildInfo}
+}
+
+// Metrics holds pgloop's collectors and the registry they are on.
+type Metrics struct {
+	// Registry holds every pgloop metric plus the Go runtime and process
+	// collectors; Handler serves it.
+	Registry *prometheus.Registry
+
+	lag          *prometheus.HistogramVec
+	lagByKind    [4]prometheus.Observer // indexed by eventloop.Kind, resolved once: Observe is on the hot path
+	clusters     *prometheus.GaugeVec
+	transitions  *prometheus.CounterVec
+	stepDuration *prometheus.HistogramVec
+	stepFailures *prometheus.CounterVec
+	leader       prometheus.Gauge
+	loop         *loopCollector
+
+	// states is the last state reported for each cluster, so that the
+	// per-state gauge moves a cluster from its old state to its new one
+	// whatever the hooks reported in between. Only the controller's hooks
+	// touch it, all on the loop goroutine.
+	states map[string]string
+}
+
+// New returns Metrics with every collector registered on a new Registry.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: descLag.Name, Help: descLag.Help,
+			// 100µs to ~100s: an idle loop handles an event in microseconds;
+			// seconds mean the loop cannot keep up.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 11),
+		}, descLag.Labels),
+		clusters:    prometheus.NewGaugeVec(opts(descClusters), descClusters.Labels),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descTransitions)), descTransitions.Labels),
+		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: descStepDuration.Name, Help: descStepDuration.Help,
+			// 1ms to ~65s: one API call takes milliseconds; step timeouts
+			// are tens of seconds.
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, descStepDuration.Labels),
+		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
+		leader:       prometheus.NewGauge(opts(descLeader)),
+		loop:         &loopCollector{},
+		states:       map[string]string{},
+	}
+	for k := range m.lagByKind {
+		m.lagByKind[k] = m.lag.WithLabelValues(eventloop.Kind(k).String())
+	}
+	// Every state is listed from the start, so a dashboard shows 0 rather
+	// than no data for a state no cluster is in.
+	for _, s := range fsm.States {
+		m.clusters.WithLabelValues(s)
+	}
+	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
+	buildInfo.WithLabelValues(version.Version).Set(1)
+	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.stepDuration, m.stepFailures,
+		m.leader, buildInfo, m.loop,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func opts(d Desc) prometheus.GaugeOpts { return prometheus.GaugeOpts{Name: d.Name, Help: d.Help} }
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// ObserveLag records how long an event waited for the loop. It is the
+// loop's Options.Observe.
+func (m *Metrics) ObserveLag(kind eventloop.Kind, lag time.Duration) {
+	if int(kind) < len(m.lagByKind) {
+		m.lagByKind[kind].Observe(lag.Seconds())
+		return
+	}
+	m.lag.WithLabelValues(kind.String()).Observe(lag.Seconds())
+}
+
+// SetLeader records whether this process leads.
+func (m *Metrics) SetLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+	} else {
+		m.leader.Set(0)
+	}
+}
+
+// WatchLoop makes the loop gauges and counters read stats (a Loop's Stats)
+// at every scrape, once per scrape so the values are one snapshot. Until it
+// is called (a standby operator has no loop) they are not exported.
+func (m *Metrics) WatchLoop(stats func() eventloop.Stats) {
+	m.loop.stats.Store(&stats)
+}
+
+// InstrumentController sets the controller's hooks to maintain
+// pgloop_clusters and pgloop_transitions_total. It replaces hooks already
+// set.
+func (m *Metrics) InstrumentController(c *controller.Controller) {
+	c.OnNew = m.clusterSeen
+	c.OnTransition = m.transition
+	c.OnForget = m.clusterForgotten
+}
+
+func (m *Metrics) clusterSeen(key, state string) {
+	m.moveCluster(key, state)
+}
+
+func (m *Metrics) transition(key string, res *fsm.Result) {
+	for _, f := range res.Fired {
+		m.transitions.WithLabelValues(f.From, f.To, f.Event).Inc()
+	}
+	m.moveCluster(key, res.To)
+}
+
+func (m *Metrics) clusterForgotten(key, _ string) {
+	if old, ok := m.states[key]; ok {
+		m.clusters.WithLabelValues(old).Dec()
+		delete(m.states, key)
+	}
+}
+
+// moveCluster counts key in state, and no longer in the state it was in.
+func (m *Metrics) moveCluster(key, state string) {
+	old, ok := m.states[key]
+	if ok && old == state {
+		return
+	}
+	if ok {
+		m.clusters.WithLabelValues(old).Dec()
+	}
+	m.clusters.WithLabelValues(state).Inc()
+	m.states[key] = state
+}
+
+// InstrumentEffects returns Effects whose steps record their duration in
+// pgloop_effect_step_duration_seconds and their failures in
+// pgloop_effect_step_failures_total, labelled with the step's name. Step
+// names must therefore be a small fixed set (what the step does, never
+// which object). A step cancelled because its cluster's plan was cancelled
+// (the cluster was deleted, or the operator is stopping) is timed but not
+// counted as failed; a step that ran out of its own deadline is.
+func InstrumentEffects(e controller.Effects, m *Metrics) controller.Effects {
+	return instrumented{e: e, m: m}
+}
+
+type instrumented struct {
+	e controller.Effects
+	m *Metrics
+}
+
+func (i instrumented) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+	steps := i.e.Steps(key, plan)
+	for n := range steps {
+		steps[n].Run = i.m.wrapStep(steps[n].Name, steps[n].Run)
+	}
+	return steps
+}
+
+func (m *Metrics) wrapStep(name string, run func(context.Context) error) func(context.Context) error {
+	if run == nil {
+		return nil
+	}
+	duration := m.stepDuration.WithLabelValues(name)
+	failures := m.stepFailures.WithLabelValues(name)
+	return func(ctx context.Context) (err error) {
+		start := time.Now()
+		returned := false
+		defer func() {
+			duration.Observe(time.Since(start).Seconds())
+			// 1. A panic: the executor recovers it; count it here.
+			// 2. An error, except the cancellation of the plan.
+			if !returned || (err != nil && !cancelled(ctx, err)) {
+				failures.Inc()
+			}
+		}()
+		err = run(ctx)
+		returned = true
+		return err
+	}
+}
+
+// cancelled tells an error caused by the plan's cancellation from a
+// failure. The executor gives each step a deadline of its own, so a
+// DeadlineExceeded is a step that took too long: a failure.
+func cancelled(ctx context.Context, err error) bool {
+	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)
+}
+
+// loopCollector exports a Loop's Stats, read once per scrape.
+type loopCollector struct {
+	stats atomic.Pointer[func() eventloop.Stats]
+}
+
+var loopDescs = func() map[string]*prometheus.Desc {
+	out := map[string]*prometheus.Desc{}
+	for _, d := range []Desc{descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
+		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
+		descPlansSuperseded, descPlansCancelled, descPanics} {
+		out[d.Name] = prometheus.NewDesc(d.Name, d.Help, nil, nil)
+	}
+	return out
+}()
+
+func (c *loopCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range loopDescs {
+		ch <- d
+	}
+}
+
+func (c *loopCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.stats.Load()
+	if f == nil {
+		return
+	}
+	s := (*f)()
+	gauge := func(d Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(loopDescs[d.Name], prometheus.GaugeValue, float64(v))
+	}
+	counter := func(d Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(loopDescs[d.Name], prometheus.CounterValue, float64(v))
+	}
+	gauge(descInbox, s.InboxDepth)
+	gauge(descLoopClusters, s.Clusters)
+	gauge(descTimers, s.Timers)
+	gauge(descPlansRunning, s.PlansRunning)
+	gauge(descPlansWaiting, s.PlansWaiting)
+	counter(descDispatched, s.Dispatched)
+	counter(descCoalesced, s.Coalesced)
+	counter(descStaleTimers, s.StaleTimers)
+	counter(descTimersDropped, s.TimersDropped)
+	counter(descPlans, s.PlansRun)
+	counter(descPlansFailed, s.PlansFailed)
+	counter(descPlansSuperseded, s.PlansSuperseded)
+	counter(descPlansCancelled, s.PlansCancelled)
+	counter(descPanics, s.Panics)
+}

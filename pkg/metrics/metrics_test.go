@@ -1,0 +1,328 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pgloop/pgloop/pkg/controller"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+func TestLag(t *testing.T) {
+	m := New()
+	m.ObserveLag(eventloop.Signal, 2*time.Millisecond)
+	m.ObserveLag(eventloop.Signal, 3*time.Millisecond)
+	m.ObserveLag(eventloop.PlanDone, time.Second)
+	m.ObserveLag(eventloop.Kind(9), time.Second) // unknown kinds are not lost
+
+	if got := testutil.CollectAndCount(m.lag, "pgloop_loop_lag_seconds"); got != 5 {
+		t.Errorf("lag series = %d, want 5 (the four kinds listed from the start, plus the unknown one)", got)
+	}
+	h := histogram(t, m, "pgloop_loop_lag_seconds", "kind", "signal")
+	if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0049 || h.GetSampleSum() > 0.0051 {
+		t.Errorf("signal lag: count %d sum %v, want 2 and 0.005", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if h := histogram(t, m, "pgloop_loop_lag_seconds", "kind", "kind(9)"); h.GetSampleCount() != 1 {
+		t.Errorf("unknown kind lag count = %d, want 1", h.GetSampleCount())
+	}
+}
+
+func TestLoopStats(t *testing.T) {
+	m := New()
+	// Before WatchLoop (a standby operator) nothing of the loop is exported.
+	if n := testutil.CollectAndCount(m.loop); n != 0 {
+		t.Fatalf("loop metrics before WatchLoop: %d, want 0", n)
+	}
+	calls := 0
+	m.WatchLoop(func() eventloop.Stats {
+		calls++
+		return eventloop.Stats{
+			InboxDepth: 3, Clusters: 5, Timers: 7, PlansRunning: 2, PlansWaiting: 1,
+			Dispatched: 100, Coalesced: 40, StaleTimers: 6, TimersDropped: 8,
+			PlansRun: 30, PlansFailed: 4, PlansSuperseded: 2, PlansCancelled: 1, Panics: 1,
+		}
+	})
+	want := `
+# HELP pgloop_loop_inbox_depth Events waiting in the loop's inbox.
+# TYPE pgloop_loop_inbox_depth gauge
+pgloop_loop_inbox_depth 3
+# HELP pgloop_loop_clusters Clusters the loop keeps state for (an epoch, timers or plans).
+# TYPE pgloop_loop_clusters gauge
+pgloop_loop_clusters 5
+# HELP pgloop_loop_timers Timers waiting for their deadline.
+# TYPE pgloop_loop_timers gauge
+pgloop_loop_timers 7
+# HELP pgloop_loop_plans_running Plans of effects in flight in the executor.
+# TYPE pgloop_loop_plans_running gauge
+pgloop_loop_plans_running 2
+# HELP pgloop_loop_plans_waiting Plans waiting for their cluster's running plan or for a free worker.
+# TYPE pgloop_loop_plans_waiting gauge
+pgloop_loop_plans_waiting 1
+# HELP pgloop_loop_events_dispatched_total Events handed to the state machines.
+# TYPE pgloop_loop_events_dispatched_total counter
+pgloop_loop_events_dispatched_total 100
+# HELP pgloop_loop_signals_coalesced_total Signals merged into one of the same cluster and name already waiting in the inbox.
+# TYPE pgloop_loop_signals_coalesced_total counter
+pgloop_loop_signals_coalesced_total 40
+# HELP pgloop_loop_stale_timers_total Timer events dropped because their epoch had passed or the timer was reset or cancelled.
+# TYPE pgloop_loop_stale_timers_total counter
+pgloop_loop_stale_timers_total 6
+# HELP pgloop_loop_timers_dropped_total Timers removed before firing by a state change or because the cluster was forgotten.
+# TYPE pgloop_loop_timers_dropped_total counter
+pgloop_loop_timers_dropped_total 8
+# HELP pgloop_loop_plans_total Plans of effects that ran to the end.
+# TYPE pgloop_loop_plans_total counter
+pgloop_loop_plans_total 30
+# HELP pgloop_loop_plans_failed_total Plans of effects that ran to the end with an error.
+# TYPE pgloop_loop_plans_failed_total counter
+pgloop_loop_plans_failed_total 4
+# HELP pgloop_loop_plans_superseded_total Waiting plans replaced by a newer plan of the same cluster before they ran.
+# TYPE pgloop_loop_plans_superseded_total counter
+pgloop_loop_plans_superseded_total 2
+# HELP pgloop_loop_plans_cancelled_total Plans cancelled while running or dropped while waiting (the cluster was deleted).
+# TYPE pgloop_loop_plans_cancelled_total counter
+pgloop_loop_plans_cancelled_total 1
+# HELP pgloop_loop_panics_total Panics recovered in a state machine or an effect; each is recorded on its cluster.
+# TYPE pgloop_loop_panics_total counter
+pgloop_loop_panics_total 1
+`
+	if err := testutil.CollectAndCompare(m.loop, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if calls != 1 {
+		t.Errorf("Stats called %d times for one scrape, want 1 (one snapshot)", calls)
+	}
+}
+
+func TestClustersAndTransitions(t *testing.T) {
+	m := New()
+	c := controller.New(fsm.DefaultConfig(), nil, nil, nil, nil)
+	m.InstrumentController(c)
+
+	c.OnNew("ns/a", fsm.Pending)
+	c.OnNew("ns/b", fsm.Running) // resumed from status
+	c.OnTransition("ns/a", &fsm.Result{From: fsm.Pending, To: fsm.Creating, Fired: []fsm.Fired{
+		{Event: fsm.EventCreate, From: fsm.Pending, To: fsm.Creating},
+	}})
+	c.OnTransition("ns/a", &fsm.Result{From: fsm.Creating, To: fsm.Creating, Fired: []fsm.Fired{
+		{Event: fsm.EventEffectsSucceeded, From: fsm.Creating, To: fsm.Creating},
+	}})
+	c.OnTransition("ns/a", &fsm.Result{From: fsm.Creating, To: fsm.Running, Fired: []fsm.Fired{
+		{Event: fsm.EventPodsReady, From: fsm.Creating, To: fsm.Running},
+	}})
+	// Two events in one input: the gauge follows the final state.
+	c.OnTransition("ns/b", &fsm.Result{From: fsm.Running, To: fsm.Deleted, Fired: []fsm.Fired{
+		{Event: fsm.EventDelete, From: fsm.Running, To: fsm.Deleting},
+		{Event: fsm.EventCleanedUp, From: fsm.Deleting, To: fsm.Deleted},
+	}})
+	c.OnForget("ns/b", fsm.Deleted)
+	c.OnForget("ns/never-seen", fsm.Pending) // harmless
+
+	wantStates := map[string]float64{fsm.Running: 1}
+	for _, s := range fsm.States {
+		got := testutil.ToFloat64(m.clusters.WithLabelValues(s))
+		if got != wantStates[s] {
+			t.Errorf("pgloop_clusters{state=%q} = %v, want %v", s, got, wantStates[s])
+		}
+	}
+	wantTransitions := map[[3]string]float64{
+		{fsm.Pending, fsm.Creating, fsm.EventCreate}:            1,
+		{fsm.Creating, fsm.Creating, fsm.EventEffectsSucceeded}: 1,
+		{fsm.Creating, fsm.Running, fsm.EventPodsReady}:         1,
+		{fsm.Running, fsm.Deleting, fsm.EventDelete}:            1,
+		{fsm.Deleting, fsm.Deleted, fsm.EventCleanedUp}:         1,
+	}
+	if n := testutil.CollectAndCount(m.transitions); n != len(wantTransitions) {
+		t.Errorf("transition series = %d, want %d", n, len(wantTransitions))
+	}
+	for l, want := range wantTransitions {
+		if got := testutil.ToFloat64(m.transitions.WithLabelValues(l[0], l[1], l[2])); got != want {
+			t.Errorf("pgloop_transitions_total%v = %v, want %v", l, got, want)
+		}
+	}
+}
+
+type fakeEffects struct{ steps []eventloop.Step }
+
+func (f fakeEffects) Steps(string, *fsm.Plan) []eventloop.Step { return slices.Clone(f.steps) }
+
+func TestInstrumentEffects(t *testing.T) {
+	m := New()
+	boom := errors.New("boom")
+	eff := InstrumentEffects(fakeEffects{steps: []eventloop.Step{
+		{Name: "writeStatus", Always: true, Timeout: time.Second, Run: func(context.Context) error { return nil }},
+		{Name: "ensureStatefulSet", Run: func(context.Context) error { return boom }},
+		{Name: "ensureService", Run: func(ctx context.Context) error { return ctx.Err() }},
+		{Name: "deletePod", Run: func(context.Context) error { panic("bad") }},
+		{Name: "noop"},
+	}}, m)
+
+	steps := eff.Steps("ns/a", &fsm.Plan{ID: 1})
+	if len(steps) != 5 || steps[0].Name != "writeStatus" || !steps[0].Always || steps[0].Timeout != time.Second {
+		t.Fatalf("steps not preserved: %+v", steps)
+	}
+	if steps[4].Run != nil {
+		t.Error("a nil Run must stay nil")
+	}
+	if err := steps[0].Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := steps[1].Run(context.Background()); !errors.Is(err, boom) {
+		t.Fatalf("error not passed through: %v", err)
+	}
+	// Cancelled with its plan (cluster deleted): not a failure.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := steps[2].Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// Out of its own deadline: a failure.
+	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer dcancel()
+	if err := steps[2].Run(dctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic must go on to the executor")
+			}
+		}()
+		_ = steps[3].Run(context.Background())
+	}()
+
+	for name, want := range map[string]float64{"writeStatus": 0, "ensureStatefulSet": 1, "ensureService": 1, "deletePod": 1} {
+		if got := testutil.ToFloat64(m.stepFailures.WithLabelValues(name)); got != want {
+			t.Errorf("failures{step=%s} = %v, want %v", name, got, want)
+		}
+	}
+	for name, want := range map[string]uint64{"writeStatus": 1, "ensureStatefulSet": 1, "ensureService": 2, "deletePod": 1} {
+		if got := histogram(t, m, "pgloop_effect_step_duration_seconds", "step", name).GetSampleCount(); got != want {
+			t.Errorf("durations{step=%s} count = %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestLeader(t *testing.T) {
+	m := New()
+	if got := testutil.ToFloat64(m.leader); got != 0 {
+		t.Errorf("leader = %v before election", got)
+	}
+	m.SetLeader(true)
+	if got := testutil.ToFloat64(m.leader); got != 1 {
+		t.Errorf("leader = %v, want 1", got)
+	}
+	m.SetLeader(false)
+	if got := testutil.ToFloat64(m.leader); got != 0 {
+		t.Errorf("leader = %v, want 0", got)
+	}
+}
+
+// TestDescs keeps Descs, which the user guide lists, equal to what the
+// registry serves, and the metrics valid by Prometheus' linter.
+func TestDescs(t *testing.T) {
+	m := New()
+	m.WatchLoop(func() eventloop.Stats { return eventloop.Stats{} })
+	m.ObserveLag(eventloop.Signal, time.Millisecond)
+	m.transition("ns/a", &fsm.Result{To: fsm.Creating, Fired: []fsm.Fired{{Event: fsm.EventCreate, From: fsm.Pending, To: fsm.Creating}}})
+	eff := InstrumentEffects(fakeEffects{steps: []eventloop.Step{{Name: "s", Run: func(context.Context) error { return errors.New("x") }}}}, m)
+	_ = eff.Steps("ns/a", &fsm.Plan{})[0].Run(context.Background())
+
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "pgloop_") {
+			served[f.GetName()] = f
+		}
+	}
+	for _, d := range Descs() {
+		f, ok := served[d.Name]
+		if !ok {
+			t.Errorf("%s is documented but not served", d.Name)
+			continue
+		}
+		delete(served, d.Name)
+		if got := strings.ToLower(f.GetType().String()); got != d.Type {
+			t.Errorf("%s: type %s, documented %s", d.Name, got, d.Type)
+		}
+		if f.GetHelp() != d.Help {
+			t.Errorf("%s: help %q, documented %q", d.Name, f.GetHelp(), d.Help)
+		}
+		var labels []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, l.GetName())
+		}
+		slices.Sort(labels)
+		want := slices.Sorted(slices.Values(d.Labels))
+		if !slices.Equal(labels, want) {
+			t.Errorf("%s: labels %v, documented %v", d.Name, labels, want)
+		}
+	}
+	for name := range served {
+		t.Errorf("%s is served but not in Descs", name)
+	}
+
+	problems, err := testutil.CollectAndLint(m.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "pgloop_") {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+func TestHandler(t *testing.T) {
+	m := New()
+	m.SetLeader(true)
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"\npgloop_leader 1\n", `pgloop_clusters{state="Running"} 0`, "pgloop_build_info{version=", "go_goroutines"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// histogram returns the histogram of family name whose label has value.
+func histogram(t *testing.T, m *Metrics, name, label, value string) *dto.Histogram {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return mt.GetHistogram()
+				}
+			}
+		}
+	}
+	t.Fatalf("%s{%s=%q} not found", name, label, value)
+	return nil
+}

@@ -1,0 +1,217 @@
+// Package operator runs pgloop against a Kubernetes API: it wires the
+// clients, the informers, the effects, the per-cluster state machines and
+// the event loop together, elects a leader among the operator's replicas,
+// and serves health, readiness and Prometheus metrics. cmd/pgloop's
+// `operator` command only parses flags into a Config and calls Run.
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Log formats.
+const (
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+)
+
+// Defaults of Config, as the operator command documents them.
+const (
+	DefaultLeaderElectionID        = "pgloop-operator"
+	DefaultLeaderElectionNamespace = "default"
+	// DefaultLeaseDuration, DefaultRenewDeadline and DefaultRetryPeriod
+	// are kube-controller-manager's: a new leader takes over at most
+	// 15s after the old one died, and at once after it stopped cleanly.
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+	DefaultHealthAddr    = ":8080"
+	// DefaultKubeQPS and DefaultKubeBurst are the client's rate limit,
+	// shared by every cluster. client-go's own default (5/10) would make
+	// a few hundred clusters' resyncs queue behind each other.
+	DefaultKubeQPS   = 50
+	DefaultKubeBurst = 100
+	// DefaultCacheSyncTimeout bounds the wait for the informers' initial
+	// lists; a healthy API server lists thousands of objects in seconds.
+	DefaultCacheSyncTimeout = 2 * time.Minute
+)
+
+// Config is everything Run needs. Start from DefaultConfig: Validate
+// rejects zero durations and counts rather than guessing.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file (or a list of them,
+	// separated like $PATH, as $KUBECONFIG may be). Empty means the
+	// in-cluster configuration of the pod's ServiceAccount.
+	Kubeconfig string
+	// Namespaces to manage clusters in; empty means all namespaces.
+	Namespaces []string
+
+	// LeaderElect makes replicas elect one leader on a Lease; only the
+	// leader runs the clusters. Without it, run exactly one replica.
+	LeaderElect bool
+	// LeaderElectionNamespace and LeaderElectionID name the Lease.
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	// LeaseDuration is how long standbys wait after the last renewal
+	// before taking over; RenewDeadline how long the leader keeps trying
+	// to renew before it gives up (and exits); RetryPeriod the interval
+	// between attempts.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// HealthAddr is where /healthz, /readyz and /metrics are served
+	// ("host:port"; port 0 picks a free one, see OnListen).
+	HealthAddr string
+
+	// Workers bounds the plans of effects running at once.
+	Workers int
+	// StepTimeout bounds one effect step (one API call or a short series).
+	StepTimeout time.Duration
+	// CreateTimeout and UpdateTimeout bound Creating and Updating before
+	// a cluster is Degraded; RetryBase and RetryMax are the backoff of
+	// retries; ResyncPeriod is how often a Running cluster re-checks its
+	// objects (docs/fsm.md).
+	CreateTimeout, UpdateTimeout, RetryBase, RetryMax, ResyncPeriod time.Duration
+	// SpiloImage is the image of clusters that set no spec.dockerImage.
+	SpiloImage string
+
+	// KubeQPS and KubeBurst rate-limit the Kubernetes client.
+	KubeQPS   float32
+	KubeBurst int
+	// CacheSyncTimeout bounds the check that the API answers and the
+	// wait for the informers' initial lists.
+	CacheSyncTimeout time.Duration
+
+	// LogFormat is LogFormatText or LogFormatJSON; LogLevel a logrus level
+	// (panic, fatal, error, warn, info, debug, trace).
+	LogFormat, LogLevel string
+	// LogOutput receives the logs; nil means os.Stderr.
+	LogOutput io.Writer
+
+	// OnListen, when set, is called with the address the health server
+	// listens on, once it does (tests listen on port 0).
+	OnListen func(addr string)
+}
+
+// DefaultConfig returns the documented defaults: all namespaces, in-cluster
+// configuration, leader election on.
+func DefaultConfig() Config {
+	f := fsm.DefaultConfig()
+	return Config{
+		LeaderElect:             true,
+		LeaderElectionNamespace: DefaultLeaderElectionNamespace,
+		LeaderElectionID:        DefaultLeaderElectionID,
+		LeaseDuration:           DefaultLeaseDuration,
+		RenewDeadline:           DefaultRenewDeadline,
+		RetryPeriod:             DefaultRetryPeriod,
+		HealthAddr:              DefaultHealthAddr,
+		Workers:                 eventloop.DefaultWorkers,
+		StepTimeout:             eventloop.DefaultStepTimeout,
+		CreateTimeout:           f.CreateTimeout,
+		UpdateTimeout:           f.UpdateTimeout,
+		RetryBase:               f.RetryBase,
+		RetryMax:                f.RetryMax,
+		ResyncPeriod:            f.ResyncPeriod,
+		SpiloImage:              cluster.DefaultImage,
+		KubeQPS:                 DefaultKubeQPS,
+		KubeBurst:               DefaultKubeBurst,
+		CacheSyncTimeout:        DefaultCacheSyncTimeout,
+		LogFormat:               LogFormatText,
+		LogLevel:                logrus.InfoLevel.String(),
+	}
+}
+
+// Validate reports every invalid setting at once. Settings are named as
+// the operator command's flags are.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			bad("%s must be a positive duration, got %s", name, d)
+		}
+	}
+
+	for _, ns := range c.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			bad("namespace %q is not a valid namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
+	if c.LeaderElect {
+		if msgs := validation.IsDNS1123Label(c.LeaderElectionNamespace); len(msgs) > 0 {
+			bad("leader-election-namespace %q is not a valid namespace name: %s", c.LeaderElectionNamespace, strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsDNS1123Subdomain(c.LeaderElectionID); len(msgs) > 0 {
+			bad("leader-election-id %q is not a valid Lease name: %s", c.LeaderElectionID, strings.Join(msgs, "; "))
+		}
+		positive("leader-elect-lease-duration", c.LeaseDuration)
+		positive("leader-elect-renew-deadline", c.RenewDeadline)
+		positive("leader-elect-retry-period", c.RetryPeriod)
+		// client-go's own rules, stated in our terms.
+		if c.RenewDeadline > 0 && c.LeaseDuration <= c.RenewDeadline {
+			bad("leader-elect-lease-duration (%s) must be greater than leader-elect-renew-deadline (%s)", c.LeaseDuration, c.RenewDeadline)
+		}
+		if c.RetryPeriod > 0 && float64(c.RenewDeadline) <= 1.2*float64(c.RetryPeriod) {
+			bad("leader-elect-renew-deadline (%s) must be greater than 1.2 x leader-elect-retry-period (%s)", c.RenewDeadline, c.RetryPeriod)
+		}
+	}
+	if c.HealthAddr == "" {
+		bad("health-addr must not be empty")
+	}
+	if c.Workers < 1 {
+		bad("workers must be at least 1, got %d", c.Workers)
+	}
+	positive("step-timeout", c.StepTimeout)
+	positive("create-timeout", c.CreateTimeout)
+	positive("update-timeout", c.UpdateTimeout)
+	positive("retry-base", c.RetryBase)
+	positive("retry-max", c.RetryMax)
+	positive("resync-period", c.ResyncPeriod)
+	positive("cache-sync-timeout", c.CacheSyncTimeout)
+	if c.RetryBase > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryBase {
+		bad("retry-max (%s) must not be less than retry-base (%s)", c.RetryMax, c.RetryBase)
+	}
+	if strings.TrimSpace(c.SpiloImage) == "" {
+		bad("spilo-image must not be empty")
+	}
+	if c.KubeQPS <= 0 {
+		bad("kube-qps must be positive, got %v", c.KubeQPS)
+	}
+	if c.KubeBurst < 1 {
+		bad("kube-burst must be at least 1, got %d", c.KubeBurst)
+	}
+	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
+		bad("log-format must be %q or %q, got %q", LogFormatText, LogFormatJSON, c.LogFormat)
+	}
+	if _, err := logrus.ParseLevel(c.LogLevel); err != nil {
+		bad("log-level must be one of panic, fatal, error, warn, info, debug, trace, got %q", c.LogLevel)
+	}
+	return errors.Join(errs...)
+}
+
+// fsmConfig is the state machine's part of the configuration.
+func (c *Config) fsmConfig() fsm.Config {
+	return fsm.Config{
+		CreateTimeout: c.CreateTimeout,
+		UpdateTimeout: c.UpdateTimeout,
+		RetryBase:     c.RetryBase,
+		RetryMax:      c.RetryMax,
+		ResyncPeriod:  c.ResyncPeriod,
+	}
+}
+
+// clusterOptions are the builders' options; the informers and the effects
+// must build with the same ones.
+func (c *Config) clusterOptions() cluster.Options {
+	return cluster.Options{Image: c.SpiloImage}
+}

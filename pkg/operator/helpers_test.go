@@ -1,0 +1,238 @@
+package operator
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+)
+
+func TestMain(m *testing.M) {
+	// client-go logs leader election and watch errors through klog.
+	klog.SetLogger(logr.Discard())
+	os.Exit(m.Run())
+}
+
+// fakePG is an in-memory client.Interface on client-go's object tracker,
+// so that informers list and watch it as they would the API. listErr, when
+// set, fails every List and Watch (a missing CRD, RBAC).
+type fakePG struct {
+	tracker k8stesting.ObjectTracker
+
+	mu      sync.Mutex
+	listErr error
+}
+
+var _ client.Interface = (*fakePG)(nil)
+
+func newFakePG(t testing.TB, pgs ...*v1.Postgresql) *fakePG {
+	t.Helper()
+	f := &fakePG{tracker: k8stesting.NewObjectTracker(client.Scheme, serializer.NewCodecFactory(client.Scheme).UniversalDecoder())}
+	for _, pg := range pgs {
+		if err := f.tracker.Add(pg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// IsWatchListSemanticsUnSupported tells the reflector to list then watch:
+// the tracker sends no initial-events bookmark.
+func (f *fakePG) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (f *fakePG) failLists(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listErr = err
+}
+
+func (f *fakePG) err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listErr
+}
+
+var pgGVR = v1.SchemeGroupVersionResource
+
+func (f *fakePG) Get(_ context.Context, namespace, name string) (*v1.Postgresql, error) {
+	obj, err := f.tracker.Get(pgGVR, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.Postgresql), nil
+}
+
+func (f *fakePG) List(_ context.Context, namespace string, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	obj, err := f.tracker.List(pgGVR, v1.SchemeGroupVersionKind, namespace, opts)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.PostgresqlList), nil
+}
+
+func (f *fakePG) Watch(_ context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	if err := f.err(); err != nil {
+		return nil, err
+	}
+	return f.tracker.Watch(pgGVR, namespace, opts)
+}
+
+func (f *fakePG) Create(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return pg, f.tracker.Create(pgGVR, pg, pg.Namespace)
+}
+
+func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return pg, f.tracker.Update(pgGVR, pg, pg.Namespace)
+}
+
+func (f *fakePG) UpdateStatus(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	return f.Update(ctx, pg)
+}
+
+func (f *fakePG) Delete(_ context.Context, namespace, name string, _ metav1.DeleteOptions) error {
+	return f.tracker.Delete(pgGVR, namespace, name)
+}
+
+// newPG returns a new, valid cluster.
+func newPG(ns, name string) *v1.Postgresql {
+	return &v1.Postgresql{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Generation: 1},
+		Spec: v1.PostgresqlSpec{
+			TeamID:            "acid",
+			NumberOfInstances: 2,
+			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
+			Volume:            v1.Volume{Size: resource.MustParse("1Gi")},
+		},
+	}
+}
+
+// testConfig is a valid configuration for tests: a free port, short
+// leases, quiet logs.
+func testConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	cfg.HealthAddr = "127.0.0.1:0"
+	cfg.LeaseDuration = 2 * time.Second
+	cfg.RenewDeadline = time.Second
+	cfg.RetryPeriod = 200 * time.Millisecond
+	cfg.CacheSyncTimeout = 10 * time.Second
+	cfg.LogOutput = io.Discard
+	if testing.Verbose() {
+		cfg.LogOutput = testWriter{t}
+	}
+	return cfg
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// instance is one run of the operator in a test.
+type instance struct {
+	t      *testing.T
+	cancel context.CancelFunc
+	done   chan error
+	addr   chan string
+	url    string
+}
+
+// start runs the operator on fake clients until the test ends or stop.
+func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *fakePG) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{t: t, cancel: cancel, done: make(chan error, 1), addr: make(chan string, 1)}
+	cfg.OnListen = func(addr string) { in.addr <- addr }
+	log := newLogger(&cfg)
+	go func() { in.done <- run(ctx, cfg, log, clients{kube: kube, pg: pg, election: kube}) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-in.done:
+		case <-time.After(15 * time.Second):
+			t.Error("run did not return within 15s of its context's end")
+		}
+	})
+	select {
+	case addr := <-in.addr:
+		in.url = "http://" + addr
+	case err := <-in.done:
+		in.done <- err
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening within 10s")
+	}
+	return in
+}
+
+// stop ends the run and returns its error.
+func (in *instance) stop() error {
+	in.t.Helper()
+	in.cancel()
+	select {
+	case err := <-in.done:
+		in.done <- err // for the cleanup
+		return err
+	case <-time.After(15 * time.Second):
+		in.t.Fatal("run did not return within 15s of its context's end")
+		return nil
+	}
+}
+
+// wait returns the run's error once it returns by itself.
+func (in *instance) wait(d time.Duration) error {
+	in.t.Helper()
+	select {
+	case err := <-in.done:
+		in.done <- err
+		return err
+	case <-time.After(d):
+		in.t.Fatalf("run did not return within %s", d)
+		return nil
+	}
+}
+
+// get returns the status and body of path.
+func (in *instance) get(path string) (int, string) {
+	in.t.Helper()
+	resp, err := http.Get(in.url + path)
+	if err != nil {
+		in.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// eventually polls cond every 50ms for up to d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

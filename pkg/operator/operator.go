@@ -1,0 +1,467 @@
+package operator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/controller"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/informers"
+	"github.com/pgloop/pgloop/pkg/metrics"
+	"github.com/pgloop/pgloop/pkg/version"
+)
+
+// EventComponent is the source component of the Kubernetes Events pgloop
+// records.
+const EventComponent = "pgloop"
+
+// ErrLeadershipLost is returned by Run when this replica stopped being the
+// leader without being asked to stop. The process should exit: a new
+// process starts clean as a standby, with fresh caches.
+var ErrLeadershipLost = errors.New("lost leadership")
+
+// crdName is the CustomResourceDefinition the operator needs.
+var crdName = v1.PostgresqlResource + "." + v1.SchemeGroupVersion.Group
+
+// clients are the API clients Run uses; tests pass fakes to run.
+type clients struct {
+	kube kubernetes.Interface
+	pg   client.Interface
+	// election renews the Lease. Its requests time out well within the
+	// renew deadline, so that one hung request cannot cost the lease.
+	election kubernetes.Interface
+}
+
+// Run runs the operator until ctx is done, then shuts down cleanly (the
+// Lease released, in-flight effects cancelled) and returns nil. It returns
+// an error when the configuration is invalid, the API cannot be reached or
+// the CRD is not installed (both checked within cfg.CacheSyncTimeout), the
+// health server fails, or leadership is lost (ErrLeadershipLost).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	log := newLogger(&cfg)
+
+	restCfg, err := restConfig(&cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := newClients(restCfg, &cfg)
+	if err != nil {
+		return err
+	}
+	return run(ctx, cfg, log, cl)
+}
+
+// restConfig loads the kubeconfig, or the in-cluster configuration when
+// none is given, and applies the rate limits.
+func restConfig(cfg *Config) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no kubeconfig given (--kubeconfig, $KUBECONFIG) and not running in a pod: %w", err)
+		}
+	} else {
+		rules := &clientcmd.ClientConfigLoadingRules{}
+		if paths := filepath.SplitList(cfg.Kubeconfig); len(paths) > 1 {
+			rules.Precedence = paths
+		} else {
+			rules.ExplicitPath = cfg.Kubeconfig
+		}
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+	}
+	rc.QPS = cfg.KubeQPS
+	rc.Burst = cfg.KubeBurst
+	rc.UserAgent = "pgloop/" + version.Version
+	return rc, nil
+}
+
+func newClients(rc *rest.Config, cfg *Config) (clients, error) {
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return clients{}, fmt.Errorf("create kubernetes client: %w", err)
+	}
+	pg, err := client.New(rc)
+	if err != nil {
+		return clients{}, fmt.Errorf("create pgloop.dev client: %w", err)
+	}
+	// As client-go's resourcelock.NewFromKubeconfig does.
+	ec := rest.CopyConfig(rc)
+	ec.Timeout = max(time.Second, cfg.RenewDeadline/2)
+	ec.UserAgent = rc.UserAgent + " leader-election"
+	election, err := kubernetes.NewForConfig(ec)
+	if err != nil {
+		return clients{}, fmt.Errorf("create leader election client: %w", err)
+	}
+	return clients{kube: kube, pg: pg, election: election}, nil
+}
+
+// run is Run once the clients exist.
+func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients) error {
+	entry := logrus.NewEntry(log)
+	m := metrics.New()
+	h := &health{}
+	if cfg.LeaderElect {
+		h.watchdog = leaderelection.NewLeaderHealthzAdaptor(cfg.RenewDeadline)
+		h.set(phaseStandby)
+	}
+	srv, err := serve(cfg.HealthAddr, h.handler(m.Handler()))
+	if err != nil {
+		return err
+	}
+	defer srv.shutdown()
+	entry.WithField("addr", srv.addr).Info("serving /healthz, /readyz and /metrics")
+	if cfg.OnListen != nil {
+		cfg.OnListen(srv.addr)
+	}
+	entry.WithFields(logrus.Fields{
+		"version":      version.Version,
+		"namespaces":   namespacesField(cfg.Namespaces),
+		"leaderElect":  cfg.LeaderElect,
+		"workers":      cfg.Workers,
+		"stepTimeout":  cfg.StepTimeout.String(),
+		"resyncPeriod": cfg.ResyncPeriod.String(),
+	}).Info("pgloop operator starting")
+
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.kube.CoreV1().Events("")})
+	broadcaster.StartLogging(func(format string, args ...any) { entry.Debugf("event: "+format, args...) })
+	defer broadcaster.Shutdown()
+	rec := broadcaster.NewRecorder(client.Scheme, corev1.EventSource{Component: EventComponent})
+
+	lead := func(ctx context.Context) error { return runLeader(ctx, &cfg, entry, cl, rec, m, h) }
+
+	workCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		if cfg.LeaderElect {
+			done <- elect(workCtx, &cfg, entry, cl, rec, m, h, lead)
+			return
+		}
+		m.SetLeader(true)
+		done <- lead(workCtx)
+	}()
+
+	select {
+	case err = <-done:
+	case err = <-srv.errc:
+		stop()
+		<-done
+		err = fmt.Errorf("health server on %s: %w", srv.addr, err)
+	}
+	h.set(phaseStopping)
+	m.SetLeader(false)
+	if err != nil {
+		entry.WithError(err).Error("pgloop operator stopped")
+	} else {
+		entry.Info("pgloop operator stopped")
+	}
+	return err
+}
+
+func namespacesField(ns []string) string {
+	if len(ns) == 0 {
+		return "(all)"
+	}
+	return strings.Join(ns, ",")
+}
+
+// elect runs lead while this replica holds the Lease. It returns nil once
+// ctx is done, lead's error when lead fails on its own, and
+// ErrLeadershipLost when the Lease is lost.
+//
+// The Lease is released only after lead has returned: with ReleaseOnCancel
+// a successor may start at once, so nothing done under the Lease may still
+// be running. That is why the elector runs on a context of its own, cancelled
+// after lead's.
+func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec record.EventRecorder,
+	m *metrics.Metrics, h *health, lead func(context.Context) error) error {
+	id, err := identity()
+	if err != nil {
+		return err
+	}
+	log = log.WithFields(logrus.Fields{"lease": cfg.LeaderElectionNamespace + "/" + cfg.LeaderElectionID, "identity": id})
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaderElectionNamespace, cfg.LeaderElectionID,
+		cl.election.CoreV1(), cl.election.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: id, EventRecorder: rec})
+	if err != nil {
+		return fmt.Errorf("create leader election lock: %w", err)
+	}
+
+	var (
+		mu       sync.Mutex
+		stopping bool
+		leading  sync.WaitGroup
+		leadErr  = make(chan error, 1)
+	)
+	workCtx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            cfg.LeaderElectionID,
+		LeaseDuration:   cfg.LeaseDuration,
+		RenewDeadline:   cfg.RenewDeadline,
+		RetryPeriod:     cfg.RetryPeriod,
+		ReleaseOnCancel: true,
+		WatchDog:        h.watchdog,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				leading.Add(1)
+				mu.Unlock()
+				defer leading.Done()
+				log.Info("leading: starting the clusters")
+				m.SetLeader(true)
+				// lctx ends when the Lease is lost; workCtx when Run
+				// is asked to stop.
+				wctx, cancel := context.WithCancel(lctx)
+				defer cancel()
+				defer context.AfterFunc(workCtx, cancel)()
+				leadErr <- lead(wctx)
+			},
+			OnStoppedLeading: func() { m.SetLeader(false) },
+			OnNewLeader: func(leader string) {
+				if leader != id {
+					log.WithField("leader", leader).Info("standing by: another replica leads")
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+
+	electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElect()
+	electorDone := make(chan struct{})
+	log.Info("waiting to lead")
+	go func() {
+		defer close(electorDone)
+		le.Run(electCtx)
+	}()
+
+	var workErr error
+	select {
+	case <-ctx.Done():
+	case workErr = <-leadErr:
+	case <-electorDone:
+	}
+	// 1. Stop the leader's work and wait for it (or make sure it never
+	//    starts), 2. then release the Lease.
+	stopWork()
+	mu.Lock()
+	stopping = true
+	mu.Unlock()
+	leading.Wait()
+	select {
+	case err := <-leadErr:
+		workErr = err
+	default:
+	}
+	stopElect()
+	<-electorDone
+
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case workErr != nil:
+		return workErr
+	}
+	return fmt.Errorf("%w of lease %s/%s (could not renew it within %s)", ErrLeadershipLost,
+		cfg.LeaderElectionNamespace, cfg.LeaderElectionID, cfg.RenewDeadline)
+}
+
+// identity names this replica in the Lease: the pod's hostname, and a
+// random suffix so that a restarted container is not mistaken for the one
+// that held the Lease before.
+func identity() (string, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("leader election identity: %w", err)
+	}
+	return host + "_" + hex.EncodeToString(b), nil
+}
+
+// loopNotifier forwards the informers' notifications to the loop. The
+// informers need a Notifier when they are built, the loop needs the
+// controller, and the controller the informers (its Observer): the loop is
+// set here before the informers start, so no notification can miss it.
+type loopNotifier struct{ loop *eventloop.Loop }
+
+func (n *loopNotifier) Notify(key, signal string) { n.loop.Notify(key, signal) }
+
+// runLeader runs the clusters until ctx is done: it checks the API and the
+// CRD, starts the informers, waits for their caches, enqueues every
+// cluster so that each resumes from its status, and runs the loop.
+func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec record.EventRecorder,
+	m *metrics.Metrics, h *health) error {
+	h.set(phaseSyncing)
+	if err := checkAPI(ctx, cfg, cl.pg); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+
+	clk := clock.RealClock{}
+	build := cfg.clusterOptions()
+	effects := cluster.NewEffects(cl.kube, cl.pg, rec, cluster.EffectsOptions{Build: build, Log: log})
+	notifier := &loopNotifier{}
+	inf := informers.New(cl.kube, cl.pg, informers.Options{
+		Namespaces: cfg.Namespaces,
+		Log:        log,
+		Now:        clk.Now,
+		Cluster:    build,
+	}, notifier)
+	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(effects, m), clk, log)
+	m.InstrumentController(ctrl)
+	loop := eventloop.New(ctrl, eventloop.Options{
+		Clock:       clk,
+		Workers:     cfg.Workers,
+		StepTimeout: cfg.StepTimeout,
+		Log:         log,
+		Observe:     m.ObserveLag,
+	})
+	notifier.loop = loop
+	m.WatchLoop(loop.Stats)
+
+	infCtx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	inf.Start(infCtx)
+	syncCtx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
+	err := inf.WaitForCacheSync(syncCtx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		// The reflectors retry on their own and only log why: ask the
+		// API once more to say it.
+		if cerr := checkAPI(ctx, cfg, cl.pg); cerr != nil {
+			err = cerr
+		} else if cerr := checkOwned(ctx, cfg, cl.kube); cerr != nil {
+			err = cerr
+		}
+		return fmt.Errorf("informer caches did not sync within %s: %w", cfg.CacheSyncTimeout, err)
+	}
+	keys := inf.Keys()
+	for _, key := range keys {
+		loop.Notify(key, informers.SignalSpec)
+	}
+	log.WithField("clusters", len(keys)).Info("caches synced: resuming every cluster")
+	h.set(phaseRunning)
+	return loop.Run(ctx)
+}
+
+// checkAPI lists the Postgresql resources of each watched namespace (one
+// item at most) within cfg.CacheSyncTimeout, to fail at once with a clear
+// cause instead of waiting for caches that cannot sync: the API server is
+// unreachable, the CRD is not installed, or RBAC forbids the list.
+func checkAPI(ctx context.Context, cfg *Config, pg client.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
+	defer cancel()
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		_, err := pg.List(ctx, ns, metav1.ListOptions{Limit: 1})
+		where := "in all namespaces"
+		if ns != metav1.NamespaceAll {
+			where = "in namespace " + ns
+		}
+		switch {
+		case err == nil:
+			continue
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("CRD %s not installed (kubectl apply -f manifests/crds/): %w", crdName, err)
+		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+			return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", crdName, where, err)
+		case ctx.Err() != nil:
+			return fmt.Errorf("the Kubernetes API did not answer a list of %s %s within %s: %w", crdName, where, cfg.CacheSyncTimeout, err)
+		}
+		return fmt.Errorf("list %s %s: %w", crdName, where, err)
+	}
+	return nil
+}
+
+// checkOwned lists each kind of object the informers watch (one item at
+// most) within cfg.CacheSyncTimeout, to name the one the operator may not
+// list when the caches do not sync: usually RBAC.
+func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
+	defer cancel()
+	namespaces := cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	one := metav1.ListOptions{Limit: 1}
+	for _, ns := range namespaces {
+		lists := []struct {
+			kind string
+			list func() error
+		}{
+			{"pods", func() error { _, err := kube.CoreV1().Pods(ns).List(ctx, one); return err }},
+			{"statefulsets.apps", func() error { _, err := kube.AppsV1().StatefulSets(ns).List(ctx, one); return err }},
+			{"services", func() error { _, err := kube.CoreV1().Services(ns).List(ctx, one); return err }},
+			{"secrets", func() error { _, err := kube.CoreV1().Secrets(ns).List(ctx, one); return err }},
+			{"poddisruptionbudgets.policy", func() error { _, err := kube.PolicyV1().PodDisruptionBudgets(ns).List(ctx, one); return err }},
+			{"persistentvolumeclaims", func() error { _, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, one); return err }},
+			{"events", func() error { _, err := kube.CoreV1().Events(ns).List(ctx, one); return err }},
+		}
+		where := "in all namespaces"
+		if ns != metav1.NamespaceAll {
+			where = "in namespace " + ns
+		}
+		for _, l := range lists {
+			err := l.list()
+			switch {
+			case err == nil:
+				continue
+			case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+				return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", l.kind, where, err)
+			}
+			return fmt.Errorf("list %s %s: %w", l.kind, where, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,381 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// PrintOptions are how the list and detail views are printed.
+type PrintOptions struct {
+	// AllNamespaces adds the NAMESPACE column, as kubectl does under -A.
+	AllNamespaces bool
+	// Wide adds EPOCH, PRIMARY and the full MESSAGE (-o wide).
+	Wide bool
+	// Color paints states; callers set it from UseColor.
+	Color bool
+	// Now is the clock ages and timers are measured against; absolute
+	// times are printed in its location.
+	Now time.Time
+}
+
+// shortMessage bounds the message in the REASON column of the list.
+const shortMessage = 48
+
+// PrintTable prints the list view: one aligned line per row, in the order
+// given (List sorts them). It prints nothing, not even the header, for no
+// rows: the caller says so on stderr, as kubectl does.
+func PrintTable(w io.Writer, rows []Row, o PrintOptions) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var t table
+	head := []string{"NAME", "STATE", "SINCE", "READY", "NEXT", "REASON"}
+	if o.AllNamespaces {
+		head = append([]string{"NAMESPACE"}, head...)
+	}
+	if o.Wide {
+		head = append(head, "EPOCH", "PRIMARY", "MESSAGE")
+	}
+	t.add(head...)
+	for _, r := range rows {
+		reason := dash(r.Reason)
+		if !o.Wide {
+			reason = dash(join(r.Reason, truncate(firstLine(r.Message), shortMessage)))
+		}
+		cells := []string{r.Name, paint(r.State, o.Color), age(r.Since, o.Now),
+			fmt.Sprintf("%d/%d", r.Ready, r.Desired), next(r.Next, o.Now), reason}
+		if o.AllNamespaces {
+			cells = append([]string{r.Namespace}, cells...)
+		}
+		if o.Wide {
+			cells = append(cells, strconv.FormatInt(r.Epoch, 10), dash(r.Primary), dash(oneLine(r.Message)))
+		}
+		t.add(cells...)
+	}
+	return t.write(w, "")
+}
+
+// PrintDetail prints the detail view of one cluster.
+func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
+	pg := v.Cluster
+	st := &pg.Status
+	state := StateOf(pg)
+	p := &printer{w: w}
+
+	var since time.Time
+	if st.StateSince != nil {
+		since = st.StateSince.Time
+	} else {
+		since = pg.CreationTimestamp.Time
+	}
+	var fields table
+	fields.add("Name:", pg.Name)
+	fields.add("Namespace:", pg.Namespace)
+	fields.add("State:", fmt.Sprintf("%s for %s (since %s)", paint(state, o.Color), age(since, o.Now), clock(since, o.Now)))
+	fields.add("Reason:", dash(st.Reason))
+	fields.add("Message:", dash(st.Message))
+	fields.add("Ready:", fmt.Sprintf("%d/%d", st.ReadyInstances, RowFor(pg).Desired))
+	fields.add("Primary:", dash(st.Primary))
+	fields.add("Epoch:", strconv.FormatInt(st.Epoch, 10))
+	fields.add("Generation:", fmt.Sprintf("%d (observed %d)", pg.Generation, st.ObservedGeneration))
+	if st.Attempt > 0 {
+		fields.add("Attempt:", strconv.Itoa(int(st.Attempt)))
+	}
+	if pg.DeletionTimestamp != nil {
+		fields.add("Deletion:", fmt.Sprintf("requested %s ago (%s)", age(pg.DeletionTimestamp.Time, o.Now), clock(pg.DeletionTimestamp.Time, o.Now)))
+	}
+	p.table(&fields, "")
+
+	p.section("Conditions")
+	if len(st.Conditions) == 0 {
+		p.none()
+	} else {
+		var t table
+		t.add("TYPE", "STATUS", "REASON", "AGE", "MESSAGE")
+		for _, c := range st.Conditions {
+			t.add(c.Type, string(c.Status), dash(c.Reason), age(c.LastTransitionTime.Time, o.Now), dash(oneLine(c.Message)))
+		}
+		p.table(&t, "  ")
+	}
+
+	p.section("Timers")
+	if len(st.Timers) == 0 {
+		p.none()
+	} else {
+		var t table
+		t.add("NAME", "DEADLINE", "WHEN")
+		for i := range st.Timers {
+			tm := &st.Timers[i]
+			when := relative(tm.Deadline.Time, o.Now)
+			if stale(st, tm) {
+				when = fmt.Sprintf("stale (epoch %d), ignored", tm.Epoch)
+			}
+			t.add(tm.Name, clock(tm.Deadline.Time, o.Now), when)
+		}
+		p.table(&t, "  ")
+	}
+
+	p.section("Transitions (oldest first)")
+	if len(st.History) == 0 {
+		p.none()
+	} else {
+		var t table
+		t.add("TIME", "AGE", "FROM", "TO", "EVENT", "REASON")
+		for _, h := range st.History {
+			t.add(clock(h.Time.Time, o.Now), age(h.Time.Time, o.Now), h.From, h.To, h.Event, dash(h.Reason))
+		}
+		p.table(&t, "  ")
+	}
+
+	p.section("Pods")
+	switch {
+	case v.PodsError != nil:
+		p.line("  (" + v.PodsError.Error() + ")")
+	case len(v.Pods) == 0:
+		p.none()
+	default:
+		var t table
+		t.add("NAME", "ROLE", "PHASE", "READY", "RESTARTS", "AGE", "WHY")
+		for _, pod := range v.Pods {
+			t.add(pod.Name, dash(pod.Role), dash(string(pod.Phase)), strconv.FormatBool(pod.Ready),
+				strconv.Itoa(int(pod.Restarts)), age(pod.Created, o.Now), dash(pod.Why))
+		}
+		p.table(&t, "  ")
+	}
+
+	p.section(fmt.Sprintf("State machine (events available from %s; --mermaid for a diagram)", state))
+	p.diagram(state, o.Color)
+	return p.err
+}
+
+// printer writes the sections of the detail view and keeps the first
+// write error.
+type printer struct {
+	w   io.Writer
+	err error
+}
+
+func (p *printer) line(s string) {
+	if p.err == nil {
+		_, p.err = fmt.Fprintln(p.w, s)
+	}
+}
+
+func (p *printer) section(title string) { p.line("\n" + title + ":") }
+
+func (p *printer) none() { p.line("  <none>") }
+
+func (p *printer) table(t *table, indent string) {
+	if p.err == nil {
+		p.err = t.write(p.w, indent)
+	}
+}
+
+// diagram is the text form of the state diagram: every state in the
+// documentation's order, the current one marked with '>', and under it
+// its outgoing edges, which are the events it takes.
+func (p *printer) diagram(current string, color bool) {
+	for _, s := range fsm.States {
+		if s != current {
+			p.line("    " + s)
+			continue
+		}
+		p.line("  > " + paint(s, color))
+		var t table
+		for _, e := range Events(s) {
+			to := e.To
+			if to == "" || to == s {
+				to = "(same)"
+			}
+			t.add(e.Event, "-> "+to, e.When)
+		}
+		p.table(&t, "      ")
+	}
+}
+
+// Events returns the transitions available from state, in the order of
+// fsm.Table. Whether one fires depends on its guard.
+func Events(state string) []fsm.Transition {
+	var out []fsm.Transition
+	for _, t := range fsm.Table {
+		for _, from := range t.From {
+			if from == state {
+				out = append(out, t)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// PrintJSON prints v as indented JSON: rows, or a cluster from ForOutput.
+func PrintJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// PrintYAML prints v as YAML, through its JSON form as kubectl does.
+func PrintYAML(w io.Writer, v any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode yaml: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// ForOutput returns a copy of pg as `kubectl get -o yaml` shows it: with
+// its apiVersion and kind (typed clients drop them), without managedFields.
+func ForOutput(pg *v1.Postgresql) *v1.Postgresql {
+	out := pg.DeepCopy()
+	out.APIVersion = v1.SchemeGroupVersion.String()
+	out.Kind = v1.PostgresqlKind
+	out.ManagedFields = nil
+	return out
+}
+
+// StateOf is the cluster's state; a resource the operator has not written
+// a state to yet is Pending, as the state machine treats it.
+func StateOf(pg *v1.Postgresql) string { return stateOf(pg) }
+
+// age is how long ago t was, kubectl-style (5s, 4m12s, 3h, 2d); "-" when
+// unknown. A t slightly in the future (clock skew) is 0s.
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		d = 0
+	}
+	return duration.HumanDuration(d)
+}
+
+// relative is "in 4m12s" for a future t and "overdue 3s" for a past one.
+func relative(t, now time.Time) string {
+	if d := t.Sub(now); d > 0 {
+		return "in " + duration.HumanDuration(d)
+	}
+	return "overdue " + duration.HumanDuration(now.Sub(t))
+}
+
+// next is the NEXT column: the timer and when it fires.
+func next(t *v1.Timer, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Name + " " + relative(t.Deadline.Time, now)
+}
+
+// clock is an absolute time in now's location.
+func clock(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.In(now.Location()).Format(time.DateTime)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// truncate cuts s to n runes, marking the cut with "...".
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return strings.TrimRight(string(r[:n-3]), " ") + "..."
+}
+
+// ANSI colours of the states. Pending keeps the terminal's colour.
+const (
+	colorReset  = "\x1b[0m"
+	colorRed    = "\x1b[31m"
+	colorGreen  = "\x1b[32m"
+	colorYellow = "\x1b[33m"
+)
+
+func paint(state string, color bool) string {
+	if !color {
+		return state
+	}
+	var c string
+	switch state {
+	case fsm.Running:
+		c = colorGreen
+	case fsm.Degraded, fsm.Invalid:
+		c = colorRed
+	case fsm.Creating, fsm.Updating, fsm.Deleting:
+		c = colorYellow
+	default:
+		return state
+	}
+	return c + state + colorReset
+}
+
+// table aligns cells in columns like text/tabwriter, with three spaces
+// between columns as kubectl prints them. It measures cells by their
+// visible width: tabwriter counts the bytes of colour escapes and so
+// misaligns a coloured column.
+type table struct{ rows [][]string }
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+func width(s string) int { return utf8.RuneCountInString(ansi.ReplaceAllString(s, "")) }
+
+func (t *table) write(w io.Writer, indent string) error {
+	const gap = 3
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], width(c))
+		}
+	}
+	var b, line strings.Builder
+	for _, r := range t.rows {
+		line.Reset()
+		line.WriteString(indent)
+		for i, c := range r {
+			line.WriteString(c)
+			if i < len(r)-1 {
+				line.WriteString(strings.Repeat(" ", widths[i]-width(c)+gap))
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
