@@ -21,8 +21,16 @@ testbed: ## Build the control plane's binaries into bin/ (only those missing; ~1
 	BIN=$(BIN) test/tools/build.sh
 
 .PHONY: test-testbed
-test-testbed: testbed ## Run the control plane's smoke tests.
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./...
+test-testbed: testbed ## Run the control plane's smoke tests and the labeller's (not the e2e suites).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./cmd/...
+
+.PHONY: test-e2e
+test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~5 min).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 20m ./e2e/...
+
+.PHONY: labeller
+labeller: ## Build bin/labeller, the stand-in for Patroni's role labels that `make run` starts.
+	cd test && $(GO) build -o $(BIN)/labeller ./cmd/labeller
 
 .PHONY: testbed-cmd
 testbed-cmd: ## Build bin/testbed, the command that runs the plane.
