@@ -25,7 +25,7 @@ test-testbed: testbed ## Run the control plane's smoke tests and the labeller's 
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./cmd/...
 
 .PHONY: test-e2e
-test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~5 min).
+test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 20m ./e2e/...
 
 .PHONY: labeller

@@ -1,0 +1,32 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+// env is the plane every test of this binary shares; each test works in
+// namespaces of its own.
+var env *Env
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	e, err := Setup(ctx, testbed.Options{Log: os.Stderr})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane: %v\n", err)
+		os.Exit(1)
+	}
+	env = e
+	code := m.Run()
+	if err := env.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
