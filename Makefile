@@ -25,7 +25,7 @@ build: ## Build bin/pgloop.
 RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/...
 
 .PHONY: test
-test: verify test-unit test-testbed ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
+test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
 
 .PHONY: test-unit
 test-unit: ## Unit tests; the loop, FSM and controller also under -race.
