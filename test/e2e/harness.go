@@ -163,8 +163,7 @@ func (e *Env) Namespace(t testing.TB) string {
 // Operator binary.
 
 // operatorBinary builds pgloop from this tree once per test binary, and
-// skips t when the tree has no `pgloop operator` yet (the suites that need
-// it were written ahead of it).
+// fails t when the binary has no working `pgloop operator`.
 func (e *Env) operatorBinary(t testing.TB) string {
 	t.Helper()
 	e.buildOnce.Do(func() {
@@ -190,7 +189,7 @@ func (e *Env) operatorBinary(t testing.TB) string {
 		t.Fatal(e.buildErr)
 	}
 	if e.operatorErr != nil {
-		t.Skipf("this tree has no pgloop operator command yet: %v", e.operatorErr)
+		t.Fatalf("the pgloop binary has no operator command: %v", e.operatorErr)
 	}
 	return e.pgloop
 }
