@@ -1025,13 +1025,19 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 	}
 }
 
-// countingReader yields 0, 1, 2, ... : deterministic, and racy when shared.
-type countingReader struct{ next byte }
+// countingReader yields the bytes of a SplitMix64 sequence over a counter:
+// deterministic, never repeating a password in practice (a plain byte
+// counter wraps every 256 bytes and, depending on how concurrent readers
+// interleave, repeats one), and racy when shared without a lock.
+type countingReader struct{ next uint64 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	for i := range p {
-		p[i] = c.next
 		c.next++
+		z := c.next * 0x9e3779b97f4a7c15
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		p[i] = byte(z ^ z>>31)
 	}
 	return len(p), nil
 }
