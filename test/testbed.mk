@@ -21,8 +21,8 @@ testbed: ## Build the control plane's binaries into bin/ (only those missing; ~1
 	BIN=$(BIN) test/tools/build.sh
 
 .PHONY: test-testbed
-test-testbed: testbed ## Run the control plane's smoke tests and the labeller's (not the e2e suites).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./cmd/...
+test-testbed: testbed ## Run the control plane's smoke tests, the labeller's and the worker model's (not the e2e suites).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./model/... ./cmd/...
 
 .PHONY: test-e2e
 test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
@@ -40,3 +40,10 @@ testbed-cmd: ## Build bin/testbed, the command that runs the plane.
 plane: testbed testbed-cmd ## Run a control plane in the foreground (Ctrl-C stops it).
 	$(BIN)/testbed up --nodes $(PLANE_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
 		$(if $(wildcard $(PLANE_CRDS)/*.yaml),--crds $(PLANE_CRDS))
+
+##@ Worker-design model
+
+.PHONY: model
+model: ## Run the worker-design model (test/model) and rewrite its tables in docs/worker-question.md and the diagram copy in docs/design.md.
+	cd test && $(GO) test -count=1 ./model/ -run '^(TestTable|TestDesignDiagram)$$' -update
+	cd test && $(GO) test -count=1 ./model/...
