@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
@@ -66,13 +67,18 @@ type EffectsOptions struct {
 	Random io.Reader
 	// Log is the entry effects log to; nil means the standard logger.
 	Log *logrus.Entry
+	// Cache is where the effects read the resources and the objects of
+	// the clusters: the informers' caches. Nil means every read is a GET
+	// or LIST from the API.
+	Cache Cache
 }
 
 // Effects turns the plans of the state machine into client-go calls: it
 // implements controller.Effects. Every step is idempotent and writes only
 // what differs, so that a periodic resync of a cluster that did not change
-// writes nothing. It holds no state between plans and is safe for
-// concurrent use.
+// writes nothing. With a Cache it reads nothing from the API either, as
+// long as the cache is current. It is safe for concurrent use: plans of
+// different clusters run at once.
 type Effects struct {
 	kube   kubernetes.Interface
 	pg     client.Interface
@@ -80,6 +86,12 @@ type Effects struct {
 	build  Options
 	random io.Reader
 	log    *logrus.Entry
+	// cache is nil when every read goes to the API; shared and statuses
+	// are used only with a cache.
+	cache    Cache
+	shared   sharedMemo
+	statuses statusMemo
+	now      func() time.Time
 }
 
 // NewEffects returns the Effects that act through kube (built-in objects),
@@ -93,7 +105,8 @@ func NewEffects(kube kubernetes.Interface, pg client.Interface, rec record.Event
 	if opts.Random != nil {
 		random = &lockedReader{r: opts.Random}
 	}
-	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log}
+	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
+		cache: opts.Cache, now: time.Now}
 }
 
 // lockedReader serialises the reads of a random source shared by the
@@ -161,15 +174,24 @@ type run struct {
 	uid types.UID
 }
 
-// getCluster reads the resource. It returns nil and no error when the
-// resource is gone, which every step takes as success.
-func (r *run) getCluster(ctx context.Context) (*v1.Postgresql, error) {
+// getCluster reads the resource: from the cache, or from the API when
+// there is none, when fresh (after a Conflict: the cache is stale) or when
+// the cache does not have it. It returns the caller's own copy, and nil and
+// no error when the resource is gone, which every step takes as success.
+func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if r.cache != nil && !fresh {
+		if pg, ok := r.cache.Postgresql(r.key); ok {
+			r.uid = pg.UID
+			return pg.DeepCopy(), nil
+		}
 	}
 	pg, err := r.pg.Get(ctx, r.ns, r.name)
 	if apierrors.IsNotFound(err) {
 		r.log.Debug("resource gone")
+		r.statuses.remember(r.key, "", nil)
 		return nil, nil
 	}
 	if err != nil {
@@ -211,7 +233,7 @@ func (r *run) replacePod(ctx context.Context, pod fsm.PodRef) error {
 // find them; when no earlier step read it, one read is tried.
 func (r *run) recordEvents(ctx context.Context, events []fsm.KubeEvent) {
 	if r.uid == "" && ctx.Err() == nil {
-		if _, err := r.getCluster(ctx); err != nil {
+		if _, err := r.getCluster(ctx, false); err != nil {
 			r.log.WithError(err).Debug("events recorded without the resource's UID")
 		}
 	}

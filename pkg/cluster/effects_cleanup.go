@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,7 +58,7 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 // again on kept volumes then gets new passwords that its data directory does
 // not know (see the operator's user guide).
 func (r *run) cleanup(ctx context.Context) error {
-	pg, err := r.getCluster(ctx)
+	pg, err := r.getCluster(ctx, false)
 	if pg == nil {
 		return err
 	}
@@ -96,6 +97,7 @@ func (r *run) cleanup(ctx context.Context) error {
 		}
 	}
 	rbac := r.kube.RbacV1()
+	r.shared.release(r.ns, pg.UID)
 	if err := releaseShared(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", names.ServiceAccount, pg.UID); err != nil {
 		return err
 	}
@@ -126,34 +128,71 @@ func (r *run) deleteObject(ctx context.Context, kind, name string, del deleteFun
 
 // deletePods deletes the cluster's pods that are not terminating yet and
 // fails with ErrPodsTerminating while any remains. Pods are found by the
-// StatefulSet's selector.
+// StatefulSet's selector (in the cache, by the cluster-name label).
+//
+// With a cache, pods are first looked up there: while it shows only
+// terminating pods, the step waits for them (their deletion is an event
+// that plans the cleanup again) without an API call. Before it goes on to
+// the ConfigMaps, though, the apiserver, not a cache that may lag, must
+// say that no pod is left: the pods are then listed from the API, as they
+// are right after a deletion (pods never scheduled are gone at once).
 func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	pods := r.kube.CoreV1().Pods(r.ns)
 	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()}
-	list, err := pods.List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("list pods of postgresql %s: %w", r.key, err)
-	}
-	deleted := false
-	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp != nil {
-			continue
+	list := func() ([]*corev1.Pod, error) {
+		l, err := pods.List(ctx, sel)
+		if err != nil {
+			return nil, fmt.Errorf("list pods of postgresql %s: %w", r.key, err)
 		}
-		if err := r.deleteObject(ctx, "pod", list.Items[i].Name, pods.Delete, metav1.DeleteOptions{}); err != nil {
+		out := make([]*corev1.Pod, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out, nil
+	}
+	deleteRunning := func(found []*corev1.Pod) (bool, error) {
+		deleted := false
+		for _, p := range found {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if err := r.deleteObject(ctx, "pod", p.Name, pods.Delete, metav1.DeleteOptions{}); err != nil {
+				return deleted, err
+			}
+			deleted = true
+		}
+		return deleted, nil
+	}
+
+	var found []*corev1.Pod
+	var err error
+	if r.cache != nil {
+		found = r.cache.Pods(r.key)
+	} else if found, err = list(); err != nil {
+		return err
+	}
+	deleted, err := deleteRunning(found)
+	if err != nil {
+		return err
+	}
+	switch {
+	case r.cache != nil && len(found) > 0 && !deleted:
+		// All terminating, as far as the cache knows.
+	case r.cache != nil || deleted:
+		if found, err = list(); err != nil {
 			return err
 		}
-		deleted = true
-	}
-	if deleted {
-		// Pods never scheduled are gone at once; the others terminate.
-		if list, err = pods.List(ctx, sel); err != nil {
-			return fmt.Errorf("list pods of postgresql %s: %w", r.key, err)
+		if r.cache != nil {
+			// Those the cache did not show yet.
+			if _, err := deleteRunning(found); err != nil {
+				return err
+			}
 		}
 	}
-	if n := len(list.Items); n > 0 {
+	if n := len(found); n > 0 {
 		return fmt.Errorf("%w: %d of postgresql %s", ErrPodsTerminating, n, r.key)
 	}
 	return nil
@@ -230,12 +269,15 @@ func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
 		switch {
 		case err == nil:
 			r.log.Info("finalizer removed")
+			r.statuses.remember(r.key, "", nil)
 			return nil
 		case apierrors.IsNotFound(err):
+			r.statuses.remember(r.key, "", nil)
 			return nil
 		case apierrors.IsConflict(err) && attempt < maxAttempts:
 			var gerr error
-			if pg, gerr = r.getCluster(ctx); pg == nil {
+			// The cache is behind: read the API.
+			if pg, gerr = r.getCluster(ctx, true); pg == nil {
 				return gerr
 			}
 			continue

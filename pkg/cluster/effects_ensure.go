@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -29,16 +31,32 @@ type objectClient[T Object] interface {
 }
 
 // reconcileFunc returns the object to write to bring current in line with
-// the desired one, and whether there is anything to write at all.
+// the desired one, and whether there is anything to write at all. current
+// may be the cache's object: it must not be modified.
 type reconcileFunc[T Object] func(current T) (out T, write bool, err error)
+
+// lookupFunc reads an object from the cache: the cache's own object, and
+// whether the cache has it.
+type lookupFunc[T Object] func() (T, bool)
+
+// cached returns the lookup of the object name of the run's namespace in
+// the cache through get (Cache.Service, ...), nil when there is no cache.
+func cached[T Object](r *run, name string, get func(Cache, string, string) (T, bool)) lookupFunc[T] {
+	if r.cache == nil {
+		return nil
+	}
+	c := r.cache
+	return func() (T, bool) { return get(c, r.ns, name) }
+}
 
 // ensure creates every object of the cluster that is missing and updates
 // those that differ from the spec, in the order of Objects.All, then grows
-// the volumes. It reads the resource afresh, so it acts on the current
-// spec, not on the one the plan was made from. A resource that is gone or
-// being deleted is left to the cleanup.
+// the volumes. It reads the resource afresh (from the cache, which is at
+// least as recent as what the plan was made from), so it acts on the
+// current spec. A resource that is gone or being deleted is left to the
+// cleanup.
 func (r *run) ensure(ctx context.Context) error {
-	pg, err := r.getCluster(ctx)
+	pg, err := r.getCluster(ctx, false)
 	if pg == nil {
 		return err
 	}
@@ -54,45 +72,22 @@ func (r *run) ensure(ctx context.Context) error {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
 	}
 
-	core, rbac := r.kube.CoreV1(), r.kube.RbacV1()
-	if err := ensureObject(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", objs.ServiceAccount,
-		func(cur *corev1.ServiceAccount) (*corev1.ServiceAccount, bool, error) {
-			out := cur.DeepCopy()
-			return out, addOwner(out, objs.ServiceAccount), nil
-		}); err != nil {
+	if err := r.ensureShared(ctx, pg, objs); err != nil {
 		return err
 	}
-	if err := ensureObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
-		func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
-			out := cur.DeepCopy()
-			write := addOwner(out, objs.Role)
-			if RoleNeedsUpdate(cur, objs.Role) {
-				out.Labels = mergeInto(out.Labels, objs.Role.Labels)
-				out.Rules = objs.Role.DeepCopy().Rules
-				write = true
-			}
-			return out, write, nil
-		}); err != nil {
-		return err
-	}
-	if err := ensureObject(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", objs.RoleBinding,
-		func(cur *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, error) {
-			out := cur.DeepCopy()
-			return out, addOwner(out, objs.RoleBinding), nil
-		}); err != nil {
-		return err
-	}
+	core := r.kube.CoreV1()
 	for _, s := range objs.Secrets {
 		// Created when missing, never updated: the password in an
 		// existing Secret is the one PostgreSQL and the applications use.
-		// Its data is not looked at, nor logged.
+		// Its data is not looked at, nor logged, nor even read: one that
+		// exists (AlreadyExists included) is left as it is.
 		if err := ensureObject(ctx, r, core.Secrets(r.ns), "secret", s,
-			func(cur *corev1.Secret) (*corev1.Secret, bool, error) { return cur, false, nil }); err != nil {
+			cached(r, s.Name, Cache.Secret), nil); err != nil {
 			return err
 		}
 	}
 	for _, s := range objs.Services {
-		if err := ensureObject(ctx, r, core.Services(r.ns), "service", s,
+		if err := ensureObject(ctx, r, core.Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
 			func(cur *corev1.Service) (*corev1.Service, bool, error) {
 				if err := controlled(cur, pg, "service"); err != nil {
 					return nil, false, err
@@ -107,6 +102,7 @@ func (r *run) ensure(ctx context.Context) error {
 	}
 	pdb := objs.PodDisruptionBudget
 	if err := ensureObject(ctx, r, r.kube.PolicyV1().PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
+		cached(r, pdb.Name, Cache.PodDisruptionBudget),
 		func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
 			if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
 				return nil, false, err
@@ -122,6 +118,7 @@ func (r *run) ensure(ctx context.Context) error {
 	// The update strategy is OnDelete: updating the pod template restarts
 	// no pod; the state machine replaces them one at a time.
 	if err := ensureObject(ctx, r, r.kube.AppsV1().StatefulSets(r.ns), "statefulset", sts,
+		cached(r, sts.Name, Cache.StatefulSet),
 		func(cur *appsv1.StatefulSet) (*appsv1.StatefulSet, bool, error) {
 			if err := controlled(cur, pg, "statefulset"); err != nil {
 				return nil, false, err
@@ -138,32 +135,214 @@ func (r *run) ensure(ctx context.Context) error {
 	return r.growVolumes(ctx, pg)
 }
 
+// ensureShared ensures the ServiceAccount, Role and RoleBinding that the
+// pods of every cluster of the namespace share, each with the cluster's
+// owner reference.
+//
+// Without a cache, each is read, then created or updated, as the other
+// objects are. With one, no read is needed: the informers do not cache
+// these objects, and the clusters of a namespace would all update the same
+// three at once, each update in conflict with the others'. Instead each is
+// patched (a strategic merge patch, which merges owner references by UID):
+// one call, no conflict, no reference lost. When this process has not seen
+// the namespace's objects yet, they are created first (a new namespace
+// needs only the creates); one that exists answers AlreadyExists, and is
+// patched then. Once this process has seen the cluster's reference on all
+// three, they are not touched again for sharedRecheck (the memo).
+//
+// An operator whose RBAC does not allow the patch (the ClusterRole of an
+// older release) reads and updates them instead, as without a cache.
+func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *Objects) error {
+	memo := r.cache != nil
+	seen, owned := false, false
+	if memo {
+		if seen, owned = r.shared.lookup(r.ns, pg.UID, r.now()); owned {
+			return nil
+		}
+	}
+	ref := objs.ServiceAccount.OwnerReferences[0]
+	ownerPatch := map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}}
+	rolePatch := map[string]any{
+		"metadata": map[string]any{"labels": objs.Role.Labels, "ownerReferences": []metav1.OwnerReference{ref}},
+		"rules":    objs.Role.Rules,
+	}
+	core, rbac := r.kube.CoreV1(), r.kube.RbacV1()
+	var owners [3][]types.UID
+	var err error
+	if owners[0], err = ensureSharedObject(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", objs.ServiceAccount,
+		ownerPatch, seen, func(cur *corev1.ServiceAccount) (*corev1.ServiceAccount, bool, error) {
+			out := cur.DeepCopy()
+			return out, addOwner(out, objs.ServiceAccount), nil
+		}); err != nil {
+		return err
+	}
+	if owners[1], err = ensureSharedObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
+		rolePatch, seen, func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
+			out := cur.DeepCopy()
+			write := addOwner(out, objs.Role)
+			if RoleNeedsUpdate(cur, objs.Role) {
+				out.Labels = mergeInto(out.Labels, objs.Role.Labels)
+				out.Rules = objs.Role.DeepCopy().Rules
+				write = true
+			}
+			return out, write, nil
+		}); err != nil {
+		return err
+	}
+	if owners[2], err = ensureSharedObject(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", objs.RoleBinding,
+		ownerPatch, seen, func(cur *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, error) {
+			out := cur.DeepCopy()
+			return out, addOwner(out, objs.RoleBinding), nil
+		}); err != nil {
+		return err
+	}
+	if memo {
+		all := slices.DeleteFunc(owners[0], func(uid types.UID) bool {
+			return !slices.Contains(owners[1], uid) || !slices.Contains(owners[2], uid)
+		})
+		r.shared.record(r.ns, all, r.now())
+	}
+	return nil
+}
+
+// sharedObjectClient is what ensureSharedObject needs of a typed client-go
+// client.
+type sharedObjectClient[T Object] interface {
+	objectClient[T]
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// errPatchForbidden is returned, wrapped, when RBAC refuses the patch of a
+// shared object.
+var errPatchForbidden = errors.New("patch forbidden")
+
+// ensureSharedObject ensures one shared object (see ensureShared) and
+// returns the UIDs of its owner references as written or found. Without a
+// cache, or once a patch was forbidden, it reads the object and writes what
+// reconcile returns; otherwise it creates desired (first unless seen, or
+// once the patch finds no object) or applies patch to it.
+func ensureSharedObject[T Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T,
+	patch any, seen bool, reconcile reconcileFunc[T]) ([]types.UID, error) {
+	owners := ownerUIDs(desired)
+	byReading := func() ([]types.UID, error) {
+		err := ensureObject(ctx, r, c, kind, desired, nil, func(cur T) (T, bool, error) {
+			out, write, err := reconcile(cur)
+			if err == nil {
+				owners = ownerUIDs(out)
+			}
+			return out, write, err
+		})
+		return owners, err
+	}
+	if r.cache == nil || r.shared.patchForbidden.Load() {
+		return byReading()
+	}
+	owners, err := patchShared(ctx, r, c, kind, desired, patch, !seen)
+	if errors.Is(err, errPatchForbidden) {
+		if r.shared.patchForbidden.CompareAndSwap(false, true) {
+			r.log.WithError(err).Warn("the shared objects are read and updated instead: grant the operator patch on " +
+				"serviceaccounts, roles and rolebindings (manifests/operator/clusterrole.yaml)")
+		}
+		return byReading()
+	}
+	return owners, err
+}
+
+// patchShared creates desired (first when create, or when the patch finds
+// no object) or applies patch, a strategic merge patch, to the existing
+// object. It returns the UIDs of the object's owner references as written.
+func patchShared[T Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T, patch any, create bool) ([]types.UID, error) {
+	name := desired.GetName()
+	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return nil, fmt.Errorf("patch of %s %s: %w", kind, name, err)
+	}
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if create {
+			_, err := c.Create(ctx, desired, metav1.CreateOptions{})
+			switch {
+			case err == nil:
+				log.Info("created")
+				return ownerUIDs(desired), nil
+			case !apierrors.IsAlreadyExists(err):
+				return nil, fmt.Errorf("create %s %s: %w", kind, name, err)
+			}
+		}
+		out, err := c.Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			log.Debug("owner reference ensured")
+			return ownerUIDs(out), nil
+		case apierrors.IsNotFound(err) && attempt < maxAttempts:
+			create = true
+			continue
+		case apierrors.IsForbidden(err):
+			return nil, fmt.Errorf("patch %s %s: %w: %w", kind, name, errPatchForbidden, err)
+		}
+		return nil, fmt.Errorf("patch %s %s: %w", kind, name, err)
+	}
+}
+
+// ownerUIDs returns the UIDs of obj's owner references.
+func ownerUIDs(obj metav1.Object) []types.UID {
+	refs := obj.GetOwnerReferences()
+	uids := make([]types.UID, len(refs))
+	for i, ref := range refs {
+		uids[i] = ref.UID
+	}
+	return uids
+}
+
 // ensureObject brings one object in line: it reads it, creates desired when
 // it is missing, and otherwise writes what reconcile returns, if anything.
-// A create that finds the object already there (AlreadyExists) and an update
-// that meets a newer version (Conflict) or a deleted object (NotFound) start
-// over from a fresh read.
-func ensureObject[T Object](ctx context.Context, r *run, c objectClient[T], kind string, desired T, reconcile reconcileFunc[T]) error {
+// The first read is lookup's (the cache) when there is one, and the API's
+// otherwise; after a create that finds the object already there
+// (AlreadyExists), or an update that meets a newer version (Conflict) or a
+// deleted object (NotFound), it starts over from a read of the API: the
+// cache was behind. With a nil reconcile an object that exists is left as
+// it is, and AlreadyExists is success.
+func ensureObject[T Object](ctx context.Context, r *run, c objectClient[T], kind string, desired T,
+	lookup lookupFunc[T], reconcile reconcileFunc[T]) error {
 	name := desired.GetName()
 	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		cur, err := c.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = c.Create(ctx, desired, metav1.CreateOptions{})
-			if err == nil {
+		var cur T
+		var found bool
+		if attempt == 1 && lookup != nil {
+			cur, found = lookup()
+		} else {
+			var err error
+			cur, err = c.Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case err == nil:
+				found = true
+			case !apierrors.IsNotFound(err):
+				return fmt.Errorf("get %s %s: %w", kind, name, err)
+			}
+		}
+		if !found {
+			_, err := c.Create(ctx, desired, metav1.CreateOptions{})
+			switch {
+			case err == nil:
 				log.Info("created")
 				return nil
-			}
-			if apierrors.IsAlreadyExists(err) && attempt < maxAttempts {
+			case apierrors.IsAlreadyExists(err) && reconcile == nil:
+				log.Debug("exists already")
+				return nil
+			case apierrors.IsAlreadyExists(err) && attempt < maxAttempts:
 				continue
 			}
 			return fmt.Errorf("create %s %s: %w", kind, name, err)
 		}
-		if err != nil {
-			return fmt.Errorf("get %s %s: %w", kind, name, err)
+		if reconcile == nil {
+			return nil
 		}
 		out, write, err := reconcile(cur)
 		if err != nil || !write {
@@ -225,7 +404,8 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		case apierrors.IsNotFound(err):
 			return nil, nil
 		case apierrors.IsConflict(err) && attempt < maxAttempts:
-			if pg, err = r.getCluster(ctx); pg == nil {
+			// The cache is behind: read the API.
+			if pg, err = r.getCluster(ctx, true); pg == nil {
 				return nil, err
 			}
 			continue
@@ -253,13 +433,20 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 		return err
 	}
 	claims := r.kube.CoreV1().PersistentVolumeClaims(r.ns)
-	list, err := claims.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()})
-	if err != nil {
-		return fmt.Errorf("list persistentvolumeclaims of postgresql %s: %w", r.key, err)
+	var list []*corev1.PersistentVolumeClaim
+	if r.cache != nil {
+		list = r.cache.PersistentVolumeClaims(r.key)
+	} else {
+		l, err := claims.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()})
+		if err != nil {
+			return fmt.Errorf("list persistentvolumeclaims of postgresql %s: %w", r.key, err)
+		}
+		for i := range l.Items {
+			list = append(list, &l.Items[i])
+		}
 	}
 	prefix := DataVolumeName + "-" + StatefulSetName(pg.Name) + "-"
-	for i := range list.Items {
-		pvc := &list.Items[i]
+	for _, pvc := range list {
 		ordinal, ok := strings.CutPrefix(pvc.Name, prefix)
 		if !ok || pvc.DeletionTimestamp != nil {
 			continue

@@ -16,29 +16,43 @@ import (
 // its status already is the desired one, else write and, on a conflict,
 // read again and retry. The spec is never written here. A resource that is
 // gone needs no status.
+//
+// The first read is the cache's, and its resourceVersion the write's; a
+// conflict means the cache is behind, so the retries read from the API. A
+// cached status equal to the desired one is trusted unless this process
+// has since written another (the cache has not caught up with it).
 func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) error {
 	want := stored(status)
+	fresh := r.cache == nil
 	for attempt := 1; ; attempt++ {
-		pg, err := r.getCluster(ctx)
+		pg, err := r.getCluster(ctx, fresh)
 		if pg == nil {
 			return err
 		}
-		if equality.Semantic.DeepEqual(pg.Status, *want) {
+		if equality.Semantic.DeepEqual(pg.Status, *want) &&
+			(fresh || !r.statuses.contradicts(r.key, pg.UID, want)) {
 			r.log.Debug("status unchanged")
 			return nil
 		}
-		// pg is this call's own copy: the client decoded it.
+		// pg is this call's own copy.
 		pg.Status = *status.DeepCopy()
 		_, err = r.pg.UpdateStatus(ctx, pg)
 		switch {
 		case err == nil:
+			if r.cache != nil {
+				r.statuses.remember(r.key, pg.UID, want.DeepCopy())
+			}
 			r.log.WithField("state", status.State).Debug("status written")
 			return nil
 		case apierrors.IsNotFound(err):
+			r.statuses.remember(r.key, "", nil)
 			return nil
 		case apierrors.IsConflict(err) && attempt < maxAttempts:
+			fresh = true
 			continue
 		}
+		// Whether it was written is not known.
+		r.statuses.remember(r.key, "", nil)
 		return fmt.Errorf("update status of postgresql %s: %w", r.key, err)
 	}
 }

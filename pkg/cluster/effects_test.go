@@ -161,15 +161,59 @@ type harness struct {
 	pg   *fakePG
 	rec  *record.FakeRecorder
 	eff  *Effects
+	// cache is the effects' Cache, nil when they read the API.
+	cache *fakeCache
 }
 
+// harnessFunc makes a harness over the resources pgs and the objects objs.
+type harnessFunc func(t *testing.T, pgs []*v1.Postgresql, objs ...runtime.Object) *harness
+
+// newHarness returns effects that read the API (no Cache).
 func newHarness(t *testing.T, pgs []*v1.Postgresql, objs ...runtime.Object) *harness {
+	t.Helper()
+	return newHarnessCache(t, cacheNone, pgs, objs...)
+}
+
+// newCachedHarness returns effects that read a Cache that is always
+// current, as informers are once their watch events have arrived.
+func newCachedHarness(t *testing.T, pgs []*v1.Postgresql, objs ...runtime.Object) *harness {
+	t.Helper()
+	return newHarnessCache(t, cacheLive, pgs, objs...)
+}
+
+// newSnapshotHarness returns effects that read a Cache that changes only
+// when the test syncs it: it lags behind the API as the test wants. It is
+// synced once, with pgs and objs.
+func newSnapshotHarness(t *testing.T, pgs []*v1.Postgresql, objs ...runtime.Object) *harness {
+	t.Helper()
+	return newHarnessCache(t, cacheSnapshot, pgs, objs...)
+}
+
+func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ...runtime.Object) *harness {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	h := &harness{kube: fake.NewClientset(objs...), pg: newFakePG(pgs...), rec: record.NewFakeRecorder(32)}
-	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: seeded(7), Log: logrus.NewEntry(log)})
+	if mode != cacheNone {
+		h.cache = newFakeCache(t, h.kube, h.pg, mode == cacheLive)
+	}
+	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: seeded(7), Log: logrus.NewEntry(log), Cache: h.effectsCache()})
 	return h
+}
+
+// effectsCache is the harness's cache as EffectsOptions.Cache.
+func (h *harness) effectsCache() Cache {
+	if h.cache == nil {
+		return nil
+	}
+	return h.cache
+}
+
+// bothModes runs test with effects that read the API and with effects that
+// read an always current cache: what they write must be the same.
+func bothModes(t *testing.T, test func(t *testing.T, newHarness harnessFunc)) {
+	t.Run("api", func(t *testing.T) { test(t, newHarness) })
+	t.Run("cache", func(t *testing.T) { test(t, newCachedHarness) })
 }
 
 // step runs the named step of plan for pg's key; it fails the test when
@@ -242,63 +286,67 @@ func deleting(pg *v1.Postgresql) *v1.Postgresql {
 }
 
 func TestStepsOrder(t *testing.T) {
-	h := newHarness(t, nil)
-	plan := &fsm.Plan{
-		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-		ReplacePod: fsm.PodRef{Name: "p-0", UID: "u"}, Events: []fsm.KubeEvent{{Reason: "Running"}},
-	}
-	var got []string
-	for _, s := range h.eff.Steps("db/acid", plan) {
-		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
-	}
-	want := []string{"status:true", "ensure:false", "replacePod:false", "cleanup:false", "events:true"}
-	if !slices.Equal(got, want) {
-		t.Errorf("steps = %v, want %v", got, want)
-	}
-	if n := len(h.eff.Steps("db/acid", &fsm.Plan{})); n != 0 {
-		t.Errorf("empty plan: %d steps, want none", n)
-	}
-	bad := h.eff.Steps("no-namespace", &fsm.Plan{Ensure: true})
-	if len(bad) != 1 || bad[0].Run(context.Background()) == nil {
-		t.Errorf("a key without namespace must give one failing step, got %d steps", len(bad))
-	}
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		h := newHarness(t, nil)
+		plan := &fsm.Plan{
+			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
+			ReplacePod: fsm.PodRef{Name: "p-0", UID: "u"}, Events: []fsm.KubeEvent{{Reason: "Running"}},
+		}
+		var got []string
+		for _, s := range h.eff.Steps("db/acid", plan) {
+			got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
+		}
+		want := []string{"status:true", "ensure:false", "replacePod:false", "cleanup:false", "events:true"}
+		if !slices.Equal(got, want) {
+			t.Errorf("steps = %v, want %v", got, want)
+		}
+		if n := len(h.eff.Steps("db/acid", &fsm.Plan{})); n != 0 {
+			t.Errorf("empty plan: %d steps, want none", n)
+		}
+		bad := h.eff.Steps("no-namespace", &fsm.Plan{Ensure: true})
+		if len(bad) != 1 || bad[0].Run(context.Background()) == nil {
+			t.Errorf("a key without namespace must give one failing step, got %d steps", len(bad))
+		}
+	})
 }
 
 func TestEnsureCreatesEverything(t *testing.T) {
-	pg := testCluster(t)
-	h := newHarness(t, []*v1.Postgresql{pg})
-	if err := h.ensure(t, pg); err != nil {
-		t.Fatal(err)
-	}
-	stored := h.pg.get(pg.Namespace, pg.Name)
-	if !slices.Contains(stored.Finalizers, Finalizer) {
-		t.Errorf("finalizers = %v, want %s", stored.Finalizers, Finalizer)
-	}
-	objs, err := Build(pg, Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for _, o := range objs.All() {
-		want = append(want, "create "+resourceOf(o)+" "+o.GetName())
-	}
-	slices.Sort(want)
-	if got := h.kubeWrites(); !slices.Equal(got, want) {
-		t.Errorf("writes:\n got %v\nwant %v", got, want)
-	}
-	shared := map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true}
-	for _, o := range objs.All() {
-		kind := o.GetObjectKind().GroupVersionKind().Kind
-		got := getObject(t, h, o)
-		refs := got.GetOwnerReferences()
-		if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind {
-			t.Errorf("%s %s: owner references %+v", kind, o.GetName(), refs)
-			continue
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
 		}
-		if isController := refs[0].Controller != nil && *refs[0].Controller; isController == shared[kind] {
-			t.Errorf("%s %s: controller=%v, want %v", kind, o.GetName(), isController, !shared[kind])
+		stored := h.pg.get(pg.Namespace, pg.Name)
+		if !slices.Contains(stored.Finalizers, Finalizer) {
+			t.Errorf("finalizers = %v, want %s", stored.Finalizers, Finalizer)
 		}
-	}
+		objs, err := Build(pg, Options{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, o := range objs.All() {
+			want = append(want, "create "+resourceOf(o)+" "+o.GetName())
+		}
+		slices.Sort(want)
+		if got := h.kubeWrites(); !slices.Equal(got, want) {
+			t.Errorf("writes:\n got %v\nwant %v", got, want)
+		}
+		shared := map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true}
+		for _, o := range objs.All() {
+			kind := o.GetObjectKind().GroupVersionKind().Kind
+			got := getObject(t, h, o)
+			refs := got.GetOwnerReferences()
+			if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind {
+				t.Errorf("%s %s: owner references %+v", kind, o.GetName(), refs)
+				continue
+			}
+			if isController := refs[0].Controller != nil && *refs[0].Controller; isController == shared[kind] {
+				t.Errorf("%s %s: controller=%v, want %v", kind, o.GetName(), isController, !shared[kind])
+			}
+		}
+	})
 }
 
 // resourceOf is the resource name of a built object, as fake actions
@@ -325,547 +373,588 @@ func getObject(t *testing.T, h *harness, o Object) metav1.Object {
 }
 
 func TestEnsureTwiceWritesNothing(t *testing.T) {
-	for _, sample := range samples {
-		t.Run(sample, func(t *testing.T) {
-			pg := loadSample(t, sample)
-			h := newHarness(t, []*v1.Postgresql{pg})
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-			h.kubeWrites()
-			before := h.pg.writes()
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-			if got := h.kubeWrites(); len(got) != 0 {
-				t.Errorf("second ensure wrote %v", got)
-			}
-			if n := h.pg.writes() - before; n != 0 {
-				t.Errorf("second ensure wrote the resource %d times", n)
-			}
-		})
-	}
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		for _, sample := range samples {
+			t.Run(sample, func(t *testing.T) {
+				pg := loadSample(t, sample)
+				h := newHarness(t, []*v1.Postgresql{pg})
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				h.kubeWrites()
+				before := h.pg.writes()
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				if got := h.kubeWrites(); len(got) != 0 {
+					t.Errorf("second ensure wrote %v", got)
+				}
+				if n := h.pg.writes() - before; n != 0 {
+					t.Errorf("second ensure wrote the resource %d times", n)
+				}
+			})
+		}
+	})
 }
 
 func TestEnsureSpecChange(t *testing.T) {
-	sts := "acid-minimal-cluster"
-	tests := []struct {
-		name   string
-		edit   func(*v1.Postgresql)
-		writes []string
-	}{
-		{"scale up", func(pg *v1.Postgresql) { pg.Spec.NumberOfInstances = 3 },
-			[]string{"update statefulsets " + sts}},
-		{"new image", func(pg *v1.Postgresql) { pg.Spec.DockerImage = "example.org/spilo:next" },
-			[]string{"update statefulsets " + sts}},
-		{"stop", func(pg *v1.Postgresql) { pg.Spec.NumberOfInstances = 0 },
-			[]string{"update poddisruptionbudgets postgres-" + sts + "-pdb", "update statefulsets " + sts}},
-		{"service annotations", func(pg *v1.Postgresql) { pg.Spec.ServiceAnnotations = map[string]string{"a": "b"} },
-			[]string{"update services " + sts, "update services " + sts + "-repl"}},
-		{"new user", func(pg *v1.Postgresql) { pg.Spec.Users["bar"] = v1.UserFlags{} },
-			[]string{"create secrets bar." + sts + ".credentials.postgresql.pgloop.dev"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pg := testCluster(t)
-			h := newHarness(t, []*v1.Postgresql{pg})
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-			h.kubeWrites()
-			edited := h.pg.get(pg.Namespace, pg.Name)
-			tt.edit(edited)
-			h.pg.put(edited)
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-			got := h.kubeWrites()
-			if !slices.Equal(got, tt.writes) {
-				t.Errorf("writes:\n got %v\nwant %v", got, tt.writes)
-			}
-			for _, w := range got {
-				if strings.Contains(w, " secrets ") && !strings.HasPrefix(w, "create ") {
-					t.Errorf("a Secret was touched: %s", w)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		sts := "acid-minimal-cluster"
+		tests := []struct {
+			name   string
+			edit   func(*v1.Postgresql)
+			writes []string
+		}{
+			{"scale up", func(pg *v1.Postgresql) { pg.Spec.NumberOfInstances = 3 },
+				[]string{"update statefulsets " + sts}},
+			{"new image", func(pg *v1.Postgresql) { pg.Spec.DockerImage = "example.org/spilo:next" },
+				[]string{"update statefulsets " + sts}},
+			{"stop", func(pg *v1.Postgresql) { pg.Spec.NumberOfInstances = 0 },
+				[]string{"update poddisruptionbudgets postgres-" + sts + "-pdb", "update statefulsets " + sts}},
+			{"service annotations", func(pg *v1.Postgresql) { pg.Spec.ServiceAnnotations = map[string]string{"a": "b"} },
+				[]string{"update services " + sts, "update services " + sts + "-repl"}},
+			{"new user", func(pg *v1.Postgresql) { pg.Spec.Users["bar"] = v1.UserFlags{} },
+				[]string{"create secrets bar." + sts + ".credentials.postgresql.pgloop.dev"}},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				h := newHarness(t, []*v1.Postgresql{pg})
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
-	}
+				h.kubeWrites()
+				edited := h.pg.get(pg.Namespace, pg.Name)
+				tt.edit(edited)
+				h.pg.put(edited)
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				got := h.kubeWrites()
+				if !slices.Equal(got, tt.writes) {
+					t.Errorf("writes:\n got %v\nwant %v", got, tt.writes)
+				}
+				for _, w := range got {
+					if strings.Contains(w, " secrets ") && !strings.HasPrefix(w, "create ") {
+						t.Errorf("a Secret was touched: %s", w)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestEnsureNeverOverwritesSecret(t *testing.T) {
-	pg := testCluster(t)
-	name := SecretName(SuperuserName, pg.Name)
-	existing := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
-		Data:       map[string][]byte{SecretUsernameKey: []byte("postgres"), SecretPasswordKey: []byte("keep-me")},
-	}
-	h := newHarness(t, []*v1.Postgresql{pg}, existing)
-	if err := h.ensure(t, pg); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range h.kubeWrites() {
-		if strings.HasSuffix(w, " "+name) {
-			t.Errorf("existing secret written: %s", w)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		// Made by pgloop (labelled, so in the cache) or by someone else
+		// (not labelled, so not in the cache).
+		for _, labelled := range []bool{true, false} {
+			t.Run(fmt.Sprintf("labelled=%v", labelled), func(t *testing.T) {
+				pg := testCluster(t)
+				name := SecretName(SuperuserName, pg.Name)
+				existing := &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
+					Data:       map[string][]byte{SecretUsernameKey: []byte("postgres"), SecretPasswordKey: []byte("keep-me")},
+				}
+				if labelled {
+					existing.Labels = Labels(pg)
+				}
+				h := newHarness(t, []*v1.Postgresql{pg}, existing)
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range h.kubeWrites() {
+					// One the cache does not have is created, which
+					// fails with AlreadyExists.
+					if tried := !labelled && h.cache != nil && w == "create secrets "+name; strings.HasSuffix(w, " "+name) && !tried {
+						t.Errorf("existing secret written: %s", w)
+					}
+				}
+				got, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got.Data[SecretPasswordKey]) != "keep-me" {
+					t.Error("existing password overwritten")
+				}
+			})
 		}
-	}
-	got, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got.Data[SecretPasswordKey]) != "keep-me" {
-		t.Error("existing password overwritten")
-	}
+	})
 }
 
 func TestEnsureSecretCreateRace(t *testing.T) {
-	// Another writer creates the Secret between the read and the create:
-	// AlreadyExists is success.
-	pg := testCluster(t)
-	h := newHarness(t, []*v1.Postgresql{pg})
-	h.kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		name := a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
-		theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
-			Data: map[string][]byte{SecretPasswordKey: []byte("theirs")}}
-		if err := h.kube.Tracker().Add(theirs); err != nil {
-			return true, nil, err
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		// Another writer creates the Secret between the read and the create:
+		// AlreadyExists is success.
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		h.kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			name := a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
+			theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
+				Data: map[string][]byte{SecretPasswordKey: []byte("theirs")}}
+			if err := h.kube.Tracker().Add(theirs); err != nil {
+				return true, nil, err
+			}
+			return true, nil, apierrors.NewAlreadyExists(corev1.Resource("secrets"), name)
+		})
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatalf("AlreadyExists must be success: %v", err)
 		}
-		return true, nil, apierrors.NewAlreadyExists(corev1.Resource("secrets"), name)
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, " secrets ") && !strings.HasPrefix(w, "create ") {
+				t.Errorf("a Secret was written after AlreadyExists: %s", w)
+			}
+		}
 	})
-	if err := h.ensure(t, pg); err != nil {
-		t.Fatalf("AlreadyExists must be success: %v", err)
-	}
-	for _, w := range h.kubeWrites() {
-		if strings.Contains(w, " secrets ") && !strings.HasPrefix(w, "create ") {
-			t.Errorf("a Secret was written after AlreadyExists: %s", w)
-		}
-	}
 }
 
 func TestEnsureRefusesForeignObject(t *testing.T) {
-	pg := testCluster(t)
-	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: MasterServiceName(pg.Name), Namespace: pg.Namespace}}
-	h := newHarness(t, []*v1.Postgresql{pg}, foreign)
-	err := h.ensure(t, pg)
-	if !errors.Is(err, ErrNotControlled) {
-		t.Fatalf("err = %v, want ErrNotControlled", err)
-	}
-	for _, w := range h.kubeWrites() {
-		if w == "update services "+foreign.Name {
-			t.Error("foreign service updated")
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: MasterServiceName(pg.Name), Namespace: pg.Namespace}}
+		h := newHarness(t, []*v1.Postgresql{pg}, foreign)
+		err := h.ensure(t, pg)
+		if !errors.Is(err, ErrNotControlled) {
+			t.Fatalf("err = %v, want ErrNotControlled", err)
 		}
-	}
+		for _, w := range h.kubeWrites() {
+			if w == "update services "+foreign.Name {
+				t.Error("foreign service updated")
+			}
+		}
+	})
 }
 
 func TestEnsureSharedRBAC(t *testing.T) {
-	a, b := testCluster(t), otherCluster(t)
-	// An older pgloop granted other rules.
-	oldRole := Role(a)
-	oldRole.Rules = oldRole.Rules[:1]
-	h := newHarness(t, []*v1.Postgresql{a, b}, oldRole)
-	for _, pg := range []*v1.Postgresql{a, b} {
-		if err := h.ensure(t, pg); err != nil {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		a, b := testCluster(t), otherCluster(t)
+		// An older pgloop granted other rules.
+		oldRole := Role(a)
+		oldRole.Rules = oldRole.Rules[:1]
+		h := newHarness(t, []*v1.Postgresql{a, b}, oldRole)
+		for _, pg := range []*v1.Postgresql{a, b} {
+			if err := h.ensure(t, pg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, o := range []Object{ServiceAccount(a), Role(a), RoleBinding(a)} {
+			got := getObject(t, h, o)
+			var uids []types.UID
+			for _, ref := range got.GetOwnerReferences() {
+				uids = append(uids, ref.UID)
+			}
+			// In any order: a patch puts its reference first.
+			slices.Sort(uids)
+			if want := []types.UID{b.UID, a.UID}; !slices.Equal(uids, want) {
+				t.Errorf("%s: owner UIDs %v, want both clusters", o.GetName(), uids)
+			}
+		}
+		role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), PodRoleName, metav1.GetOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	for _, o := range []Object{ServiceAccount(a), Role(a), RoleBinding(a)} {
-		got := getObject(t, h, o)
-		var uids []types.UID
-		for _, ref := range got.GetOwnerReferences() {
-			uids = append(uids, ref.UID)
+		if RoleNeedsUpdate(role, Role(a)) {
+			t.Errorf("role rules not updated: %+v", role.Rules)
 		}
-		if !slices.Equal(uids, []types.UID{a.UID, b.UID}) {
-			t.Errorf("%s: owner UIDs %v, want both clusters", o.GetName(), uids)
-		}
-	}
-	role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), PodRoleName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if RoleNeedsUpdate(role, Role(a)) {
-		t.Errorf("role rules not updated: %+v", role.Rules)
-	}
+	})
 }
 
 func TestEnsureGrowsVolumes(t *testing.T) {
-	claim := func(pg *v1.Postgresql, ordinal int32, size string, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
-		return &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: PersistentVolumeClaimName(pg.Name, ordinal), Namespace: pg.Namespace, Labels: Labels(pg)},
-			Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
-			Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
-		}
-	}
-	tests := []struct {
-		name      string
-		forbidden bool
-		wantErr   bool
-		writes    []string
-	}{
-		{name: "grows bound smaller claims", writes: []string{"patch persistentvolumeclaims pgdata-acid-minimal-cluster-0", "patch persistentvolumeclaims pgdata-acid-minimal-cluster-3"}},
-		{name: "expansion refused", forbidden: true, wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pg := testCluster(t)
-			other := otherCluster(t)
-			h := newHarness(t, []*v1.Postgresql{pg})
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		claim := func(pg *v1.Postgresql, ordinal int32, size string, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+			return &corev1.PersistentVolumeClaim{
+				ObjectMeta: metav1.ObjectMeta{Name: PersistentVolumeClaimName(pg.Name, ordinal), Namespace: pg.Namespace, Labels: Labels(pg)},
+				Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
+				Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
 			}
-			for _, c := range []*corev1.PersistentVolumeClaim{
-				claim(pg, 0, "1Gi", corev1.ClaimBound),   // grows
-				claim(pg, 1, "2Gi", corev1.ClaimBound),   // large enough
-				claim(pg, 2, "1Gi", corev1.ClaimPending), // resized once bound
-				claim(pg, 3, "1Gi", corev1.ClaimBound),   // kept from a scale-down: grows
-				claim(other, 0, "1Gi", corev1.ClaimBound),
-			} {
-				if err := h.kube.Tracker().Add(c); err != nil {
+		}
+		tests := []struct {
+			name      string
+			forbidden bool
+			wantErr   bool
+			writes    []string
+		}{
+			{name: "grows bound smaller claims", writes: []string{"patch persistentvolumeclaims pgdata-acid-minimal-cluster-0", "patch persistentvolumeclaims pgdata-acid-minimal-cluster-3"}},
+			{name: "expansion refused", forbidden: true, wantErr: true},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				other := otherCluster(t)
+				h := newHarness(t, []*v1.Postgresql{pg})
+				if err := h.ensure(t, pg); err != nil {
 					t.Fatal(err)
 				}
-			}
-			if tt.forbidden {
-				h.kube.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "pgdata-acid-minimal-cluster-0",
-						errors.New("only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"))
-				})
-			}
-			grown := h.pg.get(pg.Namespace, pg.Name)
-			grown.Spec.Volume.Size = resource.MustParse("2Gi")
-			h.pg.put(grown)
-			h.kubeWrites()
-			err := h.ensure(t, pg)
-			got := h.kubeWrites()
-			if tt.wantErr {
-				if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "resize persistentvolumeclaim") {
-					t.Fatalf("err = %v, want a wrapped Forbidden", err)
+				for _, c := range []*corev1.PersistentVolumeClaim{
+					claim(pg, 0, "1Gi", corev1.ClaimBound),   // grows
+					claim(pg, 1, "2Gi", corev1.ClaimBound),   // large enough
+					claim(pg, 2, "1Gi", corev1.ClaimPending), // resized once bound
+					claim(pg, 3, "1Gi", corev1.ClaimBound),   // kept from a scale-down: grows
+					claim(other, 0, "1Gi", corev1.ClaimBound),
+				} {
+					if err := h.kube.Tracker().Add(c); err != nil {
+						t.Fatal(err)
+					}
 				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, tt.writes) {
-				t.Errorf("writes:\n got %v\nwant %v", got, tt.writes)
-			}
-			c, err := h.kube.CoreV1().PersistentVolumeClaims(pg.Namespace).Get(context.Background(), "pgdata-acid-minimal-cluster-0", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if q := c.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" {
-				t.Errorf("claim 0 requests %s, want 2Gi", q.String())
-			}
-		})
-	}
+				if tt.forbidden {
+					h.kube.PrependReactor("patch", "persistentvolumeclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+						return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "pgdata-acid-minimal-cluster-0",
+							errors.New("only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"))
+					})
+				}
+				grown := h.pg.get(pg.Namespace, pg.Name)
+				grown.Spec.Volume.Size = resource.MustParse("2Gi")
+				h.pg.put(grown)
+				h.kubeWrites()
+				err := h.ensure(t, pg)
+				got := h.kubeWrites()
+				if tt.wantErr {
+					if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "resize persistentvolumeclaim") {
+						t.Fatalf("err = %v, want a wrapped Forbidden", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, tt.writes) {
+					t.Errorf("writes:\n got %v\nwant %v", got, tt.writes)
+				}
+				c, err := h.kube.CoreV1().PersistentVolumeClaims(pg.Namespace).Get(context.Background(), "pgdata-acid-minimal-cluster-0", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if q := c.Spec.Resources.Requests[corev1.ResourceStorage]; q.String() != "2Gi" {
+					t.Errorf("claim 0 requests %s, want 2Gi", q.String())
+				}
+			})
+		}
+	})
 }
 
 func TestEnsureFinalizer(t *testing.T) {
-	conflictOnce := func(n int) error {
-		if n == 1 {
-			return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		conflictOnce := func(n int) error {
+			if n == 1 {
+				return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
+			}
+			return nil
 		}
-		return nil
-	}
-	tests := []struct {
-		name          string
-		pg            func(*v1.Postgresql) *v1.Postgresql
-		failUpd       func(int) error
-		wantFinalizer bool
-		wantObjects   bool
-	}{
-		{name: "added", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, wantFinalizer: true, wantObjects: true},
-		{name: "added after a conflict", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, failUpd: conflictOnce, wantFinalizer: true, wantObjects: true},
-		{name: "kept", pg: func(pg *v1.Postgresql) *v1.Postgresql {
-			pg.Finalizers = []string{"other", Finalizer}
-			return pg
-		}, wantFinalizer: true, wantObjects: true},
-		{name: "not added while deleting", pg: func(pg *v1.Postgresql) *v1.Postgresql {
-			pg = deleting(pg)
-			pg.Finalizers = []string{"other"}
-			return pg
-		}},
-		{name: "resource gone", pg: func(*v1.Postgresql) *v1.Postgresql { return nil }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pg := testCluster(t)
-			var pgs []*v1.Postgresql
-			if p := tt.pg(pg.DeepCopy()); p != nil {
-				pgs = append(pgs, p)
-			}
-			h := newHarness(t, pgs)
-			h.pg.failUpd = tt.failUpd
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-			if stored := h.pg.get(pg.Namespace, pg.Name); stored != nil {
-				if got := slices.Contains(stored.Finalizers, Finalizer); got != tt.wantFinalizer {
-					t.Errorf("finalizers %v", stored.Finalizers)
+		tests := []struct {
+			name          string
+			pg            func(*v1.Postgresql) *v1.Postgresql
+			failUpd       func(int) error
+			wantFinalizer bool
+			wantObjects   bool
+		}{
+			{name: "added", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, wantFinalizer: true, wantObjects: true},
+			{name: "added after a conflict", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, failUpd: conflictOnce, wantFinalizer: true, wantObjects: true},
+			{name: "kept", pg: func(pg *v1.Postgresql) *v1.Postgresql {
+				pg.Finalizers = []string{"other", Finalizer}
+				return pg
+			}, wantFinalizer: true, wantObjects: true},
+			{name: "not added while deleting", pg: func(pg *v1.Postgresql) *v1.Postgresql {
+				pg = deleting(pg)
+				pg.Finalizers = []string{"other"}
+				return pg
+			}},
+			{name: "resource gone", pg: func(*v1.Postgresql) *v1.Postgresql { return nil }},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				var pgs []*v1.Postgresql
+				if p := tt.pg(pg.DeepCopy()); p != nil {
+					pgs = append(pgs, p)
 				}
-			}
-			if got := len(h.kubeWrites()) > 0; got != tt.wantObjects {
-				t.Errorf("objects written: %v, want %v", got, tt.wantObjects)
-			}
-		})
-	}
+				h := newHarness(t, pgs)
+				h.pg.failUpd = tt.failUpd
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				if stored := h.pg.get(pg.Namespace, pg.Name); stored != nil {
+					if got := slices.Contains(stored.Finalizers, Finalizer); got != tt.wantFinalizer {
+						t.Errorf("finalizers %v", stored.Finalizers)
+					}
+				}
+				if got := len(h.kubeWrites()) > 0; got != tt.wantObjects {
+					t.Errorf("objects written: %v, want %v", got, tt.wantObjects)
+				}
+			})
+		}
+	})
 }
 
 func TestStatus(t *testing.T) {
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	conflict := apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
-	running := v1.PostgresqlStatus{State: "Running", Epoch: 3, StateSince: &metav1.Time{Time: t0}, Ready: "2/2"}
-	// The state machine's clock has sub-second precision; the stored copy
-	// has whole seconds.
-	precise := *running.DeepCopy()
-	precise.StateSince = &metav1.Time{Time: t0.Add(300 * time.Millisecond)}
-	tests := []struct {
-		name       string
-		stored     *v1.PostgresqlStatus // nil: the resource is gone
-		failSt     func(int) error
-		want       v1.PostgresqlStatus
-		wantWrites int
-		wantErr    func(error) bool
-	}{
-		{name: "written when different", stored: &v1.PostgresqlStatus{State: "Creating"}, want: running, wantWrites: 1},
-		{name: "skipped when equal", stored: &running, want: running},
-		{name: "skipped when equal to the second", stored: &running, want: precise},
-		{name: "retried on conflict", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: 2,
-			failSt: func(n int) error {
-				if n == 1 {
-					return conflict
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		conflict := apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
+		running := v1.PostgresqlStatus{State: "Running", Epoch: 3, StateSince: &metav1.Time{Time: t0}, Ready: "2/2"}
+		// The state machine's clock has sub-second precision; the stored copy
+		// has whole seconds.
+		precise := *running.DeepCopy()
+		precise.StateSince = &metav1.Time{Time: t0.Add(300 * time.Millisecond)}
+		tests := []struct {
+			name       string
+			stored     *v1.PostgresqlStatus // nil: the resource is gone
+			failSt     func(int) error
+			want       v1.PostgresqlStatus
+			wantWrites int
+			wantErr    func(error) bool
+		}{
+			{name: "written when different", stored: &v1.PostgresqlStatus{State: "Creating"}, want: running, wantWrites: 1},
+			{name: "skipped when equal", stored: &running, want: running},
+			{name: "skipped when equal to the second", stored: &running, want: precise},
+			{name: "retried on conflict", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: 2,
+				failSt: func(n int) error {
+					if n == 1 {
+						return conflict
+					}
+					return nil
+				}},
+			{name: "gives up on persistent conflict", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: maxAttempts,
+				failSt: func(int) error { return conflict }, wantErr: apierrors.IsConflict},
+			{name: "resource gone", want: running},
+			{name: "resource gone while writing", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: 1,
+				failSt: func(int) error { return apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), "x") }},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				var pgs []*v1.Postgresql
+				if tt.stored != nil {
+					pg.Status = *tt.stored
+					pgs = append(pgs, pg)
 				}
-				return nil
-			}},
-		{name: "gives up on persistent conflict", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: maxAttempts,
-			failSt: func(int) error { return conflict }, wantErr: apierrors.IsConflict},
-		{name: "resource gone", want: running},
-		{name: "resource gone while writing", stored: &v1.PostgresqlStatus{}, want: running, wantWrites: 1,
-			failSt: func(int) error { return apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), "x") }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pg := testCluster(t)
-			var pgs []*v1.Postgresql
-			if tt.stored != nil {
-				pg.Status = *tt.stored
-				pgs = append(pgs, pg)
-			}
-			h := newHarness(t, pgs)
-			h.pg.failSt = tt.failSt
-			want := tt.want.DeepCopy()
-			err := h.step(t, context.Background(), pg, &fsm.Plan{Status: want}, StepStatus)
-			if tt.wantErr != nil {
-				if !tt.wantErr(err) {
-					t.Fatalf("err = %v", err)
+				h := newHarness(t, pgs)
+				h.pg.failSt = tt.failSt
+				want := tt.want.DeepCopy()
+				err := h.step(t, context.Background(), pg, &fsm.Plan{Status: want}, StepStatus)
+				if tt.wantErr != nil {
+					if !tt.wantErr(err) {
+						t.Fatalf("err = %v", err)
+					}
+				} else if err != nil {
+					t.Fatal(err)
 				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if n := h.pg.count("UpdateStatus"); n != tt.wantWrites {
-				t.Errorf("%d status writes, want %d", n, tt.wantWrites)
-			}
-			if h.pg.count("Update") != 0 {
-				t.Error("the status step wrote the spec")
-			}
-			if !equality.Semantic.DeepEqual(want, &tt.want) {
-				t.Error("the plan's status was modified")
-			}
-			if got := h.pg.get(pg.Namespace, pg.Name); got != nil && tt.wantErr == nil && tt.failSt == nil {
-				if !equality.Semantic.DeepEqual(stored(&got.Status), stored(&tt.want)) {
-					t.Errorf("stored status %+v, want %+v", got.Status, tt.want)
+				if n := h.pg.count("UpdateStatus"); n != tt.wantWrites {
+					t.Errorf("%d status writes, want %d", n, tt.wantWrites)
 				}
-			}
-		})
-	}
+				if h.pg.count("Update") != 0 {
+					t.Error("the status step wrote the spec")
+				}
+				if !equality.Semantic.DeepEqual(want, &tt.want) {
+					t.Error("the plan's status was modified")
+				}
+				if got := h.pg.get(pg.Namespace, pg.Name); got != nil && tt.wantErr == nil && tt.failSt == nil {
+					if !equality.Semantic.DeepEqual(stored(&got.Status), stored(&tt.want)) {
+						t.Errorf("stored status %+v, want %+v", got.Status, tt.want)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestReplacePod(t *testing.T) {
-	pod := func(uid types.UID) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "acid-minimal-cluster-1", Namespace: "db", UID: uid}}
-	}
-	tests := []struct {
-		name        string
-		existing    []runtime.Object
-		uid         string
-		wantDeleted bool
-	}{
-		{name: "deletes the pod", existing: []runtime.Object{pod("u1")}, uid: "u1", wantDeleted: true},
-		{name: "stale UID: already replaced", existing: []runtime.Object{pod("u2")}, uid: "u1"},
-		{name: "pod gone", uid: "u1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pg := testCluster(t)
-			h := newHarness(t, []*v1.Postgresql{pg}, tt.existing...)
-			// The fake clientset ignores preconditions; the apiserver
-			// answers Conflict when the UID differs.
-			h.kube.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				d := a.(k8stesting.DeleteActionImpl)
-				obj, err := h.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), d.Namespace, d.Name)
-				if err != nil {
-					return true, nil, err
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pod := func(uid types.UID) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "acid-minimal-cluster-1", Namespace: "db", UID: uid}}
+		}
+		tests := []struct {
+			name        string
+			existing    []runtime.Object
+			uid         string
+			wantDeleted bool
+		}{
+			{name: "deletes the pod", existing: []runtime.Object{pod("u1")}, uid: "u1", wantDeleted: true},
+			{name: "stale UID: already replaced", existing: []runtime.Object{pod("u2")}, uid: "u1"},
+			{name: "pod gone", uid: "u1"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				h := newHarness(t, []*v1.Postgresql{pg}, tt.existing...)
+				// The fake clientset ignores preconditions; the apiserver
+				// answers Conflict when the UID differs.
+				h.kube.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					d := a.(k8stesting.DeleteActionImpl)
+					obj, err := h.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), d.Namespace, d.Name)
+					if err != nil {
+						return true, nil, err
+					}
+					if pre := d.DeleteOptions.Preconditions; pre != nil && pre.UID != nil && *pre.UID != obj.(*corev1.Pod).UID {
+						return true, nil, apierrors.NewConflict(corev1.Resource("pods"), d.Name, errors.New("precondition failed"))
+					}
+					return false, nil, nil
+				})
+				plan := &fsm.Plan{ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-1", UID: tt.uid}}
+				if err := h.step(t, context.Background(), pg, plan, StepReplacePod); err != nil {
+					t.Fatal(err)
 				}
-				if pre := d.DeleteOptions.Preconditions; pre != nil && pre.UID != nil && *pre.UID != obj.(*corev1.Pod).UID {
-					return true, nil, apierrors.NewConflict(corev1.Resource("pods"), d.Name, errors.New("precondition failed"))
+				_, err := h.kube.CoreV1().Pods("db").Get(context.Background(), "acid-minimal-cluster-1", metav1.GetOptions{})
+				if deleted := apierrors.IsNotFound(err); deleted != tt.wantDeleted && len(tt.existing) > 0 {
+					t.Errorf("deleted = %v, want %v", deleted, tt.wantDeleted)
 				}
-				return false, nil, nil
 			})
-			plan := &fsm.Plan{ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-1", UID: tt.uid}}
-			if err := h.step(t, context.Background(), pg, plan, StepReplacePod); err != nil {
-				t.Fatal(err)
-			}
-			_, err := h.kube.CoreV1().Pods("db").Get(context.Background(), "acid-minimal-cluster-1", metav1.GetOptions{})
-			if deleted := apierrors.IsNotFound(err); deleted != tt.wantDeleted && len(tt.existing) > 0 {
-				t.Errorf("deleted = %v, want %v", deleted, tt.wantDeleted)
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestCleanup(t *testing.T) {
-	a, b := testCluster(t), otherCluster(t)
-	h := newHarness(t, []*v1.Postgresql{a, b})
-	for _, pg := range []*v1.Postgresql{a, b} {
-		if err := h.ensure(t, pg); err != nil {
-			t.Fatal(err)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		a, b := testCluster(t), otherCluster(t)
+		h := newHarness(t, []*v1.Postgresql{a, b})
+		for _, pg := range []*v1.Postgresql{a, b} {
+			if err := h.ensure(t, pg); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	ctx := context.Background()
-	for _, name := range PatroniConfigMapNames(a.Name) {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.Namespace}}
-		if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		ctx := context.Background()
+		for _, name := range PatroniConfigMapNames(a.Name) {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.Namespace}}
+			if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-		Name: PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
-	running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
-	for _, o := range []runtime.Object{claim, running} {
-		if err := h.kube.Tracker().Add(o); err != nil {
-			t.Fatal(err)
+		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Name: PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
+		running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
+		for _, o := range []runtime.Object{claim, running} {
+			if err := h.kube.Tracker().Add(o); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
+		h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
 
-	if err := h.cleanup(t, a); err != nil {
-		t.Fatal(err)
-	}
-	if h.pg.get(a.Namespace, a.Name) != nil {
-		t.Error("finalizer not removed: the resource is still there")
-	}
-	for _, o := range buildAll(t, a).All() {
-		kind := o.GetObjectKind().GroupVersionKind().Kind
-		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
-		switch kind {
-		case "ServiceAccount", "Role", "RoleBinding":
-			// Still used by b.
-			if err != nil {
-				t.Errorf("shared %s deleted while another cluster uses it", kind)
-				continue
-			}
-			refs := got.(metav1.Object).GetOwnerReferences()
-			if len(refs) != 1 || refs[0].UID != b.UID {
-				t.Errorf("shared %s: owner references %+v, want b's only", kind, refs)
-			}
-		default:
-			if !apierrors.IsNotFound(err) {
-				t.Errorf("%s %s not deleted (%v)", kind, o.GetName(), err)
+		if err := h.cleanup(t, a); err != nil {
+			t.Fatal(err)
+		}
+		if h.pg.get(a.Namespace, a.Name) != nil {
+			t.Error("finalizer not removed: the resource is still there")
+		}
+		for _, o := range buildAll(t, a).All() {
+			kind := o.GetObjectKind().GroupVersionKind().Kind
+			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+			got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+			switch kind {
+			case "ServiceAccount", "Role", "RoleBinding":
+				// Still used by b.
+				if err != nil {
+					t.Errorf("shared %s deleted while another cluster uses it", kind)
+					continue
+				}
+				refs := got.(metav1.Object).GetOwnerReferences()
+				if len(refs) != 1 || refs[0].UID != b.UID {
+					t.Errorf("shared %s: owner references %+v, want b's only", kind, refs)
+				}
+			default:
+				if !apierrors.IsNotFound(err) {
+					t.Errorf("%s %s not deleted (%v)", kind, o.GetName(), err)
+				}
 			}
 		}
-	}
-	for _, name := range PatroniConfigMapNames(a.Name) {
-		if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("configmap %s not deleted", name)
+		for _, name := range PatroniConfigMapNames(a.Name) {
+			if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("configmap %s not deleted", name)
+			}
 		}
-	}
-	if _, err := h.kube.CoreV1().Pods(a.Namespace).Get(ctx, running.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("pod %s not deleted", running.Name)
-	}
-	if _, err := h.kube.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, claim.Name, metav1.GetOptions{}); err != nil {
-		t.Errorf("volume claim deleted: data is never deleted by pgloop (%v)", err)
-	}
-	// b is untouched.
-	h.kubeWrites()
-	if err := h.ensure(t, b); err != nil {
-		t.Fatal(err)
-	}
-	if w := h.kubeWrites(); len(w) != 0 {
-		t.Errorf("cleanup of a changed b's objects: ensure of b wrote %v", w)
-	}
+		if _, err := h.kube.CoreV1().Pods(a.Namespace).Get(ctx, running.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("pod %s not deleted", running.Name)
+		}
+		if _, err := h.kube.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, claim.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("volume claim deleted: data is never deleted by pgloop (%v)", err)
+		}
+		// b is untouched.
+		h.kubeWrites()
+		if err := h.ensure(t, b); err != nil {
+			t.Fatal(err)
+		}
+		if w := h.kubeWrites(); len(w) != 0 {
+			t.Errorf("cleanup of a changed b's objects: ensure of b wrote %v", w)
+		}
 
-	// The last cluster's cleanup deletes the shared objects.
-	h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
-	if err := h.cleanup(t, b); err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []Object{ServiceAccount(b), Role(b), RoleBinding(b)} {
-		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-		if _, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName()); !apierrors.IsNotFound(err) {
-			t.Errorf("shared %s kept after the last cluster (%v)", o.GetObjectKind().GroupVersionKind().Kind, err)
+		// The last cluster's cleanup deletes the shared objects.
+		h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
+		if err := h.cleanup(t, b); err != nil {
+			t.Fatal(err)
 		}
-	}
-	// A second run finds nothing to do.
-	if err := h.cleanup(t, b); err != nil {
-		t.Errorf("cleanup of a gone resource: %v", err)
-	}
+		for _, o := range []Object{ServiceAccount(b), Role(b), RoleBinding(b)} {
+			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+			if _, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName()); !apierrors.IsNotFound(err) {
+				t.Errorf("shared %s kept after the last cluster (%v)", o.GetObjectKind().GroupVersionKind().Kind, err)
+			}
+		}
+		// A second run finds nothing to do.
+		if err := h.cleanup(t, b); err != nil {
+			t.Errorf("cleanup of a gone resource: %v", err)
+		}
+	})
 }
 
 func TestCleanupWaitsForPods(t *testing.T) {
-	pg := deleting(testCluster(t))
-	pg.Finalizers = []string{Finalizer}
-	terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: PodName(pg.Name, 0), Namespace: pg.Namespace, Labels: Labels(pg),
-		DeletionTimestamp: &metav1.Time{Time: time.Unix(1700000000, 0)}, Finalizers: []string{"kubelet"}}}
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-leader", Namespace: pg.Namespace}}
-	h := newHarness(t, []*v1.Postgresql{pg}, terminating, cm)
-	err := h.cleanup(t, pg)
-	if !errors.Is(err, ErrPodsTerminating) {
-		t.Fatalf("err = %v, want ErrPodsTerminating", err)
-	}
-	if stored := h.pg.get(pg.Namespace, pg.Name); stored == nil || !slices.Contains(stored.Finalizers, Finalizer) {
-		t.Error("finalizer removed while a pod still runs")
-	}
-	if _, err := h.kube.CoreV1().ConfigMaps(pg.Namespace).Get(context.Background(), cm.Name, metav1.GetOptions{}); err != nil {
-		t.Error("Patroni's configmap deleted while Patroni still runs")
-	}
-	for _, w := range h.kubeWrites() {
-		if strings.HasPrefix(w, "delete pods ") {
-			t.Errorf("a terminating pod deleted again: %s", w)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := deleting(testCluster(t))
+		pg.Finalizers = []string{Finalizer}
+		terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: PodName(pg.Name, 0), Namespace: pg.Namespace, Labels: Labels(pg),
+			DeletionTimestamp: &metav1.Time{Time: time.Unix(1700000000, 0)}, Finalizers: []string{"kubelet"}}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-leader", Namespace: pg.Namespace}}
+		h := newHarness(t, []*v1.Postgresql{pg}, terminating, cm)
+		err := h.cleanup(t, pg)
+		if !errors.Is(err, ErrPodsTerminating) {
+			t.Fatalf("err = %v, want ErrPodsTerminating", err)
 		}
-	}
+		if stored := h.pg.get(pg.Namespace, pg.Name); stored == nil || !slices.Contains(stored.Finalizers, Finalizer) {
+			t.Error("finalizer removed while a pod still runs")
+		}
+		if _, err := h.kube.CoreV1().ConfigMaps(pg.Namespace).Get(context.Background(), cm.Name, metav1.GetOptions{}); err != nil {
+			t.Error("Patroni's configmap deleted while Patroni still runs")
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.HasPrefix(w, "delete pods ") {
+				t.Errorf("a terminating pod deleted again: %s", w)
+			}
+		}
+	})
 }
 
 func TestCleanupRefusesLiveCluster(t *testing.T) {
-	pg := testCluster(t)
-	h := newHarness(t, []*v1.Postgresql{pg})
-	if err := h.ensure(t, pg); err != nil {
-		t.Fatal(err)
-	}
-	h.kubeWrites()
-	if err := h.cleanup(t, pg); err == nil {
-		t.Fatal("cleanup of a cluster not being deleted must fail")
-	}
-	if w := h.kubeWrites(); len(w) != 0 {
-		t.Errorf("refused cleanup wrote %v", w)
-	}
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		h.kubeWrites()
+		if err := h.cleanup(t, pg); err == nil {
+			t.Fatal("cleanup of a cluster not being deleted must fail")
+		}
+		if w := h.kubeWrites(); len(w) != 0 {
+			t.Errorf("refused cleanup wrote %v", w)
+		}
+	})
 }
 
 func TestCleanupFinalizerConflict(t *testing.T) {
-	pg := deleting(testCluster(t))
-	pg.Finalizers = []string{"other", Finalizer}
-	h := newHarness(t, []*v1.Postgresql{pg})
-	h.pg.failUpd = func(n int) error {
-		if n == 1 {
-			return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), pg.Name, errors.New("modified"))
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := deleting(testCluster(t))
+		pg.Finalizers = []string{"other", Finalizer}
+		h := newHarness(t, []*v1.Postgresql{pg})
+		h.pg.failUpd = func(n int) error {
+			if n == 1 {
+				return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), pg.Name, errors.New("modified"))
+			}
+			return nil
 		}
-		return nil
-	}
-	if err := h.cleanup(t, pg); err != nil {
-		t.Fatal(err)
-	}
-	if got := h.pg.get(pg.Namespace, pg.Name).Finalizers; !slices.Equal(got, []string{"other"}) {
-		t.Errorf("finalizers = %v, want [other]", got)
-	}
+		if err := h.cleanup(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.pg.get(pg.Namespace, pg.Name).Finalizers; !slices.Equal(got, []string{"other"}) {
+			t.Errorf("finalizers = %v, want [other]", got)
+		}
+	})
 }
 
 // uidRecorder records the objects events are recorded on.
@@ -883,108 +972,114 @@ func (r *uidRecorder) Event(obj runtime.Object, typ, reason, msg string) {
 }
 
 func TestEvents(t *testing.T) {
-	pg := testCluster(t)
-	events := []fsm.KubeEvent{
-		{Reason: "Running", Message: "Creating -> Running on podsReady"},
-		{Warning: true, Reason: "Degraded", Message: "Running -> Degraded: 50% of pods lost"},
-	}
-	want := []string{"Normal Running Creating -> Running on podsReady", "Warning Degraded Running -> Degraded: 50% of pods lost"}
-	for _, tt := range []struct {
-		name    string
-		plan    fsm.Plan
-		ctx     func() context.Context
-		wantUID types.UID
-	}{
-		{name: "after status", plan: fsm.Plan{Status: &v1.PostgresqlStatus{State: "Degraded"}}, wantUID: pg.UID},
-		{name: "alone", wantUID: pg.UID},
-		{name: "cancelled plan", ctx: func() context.Context {
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			return ctx
-		}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, []*v1.Postgresql{pg})
-			rec := &uidRecorder{FakeRecorder: record.NewFakeRecorder(8)}
-			h.eff.rec = rec
-			plan := tt.plan
-			plan.Events = events
-			ctx := context.Background()
-			if tt.ctx != nil {
-				ctx = tt.ctx()
-			}
-			for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &plan) {
-				err := s.Run(ctx)
-				if s.Name == StepEvents && err != nil {
-					t.Fatalf("events step failed: %v", err)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		events := []fsm.KubeEvent{
+			{Reason: "Running", Message: "Creating -> Running on podsReady"},
+			{Warning: true, Reason: "Degraded", Message: "Running -> Degraded: 50% of pods lost"},
+		}
+		want := []string{"Normal Running Creating -> Running on podsReady", "Warning Degraded Running -> Degraded: 50% of pods lost"}
+		for _, tt := range []struct {
+			name    string
+			plan    fsm.Plan
+			ctx     func() context.Context
+			wantUID types.UID
+		}{
+			{name: "after status", plan: fsm.Plan{Status: &v1.PostgresqlStatus{State: "Degraded"}}, wantUID: pg.UID},
+			{name: "alone", wantUID: pg.UID},
+			{name: "cancelled plan", ctx: func() context.Context {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				return ctx
+			}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				h := newHarness(t, []*v1.Postgresql{pg})
+				rec := &uidRecorder{FakeRecorder: record.NewFakeRecorder(8)}
+				h.eff.rec = rec
+				plan := tt.plan
+				plan.Events = events
+				ctx := context.Background()
+				if tt.ctx != nil {
+					ctx = tt.ctx()
 				}
-			}
-			close(rec.Events)
-			var got []string
-			for e := range rec.Events {
-				got = append(got, e)
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("events:\n got %q\nwant %q", got, want)
-			}
-			for _, uid := range rec.uids {
-				if uid != tt.wantUID {
-					t.Errorf("event on UID %q, want %q", uid, tt.wantUID)
+				for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &plan) {
+					err := s.Run(ctx)
+					if s.Name == StepEvents && err != nil {
+						t.Fatalf("events step failed: %v", err)
+					}
 				}
-			}
-		})
-	}
+				close(rec.Events)
+				var got []string
+				for e := range rec.Events {
+					got = append(got, e)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("events:\n got %q\nwant %q", got, want)
+				}
+				for _, uid := range rec.uids {
+					if uid != tt.wantUID {
+						t.Errorf("event on UID %q, want %q", uid, tt.wantUID)
+					}
+				}
+			})
+		}
+	})
 }
 
 func TestStepsHonourCancelledContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	pg := deleting(testCluster(t))
-	plan := &fsm.Plan{
-		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-		ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-0", UID: "u"},
-	}
-	for _, name := range []string{StepStatus, StepEnsure, StepReplacePod, StepCleanup} {
-		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, []*v1.Postgresql{pg})
-			start := time.Now()
-			err := h.step(t, ctx, pg, plan, name)
-			if !errors.Is(err, context.Canceled) {
-				t.Errorf("err = %v, want context.Canceled", err)
-			}
-			if d := time.Since(start); d > time.Second {
-				t.Errorf("took %v", d)
-			}
-			if n := len(h.kube.Actions()); n != 0 {
-				t.Errorf("%d API calls after cancellation", n)
-			}
-			if n := h.pg.count("Get") + h.pg.writes(); n != 0 {
-				t.Errorf("%d resource calls after cancellation", n)
-			}
-		})
-	}
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		pg := deleting(testCluster(t))
+		plan := &fsm.Plan{
+			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
+			ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-0", UID: "u"},
+		}
+		for _, name := range []string{StepStatus, StepEnsure, StepReplacePod, StepCleanup} {
+			t.Run(name, func(t *testing.T) {
+				h := newHarness(t, []*v1.Postgresql{pg})
+				start := time.Now()
+				err := h.step(t, ctx, pg, plan, name)
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("err = %v, want context.Canceled", err)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Errorf("took %v", d)
+				}
+				if n := len(h.kube.Actions()); n != 0 {
+					t.Errorf("%d API calls after cancellation", n)
+				}
+				if n := h.pg.count("Get") + h.pg.writes(); n != 0 {
+					t.Errorf("%d resource calls after cancellation", n)
+				}
+			})
+		}
+	})
 }
 
 // TestEnsureCancelledMidway cancels the context during the ensure: the
 // step stops at the next object with the context's error.
 func TestEnsureCancelledMidway(t *testing.T) {
-	pg := testCluster(t)
-	h := newHarness(t, []*v1.Postgresql{pg})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.kube.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		cancel()
-		return false, nil, nil
-	})
-	err := h.step(t, ctx, pg, &fsm.Plan{Ensure: true}, StepEnsure)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	for _, w := range h.kubeWrites() {
-		if strings.Contains(w, " statefulsets ") {
-			t.Errorf("kept going after cancellation: %s", w)
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h.kube.PrependReactor("create", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			cancel()
+			return false, nil, nil
+		})
+		err := h.step(t, ctx, pg, &fsm.Plan{Ensure: true}, StepEnsure)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-	}
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, " statefulsets ") {
+				t.Errorf("kept going after cancellation: %s", w)
+			}
+		}
+	})
 }
 
 // TestEnsureConcurrentClusters runs the plans of two clusters at once, as
@@ -992,37 +1087,39 @@ func TestEnsureCancelledMidway(t *testing.T) {
 // source from both: with -race it checks that Effects shares nothing
 // unsafely (the random source here is not safe for concurrent use).
 func TestEnsureConcurrentClusters(t *testing.T) {
-	a, b := testCluster(t), otherCluster(t)
-	h := newHarness(t, []*v1.Postgresql{a, b})
-	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: &countingReader{}, Log: h.eff.log})
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	errs := make([]error, 4)
-	for i, pg := range []*v1.Postgresql{a, b} {
-		wg.Go(func() {
-			<-start
-			for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &fsm.Plan{Ensure: true}) {
-				if err := s.Run(context.Background()); err != nil {
-					errs[i] = err
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		a, b := testCluster(t), otherCluster(t)
+		h := newHarness(t, []*v1.Postgresql{a, b})
+		h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: &countingReader{}, Log: h.eff.log, Cache: h.effectsCache()})
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, 4)
+		for i, pg := range []*v1.Postgresql{a, b} {
+			wg.Go(func() {
+				<-start
+				for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &fsm.Plan{Ensure: true}) {
+					if err := s.Run(context.Background()); err != nil {
+						errs[i] = err
+					}
 				}
-			}
-		})
-		wg.Go(func() {
-			<-start
-			for range 100 {
-				if _, err := Build(pg, Options{}, h.eff.random); err != nil {
-					errs[2+i] = err
+			})
+			wg.Go(func() {
+				<-start
+				for range 100 {
+					if _, err := Build(pg, Options{}, h.eff.random); err != nil {
+						errs[2+i] = err
+					}
 				}
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Error(err)
+			})
 		}
-	}
+		close(start)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
 }
 
 // countingReader yields the bytes of a SplitMix64 sequence over a counter:

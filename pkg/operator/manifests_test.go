@@ -86,9 +86,9 @@ func TestClusterRole(t *testing.T) {
 		"/secrets":                               {"get", "list", "watch", "create", "delete"},
 		"/persistentvolumeclaims":                {"list", "watch", "patch"},
 		"/events":                                {"create", "patch", "list", "watch"},
-		"/serviceaccounts":                       {"get", "create", "update", "delete"},
-		"rbac.authorization.k8s.io/roles":        {"get", "create", "update", "delete"},
-		"rbac.authorization.k8s.io/rolebindings": {"get", "create", "update", "delete"},
+		"/serviceaccounts":                       {"get", "create", "update", "patch", "delete"},
+		"rbac.authorization.k8s.io/roles":        {"get", "create", "update", "patch", "delete"},
+		"rbac.authorization.k8s.io/rolebindings": {"get", "create", "update", "patch", "delete"},
 	}
 	for gr, verbs := range need {
 		group, resource, _ := strings.Cut(gr, "/")

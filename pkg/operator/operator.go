@@ -344,7 +344,6 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 
 	clk := clock.RealClock{}
 	build := cfg.clusterOptions()
-	effects := cluster.NewEffects(cl.kube, cl.pg, rec, cluster.EffectsOptions{Build: build, Log: log})
 	notifier := &loopNotifier{}
 	inf := informers.New(cl.kube, cl.pg, informers.Options{
 		Namespaces: cfg.Namespaces,
@@ -352,6 +351,8 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Now:        clk.Now,
 		Cluster:    build,
 	}, notifier)
+	// The effects read the informers' caches and only write to the API.
+	effects := cluster.NewEffects(cl.kube, cl.pg, rec, cluster.EffectsOptions{Build: build, Log: log, Cache: inf})
 	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(effects, m), clk, log)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{

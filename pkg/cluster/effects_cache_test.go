@@ -1,0 +1,855 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// cacheMode is how a harness's effects read.
+type cacheMode int
+
+const (
+	// cacheNone: from the API.
+	cacheNone cacheMode = iota
+	// cacheLive: from a cache always current with the fakes.
+	cacheLive
+	// cacheSnapshot: from a cache the test syncs with the fakes.
+	cacheSnapshot
+)
+
+// cachedResources are the kinds the informers cache, as the fake cache
+// reads them from the fake clientset's tracker.
+var cachedResources = []schema.GroupVersionKind{
+	appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+	corev1.SchemeGroupVersion.WithKind("Service"),
+	corev1.SchemeGroupVersion.WithKind("Secret"),
+	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
+	corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
+	corev1.SchemeGroupVersion.WithKind("Pod"),
+}
+
+func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
+	plural := strings.ToLower(gvk.Kind) + "s"
+	return gvk.GroupVersion().WithResource(plural)
+}
+
+// fakeCache is an in-memory Cache over the fakes, as pkg/informers keeps
+// it: objects labelled application=spilo only, Secrets without data. It
+// reads the fakes' stores directly, so it adds no action to the fake
+// clientset nor a call to the fake resource client. A live one syncs
+// before every read; a snapshot one when the test calls sync.
+//
+// It hands out its own objects, as informers do, and keeps a copy of each:
+// check fails the test when the effects modified one.
+type fakeCache struct {
+	kube *fake.Clientset
+	pg   *fakePG
+	live bool
+
+	mu   sync.Mutex
+	pgs  map[string]*v1.Postgresql
+	objs map[schema.GroupVersionKind]map[string]Object
+	// handed are the objects read, with a copy of each as handed out.
+	handed []handedObject
+}
+
+type handedObject struct{ obj, copy runtime.Object }
+
+var _ Cache = (*fakeCache)(nil)
+
+func newFakeCache(t *testing.T, kube *fake.Clientset, pg *fakePG, live bool) *fakeCache {
+	c := &fakeCache{kube: kube, pg: pg, live: live}
+	c.sync()
+	t.Cleanup(func() { c.check(t) })
+	return c
+}
+
+// sync makes the cache current.
+func (c *fakeCache) sync() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncLocked()
+}
+
+func (c *fakeCache) syncLocked() {
+	c.syncPGLocked()
+	c.objs = map[schema.GroupVersionKind]map[string]Object{}
+	for _, gvk := range cachedResources {
+		list, err := c.kube.Tracker().List(resourceOfKind(gvk), gvk, "")
+		if err != nil {
+			panic(err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			panic(err)
+		}
+		byKey := map[string]Object{}
+		for _, item := range items {
+			o := item.(Object)
+			if o.GetLabels()[LabelApplication] != ApplicationSpilo {
+				continue
+			}
+			if s, ok := o.(*corev1.Secret); ok {
+				s.Data, s.StringData = nil, nil
+			}
+			byKey[o.GetNamespace()+"/"+o.GetName()] = o
+		}
+		c.objs[gvk] = byKey
+	}
+}
+
+// syncPG makes the cache's resources current, and only them.
+func (c *fakeCache) syncPG() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncPGLocked()
+}
+
+func (c *fakeCache) syncPGLocked() {
+	c.pg.mu.Lock()
+	defer c.pg.mu.Unlock()
+	c.pgs = map[string]*v1.Postgresql{}
+	for k, pg := range c.pg.objs {
+		c.pgs[k] = pg.DeepCopy()
+	}
+}
+
+// drop removes an object from the cache, as if its watch event were late.
+func (c *fakeCache) drop(gvk schema.GroupVersionKind, ns, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.objs[gvk], ns+"/"+name)
+}
+
+// read returns the cache's object of kind gvk, and records it as handed.
+func (c *fakeCache) read(gvk schema.GroupVersionKind, ns, name string) (Object, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live {
+		c.syncLocked()
+	}
+	o, ok := c.objs[gvk][ns+"/"+name]
+	if ok {
+		c.hand(o)
+	}
+	return o, ok
+}
+
+func (c *fakeCache) hand(o runtime.Object) {
+	c.handed = append(c.handed, handedObject{o, o.DeepCopyObject()})
+}
+
+// byCluster returns the cache's objects of kind gvk labelled with cluster
+// key's name, sorted by name.
+func (c *fakeCache) byCluster(gvk schema.GroupVersionKind, key string) []Object {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live {
+		c.syncLocked()
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	var out []Object
+	for _, o := range c.objs[gvk] {
+		if o.GetNamespace() == ns && o.GetLabels()[LabelClusterName] == name {
+			c.hand(o)
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return out
+}
+
+// check fails t when an object the cache handed out was modified.
+func (c *fakeCache) check(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.handed {
+		if !equality.Semantic.DeepEqual(h.obj, h.copy) {
+			o := h.obj.(metav1.Object)
+			t.Errorf("the effects modified the cache's %T %s", h.obj, o.GetName())
+		}
+	}
+}
+
+func (c *fakeCache) Postgresql(key string) (*v1.Postgresql, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live {
+		c.syncLocked()
+	}
+	pg, ok := c.pgs[key]
+	if ok {
+		c.hand(pg)
+	}
+	return pg, ok
+}
+
+func typed[T Object](o Object, ok bool) (T, bool) {
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	return o.(T), true
+}
+
+func (c *fakeCache) StatefulSet(ns, name string) (*appsv1.StatefulSet, bool) {
+	return typed[*appsv1.StatefulSet](c.read(cachedResources[0], ns, name))
+}
+
+func (c *fakeCache) Service(ns, name string) (*corev1.Service, bool) {
+	return typed[*corev1.Service](c.read(cachedResources[1], ns, name))
+}
+
+func (c *fakeCache) Secret(ns, name string) (*corev1.Secret, bool) {
+	return typed[*corev1.Secret](c.read(cachedResources[2], ns, name))
+}
+
+func (c *fakeCache) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudget, bool) {
+	return typed[*policyv1.PodDisruptionBudget](c.read(cachedResources[3], ns, name))
+}
+
+func (c *fakeCache) PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim {
+	var out []*corev1.PersistentVolumeClaim
+	for _, o := range c.byCluster(cachedResources[4], key) {
+		out = append(out, o.(*corev1.PersistentVolumeClaim))
+	}
+	return out
+}
+
+func (c *fakeCache) Pods(key string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, o := range c.byCluster(cachedResources[5], key) {
+		out = append(out, o.(*corev1.Pod))
+	}
+	return out
+}
+
+// kubeCalls lists every action on the fake clientset, reads included, as
+// "verb resource[ name]", in order, and clears the actions.
+func (h *harness) kubeCalls() []string {
+	var out []string
+	for _, a := range h.kube.Actions() {
+		call := a.GetVerb() + " " + a.GetResource().Resource
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			call += " " + a.GetObject().(metav1.Object).GetName()
+		case k8stesting.UpdateAction:
+			call += " " + a.GetObject().(metav1.Object).GetName()
+		case k8stesting.GetAction:
+			call += " " + a.GetName()
+		case k8stesting.PatchAction:
+			call += " " + a.GetName()
+		case k8stesting.DeleteAction:
+			call += " " + a.GetName()
+		}
+		out = append(out, call)
+	}
+	h.kube.ClearActions()
+	return out
+}
+
+// pgCalls is the number of calls to the fake resource client.
+func (h *harness) pgCalls() map[string]int {
+	h.pg.mu.Lock()
+	defer h.pg.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range h.pg.calls {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// resetPGCalls zeroes the counts of pgCalls.
+func (h *harness) resetPGCalls() {
+	h.pg.mu.Lock()
+	defer h.pg.mu.Unlock()
+	h.pg.calls = map[string]int{}
+}
+
+// enforceResourceVersions makes the fake clientset keep resourceVersions
+// as the apiserver does: every create and update sets a new one, and an
+// update that carries another one than the stored object's is a Conflict.
+func (h *harness) enforceResourceVersions() {
+	var rv atomic.Int64
+	rv.Store(1000)
+	tracker := h.kube.Tracker()
+	h.kube.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject().DeepCopyObject()
+		obj.(metav1.Object).SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
+		if err := tracker.Create(a.GetResource(), obj, a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, obj, nil
+	})
+	h.kube.PrependReactor("update", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.UpdateAction).GetObject().DeepCopyObject()
+		m := obj.(metav1.Object)
+		stored, err := tracker.Get(a.GetResource(), a.GetNamespace(), m.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if have := stored.(metav1.Object).GetResourceVersion(); have != m.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), m.GetName(),
+				errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+		}
+		m.SetResourceVersion(strconv.FormatInt(rv.Add(1), 10))
+		if err := tracker.Update(a.GetResource(), obj, a.GetNamespace()); err != nil {
+			return true, nil, err
+		}
+		return true, obj, nil
+	})
+}
+
+// verbs returns the distinct verbs of calls.
+func verbs(calls []string) []string {
+	var out []string
+	for _, c := range calls {
+		v, _, _ := strings.Cut(c, " ")
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+var (
+	gvkStatefulSet = cachedResources[0]
+	gvkService     = cachedResources[1]
+	gvkSecret      = cachedResources[2]
+)
+
+// A cluster created from nothing costs its creates and the finalizer, and
+// not one read.
+func TestCacheEnsureFromNothingOnlyCreates(t *testing.T) {
+	for _, sample := range samples {
+		t.Run(sample, func(t *testing.T) {
+			pg := loadSample(t, sample)
+			h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+			if err := h.ensure(t, pg); err != nil {
+				t.Fatal(err)
+			}
+			calls := h.kubeCalls()
+			if v := verbs(calls); !slices.Equal(v, []string{"create"}) {
+				t.Errorf("calls %v, want creates only", calls)
+			}
+			if n, want := len(calls), len(buildAll(t, pg).All()); n != want {
+				t.Errorf("%d creates, want %d: %v", n, want, calls)
+			}
+			if got, want := h.pgCalls(), map[string]int{"Update": 1}; !equalCounts(got, want) {
+				t.Errorf("resource calls %v, want %v (the finalizer)", got, want)
+			}
+		})
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Once the cache has caught up, a resync of a cluster that did not change
+// makes no API call at all: no read, no write.
+func TestCacheResyncMakesNoCalls(t *testing.T) {
+	for _, sample := range samples {
+		t.Run(sample, func(t *testing.T) {
+			pg := loadSample(t, sample)
+			h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+			h.enforceResourceVersions()
+			if err := h.ensure(t, pg); err != nil {
+				t.Fatal(err)
+			}
+			h.cache.sync()
+			h.kubeCalls()
+			h.resetPGCalls()
+			plan := &fsm.Plan{Status: &v1.PostgresqlStatus{}, Ensure: true,
+				Events: []fsm.KubeEvent{{Reason: "Resync"}}}
+			for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, plan) {
+				if err := s.Run(context.Background()); err != nil {
+					t.Fatalf("%s: %v", s.Name, err)
+				}
+			}
+			if calls := h.kubeCalls(); len(calls) != 0 {
+				t.Errorf("resync made %d API calls: %v", len(calls), calls)
+			}
+			if calls := h.pgCalls(); len(calls) != 0 {
+				t.Errorf("resync called the resource client: %v", calls)
+			}
+			if e := <-h.rec.Events; !strings.Contains(e, "Resync") {
+				t.Errorf("event %q", e)
+			}
+		})
+	}
+}
+
+// A change of the spec costs its writes only, made with the cache's
+// resourceVersions.
+func TestCacheSpecChangeOnlyWrites(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	h.enforceResourceVersions()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Spec.NumberOfInstances = 3
+	edited.Spec.ServiceAnnotations = map[string]string{"a": "b"}
+	h.pg.put(edited)
+	h.cache.sync()
+	h.kubeCalls()
+	h.resetPGCalls()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update services acid-minimal-cluster", "update services acid-minimal-cluster-repl",
+		"update statefulsets acid-minimal-cluster"}
+	if got := h.kubeCalls(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got %v\nwant %v", got, want)
+	}
+	if calls := h.pgCalls(); len(calls) != 0 {
+		t.Errorf("resource calls %v, want none", calls)
+	}
+}
+
+// Objects missing from a cache that lags are created, which fails with
+// AlreadyExists; then they are read from the API and brought in line.
+// Secrets are left as they are, unread.
+func TestCacheStaleMissingObject(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	h.enforceResourceVersions()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	h.cache.sync()
+	ctx := context.Background()
+	// Someone scales the StatefulSet; the cache has seen neither it nor
+	// the master Service nor the superuser's Secret.
+	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(ctx, StatefulSetName(pg.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts.Spec.Replicas = ptr.To[int32](5)
+	if _, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Update(ctx, sts, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secret := SecretName(SuperuserName, pg.Name)
+	before, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(ctx, secret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cache.drop(gvkStatefulSet, pg.Namespace, sts.Name)
+	h.cache.drop(gvkService, pg.Namespace, MasterServiceName(pg.Name))
+	h.cache.drop(gvkSecret, pg.Namespace, secret)
+	h.kubeCalls()
+
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"create secrets " + secret,
+		"create services acid-minimal-cluster", "get services acid-minimal-cluster",
+		"create statefulsets acid-minimal-cluster", "get statefulsets acid-minimal-cluster",
+		"update statefulsets acid-minimal-cluster",
+	}
+	if got := h.kubeCalls(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got %v\nwant %v", got, want)
+	}
+	sts, err = h.kube.AppsV1().StatefulSets(pg.Namespace).Get(ctx, sts.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ptr.Deref(sts.Spec.Replicas, 0); n != pg.Spec.NumberOfInstances {
+		t.Errorf("replicas %d, want %d", n, pg.Spec.NumberOfInstances)
+	}
+	after, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(ctx, secret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(before, after) {
+		t.Error("the existing secret was changed")
+	}
+}
+
+// An update with a cache's stale resourceVersion meets a Conflict: the
+// object is read from the API and the update made again, keeping what the
+// other writer changed.
+func TestCacheStaleResourceVersion(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	h.enforceResourceVersions()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	h.cache.sync()
+	ctx := context.Background()
+	name := MasterServiceName(pg.Name)
+	svc, err := h.kube.CoreV1().Services(pg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Annotations = map[string]string{"someone": "else"}
+	if _, err := h.kube.CoreV1().Services(pg.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Spec.ServiceAnnotations = map[string]string{"a": "b"}
+	h.pg.put(edited)
+	h.cache.syncPG()
+	h.kubeCalls()
+
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"update services " + name, "get services " + name, "update services " + name,
+		"update services " + ReplicaServiceName(pg.Name),
+	}
+	if got := h.kubeCalls(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got %v\nwant %v", got, want)
+	}
+	svc, err = h.kube.CoreV1().Services(pg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := svc.Annotations; got["a"] != "b" || got["someone"] != "else" {
+		t.Errorf("annotations %v, want a=b and someone=else", got)
+	}
+}
+
+// An object the cache still has but the API no longer does is created
+// again.
+func TestCacheObjectGoneBehindCache(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	h.enforceResourceVersions()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Spec.NumberOfInstances = 3
+	h.pg.put(edited)
+	h.cache.sync()
+	sts := StatefulSetName(pg.Name)
+	if err := h.kube.AppsV1().StatefulSets(pg.Namespace).Delete(context.Background(), sts, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.kubeCalls()
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"update statefulsets " + sts, "get statefulsets " + sts, "create statefulsets " + sts}
+	if got := h.kubeCalls(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n got %v\nwant %v", got, want)
+	}
+}
+
+// The finalizer is added with the cached resourceVersion; a conflict reads
+// the resource from the API, and the objects are built from that spec.
+func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Spec.NumberOfInstances = 3
+	h.pg.put(edited) // not in the cache
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.pgCalls(), map[string]int{"Update": 2, "Get": 1}; !equalCounts(got, want) {
+		t.Errorf("resource calls %v, want %v", got, want)
+	}
+	stored := h.pg.get(pg.Namespace, pg.Name)
+	if !slices.Contains(stored.Finalizers, Finalizer) || stored.Spec.NumberOfInstances != 3 {
+		t.Errorf("stored finalizers %v, instances %d", stored.Finalizers, stored.Spec.NumberOfInstances)
+	}
+	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ptr.Deref(sts.Spec.Replicas, 0); n != 3 {
+		t.Errorf("replicas %d: built from the stale spec", n)
+	}
+}
+
+func TestCacheStatus(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	creating := v1.PostgresqlStatus{State: "Creating", Epoch: 1, StateSince: &metav1.Time{Time: t0}}
+	running := v1.PostgresqlStatus{State: "Running", Epoch: 2, StateSince: &metav1.Time{Time: t0.Add(time.Second)}, Ready: "2/2"}
+	tests := []struct {
+		name string
+		// cached and stored are the statuses in the cache and in the
+		// API; the API's resourceVersion is newer when they differ, or
+		// when newer is set.
+		cached, stored v1.PostgresqlStatus
+		newer          bool
+		// written is a status this process wrote before, which the
+		// cache has not seen.
+		written   *v1.PostgresqlStatus
+		want      v1.PostgresqlStatus
+		wantCalls map[string]int
+	}{
+		{name: "current: no call", cached: running, stored: running, want: running, wantCalls: map[string]int{}},
+		{name: "written with the cached resourceVersion", cached: creating, stored: creating, want: running,
+			wantCalls: map[string]int{"UpdateStatus": 1}},
+		{name: "stale resourceVersion: conflict, read, write", cached: creating, stored: creating, newer: true, want: running,
+			wantCalls: map[string]int{"UpdateStatus": 2, "Get": 1}},
+		{name: "stale status, already written", cached: creating, stored: running, want: running,
+			wantCalls: map[string]int{"UpdateStatus": 1, "Get": 1}},
+		{name: "cache behind this process's own write", cached: creating, stored: creating, written: &running, want: creating,
+			wantCalls: map[string]int{"UpdateStatus": 3, "Get": 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pg := testCluster(t)
+			pg.Status = *tt.cached.DeepCopy()
+			h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+			status := func(st v1.PostgresqlStatus) error {
+				return h.step(t, context.Background(), pg, &fsm.Plan{Status: st.DeepCopy()}, StepStatus)
+			}
+			if tt.written != nil {
+				if err := status(*tt.written); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.newer || !equality.Semantic.DeepEqual(tt.cached, tt.stored) {
+				cur := h.pg.get(pg.Namespace, pg.Name)
+				cur.Status = *tt.stored.DeepCopy()
+				h.pg.put(cur)
+			}
+			if err := status(tt.want); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.pgCalls(); !equalCounts(got, tt.wantCalls) {
+				t.Errorf("resource calls %v, want %v", got, tt.wantCalls)
+			}
+			if got := h.pg.get(pg.Namespace, pg.Name).Status; !equality.Semantic.DeepEqual(stored(&got), stored(&tt.want)) {
+				t.Errorf("stored status %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// The shared ServiceAccount, Role and RoleBinding are not cached: they are
+// created or patched only when this process has not seen the cluster's
+// reference on them, and never read.
+func TestCacheSharedRBACMemo(t *testing.T) {
+	a, b := testCluster(t), otherCluster(t)
+	h := newCachedHarness(t, []*v1.Postgresql{a, b})
+	shared := func() []string {
+		var out []string
+		for _, c := range h.kubeCalls() {
+			if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	ensure := func(pg *v1.Postgresql, want ...string) {
+		t.Helper()
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := shared(); !slices.Equal(got, want) {
+			t.Errorf("ensure of %s, shared objects:\n got %v\nwant %v", pg.Name, got, want)
+		}
+	}
+	creates := []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}
+	patches := []string{"patch serviceaccounts pgloop-pod", "patch roles pgloop-pod", "patch rolebindings pgloop-pod"}
+	conflicts := []string{"create serviceaccounts pgloop-pod", "patch serviceaccounts pgloop-pod", "create roles pgloop-pod",
+		"patch roles pgloop-pod", "create rolebindings pgloop-pod", "patch rolebindings pgloop-pod"}
+
+	// A new namespace: created without a read.
+	ensure(a, creates...)
+	// They exist: b's reference is patched in.
+	ensure(b, patches...)
+	ensure(a)
+	ensure(b)
+	// Checked again after a while.
+	now := time.Now()
+	h.eff.now = func() time.Time { return now.Add(sharedRecheck) }
+	ensure(b, patches...)
+	ensure(a)
+	// A new process knows nothing: it tries to create them, patches
+	// them, and learns both references.
+	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Log: h.eff.log, Cache: h.cache})
+	ensure(a, conflicts...)
+	ensure(b)
+	// a's cleanup removes its reference; b's is still known.
+	h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
+	if err := h.cleanup(t, a); err != nil {
+		t.Fatal(err)
+	}
+	shared()
+	ensure(b)
+	// So does b's, which deletes them: a new cluster's patches find
+	// nothing, and it creates them.
+	h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
+	if err := h.cleanup(t, b); err != nil {
+		t.Fatal(err)
+	}
+	shared()
+	c := testCluster(t)
+	c.Name, c.UID = "acid-third", "33333333-2222-4333-8444-555555555555"
+	h.pg.put(c)
+	ensure(c, "patch serviceaccounts pgloop-pod", "create serviceaccounts pgloop-pod", "patch roles pgloop-pod",
+		"create roles pgloop-pod", "patch rolebindings pgloop-pod", "create rolebindings pgloop-pod")
+	for _, o := range []Object{ServiceAccount(c), Role(c), RoleBinding(c)} {
+		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uids := ownerUIDs(got.(metav1.Object)); !slices.Equal(uids, []types.UID{c.UID}) {
+			t.Errorf("%s: owners %v, want the new cluster's", o.GetName(), uids)
+		}
+	}
+}
+
+// An operator whose RBAC does not allow patching the shared objects reads
+// and updates them, and does not try to patch again.
+func TestCacheSharedRBACPatchForbidden(t *testing.T) {
+	a, b := testCluster(t), otherCluster(t)
+	c := testCluster(t)
+	c.Name, c.UID = "acid-third", "33333333-2222-4333-8444-555555555555"
+	h := newCachedHarness(t, []*v1.Postgresql{a, b, c})
+	for _, res := range []string{"serviceaccounts", "roles", "rolebindings"} {
+		h.kube.PrependReactor("patch", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "pgloop-pod", errors.New("RBAC"))
+		})
+	}
+	shared := func() []string {
+		var out []string
+		for _, c := range h.kubeCalls() {
+			if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		pg   *v1.Postgresql
+		want []string
+	}{
+		{a, []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}},
+		{b, []string{"patch serviceaccounts pgloop-pod", "get serviceaccounts pgloop-pod", "update serviceaccounts pgloop-pod",
+			"get roles pgloop-pod", "update roles pgloop-pod", "get rolebindings pgloop-pod", "update rolebindings pgloop-pod"}},
+		{c, []string{"get serviceaccounts pgloop-pod", "update serviceaccounts pgloop-pod",
+			"get roles pgloop-pod", "update roles pgloop-pod", "get rolebindings pgloop-pod", "update rolebindings pgloop-pod"}},
+		{a, nil},
+		{b, nil},
+		{c, nil},
+	} {
+		if err := h.ensure(t, tt.pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := shared(); !slices.Equal(got, tt.want) {
+			t.Errorf("ensure of %s, shared objects:\n got %v\nwant %v", tt.pg.Name, got, tt.want)
+		}
+	}
+	for _, o := range []Object{ServiceAccount(a), Role(a), RoleBinding(a)} {
+		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uids := ownerUIDs(got.(metav1.Object)); len(uids) != 3 {
+			t.Errorf("%s: owners %v, want the three clusters", o.GetName(), uids)
+		}
+	}
+}
+
+// With a cache, the cleanup waits for terminating pods without an API call,
+// but goes on only once the API says that no pod is left.
+func TestCacheCleanupPods(t *testing.T) {
+	since := &metav1.Time{Time: time.Unix(1700000000, 0)}
+	pod := func(pg *v1.Postgresql, ord int32, terminating bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(pg.Name, ord), Namespace: pg.Namespace, Labels: Labels(pg)}}
+		if terminating {
+			p.DeletionTimestamp, p.Finalizers = since, []string{"kubelet"}
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		// cached and notCached are the pods in the API, the first in the
+		// cache too.
+		cached, notCached []bool // terminating
+		wantErr           error
+		wantCalls         []string // on pods
+	}{
+		{name: "terminating: waits without a call", cached: []bool{true}, wantErr: ErrPodsTerminating},
+		{name: "running: deleted, then listed", cached: []bool{false, true}, wantErr: ErrPodsTerminating,
+			wantCalls: []string{"delete pods acid-minimal-cluster-0", "list pods"}},
+		{name: "one the cache missed: listed and deleted", notCached: []bool{false}, wantErr: ErrPodsTerminating,
+			wantCalls: []string{"list pods", "delete pods acid-minimal-cluster-0"}},
+		{name: "none: listed, then done", wantCalls: []string{"list pods"}},
+		{name: "unscheduled running pod: deleted, listed, done", cached: []bool{false},
+			wantCalls: []string{"delete pods acid-minimal-cluster-0", "list pods"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pg := deleting(testCluster(t))
+			pg.Finalizers = []string{Finalizer}
+			var objs []runtime.Object
+			for i, term := range tt.cached {
+				objs = append(objs, pod(pg, int32(i), term))
+			}
+			h := newSnapshotHarness(t, []*v1.Postgresql{pg}, objs...)
+			for i, term := range tt.notCached {
+				if err := h.kube.Tracker().Add(pod(pg, int32(len(tt.cached)+i), term)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := h.cleanup(t, pg)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			var got []string
+			for _, c := range h.kubeCalls() {
+				if strings.Contains(c, " pods") {
+					got = append(got, c)
+				}
+			}
+			if !slices.Equal(got, tt.wantCalls) {
+				t.Errorf("calls on pods:\n got %v\nwant %v", got, tt.wantCalls)
+			}
+			kept := h.pg.get(pg.Namespace, pg.Name) != nil
+			if want := tt.wantErr != nil; kept != want {
+				t.Errorf("resource kept = %v, want %v", kept, want)
+			}
+		})
+	}
+}

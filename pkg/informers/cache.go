@@ -1,0 +1,88 @@
+package informers
+
+import (
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// The informers are the effects' cache: the effects read there and only
+// write to the API.
+var _ cluster.Cache = (*Informers)(nil)
+
+// The readers below, like Postgresql and Pods, return the cache's own
+// objects, shared with every reader: callers must not modify them (DeepCopy
+// first). Only objects labelled application=spilo are cached.
+
+// StatefulSet returns the StatefulSet namespace/name from the cache.
+func (i *Informers) StatefulSet(namespace, name string) (*appsv1.StatefulSet, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*appsv1.StatefulSet](s.statefulSets, namespace, name)
+}
+
+// Service returns the Service namespace/name from the cache.
+func (i *Informers) Service(namespace, name string) (*corev1.Service, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*corev1.Service](s.owned.Core().V1().Services().Informer(), namespace, name)
+}
+
+// Secret returns the Secret namespace/name from the cache: its metadata
+// only, the cache holds no data.
+func (i *Informers) Secret(namespace, name string) (*corev1.Secret, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*corev1.Secret](s.owned.Core().V1().Secrets().Informer(), namespace, name)
+}
+
+// PodDisruptionBudget returns the PodDisruptionBudget namespace/name from
+// the cache.
+func (i *Informers) PodDisruptionBudget(namespace, name string) (*policyv1.PodDisruptionBudget, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*policyv1.PodDisruptionBudget](s.owned.Policy().V1().PodDisruptionBudgets().Informer(), namespace, name)
+}
+
+// PersistentVolumeClaims returns the volume claims of cluster key, sorted
+// by name.
+func (i *Informers) PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim {
+	s := i.scopeOf(key)
+	if s == nil {
+		return nil
+	}
+	objs, _ := s.claims.GetIndexer().ByIndex(byCluster, key)
+	claims := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
+	for _, o := range objs {
+		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
+			claims = append(claims, c)
+		}
+	}
+	slices.SortFunc(claims, func(a, b *corev1.PersistentVolumeClaim) int { return strings.Compare(a.Name, b.Name) })
+	return claims
+}
+
+// byKey returns the object namespace/name of an informer's cache.
+func byKey[T any](inf cache.SharedIndexInformer, namespace, name string) (T, bool) {
+	var zero T
+	obj, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return zero, false
+	}
+	t, ok := obj.(T)
+	return t, ok
+}

@@ -1,0 +1,156 @@
+package informers
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// countingPG counts the calls of the effects to the resource client.
+type countingPG struct {
+	*fakePG
+	calls atomic.Int64
+}
+
+func (c *countingPG) Get(ctx context.Context, namespace, name string) (*v1.Postgresql, error) {
+	c.calls.Add(1)
+	return c.fakePG.Get(ctx, namespace, name)
+}
+
+func (c *countingPG) Update(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	c.calls.Add(1)
+	return c.fakePG.Update(ctx, pg)
+}
+
+func (c *countingPG) UpdateStatus(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+	c.calls.Add(1)
+	return c.fakePG.UpdateStatus(ctx, pg)
+}
+
+// The informers are the effects' cache: a new cluster costs its creates
+// (and the finalizer, and the growth of a claim), and once the caches have
+// seen them, a resync costs no API call at all.
+func TestInformersAreTheEffectsCache(t *testing.T) {
+	pg := newPG("acid", 2)
+	pg.Status = v1.PostgresqlStatus{}
+	small := claim(pg, 0, corev1.ClaimBound)
+	small.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	inf, kube, pgc := start(t, Options{}, discard{}, []*v1.Postgresql{pg}, small)
+	counting := &countingPG{fakePG: pgc}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	eff := cluster.NewEffects(kube, counting, record.NewFakeRecorder(8), cluster.EffectsOptions{
+		Cache: inf, Log: logrus.NewEntry(log)})
+	key := pg.Namespace + "/" + pg.Name
+	ensure := func() {
+		t.Helper()
+		for _, s := range eff.Steps(key, &fsm.Plan{Ensure: true, Status: &v1.PostgresqlStatus{}}) {
+			if err := s.Run(context.Background()); err != nil {
+				t.Fatalf("%s: %v", s.Name, err)
+			}
+		}
+	}
+	// calls are the effects' calls: not the informers' lists and watches,
+	// which select on application only, or on an Event's fields.
+	calls := func() []string {
+		var out []string
+		for _, a := range kube.Actions() {
+			switch a := a.(type) {
+			case k8stesting.WatchAction:
+				continue
+			case k8stesting.ListAction:
+				if !strings.Contains(a.GetListRestrictions().Labels.String(), cluster.LabelClusterName) {
+					continue
+				}
+			}
+			out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+		kube.ClearActions()
+		return out
+	}
+
+	calls()
+	ensure()
+	for _, c := range calls() {
+		if c != "patch persistentvolumeclaims" && !strings.HasPrefix(c, "create ") {
+			t.Errorf("first ensure: %s; want creates and the claim's patch only", c)
+		}
+	}
+	if n := counting.calls.Load(); n != 1 {
+		t.Errorf("first ensure: %d calls of the resource client, want 1 (the finalizer)", n)
+	}
+
+	// Wait for the caches to see what was written.
+	objs, err := cluster.Build(pg, cluster.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !cached(inf, key, objs) {
+		if time.Now().After(deadline) {
+			t.Fatal("the caches did not see the objects within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, s := range objs.Secrets {
+		if got, _ := inf.Secret(s.Namespace, s.Name); got.Data != nil {
+			t.Errorf("secret %s cached with its data", s.Name)
+		}
+	}
+
+	counting.calls.Store(0)
+	ensure()
+	if c := calls(); len(c) != 0 {
+		t.Errorf("resync: %d API calls %v, want none", len(c), c)
+	}
+	if n := counting.calls.Load(); n != 0 {
+		t.Errorf("resync: %d calls of the resource client, want none", n)
+	}
+}
+
+// cached tells whether the informers' caches hold the resource with its
+// finalizer, every object of objs pgloop's informers watch, and the grown
+// claim.
+func cached(inf *Informers, key string, objs *cluster.Objects) bool {
+	pg, ok := inf.Postgresql(key)
+	if !ok || !slices.Contains(pg.Finalizers, cluster.Finalizer) {
+		return false
+	}
+	if _, ok := inf.StatefulSet(objs.StatefulSet.Namespace, objs.StatefulSet.Name); !ok {
+		return false
+	}
+	for _, s := range objs.Services {
+		if _, ok := inf.Service(s.Namespace, s.Name); !ok {
+			return false
+		}
+	}
+	for _, s := range objs.Secrets {
+		if _, ok := inf.Secret(s.Namespace, s.Name); !ok {
+			return false
+		}
+	}
+	pdb := objs.PodDisruptionBudget
+	if _, ok := inf.PodDisruptionBudget(pdb.Namespace, pdb.Name); !ok {
+		return false
+	}
+	claims := inf.PersistentVolumeClaims(key)
+	if len(claims) != 1 {
+		return false
+	}
+	size := claims[0].Spec.Resources.Requests[corev1.ResourceStorage]
+	return size.Cmp(pg.Spec.Volume.Size) == 0
+}
