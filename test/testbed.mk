@@ -41,6 +41,15 @@ plane: testbed testbed-cmd ## Run a control plane in the foreground (Ctrl-C stop
 	$(BIN)/testbed up --nodes $(PLANE_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
 		$(if $(wildcard $(PLANE_CRDS)/*.yaml),--crds $(PLANE_CRDS))
 
+# Flags of bench-isolation, e.g.
+# BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400".
+BENCH_ISOLATION_ARGS ?=
+
+.PHONY: bench-isolation
+bench-isolation: testbed ## Healthy clusters' time to Running next to 0, 10, 100 stuck ones (issue 6); writes docs/isolation.md, fails above a 1.1 ratio.
+	cd test && $(GO) build -o $(BIN)/bench-isolation ./bench/cmd/bench-isolation
+	PGLOOP_BIN=$(BIN) $(BIN)/bench-isolation $(BENCH_ISOLATION_ARGS)
+
 ##@ Worker-design model
 
 .PHONY: model

@@ -1,0 +1,799 @@
+// Package isolation measures, on the local control plane, whether clusters
+// that cannot converge slow down healthy ones (issue 6, item 3): in one run,
+// on one fresh plane with one `pgloop operator` process, it creates K stuck
+// clusters (K = 0, 10, 100 by default, cumulatively), waits until every one
+// is Degraded with its cause, waits for the operator to be quiet, then
+// creates healthy clusters one after another and measures each one's
+// create → Running time and the operator-added latency (last pod Ready →
+// status Running), and writes the table into docs/isolation.md.
+//
+// Every wait is a watch (two informers: every Postgresql, and the healthy
+// namespace's pods) or, for the operator's quiet condition, its /metrics,
+// under a deadline; nothing sleeps for a fixed time. The command is
+// test/bench/cmd/bench-isolation, run by `make bench-isolation`.
+package isolation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/labeller"
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+// Config is one run of the bench.
+type Config struct {
+	// Repo is the root of the pgloop tree whose operator is built and
+	// whose CRDs are applied.
+	Repo string
+	// Revision is recorded as the operator's revision; empty means git's
+	// (with "+dirty" when pkg/ or cmd/ have changes).
+	Revision string
+	// Stuck are the numbers of stuck clusters measured, in increasing
+	// order, the first 0: the run adds stuck clusters to reach each.
+	Stuck []int
+	// Healthy is the number of healthy clusters measured per K, created
+	// one after another; WarmUp more are created first and not measured.
+	Healthy, WarmUp int
+	// Instances of each healthy cluster.
+	Instances int
+	// CreateTimeout is the operator's --create-timeout: short, so the
+	// stuck clusters become Degraded within the run.
+	CreateTimeout time.Duration
+	// OperatorArgs are more flags for the operator, after the bench's
+	// own (a later flag wins).
+	OperatorArgs []string
+	// Nodes of the plane.
+	Nodes int
+	// MaxRatio is the highest acceptable ratio of the healthy median with
+	// the most stuck clusters to the median with none.
+	MaxRatio float64
+	// StuckTimeout bounds the wait for a batch of stuck clusters to be
+	// Degraded, beyond CreateTimeout; QuietTimeout the wait for the
+	// operator to be quiet; ClusterTimeout one healthy cluster's wait for
+	// Running.
+	StuckTimeout, QuietTimeout, ClusterTimeout time.Duration
+	// RetryRound, when set, adds a measurement after the last K: the
+	// healthy clusters are created as soon as at least half of the stuck
+	// clusters' retry timers have fired together (a retry round: they
+	// were created in one burst, so their timers stay in step), instead
+	// of once the operator is quiet. RetryRoundTimeout bounds the wait
+	// for such a round (the operator's --retry-max is 5 minutes).
+	RetryRound        bool
+	RetryRoundTimeout time.Duration
+	// WorkDir, when set, keeps the operator's log and the plane's
+	// directory there; otherwise they go to a temporary directory that
+	// is removed after a successful run.
+	WorkDir string
+	// Out receives the progress and the table.
+	Out io.Writer
+}
+
+// DefaultConfig is what `make bench-isolation` runs.
+func DefaultConfig() Config {
+	return Config{
+		Stuck:             []int{0, 10, 100},
+		Healthy:           20,
+		WarmUp:            2,
+		Instances:         1,
+		CreateTimeout:     15 * time.Second,
+		Nodes:             3,
+		MaxRatio:          1.1,
+		StuckTimeout:      3 * time.Minute,
+		QuietTimeout:      3 * time.Minute,
+		ClusterTimeout:    3 * time.Minute,
+		RetryRound:        true,
+		RetryRoundTimeout: 6 * time.Minute,
+		Out:               os.Stdout,
+	}
+}
+
+// Healthy is the measurement of one healthy cluster.
+type Healthy struct {
+	Name string
+	// Start is when its Create returned, from the start of the phase's
+	// measurements.
+	Start time.Duration
+	// ToRunning is from the Create call returning to the watch seeing
+	// status.state Running.
+	ToRunning time.Duration
+	// ReadyToRunning is from the pod watch seeing the last pod Ready to
+	// the cluster watch seeing Running: the operator-added latency.
+	// LabelledToRunning is from the pod watch seeing, besides, the master
+	// role label (the labeller's patch) to Running.
+	ReadyToRunning, LabelledToRunning time.Duration
+	// Segments split ToRunning at what the bench's watches saw first:
+	// the StatefulSet, a pod, the last pod Ready, the master label, and
+	// Running (see segmentNames).
+	Segments [5]time.Duration
+	// Via is the path the cluster took ("Creating→Running" unless it
+	// passed through Degraded).
+	Via string
+	// Steps is what the operator's metrics counted during its creation.
+	Steps Samples
+}
+
+// Phase is the measurement with Stuck clusters stuck.
+type Phase struct {
+	Stuck int
+	// Retries is, for a measurement during a retry round, how many retry
+	// timers had fired in the round when it began.
+	Retries int
+	// StuckAfter is how long the last batch of stuck clusters took,
+	// from its first Create to all Degraded with their cause; Settle how
+	// long the operator then took to be quiet (Quiet false: it never was
+	// within QuietTimeout, and the phase was measured anyway).
+	StuckAfter, Settle time.Duration
+	Quiet              bool
+	// States counts the operator's clusters by state when the healthy
+	// clusters' measurement began.
+	States map[string]int
+	// Load is the load average when the measurement began.
+	Load     string
+	Clusters []Healthy
+	// Window is the duration of the healthy measurements; Background what
+	// the operator's metrics counted during it.
+	Window     time.Duration
+	Background Samples
+}
+
+// ToRunning summarizes the phase's create → Running times.
+func (p *Phase) ToRunning() Summary {
+	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.ToRunning }))
+}
+
+// ReadyToRunning summarizes the phase's operator-added latencies.
+func (p *Phase) ReadyToRunning() Summary {
+	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.ReadyToRunning }))
+}
+
+// segmentNames name Healthy.Segments, with who spends the time.
+var segmentNames = [5]string{
+	"create → StatefulSet (pgloop: observe, plan, ensure's writes)",
+	"→ first pod (kube-controller-manager)",
+	"→ last pod Ready (scheduler, kwok)",
+	"→ master label (labeller)",
+	"→ Running (pgloop: observe, plan, status write)",
+}
+
+// Segment summarizes segment i of the phase's clusters.
+func (p *Phase) Segment(i int) Summary {
+	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.Segments[i] }))
+}
+
+// LabelledToRunning summarizes the phase's labelled → Running latencies.
+func (p *Phase) LabelledToRunning() Summary {
+	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.LabelledToRunning }))
+}
+
+func collect(hs []Healthy, f func(Healthy) time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, f(h))
+	}
+	return out
+}
+
+// Result is a whole run.
+type Result struct {
+	Config     Config
+	Start, End time.Time
+	// Nproc and the load averages (as /proc/loadavg has them) at the
+	// start and the end of the run.
+	Nproc              int
+	LoadStart, LoadEnd string
+	// Revision is the tree's git revision ("+dirty" when it has
+	// changes), GoVersion the toolchain's.
+	Revision, GoVersion string
+	// OperatorFlags are the operator's flags, without the run's
+	// kubeconfig and namespaces.
+	OperatorFlags []string
+	Phases        []Phase
+	// RetryRound is the measurement during a retry round of the stuck
+	// clusters (Config.RetryRound), nil when not made or no round came.
+	RetryRound *Phase
+}
+
+// Ratio is the healthy median with the most stuck clusters over the one
+// with none.
+func (r *Result) Ratio() float64 {
+	if len(r.Phases) < 2 {
+		return 1
+	}
+	return Ratio(r.Phases[len(r.Phases)-1].ToRunning().Median, r.Phases[0].ToRunning().Median)
+}
+
+// stuckWay is one way a cluster gets stuck, and the words of its cause that
+// status.message carries once it is Degraded.
+type stuckWay struct {
+	name   string
+	mutate func(*v1.Postgresql)
+	cause  string
+}
+
+var stuckWays = []stuckWay{
+	{name: "affinity", mutate: func(pg *v1.Postgresql) {
+		pg.Spec.NodeAffinity = &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: testbed.ImpossibleNodeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"},
+				}}}},
+			},
+		}
+	}, cause: "node affinity/selector"},
+	{name: "cpu", mutate: func(pg *v1.Postgresql) {
+		cpu := resource.MustParse(testbed.OversizedCPU)
+		pg.Spec.Resources.Requests.CPU = &cpu
+		pg.Spec.Resources.Limits.CPU = &cpu
+	}, cause: "Insufficient cpu"},
+	{name: "quota", mutate: func(*v1.Postgresql) {}, cause: "exceeded quota"},
+}
+
+// newCluster returns a small valid cluster: PostgreSQL 17, a 1Gi volume,
+// small requests so many fit on the plane's nodes, one user owning one
+// database (as the e2e suites' clusters).
+func newCluster(ns, name string, instances int32) *v1.Postgresql {
+	cpu, mem := resource.MustParse("10m"), resource.MustParse("32Mi")
+	cpuLimit, memLimit := resource.MustParse("500m"), resource.MustParse("256Mi")
+	return &v1.Postgresql{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: v1.PostgresqlKind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.PostgresqlSpec{
+			TeamID:            "acid",
+			NumberOfInstances: instances,
+			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
+			Volume:            v1.Volume{Size: resource.MustParse("1Gi")},
+			Resources: &v1.Resources{
+				Requests: &v1.ResourceDescription{CPU: &cpu, Memory: &mem},
+				Limits:   &v1.ResourceDescription{CPU: &cpuLimit, Memory: &memLimit},
+			},
+			Users:     map[string]v1.UserFlags{"app": {v1.FlagCreateDB}},
+			Databases: map[string]string{"appdb": "app"},
+		},
+	}
+}
+
+// bench is one run in progress.
+type bench struct {
+	cfg     Config
+	out     io.Writer
+	began   time.Time
+	kube    kubernetes.Interface
+	pg      *client.Client
+	tracker *tracker
+	metrics *scraper
+
+	healthyNS string
+	stuckNS   []string // by stuckWay
+	stuck     []string // keys of the stuck clusters so far
+	stuckWay  []int    // their way, by index
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.out, "[%6.1fs] %s\n", time.Since(b.began).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// Run runs the bench. It stops everything it started before it returns,
+// also when ctx is cancelled (Ctrl-C) or a step fails. The Result is
+// returned with an error too, filled as far as the run went.
+func Run(ctx context.Context, cfg Config) (res *Result, err error) {
+	if len(cfg.Stuck) == 0 || cfg.Stuck[0] != 0 || !slices.IsSorted(cfg.Stuck) {
+		return nil, fmt.Errorf("the stuck counts must start at 0 and increase, got %v", cfg.Stuck)
+	}
+	if cfg.Healthy < 1 || cfg.Instances < 1 {
+		return nil, errors.New("at least one healthy cluster of at least one instance is needed")
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	b := &bench{cfg: cfg, out: cfg.Out, began: time.Now()}
+	res = &Result{Config: cfg, Start: b.began, Nproc: runtime.NumCPU(), LoadStart: loadavg(), GoVersion: runtime.Version(),
+		Revision: cfg.Revision}
+	if res.Revision == "" {
+		res.Revision = revision(ctx, cfg.Repo)
+	}
+	defer func() {
+		res.End = time.Now()
+		res.LoadEnd = loadavg()
+	}()
+	b.logf("pgloop %s, %s, %d CPUs, load average %s", res.Revision, res.GoVersion, res.Nproc, res.LoadStart)
+
+	workDir := cfg.WorkDir
+	if workDir == "" {
+		if workDir, err = os.MkdirTemp("", "pgloop-bench-isolation-"); err != nil {
+			return res, err
+		}
+		defer func() {
+			if err == nil {
+				_ = os.RemoveAll(workDir)
+			} else {
+				fmt.Fprintf(b.out, "logs kept in %s\n", workDir)
+			}
+		}()
+	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return res, err
+	}
+
+	bin, err := buildOperator(ctx, cfg.Repo, workDir)
+	if err != nil {
+		return res, err
+	}
+	b.logf("built pgloop")
+
+	plane, err := testbed.Start(ctx, testbed.Options{Nodes: cfg.Nodes, KeepDir: cfg.WorkDir != "", TempDir: cfg.WorkDir})
+	if err != nil {
+		return res, fmt.Errorf("while starting the control plane: %w", err)
+	}
+	defer func() {
+		if herr := plane.Healthy(); herr != nil {
+			err = errors.Join(err, fmt.Errorf("a process of the plane died during the run: %w", herr))
+		}
+		if serr := plane.Stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("while stopping the plane: %w", serr))
+		}
+		b.logf("plane stopped")
+	}()
+	b.logf("plane up in %v (%d nodes)", plane.StartupTime.Round(time.Millisecond), cfg.Nodes)
+	if err := b.setup(ctx, plane); err != nil {
+		return res, err
+	}
+
+	// The bench's own watches, and the labeller for the healthy clusters.
+	watchCtx, stopWatches := context.WithCancel(context.Background())
+	labellerDone := make(chan error, 1)
+	defer func() {
+		stopWatches()
+		if lerr := <-labellerDone; lerr != nil {
+			err = errors.Join(err, fmt.Errorf("labeller: %w", lerr))
+		}
+	}()
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	go func() { labellerDone <- labeller.Run(watchCtx, b.kube, b.healthyNS, quiet) }()
+	b.tracker = newTracker()
+	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = b.tracker.start(watchCtx, syncCtx, b.kube, b.pg, b.healthyNS)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+
+	// The operator.
+	namespaces := append([]string{b.healthyNS}, b.stuckNS...)
+	res.OperatorFlags = append([]string{"--leader-elect=false", "--health-addr=127.0.0.1:0", "--log-format=json", "--log-level=info",
+		"--create-timeout=" + cfg.CreateTimeout.String()}, cfg.OperatorArgs...)
+	args := []string{"operator", "--kubeconfig", plane.Kubeconfig, "--namespace", strings.Join(namespaces, ",")}
+	args = append(args, res.OperatorFlags...)
+	op, err := startOperator(bin, args, filepath.Join(workDir, "operator.log"))
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if serr := op.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		b.logf("operator stopped")
+	}()
+	// The run ends when the operator does.
+	ctx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	go func() {
+		select {
+		case <-op.Exited():
+			cancelRun(fmt.Errorf("the operator exited: %v\n%s", op.err, op.Tail()))
+		case <-ctx.Done():
+		}
+	}()
+	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	addr, err := op.waitReady(readyCtx)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	b.metrics = newScraper(addr)
+	b.logf("operator ready, /metrics on %s: %s", addr, strings.Join(res.OperatorFlags, " "))
+
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+	}()
+
+	// Warm-up: the operator's first clusters pay for cold connections
+	// and caches.
+	for i := range cfg.WarmUp {
+		h, err := b.healthy(ctx, fmt.Sprintf("warmup-%d", i))
+		if err != nil {
+			return res, err
+		}
+		b.logf("warm-up %s: Running in %v", h.Name, h.ToRunning.Round(time.Millisecond))
+	}
+
+	for _, k := range cfg.Stuck {
+		phase, err := b.phase(ctx, k)
+		if len(phase.Clusters) > 0 {
+			res.Phases = append(res.Phases, phase)
+		}
+		if err != nil {
+			return res, err
+		}
+		b.logf("K=%d: healthy create → Running median %v, p99 %v; last pod Ready → Running median %v, p99 %v",
+			k, ms(phase.ToRunning().Median), ms(phase.ToRunning().P99), ms(phase.ReadyToRunning().Median), ms(phase.ReadyToRunning().P99))
+	}
+	if k := cfg.Stuck[len(cfg.Stuck)-1]; cfg.RetryRound && k > 0 {
+		phase, found, err := b.retryRound(ctx, k)
+		if found && len(phase.Clusters) > 0 {
+			res.RetryRound = &phase
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// retryRound waits until at least half of the k stuck clusters' retry
+// timers fire within two seconds, then measures the healthy clusters at
+// once, while the round's plans run. /metrics is read every 100ms. It
+// reports false when no round came within RetryRoundTimeout.
+func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
+	p := Phase{Stuck: k}
+	retries := func(s Samples) float64 { return s.Sum("pgloop_transitions_total", `event="retry"`) }
+	threshold := float64((k + 1) / 2)
+	b.logf("K=%d: waiting for a retry round of the stuck clusters (at least %.0f retry timers firing within 2s)", k, threshold)
+	began := time.Now()
+	deadline := time.NewTimer(b.cfg.RetryRoundTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	type scrape struct {
+		at time.Time
+		s  Samples
+	}
+	var recent []scrape // the last two seconds' scrapes, oldest first
+	for {
+		s, err := b.metrics.scrape(ctx)
+		if err != nil {
+			return p, false, err
+		}
+		now := time.Now()
+		recent = append(recent, scrape{now, s})
+		for len(recent) > 1 && now.Sub(recent[0].at) > 2*time.Second {
+			recent = recent[1:]
+		}
+		if n := retries(s) - retries(recent[0].s); n >= threshold {
+			p.Retries = int(n)
+			p.Settle = time.Since(began)
+			b.logf("K=%d: retry round began %v after the last measurement (%d retries fired); measuring", k, ms(p.Settle), p.Retries)
+			return p, true, b.measure(ctx, &p, recent[0].s, "retry")
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			b.logf("K=%d: no retry round within %v: not measured", k, b.cfg.RetryRoundTimeout)
+			return p, false, nil
+		case <-ctx.Done():
+			return p, false, context.Cause(ctx)
+		}
+	}
+}
+
+// setup applies the CRDs and creates the namespaces and the quota.
+func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
+	rc := rest.CopyConfig(plane.Config)
+	// The bench's creations must not queue behind a client-side limit.
+	rc.QPS, rc.Burst = 1000, 2000
+	var err error
+	if b.kube, err = kubernetes.NewForConfig(rc); err != nil {
+		return err
+	}
+	if b.pg, err = client.New(rc); err != nil {
+		return err
+	}
+	crds, err := testbed.ReadManifests(filepath.Join(b.cfg.Repo, "manifests", "crds"))
+	if err != nil {
+		return fmt.Errorf("while reading the CRDs: %w", err)
+	}
+	crds = slices.DeleteFunc(crds, func(o *unstructured.Unstructured) bool { return o.GetKind() != "CustomResourceDefinition" })
+	if len(crds) == 0 {
+		return errors.New("no CustomResourceDefinition in manifests/crds")
+	}
+	if err := testbed.Apply(ctx, rc, crds); err != nil {
+		return fmt.Errorf("while applying the CRDs: %w", err)
+	}
+	if b.healthyNS, err = testbed.CreateNamespace(ctx, b.kube, "healthy"); err != nil {
+		return err
+	}
+	for _, way := range stuckWays {
+		ns, err := testbed.CreateNamespace(ctx, b.kube, "stuck-"+way.name)
+		if err != nil {
+			return err
+		}
+		b.stuckNS = append(b.stuckNS, ns)
+		if way.name == "quota" {
+			if _, err := testbed.CreateQuota(ctx, b.kube, testbed.NoPodsQuota(ns, "no-pods")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// phase adds stuck clusters up to k, waits until they are all Degraded and
+// the operator is quiet, and measures the healthy clusters.
+func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
+	p := Phase{Stuck: k}
+	if add := k - len(b.stuck); add > 0 {
+		began := time.Now()
+		for i := len(b.stuck); i < k; i++ {
+			w := i % len(stuckWays)
+			pg := newCluster(b.stuckNS[w], fmt.Sprintf("stuck-%03d", i), 1)
+			stuckWays[w].mutate(pg)
+			if _, err := b.pg.Create(ctx, pg); err != nil {
+				return p, fmt.Errorf("while creating stuck cluster %s/%s: %w", pg.Namespace, pg.Name, err)
+			}
+			b.stuck = append(b.stuck, pg.Namespace+"/"+pg.Name)
+			b.stuckWay = append(b.stuckWay, w)
+		}
+		b.logf("K=%d: created %d stuck clusters in %v; waiting until all %d are Degraded with their cause", k, add, time.Since(began).Round(time.Millisecond), k)
+		if err := b.waitStuck(ctx); err != nil {
+			return p, err
+		}
+		p.StuckAfter = time.Since(began)
+		b.logf("K=%d: all %d stuck clusters Degraded with their cause %v after the first Create (create timeout %v)",
+			k, k, p.StuckAfter.Round(time.Millisecond), b.cfg.CreateTimeout)
+	}
+	settle, quiet, err := b.waitQuiet(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.Settle, p.Quiet = settle, quiet
+	if quiet {
+		b.logf("K=%d: operator quiet after %v (inbox empty, no plan running or waiting, no event dispatched for 1s)", k, settle.Round(time.Millisecond))
+	} else {
+		b.logf("K=%d: operator NOT quiet after %v; measuring anyway", k, settle.Round(time.Millisecond))
+	}
+
+	before, err := b.metrics.scrape(ctx)
+	if err != nil {
+		return p, err
+	}
+	return p, b.measure(ctx, &p, before, fmt.Sprint(k))
+}
+
+// measure creates the healthy clusters one after another and records them
+// into p; before is a scrape of the operator's metrics taken just before.
+func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag string) error {
+	p.Load = loadavg()
+	p.States = map[string]int{}
+	for _, s := range fsm.States {
+		if n := int(before.Get(`pgloop_clusters{state="` + s + `"}`)); n > 0 {
+			p.States[s] = n
+		}
+	}
+	start := time.Now()
+	for i := range b.cfg.Healthy {
+		h, err := b.healthy(ctx, fmt.Sprintf("healthy-k%s-%02d", tag, i))
+		h.Start -= start.Sub(b.began)
+		if err != nil {
+			return err
+		}
+		p.Clusters = append(p.Clusters, h)
+		b.logf("K=%d: %s Running in %v (segments %s; last pod Ready → Running %v; operator ran %s meanwhile)",
+			p.Stuck, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
+	}
+	p.Window = time.Since(start)
+	after, err := b.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	p.Background = Delta(before, after)
+	return nil
+}
+
+// waitStuck waits until every stuck cluster is Degraded with its cause in
+// status.message.
+func (b *bench) waitStuck(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.CreateTimeout+b.cfg.StuckTimeout)
+	defer cancel()
+	var notYet []string
+	err := b.tracker.wait(ctx, func(m map[string]*seen) bool {
+		notYet = notYet[:0]
+		for i, key := range b.stuck {
+			s := m[key]
+			if s == nil || s.state != fsm.Degraded || !strings.Contains(s.message, stuckWays[b.stuckWay[i]].cause) {
+				state, msg := "(not seen)", ""
+				if s != nil {
+					state, msg = s.state, s.message
+				}
+				notYet = append(notYet, fmt.Sprintf("%s: state %q, message %q", key, state, msg))
+			}
+		}
+		return len(notYet) == 0
+	})
+	if err != nil {
+		if len(notYet) > 5 {
+			notYet = append(notYet[:5], fmt.Sprintf("… and %d more", len(notYet)-5))
+		}
+		return fmt.Errorf("stuck clusters not Degraded with their cause: %w\n%s", err, strings.Join(notYet, "\n"))
+	}
+	return nil
+}
+
+// waitQuiet waits until the operator is quiet: its inbox empty, no plan
+// running or waiting, and no event dispatched nor effect step run for a
+// second. /metrics has no watch: it is read every 250ms. It returns how long
+// that took, and false if QuietTimeout passed first.
+func (b *bench) waitQuiet(ctx context.Context) (time.Duration, bool, error) {
+	began := time.Now()
+	deadline := time.NewTimer(b.cfg.QuietTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var prev Samples
+	var quietSince time.Time
+	for {
+		s, err := b.metrics.scrape(ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		idle := s.Get("pgloop_loop_inbox_depth") == 0 && s.Get("pgloop_loop_plans_running") == 0 &&
+			s.Get("pgloop_loop_plans_waiting") == 0 && prev != nil &&
+			s.Get("pgloop_loop_events_dispatched_total") == prev.Get("pgloop_loop_events_dispatched_total") &&
+			s.Sum("pgloop_effect_step_duration_seconds_count") == prev.Sum("pgloop_effect_step_duration_seconds_count")
+		switch {
+		case !idle:
+			quietSince = time.Time{}
+		case quietSince.IsZero():
+			quietSince = time.Now()
+		case time.Since(quietSince) >= time.Second:
+			return time.Since(began), true, nil
+		}
+		prev = s
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return time.Since(began), false, nil
+		case <-ctx.Done():
+			return 0, false, context.Cause(ctx)
+		}
+	}
+}
+
+// healthy creates one healthy cluster in the healthy namespace and
+// measures it.
+func (b *bench) healthy(ctx context.Context, name string) (Healthy, error) {
+	h := Healthy{Name: name}
+	key := b.healthyNS + "/" + name
+	b.tracker.expect(key, b.cfg.Instances)
+	before, err := b.metrics.scrape(ctx)
+	if err != nil {
+		return h, err
+	}
+	if _, err := b.pg.Create(ctx, newCluster(b.healthyNS, name, int32(b.cfg.Instances))); err != nil {
+		return h, fmt.Errorf("while creating healthy cluster %s: %w", key, err)
+	}
+	created := time.Now()
+	h.Start = created.Sub(b.began)
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.ClusterTimeout)
+	defer cancel()
+	degraded := false
+	err = b.tracker.wait(wctx, func(m map[string]*seen) bool {
+		s := m[key]
+		if s == nil {
+			return false
+		}
+		degraded = degraded || s.state == fsm.Degraded
+		return !s.running.IsZero()
+	})
+	s := b.tracker.snapshot(key)
+	if err != nil {
+		return h, fmt.Errorf("healthy cluster %s never Running: %w (state %q, message %q, %d of %d pods Ready)",
+			key, context.Cause(wctx), s.state, s.message, len(s.ready), b.cfg.Instances)
+	}
+	h.ToRunning = s.running.Sub(created)
+	h.Via = "Creating→Running"
+	if degraded {
+		h.Via = "Creating→Degraded→Running"
+	}
+	if !s.allReady.IsZero() {
+		h.ReadyToRunning = s.running.Sub(s.allReady)
+	}
+	if !s.labelled.IsZero() {
+		h.LabelledToRunning = s.running.Sub(s.labelled)
+	}
+	marks := []time.Time{created, s.statefulSet, s.pod, s.allReady, s.labelled, s.running}
+	for i := range h.Segments {
+		if !marks[i].IsZero() && !marks[i+1].IsZero() {
+			h.Segments[i] = marks[i+1].Sub(marks[i])
+		}
+	}
+	after, err := b.metrics.scrape(ctx)
+	if err != nil {
+		return h, err
+	}
+	h.Steps = Delta(before, after)
+	return h, nil
+}
+
+// segments renders a cluster's segments, in milliseconds.
+func segments(h Healthy) string {
+	parts := make([]string, len(h.Segments))
+	for i, d := range h.Segments {
+		parts[i] = fmt.Sprint(d.Milliseconds())
+	}
+	return strings.Join(parts, "+") + "ms"
+}
+
+// stepCounts renders how many effect steps of each kind ran, from a delta
+// of the operator's metrics.
+func stepCounts(d Samples) string {
+	var parts []string
+	for _, step := range d.LabelValues("pgloop_effect_step_duration_seconds_count", "step") {
+		n := d.Sum("pgloop_effect_step_duration_seconds_count", `step="`+step+`"`)
+		if n == 0 {
+			continue
+		}
+		sum := d.Sum("pgloop_effect_step_duration_seconds_sum", `step="`+step+`"`)
+		parts = append(parts, fmt.Sprintf("%.0f %s (mean %v)", n, step, ms(time.Duration(sum/n*float64(time.Second)))))
+	}
+	if len(parts) == 0 {
+		return "no effect step"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ms rounds a duration for display.
+func ms(d time.Duration) time.Duration {
+	if d > 10*time.Second || d < -10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// loadavg returns the first three fields of /proc/loadavg.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// revision is the tree's git revision, "+dirty" when it has changes.
+func revision(ctx context.Context, repo string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	rev := strings.TrimSpace(string(out))
+	status, err := exec.CommandContext(ctx, "git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", "pkg", "cmd").Output()
+	if err == nil && len(strings.TrimSpace(string(status))) > 0 {
+		rev += "+dirty"
+	}
+	return rev
+}

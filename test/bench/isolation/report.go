@@ -1,0 +1,290 @@
+package isolation
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Key names a run's operator configuration in docs/isolation.md: its extra
+// operator flags, or "defaults".
+func (r *Result) Key() string {
+	if len(r.Config.OperatorArgs) == 0 {
+		return "defaults"
+	}
+	return strings.Join(r.Config.OperatorArgs, " ")
+}
+
+// Pass reports whether the ratio is within Config.MaxRatio.
+func (r *Result) Pass() bool {
+	ratio := r.Ratio()
+	return !math.IsNaN(ratio) && ratio <= r.Config.MaxRatio
+}
+
+// Verdict says whether the run passed, and why not.
+func (r *Result) Verdict() string {
+	if len(r.Phases) < len(r.Config.Stuck) {
+		return fmt.Sprintf("INCOMPLETE: the run stopped after %d of %d values of K", len(r.Phases), len(r.Config.Stuck))
+	}
+	last, first := r.Phases[len(r.Phases)-1], r.Phases[0]
+	ratio := r.Ratio()
+	what := fmt.Sprintf("ratio of the healthy median with K = %d (%v) to K = 0 (%v) is %.2f",
+		last.Stuck, ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
+	if r.Pass() {
+		return fmt.Sprintf("PASS: %s, at most %.2f", what, r.Config.MaxRatio)
+	}
+	return fmt.Sprintf("FAIL: %s, above %.2f", what, r.Config.MaxRatio)
+}
+
+// WriteTable writes the Markdown table of the run.
+func (r *Result) WriteTable(w io.Writer) {
+	fmt.Fprintln(w, "| K stuck | healthy create → Running, median | p99 (= max) | ratio to K = 0 | last pod Ready → Running, median | p99 (= max) | labelled → Running, median | p99 (= max) |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var base time.Duration
+	row := func(label string, p *Phase) {
+		run, ready, lab := p.ToRunning(), p.ReadyToRunning(), p.LabelledToRunning()
+		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", label,
+			ms(run.Median), ms(run.P99), Ratio(run.Median, base), ms(ready.Median), ms(ready.P99), ms(lab.Median), ms(lab.P99))
+	}
+	for i := range r.Phases {
+		if i == 0 {
+			base = r.Phases[0].ToRunning().Median
+		}
+		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
+	}
+	if r.RetryRound != nil {
+		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
+	}
+}
+
+// WriteSegments writes where the healthy clusters' time went: the median
+// of each segment between what the bench's watches saw, per K.
+func (r *Result) WriteSegments(w io.Writer) {
+	fmt.Fprint(w, "| K stuck |")
+	for _, n := range segmentNames {
+		fmt.Fprintf(w, " %s |", n)
+	}
+	fmt.Fprintln(w, " pgloop's share (first + last) |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
+	row := func(label string, p *Phase) {
+		fmt.Fprintf(w, "| %s |", label)
+		for i := range segmentNames {
+			fmt.Fprintf(w, " %v |", ms(p.Segment(i).Median))
+		}
+		share := Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
+		fmt.Fprintf(w, " %v |\n", ms(share.Median))
+	}
+	for i := range r.Phases {
+		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
+	}
+	if r.RetryRound != nil {
+		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
+	}
+}
+
+// WriteDetails writes, per K, how the stuck clusters were stuck, the
+// settle time, and what the operator did during the measurements.
+func (r *Result) WriteDetails(w io.Writer) {
+	phases := r.Phases
+	if r.RetryRound != nil {
+		phases = append(slices.Clone(phases), *r.RetryRound)
+	}
+	for i, p := range phases {
+		fmt.Fprintf(w, "- K = %d: ", p.Stuck)
+		if i == len(r.Phases) {
+			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
+		} else if p.Stuck > 0 {
+			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", ms(p.StuckAfter))
+		}
+		switch {
+		case i == len(r.Phases):
+		case p.Quiet:
+			fmt.Fprintf(w, "operator quiet after %v; ", ms(p.Settle))
+		default:
+			fmt.Fprintf(w, "operator not quiet within %v (measured anyway); ", ms(p.Settle))
+		}
+		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s",
+			p.Load, states(p.States), len(p.Clusters), ms(p.Window), stepCounts(p.Background), meanLag(p.Background))
+		if n := countVia(p.Clusters); n > 0 {
+			fmt.Fprintf(w, "; %d healthy clusters passed through Degraded (their create timeout passed)", n)
+		}
+		fmt.Fprintln(w, ".")
+	}
+}
+
+func countVia(hs []Healthy) int {
+	n := 0
+	for _, h := range hs {
+		if strings.Contains(h.Via, "Degraded") {
+			n++
+		}
+	}
+	return n
+}
+
+func states(m map[string]int) string {
+	var parts []string
+	for _, s := range []string{"Pending", "Invalid", "Creating", "Running", "Updating", "Degraded", "Deleting"} {
+		if m[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, m[s]))
+		}
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func meanLag(d Samples) string {
+	n := d.Sum("pgloop_loop_lag_seconds_count")
+	if n == 0 {
+		return "n/a"
+	}
+	return fmt.Sprint(time.Duration(d.Sum("pgloop_loop_lag_seconds_sum") / n * float64(time.Second)).Round(time.Microsecond))
+}
+
+// WriteClusters writes every healthy cluster's figures, for the record.
+func (r *Result) WriteClusters(w io.Writer) {
+	fmt.Fprintln(w, "| K | cluster | created at | create → Running | segments | last pod Ready → Running | path | effect steps meanwhile |")
+	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---|")
+	phases := r.Phases
+	if r.RetryRound != nil {
+		phases = append(slices.Clone(phases), *r.RetryRound)
+	}
+	for _, p := range phases {
+		for _, h := range p.Clusters {
+			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", p.Stuck, h.Name, ms(h.Start), ms(h.ToRunning),
+				segments(h), ms(h.ReadyToRunning), h.Via, stepCounts(h.Steps))
+		}
+	}
+}
+
+// Section renders the run as the section of docs/isolation.md for its key.
+func (r *Result) Section() string {
+	var b bytes.Buffer
+	cfg := r.Config
+	fmt.Fprintf(&b, "%s%q -->\n", sectionBegin, r.Key())
+	fmt.Fprintf(&b, "### Operator flags: %s\n\n", r.Key())
+	fmt.Fprintf(&b, "Measured %s (took %v) at revision %s, %s, on %d CPUs; load average %s at the start, %s at the end.\n\n",
+		r.Start.UTC().Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second), r.Revision, r.GoVersion, r.Nproc, r.LoadStart, r.LoadEnd)
+	fmt.Fprintf(&b, "Operator: `pgloop operator --kubeconfig … --namespace <the 4 namespaces> %s`. "+
+		"Plane: %d kwok nodes. Per K, %d healthy clusters of %d instance(s), created one after another (after %d warm-up clusters at the start of the run); "+
+		"stuck clusters of 1 instance, a third each unschedulable by node affinity, by CPU, and refused by a quota of 0 pods.\n\n",
+		strings.Join(r.OperatorFlags, " "), cfg.Nodes, cfg.Healthy, cfg.Instances, cfg.WarmUp)
+	r.WriteTable(&b)
+	fmt.Fprintf(&b, "\n**%s**\n\nWhere the time went (medians of each segment, between the local times at which the bench's watches saw each thing first):\n\n", r.Verdict())
+	r.WriteSegments(&b)
+	b.WriteString("\n")
+	r.WriteDetails(&b)
+	b.WriteString("\n<details><summary>Every healthy cluster (segments as in the table above, in ms; the start is from the beginning of its K's measurements)</summary>\n\n")
+	r.WriteClusters(&b)
+	b.WriteString("\n</details>\n")
+	b.WriteString(sectionEnd + "\n")
+	return b.String()
+}
+
+const (
+	sectionBegin = "<!-- bench-isolation: begin "
+	sectionEnd   = "<!-- bench-isolation: end -->"
+	newRunsMark  = "<!-- bench-isolation: new configurations go above this line -->"
+)
+
+// UpdateDoc writes the run's section into the document at path: in place of
+// the section of the same key, else above the new-runs mark, else at the
+// end. Everything else in the file is kept; a missing file is created with
+// docHeader.
+func (r *Result) UpdateDoc(path string) error {
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		data, err = []byte(docHeader+newRunsMark+"\n"+docFooter), nil
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(replaceSection(string(data), r.Key(), r.Section())), 0o644)
+}
+
+// replaceSection puts section, the one for key, into doc.
+func replaceSection(doc, key, section string) string {
+	begin := fmt.Sprintf("%s%q -->\n", sectionBegin, key)
+	if i := strings.Index(doc, begin); i >= 0 {
+		if j := strings.Index(doc[i:], sectionEnd+"\n"); j >= 0 {
+			return doc[:i] + section + doc[i+j+len(sectionEnd)+1:]
+		}
+	}
+	if i := strings.Index(doc, newRunsMark); i >= 0 {
+		return doc[:i] + section + "\n" + doc[i:]
+	}
+	if !strings.HasSuffix(doc, "\n") {
+		doc += "\n"
+	}
+	return doc + "\n" + section
+}
+
+const docHeader = `# Isolation: do stuck clusters slow healthy ones down? (measured)
+
+` + "`make bench-isolation`" + ` answers it on the local control plane (docs/testbed.md), with the
+operator built from this tree (issue 6, item 3). The model and the answer to the worker question are
+in docs/worker-question.md; the design in docs/design.md.
+
+## What is measured
+
+One run, one fresh plane (3 kwok nodes), one ` + "`pgloop operator`" + ` process (no leader
+election, ` + "`--create-timeout 15s`" + ` so that stuck clusters become Degraded within the run), the
+labeller (test/labeller) standing in for Patroni's role label. For K = 0, 10 and 100 stuck clusters
+(added cumulatively; a third each with a node affinity no node has, with more CPU than any node, and
+in a namespace whose ResourceQuota allows no pod, each way in its own namespace):
+
+1. the K stuck clusters are created, and the bench waits (a watch) until every one is Degraded with
+   its cause in status.message;
+2. it waits until the operator is quiet: /metrics shows an empty inbox, no plan running or waiting,
+   and no event dispatched nor effect step run for one second (the burst of the stuck clusters'
+   creation is over; their retry timers still fire later, as they would in production);
+3. it creates healthy clusters of one instance, one after another, and measures for each:
+   - **create → Running**: from the Create call returning to the bench's watch seeing
+     status.state Running;
+   - **last pod Ready → Running**: from the bench's pod watch seeing the last pod Ready to its
+     cluster watch seeing Running, both local times of watch events (not the pods' Ready
+     lastTransitionTime, which has a one-second precision): pgloop's overhead without scheduling
+     and kwok. It still includes the labeller: a cluster is Running only once a pod carries the
+     master role label;
+   - **labelled → Running**: from the pod watch seeing the master label as well: pgloop alone
+     (observe the pod event, run the state machine, write the status);
+   - **segments**: create → Running split at what the bench's watches (clusters, and the healthy
+     namespace's StatefulSets and pods) saw first, so each part has an owner: pgloop until the
+     StatefulSet exists, then kube-controller-manager, the scheduler and kwok, the labeller, and
+     pgloop again from the label to Running.
+
+After the last K, the same is measured once more **during a retry round**: the bench waits until at
+least half of the stuck clusters' retry timers fire within two seconds (created in one burst, they
+stay in step: 2 s, 8 s, 16 s, … after Degraded, up to ` + "`--retry-max`" + `) and creates the
+healthy clusters at once. That row is the worst case for sharing the operator's API client and
+workers; it is not part of the verdict.
+
+With fewer than 100 clusters per K (20 by default), the p99 (nearest rank) is the maximum. The
+ratio is the median with K stuck clusters over the median with none; the run fails (exit status 1)
+when it is above 1.1 for the largest K. Healthy clusters of earlier values of K stay Running (idle
+until their resync, 10 minutes) during the later ones.
+
+## Reproduce
+
+` + "```sh" + `
+make bench-isolation                   # builds the plane's binaries first if missing (make testbed)
+make bench-isolation BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400"
+` + "```" + `
+
+Each configuration of operator flags has its own section below, replaced by the next run with the
+same flags; the rest of this file is kept. ` + "`bin/bench-isolation --help`" + ` lists the knobs (values
+of K, clusters per K, instances, timeouts, ` + "`--source`" + ` to measure another tree, ` + "`--work-dir`" + `
+to keep the operator's log and the plane's directory). A run takes 3 to 5 minutes on 2 cores.
+
+## Results
+
+`
+
+const docFooter = ``
