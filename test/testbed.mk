@@ -21,8 +21,8 @@ testbed: ## Build the control plane's binaries into bin/ (only those missing; ~1
 	BIN=$(BIN) test/tools/build.sh
 
 .PHONY: test-testbed
-test-testbed: testbed ## Run the control plane's smoke tests, the labeller's and the worker model's (not the e2e suites).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./model/... ./cmd/...
+test-testbed: testbed ## Run the control plane's smoke tests, the labeller's, the worker model's and the bench's unit tests (not the e2e suites).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./model/... ./bench/... ./cmd/...
 
 .PHONY: test-e2e
 test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
