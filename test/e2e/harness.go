@@ -14,7 +14,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +32,6 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -51,6 +49,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/test/labeller"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -76,7 +75,7 @@ type Env struct {
 
 // Setup starts a plane and applies pgloop's CRDs to it. Close it when done.
 func Setup(ctx context.Context, opts testbed.Options) (*Env, error) {
-	repo, err := repoRoot()
+	repo, err := pgtest.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -126,25 +125,6 @@ func (e *Env) Close() error {
 		_ = os.RemoveAll(e.buildDir)
 	}
 	return errors.Join(health, e.Plane.Stop())
-}
-
-// repoRoot walks up from the working directory to pgloop's go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module github.com/pgloop/pgloop\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no pgloop repository above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Context returns a context for t bounded by d, cancelled when t ends.
@@ -499,28 +479,9 @@ func (e *Env) StartLabeller(t testing.TB, namespace string) {
 
 // Clusters.
 
-// NewCluster returns a small valid cluster: team acid, PostgreSQL 17, a 1Gi
-// volume, small requests so many fit on the plane's nodes, one user owning
-// one database.
+// NewCluster returns pgtest.Cluster: a small valid cluster.
 func NewCluster(ns, name string, instances int32) *v1.Postgresql {
-	cpu, mem := resource.MustParse("10m"), resource.MustParse("32Mi")
-	cpuLimit, memLimit := resource.MustParse("500m"), resource.MustParse("256Mi")
-	return &v1.Postgresql{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: v1.PostgresqlKind},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.PostgresqlSpec{
-			TeamID:            "acid",
-			NumberOfInstances: instances,
-			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
-			Volume:            v1.Volume{Size: resource.MustParse("1Gi")},
-			Resources: &v1.Resources{
-				Requests: &v1.ResourceDescription{CPU: &cpu, Memory: &mem},
-				Limits:   &v1.ResourceDescription{CPU: &cpuLimit, Memory: &memLimit},
-			},
-			Users:     map[string]v1.UserFlags{"app": {v1.FlagCreateDB}},
-			Databases: map[string]string{"appdb": "app"},
-		},
-	}
+	return pgtest.Cluster(ns, name, instances)
 }
 
 // CreateCluster creates NewCluster(ns, name, instances), with mutate applied

@@ -29,7 +29,6 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -38,6 +37,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/test/labeller"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -247,30 +247,6 @@ var stuckWays = []stuckWay{
 		pg.Spec.Resources.Limits.CPU = &cpu
 	}, cause: "Insufficient cpu"},
 	{name: "quota", mutate: func(*v1.Postgresql) {}, cause: "exceeded quota"},
-}
-
-// newCluster returns a small valid cluster: PostgreSQL 17, a 1Gi volume,
-// small requests so many fit on the plane's nodes, one user owning one
-// database (as the e2e suites' clusters).
-func newCluster(ns, name string, instances int32) *v1.Postgresql {
-	cpu, mem := resource.MustParse("10m"), resource.MustParse("32Mi")
-	cpuLimit, memLimit := resource.MustParse("500m"), resource.MustParse("256Mi")
-	return &v1.Postgresql{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: v1.PostgresqlKind},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.PostgresqlSpec{
-			TeamID:            "acid",
-			NumberOfInstances: instances,
-			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
-			Volume:            v1.Volume{Size: resource.MustParse("1Gi")},
-			Resources: &v1.Resources{
-				Requests: &v1.ResourceDescription{CPU: &cpu, Memory: &mem},
-				Limits:   &v1.ResourceDescription{CPU: &cpuLimit, Memory: &memLimit},
-			},
-			Users:     map[string]v1.UserFlags{"app": {v1.FlagCreateDB}},
-			Databases: map[string]string{"appdb": "app"},
-		},
-	}
 }
 
 // bench is one run in progress.
@@ -547,7 +523,7 @@ func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
 		began := time.Now()
 		for i := len(b.stuck); i < k; i++ {
 			w := i % len(stuckWays)
-			pg := newCluster(b.stuckNS[w], fmt.Sprintf("stuck-%03d", i), 1)
+			pg := pgtest.Cluster(b.stuckNS[w], fmt.Sprintf("stuck-%03d", i), 1)
 			stuckWays[w].mutate(pg)
 			if _, err := b.pg.Create(ctx, pg); err != nil {
 				return p, fmt.Errorf("while creating stuck cluster %s/%s: %w", pg.Namespace, pg.Name, err)
@@ -690,7 +666,7 @@ func (b *bench) healthy(ctx context.Context, name string) (Healthy, error) {
 	if err != nil {
 		return h, err
 	}
-	if _, err := b.pg.Create(ctx, newCluster(b.healthyNS, name, int32(b.cfg.Instances))); err != nil {
+	if _, err := b.pg.Create(ctx, pgtest.Cluster(b.healthyNS, name, int32(b.cfg.Instances))); err != nil {
 		return h, fmt.Errorf("while creating healthy cluster %s: %w", key, err)
 	}
 	created := time.Now()

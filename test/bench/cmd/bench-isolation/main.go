@@ -14,7 +14,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/pgloop/pgloop/test/bench/isolation"
+	"github.com/pgloop/pgloop/test/pgtest"
 )
 
 // listFlag is a repeatable string flag.
@@ -72,7 +72,7 @@ func run(cfg isolation.Config, stuck, doc, src string, timeout time.Duration) er
 		}
 		cfg.Stuck = append(cfg.Stuck, k)
 	}
-	repo, err := repoRoot()
+	repo, err := pgtest.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -120,23 +120,4 @@ func run(cfg isolation.Config, stuck, doc, src string, timeout time.Duration) er
 		return errors.New(res.Verdict())
 	}
 	return nil
-}
-
-// repoRoot walks up from the working directory to pgloop's go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module github.com/pgloop/pgloop\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no pgloop repository above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -1,0 +1,58 @@
+// Package pgtest holds what the end-to-end suites and the benchmarks share
+// about pgloop itself: a small valid cluster and the repository's root.
+package pgtest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Cluster returns a small valid cluster: team acid, PostgreSQL 17, a 1Gi
+// volume, small requests so many fit on the plane's nodes, one user owning
+// one database.
+func Cluster(ns, name string, instances int32) *v1.Postgresql {
+	cpu, mem := resource.MustParse("10m"), resource.MustParse("32Mi")
+	cpuLimit, memLimit := resource.MustParse("500m"), resource.MustParse("256Mi")
+	return &v1.Postgresql{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1.SchemeGroupVersion.String(), Kind: v1.PostgresqlKind},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.PostgresqlSpec{
+			TeamID:            "acid",
+			NumberOfInstances: instances,
+			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
+			Volume:            v1.Volume{Size: resource.MustParse("1Gi")},
+			Resources: &v1.Resources{
+				Requests: &v1.ResourceDescription{CPU: &cpu, Memory: &mem},
+				Limits:   &v1.ResourceDescription{CPU: &cpuLimit, Memory: &memLimit},
+			},
+			Users:     map[string]v1.UserFlags{"app": {v1.FlagCreateDB}},
+			Databases: map[string]string{"appdb": "app"},
+		},
+	}
+}
+
+// RepoRoot walks up from the working directory to pgloop's go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(bytes.TrimSpace(data), []byte("module github.com/pgloop/pgloop\n")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no pgloop repository above the working directory")
+		}
+		dir = parent
+	}
+}
