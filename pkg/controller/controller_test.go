@@ -264,7 +264,9 @@ func TestHungEffectsDoNotDelayOtherClusters(t *testing.T) {
 	w := newWorld()
 	cfg := fsm.DefaultConfig()
 	h := start(t, w, cfg, 2)
+	aStarted := make(chan struct{})
 	w.ensure["ns/a"] = func(ctx context.Context) error {
+		close(aStarted)
 		<-ctx.Done()
 		return ctx.Err()
 	}
@@ -283,13 +285,21 @@ func TestHungEffectsDoNotDelayOtherClusters(t *testing.T) {
 		case <-w.changed:
 		}
 	}
+	// A's status step may not have run yet (another worker): nil is fine.
 	w.mu.Lock()
-	aDone := w.written["ns/a"].Reason
+	aStatus := w.written["ns/a"]
 	w.mu.Unlock()
-	if aDone == fsm.ReasonEffectsFailed {
+	if aStatus != nil && aStatus.Reason == fsm.ReasonEffectsFailed {
 		t.Fatal("a's ensure finished before b was Running")
 	}
-	// Now A's step deadline passes: its plan fails and it retries.
+	// Now A's step deadline passes: its plan fails and it retries. The
+	// deadline is armed on the fake clock when the step starts, so the
+	// clock moves only once it has (on two busy cores it may not yet have).
+	select {
+	case <-aStarted:
+	case <-h.ctx.Done():
+		t.Fatal("a's ensure never started")
+	}
 	h.clk.Step(30 * time.Second)
 	h.idle()
 	w.mu.Lock()
