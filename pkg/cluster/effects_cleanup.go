@@ -42,7 +42,11 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     ErrPodsTerminating: Patroni, as long as it runs, would re-create the
 //     ConfigMaps deleted in 3, and a later cluster of the same name would
 //     find the old cluster's state there (and never bootstrap).
-//  3. Patroni's ConfigMaps, which have no owner reference.
+//  3. Patroni's ConfigMaps, which have no owner reference: every ConfigMap
+//     of the namespace labelled application=spilo,cluster-name=<cluster>,
+//     at once (deletecollection), as `patronictl remove` deletes them.
+//     Their names are Patroni's business (<cluster>-config, -leader,
+//     -failover, -sync in Patroni 3); its labels are fixed by pgloop.
 //  4. The cluster's owner reference on the shared ServiceAccount, Role and
 //     RoleBinding; each is deleted when no other cluster owns it.
 //  5. The Finalizer.
@@ -91,10 +95,8 @@ func (r *run) cleanup(ctx context.Context) error {
 	if err := r.deletePods(ctx, pg); err != nil {
 		return err
 	}
-	for _, name := range names.PatroniConfigMaps {
-		if err := r.deleteObject(ctx, "configmap", name, core.ConfigMaps(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
-			return err
-		}
+	if err := r.deletePatroniConfigMaps(ctx, pg); err != nil {
+		return err
 	}
 	rbac := r.kube.RbacV1()
 	r.shared.release(r.ns, pg.UID)
@@ -124,6 +126,23 @@ func (r *run) deleteObject(ctx context.Context, kind, name string, del deleteFun
 		return nil
 	}
 	return fmt.Errorf("delete %s %s: %w", kind, name, err)
+}
+
+// deletePatroniConfigMaps deletes the ConfigMaps Patroni keeps the
+// cluster's state in, found by the labels Patroni gives them (patroni.go).
+// The API, not the cache, decides which: one written just before the last
+// pod went may not be cached yet.
+func (r *run) deletePatroniConfigMaps(ctx context.Context, pg *v1.Postgresql) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sel := labels.SelectorFromSet(Selector(pg.Name)).String()
+	err := r.kube.CoreV1().ConfigMaps(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return fmt.Errorf("delete Patroni's configmaps %s of postgresql %s: %w", sel, r.key, err)
+	}
+	r.log.WithFields(logrus.Fields{"kind": "configmap", "selector": sel}).Info("deleted")
+	return nil
 }
 
 // deletePods deletes the cluster's pods that are not terminating yet and

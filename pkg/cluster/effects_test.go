@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -194,6 +195,7 @@ func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ..
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	h := &harness{kube: fake.NewClientset(objs...), pg: newFakePG(pgs...), rec: record.NewFakeRecorder(32)}
+	h.kube.PrependReactor("delete-collection", "configmaps", deleteCollection(h.kube.Tracker()))
 	if mode != cacheNone {
 		h.cache = newFakeCache(t, h.kube, h.pg, mode == cacheLive)
 	}
@@ -239,13 +241,42 @@ func (h *harness) cleanup(t *testing.T, pg *v1.Postgresql) error {
 	return h.step(t, context.Background(), pg, &fsm.Plan{Cleanup: true}, StepCleanup)
 }
 
+// deleteCollection makes the fake clientset delete the ConfigMaps a
+// DeleteCollection selects by label, as the apiserver does: client-go's
+// object tracker does nothing for it.
+func deleteCollection(tracker k8stesting.ObjectTracker) k8stesting.ReactionFunc {
+	return func(action k8stesting.Action) (bool, runtime.Object, error) {
+		dc, ok := action.(k8stesting.DeleteCollectionActionImpl)
+		if !ok {
+			return false, nil, nil
+		}
+		gvr := dc.GetResource()
+		list, err := tracker.List(gvr, corev1.SchemeGroupVersion.WithKind("ConfigMap"), dc.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		sel := dc.GetListRestrictions().Labels
+		for _, cm := range list.(*corev1.ConfigMapList).Items {
+			if sel == nil || sel.Matches(labels.Set(cm.Labels)) {
+				if err := tracker.Delete(gvr, cm.Namespace, cm.Name); err != nil {
+					return true, nil, err
+				}
+			}
+		}
+		return true, nil, nil
+	}
+}
+
 // kubeWrites lists the write actions on the fake clientset as
-// "verb resource name", sorted, and clears the actions.
+// "verb resource name" ("verb resource selector" for a deletecollection),
+// sorted, and clears the actions.
 func (h *harness) kubeWrites() []string {
 	var out []string
 	for _, a := range h.kube.Actions() {
 		var name string
 		switch a := a.(type) {
+		case k8stesting.DeleteCollectionActionImpl:
+			name = a.GetListRestrictions().Labels.String()
 		case k8stesting.CreateAction:
 			name = a.GetObject().(metav1.Object).GetName()
 		case k8stesting.UpdateAction:
@@ -812,9 +843,26 @@ func TestCleanup(t *testing.T) {
 			}
 		}
 		ctx := context.Background()
-		for _, name := range PatroniConfigMapNames(a.Name) {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.Namespace}}
-			if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		// Patroni's ConfigMaps of a, b's, and ConfigMaps Patroni did not
+		// write: only a's go.
+		patroni := func(pg *v1.Postgresql, suffix string) *corev1.ConfigMap {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-" + suffix, Namespace: pg.Namespace,
+				Labels: Selector(pg.Name), Annotations: map[string]string{AnnotationLeader: PodName(pg.Name, 0)}}}
+		}
+		var gone, kept []*corev1.ConfigMap
+		for _, suffix := range []string{"config", "leader", "failover", "sync"} {
+			gone = append(gone, patroni(a, suffix))
+			kept = append(kept, patroni(b, suffix))
+		}
+		unlabelled := patroni(a, "mine")
+		unlabelled.Labels = nil
+		otherApp := patroni(a, "app")
+		otherApp.Labels = map[string]string{LabelApplication: "other", LabelClusterName: a.Name}
+		otherNS := patroni(a, "leader")
+		otherNS.Namespace = "elsewhere"
+		kept = append(kept, unlabelled, otherApp, otherNS)
+		for _, cm := range slices.Concat(gone, kept) {
+			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -855,9 +903,14 @@ func TestCleanup(t *testing.T) {
 				}
 			}
 		}
-		for _, name := range PatroniConfigMapNames(a.Name) {
-			if _, err := h.kube.CoreV1().ConfigMaps(a.Namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("configmap %s not deleted", name)
+		for _, cm := range gone {
+			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("Patroni's configmap %s not deleted (%v)", cm.Name, err)
+			}
+		}
+		for _, cm := range kept {
+			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); err != nil {
+				t.Errorf("configmap %s/%s %v deleted: not Patroni's of %s (%v)", cm.Namespace, cm.Name, cm.Labels, a.Name, err)
 			}
 		}
 		if _, err := h.kube.CoreV1().Pods(a.Namespace).Get(ctx, running.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -900,7 +953,8 @@ func TestCleanupWaitsForPods(t *testing.T) {
 		terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 			Name: PodName(pg.Name, 0), Namespace: pg.Namespace, Labels: Labels(pg),
 			DeletionTimestamp: &metav1.Time{Time: time.Unix(1700000000, 0)}, Finalizers: []string{"kubelet"}}}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-leader", Namespace: pg.Namespace}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: LeaderConfigMapName(pg.Name), Namespace: pg.Namespace,
+			Labels: Selector(pg.Name)}}
 		h := newHarness(t, []*v1.Postgresql{pg}, terminating, cm)
 		err := h.cleanup(t, pg)
 		if !errors.Is(err, ErrPodsTerminating) {

@@ -105,14 +105,6 @@ func PodName(cluster string, ordinal int32) string {
 	return StatefulSetName(cluster) + "-" + strconv.Itoa(int(ordinal))
 }
 
-// PatroniConfigMapNames are the ConfigMaps Patroni keeps its state in
-// (KUBERNETES_USE_CONFIGMAPS): config, leader lock, failover request and
-// synchronous-mode state. Patroni creates them without owner references,
-// so they survive the cluster unless cleanup deletes them.
-func PatroniConfigMapNames(cluster string) []string {
-	return []string{cluster + "-config", cluster + "-leader", cluster + "-failover", cluster + "-sync"}
-}
-
 // ObjectNames are the names of a cluster's objects, for cleanup and for the
 // status command.
 type ObjectNames struct {
@@ -120,8 +112,6 @@ type ObjectNames struct {
 	Services            []string
 	Secrets             []string
 	PodDisruptionBudget string
-	// PatroniConfigMaps are written by Patroni, not by pgloop.
-	PatroniConfigMaps []string
 	// ServiceAccount, Role and RoleBinding are shared with the other
 	// clusters of the namespace: cleanup of one cluster must not delete
 	// them (the garbage collector does when the last cluster is gone).
@@ -131,7 +121,8 @@ type ObjectNames struct {
 }
 
 // Names returns the names of the objects Build creates for the cluster, in
-// the same order, and of Patroni's ConfigMaps.
+// the same order. Patroni's ConfigMaps are found by their labels (see
+// patroni.go).
 func Names(pg *v1.Postgresql) ObjectNames {
 	n := pg.Name
 	secrets := []string{SecretName(SuperuserName, n), SecretName(ReplicationUserName, n)}
@@ -143,7 +134,6 @@ func Names(pg *v1.Postgresql) ObjectNames {
 		Services:            []string{MasterServiceName(n), ReplicaServiceName(n), ConfigServiceName(n)},
 		Secrets:             secrets,
 		PodDisruptionBudget: PodDisruptionBudgetName(n),
-		PatroniConfigMaps:   PatroniConfigMapNames(n),
 		ServiceAccount:      PodServiceAccountName,
 		Role:                PodRoleName,
 		RoleBinding:         PodRoleBindingName,

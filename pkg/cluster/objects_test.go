@@ -147,8 +147,8 @@ func TestNamesMatchBuild(t *testing.T) {
 	if got, want := PodName("acid-x", 0), "acid-x-0"; got != want {
 		t.Errorf("PodName = %q, want %q", got, want)
 	}
-	if got, want := PatroniConfigMapNames("acid-x"), []string{"acid-x-config", "acid-x-leader", "acid-x-failover", "acid-x-sync"}; !slices.Equal(got, want) {
-		t.Errorf("PatroniConfigMapNames = %v, want %v", got, want)
+	if got, want := LeaderConfigMapName("acid-x"), "acid-x-leader"; got != want {
+		t.Errorf("LeaderConfigMapName = %q, want %q", got, want)
 	}
 }
 

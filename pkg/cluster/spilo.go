@@ -171,7 +171,8 @@ func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
 		// with these labels plus scope_label=SCOPE.
 		{Name: "KUBERNETES_LABELS", Value: mustJSON(map[string]string{LabelApplication: ApplicationSpilo})},
 		// ConfigMaps rather than Endpoints: the master Service selects the
-		// role label, so nothing else may own its Endpoints.
+		// role label, so nothing else may own its Endpoints. pgloop reads
+		// the leader lock from the ConfigMap only (patroni.go).
 		{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
 		{Name: "SPILO_CONFIGURATION", Value: SpiloConfiguration(pg)},
 	}

@@ -132,9 +132,19 @@ func (c *Controller) logResult(ev eventloop.Event, res *fsm.Result) {
 	if len(res.Fired) == 0 || !c.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
 		return
 	}
+	m := c.machines[ev.Key]
 	for _, f := range res.Fired {
 		entry := c.log.WithFields(logrus.Fields{"cluster": ev.Key, "event": f.Event, "from": f.From, "to": f.To})
-		if m := c.machines[ev.Key]; m != nil && m.Status().Message != "" {
+		if f.Event == fsm.EventPrimaryChanged {
+			// A switchover or failover: worth an Info line although the
+			// state stays.
+			if m != nil {
+				entry = entry.WithField("primary", m.Status().Primary)
+			}
+			entry.Info("primary changed")
+			continue
+		}
+		if m != nil && m.Status().Message != "" {
 			entry = entry.WithField("reason", m.Status().Reason)
 		}
 		if f.From == f.To {

@@ -53,7 +53,7 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s |\n", s, stateDocs[s])
 	}
 	b.WriteString("\n## Events\n\n| event | meaning |\n|---|---|\n")
-	for _, e := range eventNames() {
+	for _, e := range documentedEvents() {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", e, eventDocs[e])
 	}
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
@@ -75,6 +75,12 @@ func Markdown() string {
 	b.WriteString(Mermaid(""))
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// documentedEvents lists the events of Table, then those the machine
+// records without the FSM.
+func documentedEvents() []string {
+	return append(eventNames(), recordedEvents...)
 }
 
 // eventNames lists the events in the order they first appear in Table.

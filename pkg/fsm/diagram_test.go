@@ -33,13 +33,13 @@ func TestEveryStateAndEventDocumented(t *testing.T) {
 			t.Errorf("state %s has no documentation", s)
 		}
 	}
-	for _, e := range eventNames() {
+	for _, e := range documentedEvents() {
 		if eventDocs[e] == "" {
 			t.Errorf("event %s has no documentation", e)
 		}
 	}
-	if len(eventDocs) != len(eventNames()) {
-		t.Errorf("%d documented events, %d in the table", len(eventDocs), len(eventNames()))
+	if len(eventDocs) != len(documentedEvents()) {
+		t.Errorf("%d documented events, %d in the table or recorded", len(eventDocs), len(documentedEvents()))
 	}
 }
 
@@ -48,7 +48,7 @@ func TestMermaidMarksCurrentState(t *testing.T) {
 	if !strings.HasPrefix(d, "stateDiagram-v2\n") || !strings.Contains(d, "class Degraded current") {
 		t.Errorf("diagram:\n%s", d)
 	}
-	if !strings.Contains(d, "Creating --> Running: podsReady [all pods Ready, primary labelled, objects converged, last ensure succeeded]") {
+	if !strings.Contains(d, "Creating --> Running: podsReady [all pods Ready, primary elected, objects converged, last ensure succeeded]") {
 		t.Errorf("diagram lacks the podsReady edge:\n%s", d)
 	}
 	if strings.Contains(Mermaid(""), "class ") {

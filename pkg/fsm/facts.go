@@ -17,8 +17,12 @@ type Facts struct {
 	Desired int32
 	// Ready counts the cluster's pods that are Ready.
 	Ready int32
-	// Primary is the pod holding the leader role, empty when none.
+	// Primary is the pod holding Patroni's leader lock, when that pod is
+	// Ready; empty when none.
 	Primary string
+	// NoPrimary says why Primary is empty (no leader record yet, the
+	// leader's pod not Ready...); empty when there is a primary.
+	NoPrimary string
 	// ObjectsCurrent is true when the owned objects match the spec and the
 	// StatefulSet's pods all run its current revision.
 	ObjectsCurrent bool

@@ -210,6 +210,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		m.cleanupWanted = m.st.State == Deleting
 		m.ensureWanted = !m.cleanupWanted
 	}
+	m.notePrimary()
 	m.observe()
 	m.project()
 	return m.finish(epoch)
@@ -344,7 +345,10 @@ func stuck(f *Facts) (string, string) {
 	case f.Ready < f.Desired:
 		return ReasonPodsNotReady, fmt.Sprintf("%d/%d instances ready", f.Ready, f.Desired)
 	}
-	return "NoPrimary", "no pod holds the primary role"
+	if f.NoPrimary != "" {
+		return ReasonNoPrimary, f.NoPrimary
+	}
+	return ReasonNoPrimary, "no pod holds the primary role"
 }
 
 func (m *Machine) timeoutFor(state string) time.Duration {
@@ -376,13 +380,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 	m.st.State = e.Dst
 	m.st.StateSince = &now
 	m.st.Reason, m.st.Message = c.reason, c.message
-	old := m.st.History
-	if n := len(old) + 1 - v1.MaxHistory; n > 0 {
-		old = old[n:]
-	}
-	h := make([]v1.Transition, len(old), len(old)+1)
-	copy(h, old)
-	m.st.History = append(h, v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
+	m.addHistory(v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
 	if e.Dst != Deleted {
 		warning := e.Dst == Degraded || e.Dst == Invalid
 		msg := fmt.Sprintf("%s -> %s on %s", e.Src, e.Dst, e.Event)
@@ -391,6 +389,19 @@ func (m *Machine) enterState(e *lfsm.Event) {
 		}
 		c.events = append(c.events, KubeEvent{Warning: warning, Reason: e.Dst, Message: msg})
 	}
+}
+
+// addHistory appends t to the history (copy-on-write), dropping the oldest
+// entries beyond v1.MaxHistory.
+func (m *Machine) addHistory(t v1.Transition) {
+	old := m.st.History
+	if n := len(old) + 1 - v1.MaxHistory; n > 0 {
+		old = old[n:]
+	}
+	h := make([]v1.Transition, len(old), len(old)+1)
+	copy(h, old)
+	m.st.History = append(h, t)
+	m.dirty = true
 }
 
 func (m *Machine) enterCreating(_ *lfsm.Event) {
@@ -495,6 +506,66 @@ func (m *Machine) afterTrouble(e *lfsm.Event) {
 	m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
 	m.st.Attempt++
 	m.dirty = true
+}
+
+// --- the primary ---
+
+// notePrimary follows the primary from one observation to the next and
+// records a change of it: a switchover (A, then B) or a failover (A, then
+// none while the old leader is not Ready, then B) gives one "A -> B".
+//
+// status.primary follows the facts (project), so a failover clears it in
+// between; status.lastPrimary keeps A meanwhile, until a primary is known
+// again. It is status rather than a field of the Machine so that a change
+// spanning a restart of the operator, or a handover of its leadership, is
+// still recorded; and it is set only while no primary is known, so it
+// shows exactly when it says something. The first primary of a cluster,
+// and the same pod again, are no change.
+//
+// A change is no FSM transition: the state stays, and looplab/fsm refuses
+// a self-transition (NoTransitionError). It is recorded here, before the
+// fact-driven events fire, so that a failover that also lets the cluster
+// converge reads "primaryChanged, then podsReady" in the history.
+func (m *Machine) notePrimary() {
+	f, st := &m.call.facts, &m.st
+	if st.State == Deleted {
+		return
+	}
+	last := st.Primary
+	if last == "" {
+		last = st.LastPrimary
+	}
+	if f.Primary == "" {
+		if st.Primary != "" {
+			st.LastPrimary = st.Primary
+			m.dirty = true
+		}
+		return
+	}
+	if last != "" && last != f.Primary {
+		m.primaryChanged(last, f.Primary)
+	}
+	if st.LastPrimary != "" {
+		st.LastPrimary = ""
+		m.dirty = true
+	}
+}
+
+// primaryChanged records that the primary moved from one pod to another:
+// a history entry from and to the current state, a Normal Kubernetes
+// Event, and a Fired entry (so the transitions metric counts switchovers
+// and failovers). A Running cluster's message names the primary: it is
+// brought up to date.
+func (m *Machine) primaryChanged(from, to string) {
+	c, st := &m.call, &m.st
+	msg := fmt.Sprintf("primary changed from %s to %s", from, to)
+	m.addHistory(v1.Transition{From: st.State, To: st.State, Event: EventPrimaryChanged, Time: metav1.NewTime(c.now),
+		Reason: ReasonPrimaryChanged, Message: msg})
+	c.events = append(c.events, KubeEvent{Reason: ReasonPrimaryChanged, Message: msg})
+	c.res.Fired = append(c.res.Fired, Fired{Event: EventPrimaryChanged, From: st.State, To: st.State})
+	if st.State == Running && st.Reason == ReasonReady {
+		_, st.Message = m.observeReason(EventPodsReady)
+	}
 }
 
 // --- timers ---

@@ -79,7 +79,9 @@ type TimerOp struct {
 type Result struct {
 	// From and To are the states before and after the input.
 	From, To string
-	// Fired lists the FSM events that fired, in order.
+	// Fired lists the FSM events that fired, in order, and the changes the
+	// machine records without the FSM (EventPrimaryChanged, from and to
+	// the same state).
 	Fired []Fired
 	// Ignored says why the input changed nothing (a stale timer or result).
 	Ignored string

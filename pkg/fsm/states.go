@@ -73,7 +73,16 @@ const (
 	EventDelete = "delete"
 	// EventCleanedUp: the cleanup plan succeeded, or the resource is gone.
 	EventCleanedUp = "cleanedUp"
+	// EventPrimaryChanged: the primary moved from one pod to another (a
+	// switchover or a failover). It is no transition of the table: the
+	// state stays, and the machine records it in the history and as a
+	// Kubernetes Event (see Machine.notePrimary).
+	EventPrimaryChanged = "primaryChanged"
 )
+
+// recordedEvents are the events the machine records without the FSM: they
+// change no state, so they are not in Table.
+var recordedEvents = []string{EventPrimaryChanged}
 
 // Timer names. A timer fires the event of the same name.
 const (
@@ -95,6 +104,8 @@ const (
 	ReasonPanic           = "Panic"
 	ReasonDeleting        = "Deleting"
 	ReasonCleanupFinished = "CleanupFinished"
+	ReasonNoPrimary       = "NoPrimary"
+	ReasonPrimaryChanged  = "PrimaryChanged"
 )
 
 // stateDocs and eventDocs are the documentation `pgloop fsm --markdown`
@@ -102,7 +113,7 @@ const (
 var stateDocs = map[string]string{
 	Pending:  "Seen by pgloop, not acted on yet (a new resource has no state).",
 	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
-	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be labelled. A `timeout` timer bounds the wait.",
+	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait.",
 	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically.",
 	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait.",
 	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away.",
@@ -114,7 +125,7 @@ var eventDocs = map[string]string{
 	EventCreate:           "A new cluster whose spec is valid.",
 	EventInvalidSpec:      "The spec cannot be served (guard: the validation error is not empty).",
 	EventSpecChanged:      "The spec's generation is newer than status.observedGeneration and the spec is valid.",
-	EventPodsReady:        "Guard: ready instances = desired, a primary is labelled (when desired > 0) and the objects converged.",
+	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready) and the objects converged.",
 	EventPodsLost:         "Guard: fewer Ready instances than desired, or no primary, while Running.",
 	EventReplacePod:       "A rollout step: every desired pod is Ready and one runs an outdated template; it is deleted (UID precondition) so the StatefulSet controller recreates it. Replicas go first, the primary last; the next step waits for the pod events that show the new pod Ready.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
@@ -125,4 +136,5 @@ var eventDocs = map[string]string{
 	EventPanicked:         "pgloop panicked while handling the cluster; the panic is recorded and the cluster retries.",
 	EventDelete:           "The resource has a deletion timestamp.",
 	EventCleanedUp:        "The cleanup plan succeeded, or the resource disappeared.",
+	EventPrimaryChanged:   "Not a transition: the primary moved from pod A to pod B (switchover or failover), also when no primary was known in between. The state stays; the history gets an entry from and to the current state with reason `PrimaryChanged` and the message \"primary changed from A to B\", and a Normal Event `PrimaryChanged` is recorded. The first primary of a cluster is no change.",
 }

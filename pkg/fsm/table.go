@@ -70,7 +70,7 @@ var Table = []Transition{
 		When: "all pods Ready, one outdated"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
-		When:  "all pods Ready, primary labelled, objects converged, last ensure succeeded"},
+		When:  "all pods Ready, primary elected, objects converged, last ensure succeeded"},
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return !f.converged() },
 		When:  "a pod or the primary lost"},

@@ -11,7 +11,7 @@ import (
 func BenchmarkObserve(b *testing.B) {
 	pg := newPG("c1", 3)
 	inf, _, _ := start(b, Options{}, discard{}, []*v1.Postgresql{pg},
-		statefulSet(pg), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
+		statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
 	if f, _ := inf.Observe("db/c1"); !f.ObjectsCurrent || f.Primary != "c1-0" {
 		b.Fatalf("not a healthy cluster: %+v", f)
 	}

@@ -92,6 +92,57 @@ func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
 	}
 }
 
+// leaderHandler notifies SignalLeader when Patroni's leader record of a
+// cluster (cluster.LeaderConfigMapName) appears, goes, or names another
+// member. The holder renews the record every loop_wait seconds (renewTime,
+// optime): those updates change nothing Observe reads, and dropping them
+// here keeps a thousand idle clusters from waking the loop every few
+// seconds. Patroni's other ConfigMaps (config, failover, sync) are not read
+// at all. A resync (the same object as old and new) notifies, as for the
+// other handlers.
+func (i *Informers) leaderHandler() cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if key, ok := leaderKey(obj); ok {
+			i.notifier.Notify(key, SignalLeader)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*corev1.ConfigMap)
+			cur, ok2 := newObj.(*corev1.ConfigMap)
+			if ok1 && ok2 && old != cur && old.Annotations[cluster.AnnotationLeader] == cur.Annotations[cluster.AnnotationLeader] &&
+				old.Labels[cluster.LabelClusterName] == cur.Labels[cluster.LabelClusterName] {
+				return
+			}
+			if oldKey, ok := leaderKey(oldObj); ok {
+				if newKey, _ := leaderKey(newObj); newKey != oldKey {
+					i.notifier.Notify(oldKey, SignalLeader)
+				}
+			}
+			notify(newObj)
+		},
+		DeleteFunc: notify,
+	}
+}
+
+// leaderKey returns the key of the cluster whose leader record obj is: a
+// ConfigMap named after the cluster its cluster-name label names.
+func leaderKey(obj any) (string, bool) {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return "", false
+	}
+	name := cm.Labels[cluster.LabelClusterName]
+	if name == "" || cm.Name != cluster.LeaderConfigMapName(name) {
+		return "", false
+	}
+	return cm.Namespace + "/" + name, true
+}
+
 // eventHandler notifies SignalEvents for Warning Events about the
 // StatefulSet of a cluster that scope s knows. The Events informer sees the
 // Warnings of every StatefulSet in its namespaces, pgloop's or not; checking

@@ -94,6 +94,28 @@ func TestHandlers(t *testing.T) {
 		{"statefulset deleted", []func(*testing.T){func(t *testing.T) {
 			mustDo(t, kube.AppsV1().StatefulSets(ns).Delete(ctx, sts.Name, metav1.DeleteOptions{}))
 		}}, []note{{"db/c1", SignalObjects}}},
+		{"leader record written", []func(*testing.T){create(lock(c1, "c1-0"))}, []note{{"db/c1", SignalLeader}}},
+		{"renewals and Patroni's other configmaps not notified", []func(*testing.T){
+			func(t *testing.T) {
+				renewed := lock(c1, "c1-0")
+				renewed.Annotations[cluster.AnnotationRenewTime] = "2030-01-02T03:04:10.000000+00:00"
+				renewed.Annotations["optime"] = "67109999"
+				mustDo(t, kube.Tracker().Update(configMapsGVR, renewed, ns))
+			},
+			create(patroniConfigMap(c1, "config")),
+			create(patroniConfigMap(c1, "failover")),
+			func(t *testing.T) {
+				took := lock(c1, "c1-1")
+				took.Annotations[cluster.AnnotationTransitions] = "1"
+				mustDo(t, kube.Tracker().Update(configMapsGVR, took, ns))
+			},
+		}, []note{{"db/c1", SignalLeader}}},
+		{"leader released", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.Tracker().Update(configMapsGVR, lock(c1, ""), ns))
+		}}, []note{{"db/c1", SignalLeader}}},
+		{"leader record deleted", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, cluster.LeaderConfigMapName(c1.Name), metav1.DeleteOptions{}))
+		}}, []note{{"db/c1", SignalLeader}}},
 		{"warning event on the cluster's statefulset", []func(*testing.T){
 			create(event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
 		}, []note{{"db/c1", SignalEvents}}},
@@ -157,7 +179,17 @@ func TestHandlers(t *testing.T) {
 	}
 }
 
-var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+var (
+	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
+	configMapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+)
+
+// patroniConfigMap is one of Patroni's ConfigMaps of pg other than the
+// leader record ("config", "failover", "sync").
+func patroniConfigMap(pg *v1.Postgresql, key string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: pg.Name + "-" + key,
+		Labels: cluster.Selector(pg.Name), Annotations: map[string]string{"config": `{"ttl":30}`}}}
+}
 
 func mustDo(t *testing.T, err error) {
 	t.Helper()
@@ -191,6 +223,9 @@ func TestTombstones(t *testing.T) {
 		{"event tombstone", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1",
 			Obj: event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)}, &note{"db/c1", SignalEvents}},
 		{"event tombstone without object", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1"}, nil},
+		{"leader record tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader", Obj: lock(c1, "c1-0")}, &note{"db/c1", SignalLeader}},
+		{"other configmap tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-config", Obj: patroniConfigMap(c1, "config")}, nil},
+		{"leader record tombstone without object", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -276,7 +311,7 @@ func TestSelectors(t *testing.T) {
 			}
 		}
 	}
-	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "events"} {
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events"} {
 		if !seen[res] {
 			t.Errorf("%s never listed", res)
 		}

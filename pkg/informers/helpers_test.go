@@ -173,6 +173,26 @@ func pod(pg *v1.Postgresql, ord int32, mods ...func(*corev1.Pod)) *corev1.Pod {
 
 func master(p *corev1.Pod) { p.Labels[cluster.LabelRole] = cluster.RoleMaster }
 
+// lock returns Patroni's leader record of pg naming leader ("" for a
+// record that names none), as Patroni 3 writes it.
+func lock(pg *v1.Postgresql, leader string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: cluster.LeaderConfigMapName(pg.Name),
+			Labels: cluster.Selector(pg.Name),
+			Annotations: map[string]string{
+				cluster.AnnotationAcquireTime: "2030-01-02T02:04:05.000000+00:00",
+				cluster.AnnotationRenewTime:   "2030-01-02T03:04:00.000000+00:00",
+				cluster.AnnotationTTL:         "30",
+				cluster.AnnotationTransitions: "0",
+				"optime":                      "67108960",
+			}},
+	}
+	if leader != "" {
+		cm.Annotations[cluster.AnnotationLeader] = leader
+	}
+	return cm
+}
+
 func notReady(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }
 
 func terminating(p *corev1.Pod) {

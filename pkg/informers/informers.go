@@ -54,6 +54,9 @@ const (
 	// SignalEvents: a Warning Event about the cluster's StatefulSet arrived
 	// (FailedCreate, e.g. exceeded quota).
 	SignalEvents = "events"
+	// SignalLeader: Patroni's leader record of the cluster changed hands
+	// (or appeared, or went).
+	SignalLeader = "leader"
 )
 
 // Options configure New. The zero value watches every namespace.
@@ -96,6 +99,9 @@ type scope struct {
 	statefulSets cache.SharedIndexInformer
 	claims       cache.SharedIndexInformer
 	warnings     cache.SharedIndexInformer
+	// configMaps are Patroni's (pgloop writes none): the leader record is
+	// read from them.
+	configMaps cache.SharedIndexInformer
 	// synced complete once each handler has been handed its informer's
 	// initial list (which implies the informer's cache holds it).
 	synced []cache.DoneChecker
@@ -193,6 +199,9 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 	// before it reaches the cache, so it can never be logged from there.
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	pdbs := s.owned.Policy().V1().PodDisruptionBudgets().Informer()
+	// Patroni labels its ConfigMaps application=spilo too (its
+	// KUBERNETES_LABELS), so the same filter finds them.
+	s.configMaps = s.owned.Core().V1().ConfigMaps().Informer()
 	s.warnings = s.events.Core().V1().Events().Informer()
 
 	i.must(s.pods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
@@ -204,6 +213,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 	for _, inf := range []cache.SharedIndexInformer{s.statefulSets, s.claims, services, secrets, pdbs} {
 		s.addHandler(i, inf, i.ownedHandler(SignalObjects))
 	}
+	s.addHandler(i, s.configMaps, i.leaderHandler())
 	s.addHandler(i, s.warnings, i.eventHandler(s))
 	return s
 }
@@ -357,14 +367,18 @@ func clusterKey(obj any) (string, bool) {
 }
 
 // slim drops from an object what pgloop never reads before it enters a
-// cache: managed fields (often the larger part of the metadata) and a
-// Secret's data, which pgloop only needs to know exists.
+// cache: managed fields (often the larger part of the metadata), a
+// Secret's data, which pgloop only needs to know exists, and a ConfigMap's
+// data: Patroni keeps its state in annotations.
 func slim(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
-	if s, ok := obj.(*corev1.Secret); ok {
-		s.Data, s.StringData = nil, nil
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		o.Data, o.StringData = nil, nil
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = nil, nil
 	}
 	return obj, nil
 }

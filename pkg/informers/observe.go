@@ -51,6 +51,8 @@ type derived struct {
 	uid        types.UID
 	generation int64
 	specError  string
+	// leaderKey is the cache key of the cluster's leader record.
+	leaderKey string
 	// desired is the StatefulSet the spec asks for, built on first need.
 	desired *appsv1.StatefulSet
 }
@@ -88,15 +90,15 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 	// Name order makes "the first cause found" the same on every call.
 	slices.SortFunc(objs, func(a, b any) int { return strings.Compare(a.(*corev1.Pod).Name, b.(*corev1.Pod).Name) })
 
+	leader, recorded := leaderRecord(s, d.leaderKey, pg.Name)
 	var (
 		existing    int32
-		masters     int
-		master      *corev1.Pod
+		leaderPod   *corev1.Pod // the pod the leader record names, terminating or not
 		lastCreated time.Time
-		// next is the outdated pod to replace first: replicas before a pod
-		// labelled master, then the lowest ordinal.
+		// next is the outdated pod to replace first: replicas before the
+		// leader, then the lowest ordinal.
 		next       *corev1.Pod
-		nextMaster bool
+		nextLeader bool
 		nextOrd    int
 		// The first pod-level causes, by kind.
 		unschedulable        *corev1.Pod
@@ -109,6 +111,10 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 		if t := p.CreationTimestamp.Time; t.After(lastCreated) {
 			lastCreated = t
 		}
+		isLeader := leader != "" && p.Name == leader
+		if isLeader {
+			leaderPod = p
+		}
 		// A terminating pod is on its way out: it counts for nothing, not
 		// even as outdated, or a rollout would pick it again.
 		if p.DeletionTimestamp != nil {
@@ -118,17 +124,12 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 		if podReady(p) {
 			f.Ready++
 		}
-		isMaster := p.Labels[cluster.LabelRole] == cluster.RoleMaster
-		if isMaster {
-			masters++
-			master = p
-		}
 		if sts != nil && !cluster.PodUpToDate(p, sts) {
 			f.Outdated++
 			ord := ordinal(p.Name, stsName)
 			if ord >= 0 && ord < int(f.Desired) &&
-				(next == nil || (!isMaster && nextMaster) || (isMaster == nextMaster && ord < nextOrd)) {
-				next, nextMaster, nextOrd = p, isMaster, ord
+				(next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd)) {
+				next, nextLeader, nextOrd = p, isLeader, ord
 			}
 		}
 		if unschedulable == nil {
@@ -143,13 +144,7 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 		}
 	}
 
-	// Patroni labels the leader, but a leader that was killed or lost its
-	// lock keeps the label until its Patroni relabels it, so for a while
-	// two pods may carry it. Then the primary is unknown rather than
-	// guessed; it is also unknown while the one labelled pod is not Ready.
-	if masters == 1 && podReady(master) {
-		f.Primary = master.Name
-	}
+	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
 	if f.Ready == f.Desired && f.Outdated > 0 && next != nil {
 		f.NextReplace = fsm.PodRef{Name: next.Name, UID: string(next.UID)}
 	}
@@ -183,6 +178,61 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 	return f, &pg.Status
 }
 
+// primary decides the cluster's primary from Patroni's leader record:
+// the member named there (leader, "" when the record names none; recorded
+// is false when there is no record), whose pod is leaderPod (nil when it
+// has none). It returns the primary, or "" and why there is none.
+//
+// The role label does not decide. Patroni labels its pod after taking the
+// lock, and a leader that was killed keeps spilo-role=master until its
+// Patroni runs again, so for a while two pods may carry the label while
+// another member already holds the lock. The lock is the truth:
+//  1. no record yet (Patroni has not bootstrapped): no primary;
+//  2. a record that names no member (the leader released the lock, in a
+//     switchover or a shutdown): no primary;
+//  3. the named member has no pod, or its pod is terminating or not Ready
+//     (a killed leader keeps the lock until its ttl runs out and another
+//     member takes it): no primary;
+//  4. otherwise the named pod, whatever labels it and the others carry.
+//
+// Readiness, not the record's renewTime and ttl, tells a dead holder: the
+// pod's readiness probe asks its Patroni, and pgloop's clock need not agree
+// with Patroni's. Only the ConfigMap is read: pgloop always runs Patroni
+// with KUBERNETES_USE_CONFIGMAPS=true (cluster.spiloEnv), so there is no
+// Endpoints-mode lock to fall back to.
+func primary(clusterName, leader string, recorded bool, leaderPod *corev1.Pod) (string, string) {
+	record := cluster.LeaderConfigMapName(clusterName)
+	switch {
+	case !recorded:
+		return "", "Patroni has not written its leader record " + record + " yet"
+	case leader == "":
+		return "", "no member holds Patroni's leader lock (" + record + ")"
+	case leaderPod == nil:
+		return "", "the leader " + leader + " named by " + record + " has no pod"
+	case leaderPod.DeletionTimestamp != nil:
+		return "", "the leader pod " + leader + " is terminating"
+	case !podReady(leaderPod):
+		return "", "the leader pod " + leader + " is not Ready"
+	}
+	return leader, ""
+}
+
+// leaderRecord returns the member Patroni's leader record (cache key
+// key) of cluster clusterName names ("" when none), and whether there is a
+// record. A ConfigMap of that name that Patroni did not label for the
+// cluster is not its record.
+func leaderRecord(s *scope, key, clusterName string) (string, bool) {
+	obj, ok, _ := s.configMaps.GetStore().GetByKey(key)
+	if !ok {
+		return "", false
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Labels[cluster.LabelClusterName] != clusterName {
+		return "", false
+	}
+	return cm.Annotations[cluster.AnnotationLeader], true
+}
+
 // derive returns what the spec of pg says, computed once per (UID,
 // generation).
 func (i *Informers) derive(key string, pg *v1.Postgresql) *derived {
@@ -191,7 +241,8 @@ func (i *Informers) derive(key string, pg *v1.Postgresql) *derived {
 	if d := i.derived[key]; d != nil && d.uid == pg.UID && d.generation == pg.Generation {
 		return d
 	}
-	d := &derived{uid: pg.UID, generation: pg.Generation}
+	d := &derived{uid: pg.UID, generation: pg.Generation,
+		leaderKey: pg.Namespace + "/" + cluster.LeaderConfigMapName(pg.Name)}
 	if errs := pg.Validate(); len(errs) > 0 {
 		d.specError = errs.ToAggregate().Error()
 	}

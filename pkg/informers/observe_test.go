@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +12,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 func TestObserve(t *testing.T) {
 	pg := newPG("c1", 3)
 	sts := statefulSet(pg)
+	// healthy is the StatefulSet, the leader record naming c1-0 and three
+	// Ready pods, c1-0 labelled master.
 	healthy := func(mods ...map[int32]func(*corev1.Pod)) []runtime.Object {
-		objs := []runtime.Object{sts}
+		objs := []runtime.Object{sts, lock(pg, "c1-0")}
 		for ord := range int32(3) {
 			var fs []func(*corev1.Pod)
 			if ord == 0 {
@@ -35,6 +39,17 @@ func TestObserve(t *testing.T) {
 	}
 	running := fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true}
 	with := func(f fsm.Facts, mod func(*fsm.Facts)) fsm.Facts { mod(&f); return f }
+	// record replaces healthy's leader record; nil removes it.
+	record := func(objs []runtime.Object, cm *corev1.ConfigMap) []runtime.Object {
+		objs = slices.Clone(objs)
+		if cm == nil {
+			return slices.Delete(objs, 1, 2)
+		}
+		objs[1] = cm
+		return objs
+	}
+	notLabelled := lock(pg, "c1-0")
+	notLabelled.Labels = map[string]string{cluster.LabelApplication: cluster.ApplicationSpilo, cluster.LabelClusterName: "other"}
 	quota := `create Pod c1-2 in StatefulSet c1 failed error: pods "c1-2" is forbidden: exceeded quota: small, requested: cpu=1, used: cpu=2, limited: cpu=2`
 	invalid := newPG("c1", 3)
 	invalid.Spec.PostgreSQL.Version = "9"
@@ -52,12 +67,39 @@ func TestObserve(t *testing.T) {
 		want fsm.Facts
 	}{
 		{name: "new cluster without objects", pg: pg,
-			want: fsm.Facts{Generation: 1, Desired: 3}},
+			want: fsm.Facts{Generation: 1, Desired: 3, NoPrimary: "Patroni has not written its leader record c1-leader yet"}},
 		{name: "all ready with a master", pg: pg, objs: healthy(), want: running},
-		{name: "two masters", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){1: master}),
-			want: with(running, func(f *fsm.Facts) { f.Primary = "" })},
-		{name: "the only master not ready", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){0: notReady}),
-			want: with(running, func(f *fsm.Facts) { f.Primary, f.Ready = "", 2 })},
+		// The primary is the lock holder, whatever the labels say.
+		{name: "master label on two pods, the lock on one", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){1: master}),
+			want: running},
+		{name: "the lock holder not Ready", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){0: notReady}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.NoPrimary, f.Ready = "", "the leader pod c1-0 is not Ready", 2
+			})},
+		{name: "the lock holder terminating", pg: pg, objs: healthy(map[int32]func(*corev1.Pod){0: terminating}),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, NoPrimary: "the leader pod c1-0 is terminating"}},
+		{name: "no leader record: the master label alone is no primary", pg: pg, objs: record(healthy(), nil),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.NoPrimary = "", "Patroni has not written its leader record c1-leader yet"
+			})},
+		{name: "a record not labelled for the cluster is none", pg: pg, objs: record(healthy(), notLabelled),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.NoPrimary = "", "Patroni has not written its leader record c1-leader yet"
+			})},
+		{name: "a record that names no member", pg: pg, objs: record(healthy(), lock(pg, "")),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.NoPrimary = "", "no member holds Patroni's leader lock (c1-leader)"
+			})},
+		{name: "a record naming a pod that does not exist", pg: pg, objs: record(healthy(), lock(pg, "c1-7")),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.NoPrimary = "", "the leader c1-7 named by c1-leader has no pod"
+			})},
+		{name: "failover: the new holder while the killed leader keeps its label", pg: pg,
+			objs: record(healthy(map[int32]func(*corev1.Pod){0: notReady}), lock(pg, "c1-1")),
+			want: with(running, func(f *fsm.Facts) { f.Primary, f.Ready = "c1-1", 2 })},
+		{name: "failover: the new holder, both labelled, both Ready", pg: pg,
+			objs: record(healthy(map[int32]func(*corev1.Pod){1: master}), lock(pg, "c1-1")),
+			want: with(running, func(f *fsm.Facts) { f.Primary = "c1-1" })},
 		{name: "unschedulable pod", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){2: unschedulable("0/3 nodes are available: 3 Insufficient cpu.")}),
 			want: with(running, func(f *fsm.Facts) {
@@ -100,22 +142,22 @@ func TestObserve(t *testing.T) {
 			objs: append(healthy(map[int32]func(*corev1.Pod){2: notReady}), claim(pg, 5, corev1.ClaimPending)),
 			want: with(running, func(f *fsm.Facts) { f.Ready = 2 })},
 		{name: "quota FailedCreate event", pg: pg,
-			objs: append(healthy()[:3],
+			objs: append(healthy()[:4],
 				event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 30*time.Minute),
 				event(sts, "e2", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute),
 				event(sts, "e3", corev1.EventTypeNormal, "SuccessfulCreate", "create Pod c1-1 in StatefulSet c1 successful", 0)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
 		{name: "other FailedCreate event", pg: pg,
-			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "admission webhook denied the request", time.Minute)),
+			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "admission webhook denied the request", time.Minute)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "FailedCreate", Stuck: "admission webhook denied the request"}},
 		{name: "FailedCreate newer than the last pod counts however old", pg: pg,
-			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 50*time.Minute)),
+			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 50*time.Minute)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
 		{name: "FailedCreate older than the last pod and than 10 minutes is stale", pg: pg,
-			objs: append(healthy()[:3], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 2*time.Hour)),
+			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 2*time.Hour)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0"}},
 		{name: "FailedCreate of a former StatefulSet of the same name is ignored", pg: pg,
-			objs: append(healthy()[:3], func() runtime.Object {
+			objs: append(healthy()[:4], func() runtime.Object {
 				e := event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute)
 				e.InvolvedObject.UID = "former"
 				return e
@@ -140,14 +182,24 @@ func TestObserve(t *testing.T) {
 			want: with(running, func(f *fsm.Facts) {
 				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 1, fsm.PodRef{Name: "c1-0", UID: "c1-0-uid"}
 			})},
+		{name: "outdated pods: the lock holder last, not the pod labelled master", pg: pg,
+			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated}), lock(pg, "c1-0")),
+			want: with(running, func(f *fsm.Facts) {
+				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 2, fsm.PodRef{Name: "c1-1", UID: "c1-1-uid"}
+			})},
+		{name: "outdated pods: a former master's label does not put it last", pg: pg,
+			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: func(p *corev1.Pod) { outdated(p); master(p) }}), lock(pg, "c1-1")),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.ObjectsCurrent, f.Outdated, f.NextReplace = "c1-1", false, 2, fsm.PodRef{Name: "c1-0", UID: "c1-0-uid"}
+			})},
 		{name: "outdated pods: nothing replaced while one is not ready", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: notReady}),
 			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready = false, 2, 2 })},
 		{name: "terminating pods not counted", pg: pg,
-			objs: healthy(map[int32]func(*corev1.Pod){
+			objs: record(healthy(map[int32]func(*corev1.Pod){
 				0: func(p *corev1.Pod) { terminating(p); outdated(p) },
 				1: master,
-			}),
+			}), lock(pg, "c1-1")),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-1"}},
 		{name: "StatefulSet not yet observed by its controller", pg: pg,
 			objs: append([]runtime.Object{func() runtime.Object {
@@ -300,6 +352,14 @@ func TestSlim(t *testing.T) {
 	}
 	if s.Data != nil || s.StringData != nil || s.ManagedFields != nil {
 		t.Errorf("secret kept %+v", s)
+	}
+	cm := lock(newPG("c1", 1), "c1-0")
+	cm.Data, cm.BinaryData = map[string]string{"big": "x"}, map[string][]byte{"blob": {1}}
+	if _, err := slim(cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data != nil || cm.BinaryData != nil || cm.Annotations[cluster.AnnotationLeader] != "c1-0" {
+		t.Errorf("configmap kept %+v: want its annotations only", cm)
 	}
 }
 

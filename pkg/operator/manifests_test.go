@@ -79,7 +79,7 @@ func TestClusterRole(t *testing.T) {
 		"pgloop.dev/postgresqls/status":          {"update"},
 		"pgloop.dev/postgresqls/finalizers":      {"update"},
 		"/pods":                                  {"get", "list", "watch", "delete"},
-		"/configmaps":                            {"delete"},
+		"/configmaps":                            {"list", "watch", "deletecollection"},
 		"/services":                              {"get", "list", "watch", "create", "update", "delete"},
 		"apps/statefulsets":                      {"get", "list", "watch", "create", "update", "delete"},
 		"policy/poddisruptionbudgets":            {"get", "list", "watch", "create", "update", "delete"},

@@ -447,6 +447,7 @@ func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) err
 			{"secrets", func() error { _, err := kube.CoreV1().Secrets(ns).List(ctx, one); return err }},
 			{"poddisruptionbudgets.policy", func() error { _, err := kube.PolicyV1().PodDisruptionBudgets(ns).List(ctx, one); return err }},
 			{"persistentvolumeclaims", func() error { _, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, one); return err }},
+			{"configmaps", func() error { _, err := kube.CoreV1().ConfigMaps(ns).List(ctx, one); return err }},
 			{"events", func() error { _, err := kube.CoreV1().Events(ns).List(ctx, one); return err }},
 		}
 		where := "in all namespaces"

@@ -134,7 +134,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 		var t table
 		t.add("TIME", "AGE", "FROM", "TO", "EVENT", "REASON")
 		for _, h := range st.History {
-			t.add(clock(h.Time.Time, o.Now), age(h.Time.Time, o.Now), h.From, h.To, h.Event, dash(h.Reason))
+			t.add(clock(h.Time.Time, o.Now), age(h.Time.Time, o.Now), h.From, h.To, h.Event, dash(join(h.Reason, h.Message)))
 		}
 		p.table(&t, "  ")
 	}

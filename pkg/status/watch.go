@@ -14,6 +14,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/client"
+	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // WatchOptions say what Watch follows and how it prints.
@@ -182,10 +183,10 @@ func key(p *v1.Postgresql) string { return p.Namespace + "/" + p.Name }
 
 // update prints what changed in p since it was last seen.
 //  1. First seen: its state.
-//  2. The epoch moved: one line per transition since, from the history
-//     (every transition starts a new epoch and appends one entry), the
-//     last one with the ready count and reason.
-//  3. Same epoch: a line only when something the user reads changed.
+//  2. New history entries (a transition, a change of the primary): one
+//     line each, the last one with the ready count and reason.
+//  3. The epoch moved without a history to show: the states alone.
+//  4. Otherwise: a line only when something the user reads changed.
 func (s *watchState) update(p *v1.Postgresql) error {
 	prev := s.seen[key(p)]
 	s.seen[key(p)] = p
@@ -194,36 +195,84 @@ func (s *watchState) update(p *v1.Postgresql) error {
 		return s.printf("%s %s %s%s\n", s.clock(s.o.Now()), key(p), paint(cur.State, s.o.Color), s.tail(nil, cur))
 	}
 	old := RowFor(prev)
-	if n := cur.Epoch - old.Epoch; n > 0 {
-		h := p.Status.History
-		if int64(len(h)) > n {
-			h = h[int64(len(h))-n:]
-		}
-		if len(h) == 0 {
-			// No history to show: the states alone.
-			return s.printf("%s %s %s -> %s%s\n", s.clock(s.o.Now()), key(p),
-				paint(old.State, s.o.Color), paint(cur.State, s.o.Color), s.tail(&old, cur))
-		}
+	if h := newTransitions(prev.Status.History, p.Status.History, cur.Epoch-old.Epoch); len(h) > 0 {
 		for i, t := range h {
 			tail := ""
 			switch {
 			case i == len(h)-1:
 				tail = s.tail(&old, cur)
 			case t.Reason != "":
-				tail = "  " + t.Reason
+				tail = "  " + join(t.Reason, t.Message)
 			}
-			if err := s.printf("%s %s %s -> %s (%s)%s\n", s.clock(t.Time.Time), key(p),
-				paint(t.From, s.o.Color), paint(t.To, s.o.Color), t.Event, tail); err != nil {
+			states := paint(t.From, s.o.Color) + " -> " + paint(t.To, s.o.Color)
+			if t.From == t.To {
+				// No change of state (primaryChanged).
+				states = paint(t.From, s.o.Color)
+			}
+			if err := s.printf("%s %s %s (%s)%s\n", s.clock(t.Time.Time), key(p), states, t.Event, tail); err != nil {
 				return err
 			}
 		}
 		return nil
+	}
+	if cur.Epoch > old.Epoch {
+		// No history to show: the states alone.
+		return s.printf("%s %s %s -> %s%s\n", s.clock(s.o.Now()), key(p),
+			paint(old.State, s.o.Color), paint(cur.State, s.o.Color), s.tail(&old, cur))
 	}
 	if cur.State == old.State && cur.Ready == old.Ready && cur.Desired == old.Desired &&
 		cur.Primary == old.Primary && cur.Reason == old.Reason && cur.Message == old.Message {
 		return nil // timers, conditions or the spec: nothing the line shows
 	}
 	return s.printf("%s %s %s%s\n", s.clock(s.o.Now()), key(p), paint(cur.State, s.o.Color), s.tail(&old, cur))
+}
+
+// newTransitions returns the entries of the history cur that were not in
+// prev, oldest first, given that the epoch moved by epochs in between.
+// Every change of state starts a new epoch and adds one entry; a change of
+// the primary adds one (fsm.EventPrimaryChanged) without a new epoch.
+//  1. The newest entry of prev is found in cur, with as many changes of
+//     state after it as epochs: what follows it is new.
+//  2. Otherwise (prev's entries fell off the bounded history, or prev had
+//     none): the newest entries back to the epochs-th change of state,
+//     with the changes of the primary between them; all of cur when prev
+//     had no history.
+func newTransitions(prev, cur []v1.Transition, epochs int64) []v1.Transition {
+	changes := func(h []v1.Transition) int64 {
+		var n int64
+		for _, t := range h {
+			if t.Event != fsm.EventPrimaryChanged {
+				n++
+			}
+		}
+		return n
+	}
+	if n := len(prev); n > 0 {
+		last := prev[n-1]
+		for i := len(cur) - 1; i >= 0; i-- {
+			if sameTransition(&cur[i], &last) && changes(cur[i+1:]) == max(epochs, 0) {
+				return cur[i+1:]
+			}
+		}
+	} else {
+		return cur
+	}
+	if epochs <= 0 {
+		return nil
+	}
+	for i := len(cur) - 1; i >= 0; i-- {
+		if cur[i].Event != fsm.EventPrimaryChanged {
+			if epochs--; epochs == 0 {
+				return cur[i:]
+			}
+		}
+	}
+	return cur
+}
+
+func sameTransition(a, b *v1.Transition) bool {
+	return a.From == b.From && a.To == b.To && a.Event == b.Event && a.Reason == b.Reason &&
+		a.Message == b.Message && a.Time.Equal(&b.Time)
 }
 
 func (s *watchState) remove(p *v1.Postgresql) error {

@@ -119,10 +119,12 @@ func TestWatchGolden(t *testing.T) {
 		p.Status.ReadyInstances, p.Status.Primary = 4, "db-running-1"
 		p.Status.History = append(p.Status.History,
 			v1.Transition{From: fsm.Updating, To: fsm.Degraded, Event: fsm.EventTimeout, Reason: fsm.ReasonTimeout, Time: metav1.NewTime(min(11))},
+			v1.Transition{From: fsm.Degraded, To: fsm.Degraded, Event: fsm.EventPrimaryChanged, Reason: fsm.ReasonPrimaryChanged,
+				Message: "primary changed from db-running-0 to db-running-1", Time: metav1.NewTime(min(11).Add(30 * time.Second))},
 			v1.Transition{From: fsm.Degraded, To: fsm.Running, Event: fsm.EventPodsReady, Reason: fsm.ReasonReady, Time: metav1.NewTime(min(12))})
 		clock.set(min(12))
 		w.Modify(p)
-		out.wait(2)
+		out.wait(3)
 		latest := p
 
 		clock.set(min(13))
@@ -208,5 +210,51 @@ func TestWatchErrorEvent(t *testing.T) {
 	want := `cannot watch postgresqls.pgloop.dev in namespace "x": ask for watch on postgresqls (API group pgloop.dev)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %s", err, want)
+	}
+}
+
+func TestNewTransitions(t *testing.T) {
+	at := func(s int) metav1.Time { return metav1.NewTime(now.Add(time.Duration(s) * time.Second)) }
+	tr := func(from, to, event string, s int) v1.Transition {
+		return v1.Transition{From: from, To: to, Event: event, Time: at(s)}
+	}
+	lost := tr(fsm.Running, fsm.Degraded, fsm.EventPodsLost, 1)
+	moved := tr(fsm.Degraded, fsm.Degraded, fsm.EventPrimaryChanged, 2)
+	moved.Message = "primary changed from c-0 to c-1"
+	back := tr(fsm.Degraded, fsm.Running, fsm.EventPodsReady, 3)
+	switched := tr(fsm.Running, fsm.Running, fsm.EventPrimaryChanged, 4)
+	// Within one second: lost again, the same entry as lost but for the time.
+	lostAgain := tr(fsm.Running, fsm.Degraded, fsm.EventPodsLost, 1)
+	backAgain := tr(fsm.Degraded, fsm.Running, fsm.EventPodsReady, 1)
+	tests := []struct {
+		name      string
+		prev, cur []v1.Transition
+		epochs    int64
+		want      []v1.Transition
+	}{
+		{"nothing new", []v1.Transition{lost}, []v1.Transition{lost}, 0, nil},
+		{"a change of the primary in the same epoch", []v1.Transition{lost, moved, back}, []v1.Transition{lost, moved, back, switched}, 0,
+			[]v1.Transition{switched}},
+		{"the changes of state and the primary's between them", []v1.Transition{lost}, []v1.Transition{lost, moved, back}, 1,
+			[]v1.Transition{moved, back}},
+		{"prev's newest entry fell off: back to the epochs-th change of state", []v1.Transition{tr("x", "y", "z", 0)},
+			[]v1.Transition{lost, moved, back}, 2, []v1.Transition{lost, moved, back}},
+		{"an equal entry later in the same second is told apart by the epochs", []v1.Transition{lost},
+			[]v1.Transition{lost, backAgain, lostAgain}, 2, []v1.Transition{backAgain, lostAgain}},
+		{"no history before: all of it", nil, []v1.Transition{lost, moved}, 1, []v1.Transition{lost, moved}},
+		{"no history at all", nil, nil, 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := newTransitions(tt.prev, tt.cur, tt.epochs)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			for i := range got {
+				if !sameTransition(&got[i], &tt.want[i]) {
+					t.Errorf("entry %d: got %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

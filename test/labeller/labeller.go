@@ -1,15 +1,29 @@
-// Package labeller stands in for Patroni's role labelling on the local
-// control plane, where no Spilo container runs: Patroni would label the pod
-// of the leader spilo-role=master and the other members spilo-role=replica,
-// and pgloop's Services, PodDisruptionBudget and readiness rules select on
-// that label. It is used only by the tests and `make run` (issue 4, item 7).
+// Package labeller stands in for Patroni on the nodes kwok plays the
+// kubelet of, where no Spilo container runs. It does the two things of
+// Patroni that pgloop reads:
+//
+//   - the role labels: Patroni labels the pod of the leader
+//     spilo-role=master and the other members spilo-role=replica; pgloop's
+//     Services and PodDisruptionBudget select on them;
+//   - the leader record: Patroni holds its leader lock in the ConfigMap
+//     <cluster>-leader (annotation leader = the pod's name), and pgloop takes
+//     the primary from there, not from the label.
+//
+// It is used only by the tests, the benchmarks and `make run` (issue 4,
+// item 7; issue 7, item 4).
 //
 // The rule: per cluster (pods labelled application=spilo, grouped by
 // cluster-name), the master stays where it is as long as its pod is Ready and
 // not terminating, so a replica coming or going never moves it; otherwise the
 // lowest-ordinal Ready pod becomes master. Every other pod is a replica. Like
-// Patroni it reacts to pod events (an informer), never polls, and patches a
-// label only when it differs.
+// Patroni it reacts to events (informers), never polls, and writes a label or
+// the record only when it differs.
+//
+// Only pods bound to a kwok node (label type=kwok) are the labeller's. Real
+// Patroni runs on the nodes of the process kubelet (type=process): a cluster
+// with a pod bound to any node that is not known to be kwok's is Patroni's,
+// and the labeller leaves all of it alone, leader record included, lest the
+// two fight over the lock. Pods not bound to a node yet are left alone too.
 package labeller
 
 import (
@@ -17,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,8 +52,25 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
 
-// patchTimeout bounds each API call.
-const patchTimeout = 10 * time.Second
+const (
+	// NodeLabel is the node label that tells who plays a node's kubelet;
+	// the labeller serves the pods of nodes where it is KwokNode.
+	NodeLabel = "type"
+	KwokNode  = "kwok"
+
+	// LeaderTTL is the ttl the leader record states: Patroni's default. The
+	// labeller never renews the record (nothing on a kwok node dies without
+	// its pod going), and pgloop reads only who holds it.
+	LeaderTTL = "30"
+
+	// patchTimeout bounds each API call.
+	patchTimeout = 10 * time.Second
+	// byNode indexes pods by the node they are bound to.
+	byNode = "node"
+	// isoFormat is how Patroni writes acquireTime and renewTime: Python's
+	// datetime.isoformat() of a UTC time.
+	isoFormat = "2006-01-02T15:04:05.000000-07:00"
+)
 
 // clusterKey names one cluster: its namespace and cluster-name label.
 type clusterKey struct {
@@ -47,8 +79,9 @@ type clusterKey struct {
 
 func (k clusterKey) String() string { return k.Namespace + "/" + k.Name }
 
-// Run labels the spilo pods of namespace ("" means every namespace) until
-// ctx is done. It returns nil when ctx ends and an error only if the pod
+// Run labels the spilo pods of namespace ("" means every namespace) and
+// writes their clusters' leader records until ctx is done. It needs to
+// read nodes besides. It returns nil when ctx ends and an error only if a
 // cache cannot sync. One worker handles the clusters in turn: the labeller
 // serves tests, where a handful of clusters change at a time.
 func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log logrus.FieldLogger) error {
@@ -58,47 +91,98 @@ func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log l
 		log = discard
 	}
 	selector := labels.SelectorFromSet(labels.Set{cluster.LabelApplication: cluster.ApplicationSpilo}).String()
+	// Pods and Patroni's ConfigMaps carry application=spilo.
 	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	podInformer := factory.Core().V1().Pods()
-	informer := podInformer.Informer()
+	nodeFactory := informers.NewSharedInformerFactory(kube, 0)
+	pods, configMaps, nodes := factory.Core().V1().Pods(), factory.Core().V1().ConfigMaps(), nodeFactory.Core().V1().Nodes()
+	podInformer := pods.Informer()
+	if err := podInformer.AddIndexers(cache.Indexers{byNode: nodeIndex}); err != nil {
+		return fmt.Errorf("while adding the pod index: %w", err)
+	}
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[clusterKey](20*time.Millisecond, 5*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[clusterKey]{Name: "labeller"})
 	defer queue.ShutDown()
 
+	// enqueue queues the cluster of a pod, or of a leader record.
 	enqueue := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
-		pod, ok := obj.(*corev1.Pod)
+		m, ok := obj.(metav1.Object)
 		if !ok {
 			return
 		}
-		if name := pod.Labels[cluster.LabelClusterName]; name != "" {
-			queue.Add(clusterKey{pod.Namespace, name})
+		name := m.GetLabels()[cluster.LabelClusterName]
+		if name == "" {
+			return
+		}
+		if _, isConfigMap := obj.(*corev1.ConfigMap); isConfigMap && m.GetName() != cluster.LeaderConfigMapName(name) {
+			return // Patroni's other ConfigMaps
+		}
+		queue.Add(clusterKey{m.GetNamespace(), name})
+	}
+	// enqueueNode queues the clusters with pods on a node that came, went
+	// or changed hands: their pods may have become the labeller's, or
+	// stopped being.
+	enqueueNode := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		objs, _ := podInformer.GetIndexer().ByIndex(byNode, node.Name)
+		for _, o := range objs {
+			enqueue(o)
 		}
 	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-		DeleteFunc: enqueue,
-	}); err != nil {
-		return fmt.Errorf("while adding the pod handler: %w", err)
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		handler  cache.ResourceEventHandler
+	}{
+		{podInformer, cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue}},
+		{configMaps.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: enqueue}},
+		{nodes.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: enqueueNode,
+			// Kubelets (and kwok) update their nodes' status all the time:
+			// only a change of hands matters.
+			UpdateFunc: func(oldObj, newObj any) {
+				o, ok1 := oldObj.(*corev1.Node)
+				n, ok2 := newObj.(*corev1.Node)
+				if ok1 && ok2 && o.Labels[NodeLabel] != n.Labels[NodeLabel] {
+					enqueueNode(n)
+				}
+			},
+			DeleteFunc: enqueueNode}},
+	}
+	var synced []cache.InformerSynced
+	for _, h := range handlers {
+		reg, err := h.informer.AddEventHandler(h.handler)
+		if err != nil {
+			return fmt.Errorf("while adding a handler: %w", err)
+		}
+		synced = append(synced, reg.HasSynced)
 	}
 
 	factory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	defer nodeFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return errors.New("labeller: pod cache did not sync")
+		return errors.New("labeller: caches did not sync")
 	}
-	log.WithField("namespace", namespace).Info("labeller: watching spilo pods")
+	log.WithField("namespace", namespace).Info("labeller: watching spilo pods on kwok nodes")
 
-	l := &labeller{kube: kube, pods: podInformer.Lister(), log: log}
+	l := &labeller{kube: kube, pods: pods.Lister(), configMaps: configMaps.Lister(), nodes: nodes.Lister(), log: log, now: time.Now}
 	go func() {
 		<-ctx.Done()
 		queue.ShutDown()
@@ -118,25 +202,57 @@ func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log l
 	}
 }
 
-type labeller struct {
-	kube kubernetes.Interface
-	pods listersv1.PodLister
-	log  logrus.FieldLogger
+// nodeIndex indexes a pod under the node it is bound to.
+func nodeIndex(obj any) ([]string, error) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+		return []string{pod.Spec.NodeName}, nil
+	}
+	return nil, nil
 }
 
-// sync brings the role labels of one cluster's pods to what Roles decides.
-// The old master is demoted before the new one is promoted, so the master
+type labeller struct {
+	kube       kubernetes.Interface
+	pods       listersv1.PodLister
+	configMaps listersv1.ConfigMapLister
+	nodes      listersv1.NodeLister
+	log        logrus.FieldLogger
+	now        func() time.Time
+}
+
+// sync plays Patroni for one cluster: the role labels of its pods as Roles
+// decides, and its leader record naming the master. The old master is
+// demoted first, then the record names the new one (Patroni takes the lock
+// before it promotes), then the new master is promoted, so the master
 // Service never selects two pods.
 func (l *labeller) sync(ctx context.Context, key clusterKey) error {
-	pods, err := l.pods.Pods(key.Namespace).List(labels.SelectorFromSet(cluster.Selector(key.Name)))
+	all, err := l.pods.Pods(key.Namespace).List(labels.SelectorFromSet(cluster.Selector(key.Name)))
 	if err != nil {
 		return err
 	}
+	var pods []*corev1.Pod
+	for _, pod := range all {
+		if pod.Spec.NodeName == "" {
+			continue // not bound yet: nobody's
+		}
+		if !l.onKwok(pod) {
+			l.log.WithFields(logrus.Fields{"cluster": key.String(), "pod": pod.Name, "node": pod.Spec.NodeName}).
+				Debug("labeller: a pod on a node that is not kwok's: the cluster is left to Patroni")
+			return nil
+		}
+		pods = append(pods, pod)
+	}
+	if len(pods) == 0 {
+		return nil
+	}
 	want := Roles(pods)
+	master := ""
 	var demote, promote []*corev1.Pod
 	for _, pod := range pods {
-		role, ok := want[pod.Name]
-		if !ok || pod.Labels[cluster.LabelRole] == role {
+		role := want[pod.Name]
+		if role == cluster.RoleMaster {
+			master = pod.Name
+		}
+		if pod.Labels[cluster.LabelRole] == role {
 			continue
 		}
 		if role == cluster.RoleMaster {
@@ -146,12 +262,31 @@ func (l *labeller) sync(ctx context.Context, key clusterKey) error {
 		}
 	}
 	var errs []error
-	for _, pod := range append(demote, promote...) {
+	for _, pod := range demote {
+		if err := l.label(ctx, pod, want[pod.Name]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if master != "" {
+		if err := l.record(ctx, key, master); err != nil {
+			// Patroni promotes only once it holds the lock.
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	for _, pod := range promote {
 		if err := l.label(ctx, pod, want[pod.Name]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// onKwok reports whether pod is bound to a node labelled type=kwok. A node
+// not in the cache yet is not known to be kwok's; its arrival queues the
+// pod's cluster again.
+func (l *labeller) onKwok(pod *corev1.Pod) bool {
+	node, err := l.nodes.Get(pod.Spec.NodeName)
+	return err == nil && node.Labels[NodeLabel] == KwokNode
 }
 
 // label sets the role label of pod with a merge patch that carries the
@@ -177,7 +312,80 @@ func (l *labeller) label(ctx context.Context, pod *corev1.Pod, role string) erro
 	}
 }
 
-// Roles returns the role each pod of one cluster should carry, by pod name:
+// record makes the cluster's leader record name leader, as Patroni 3 does
+// when a member takes the lock (patroni/dcs/kubernetes.py,
+// attempt_to_acquire_leader): the ConfigMap <cluster>-leader, labelled
+// application=spilo and cluster-name=<cluster>, without owner references,
+// with the annotations leader, acquireTime and renewTime (now), ttl, and
+// transitions (one more than before when the holder changes). A record
+// that already names leader is left alone. The update carries the
+// resourceVersion of the cached record: a record that changed meanwhile
+// answers Conflict, and its event brings the cluster back to the queue; so
+// does a create that finds the record already there.
+func (l *labeller) record(ctx context.Context, key clusterKey, leader string) error {
+	name := cluster.LeaderConfigMapName(key.Name)
+	cur, err := l.configMaps.ConfigMaps(key.Namespace).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if cur != nil && cur.Annotations[cluster.AnnotationLeader] == leader {
+		return nil
+	}
+	now := l.now().UTC().Format(isoFormat)
+	ctx, cancel := context.WithTimeout(ctx, patchTimeout)
+	defer cancel()
+	client := l.kube.CoreV1().ConfigMaps(key.Namespace)
+	if cur == nil {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: key.Namespace, Name: name, Labels: cluster.Selector(key.Name),
+			Annotations: leaderAnnotations(leader, now, 0),
+		}}
+		_, err = client.Create(ctx, cm, metav1.CreateOptions{})
+	} else {
+		transitions, _ := strconv.Atoi(cur.Annotations[cluster.AnnotationTransitions])
+		upd := cur.DeepCopy()
+		upd.Labels = mergeLabels(upd.Labels, cluster.Selector(key.Name))
+		if upd.Annotations == nil {
+			upd.Annotations = map[string]string{}
+		}
+		maps.Copy(upd.Annotations, leaderAnnotations(leader, now, transitions+1))
+		_, err = client.Update(ctx, upd, metav1.UpdateOptions{})
+	}
+	switch {
+	case err == nil:
+		l.log.WithFields(logrus.Fields{"cluster": key.String(), "leader": leader}).Info("labeller: leader record written")
+		return nil
+	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+		return nil
+	default:
+		return fmt.Errorf("write leader record %s/%s: %w", key.Namespace, name, err)
+	}
+}
+
+// leaderAnnotations are the annotations of a leader record taken by leader
+// at now.
+func leaderAnnotations(leader, now string, transitions int) map[string]string {
+	return map[string]string{
+		cluster.AnnotationLeader:      leader,
+		cluster.AnnotationAcquireTime: now,
+		cluster.AnnotationRenewTime:   now,
+		cluster.AnnotationTTL:         LeaderTTL,
+		cluster.AnnotationTransitions: strconv.Itoa(transitions),
+	}
+}
+
+// mergeLabels returns have with want set, as a new map.
+func mergeLabels(have, want map[string]string) map[string]string {
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, want)
+	return out
+}
+
+// Roles returns the role each pod of one cluster should carry, by pod
+// name; pods are the cluster's pods the labeller plays Patroni for:
 //  1. the pods labelled master that are still Ready and not terminating keep
 //     the role, the lowest ordinal among them if there are several (which
 //     only a hand edit makes);

@@ -252,6 +252,19 @@ func TestLabelsStatefulSet(t *testing.T) {
 		t.Errorf("cluster other: %s, want other-0 master", describe(other))
 	}
 
+	// Each cluster's leader record names its master, as Patroni's would:
+	// written before the label (Patroni takes the lock, then promotes).
+	for name, master := range map[string]string{"db": third.Name, "other": "other-0"} {
+		cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cluster.LeaderConfigMapName(name), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("leader record of %s: %v", name, err)
+			continue
+		}
+		if got := cm.Annotations[cluster.AnnotationLeader]; got != master || !maps.Equal(cm.Labels, cluster.Selector(name)) {
+			t.Errorf("leader record of %s names %q, labels %v; want %s, %v", name, got, cm.Labels, master, cluster.Selector(name))
+		}
+	}
+
 	obsStop()
 	<-obsDone
 	mu.Lock()

@@ -1,6 +1,7 @@
-// Command labeller stands in for Patroni's role labelling on a control plane
-// where no Spilo container runs (see package labeller): `make run` starts it
-// next to pgloop so clusters get a master and reach Running.
+// Command labeller stands in for Patroni on the kwok nodes of a control
+// plane, where no Spilo container runs (see package labeller): it writes the
+// role labels and the leader record. `make run` starts it next to pgloop so
+// clusters get a primary and reach Running.
 //
 //	labeller [--kubeconfig PATH] [--namespace NS]
 package main
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig to use; empty means $KUBECONFIG, ~/.kube/config or the in-cluster configuration")
-	namespace := flag.String("namespace", "", "namespace whose spilo pods to label; empty means every namespace")
+	namespace := flag.String("namespace", "", "namespace whose spilo pods to label; empty means every namespace (nodes are read in any case)")
 	flag.Parse()
 
 	log := logrus.New()

@@ -74,9 +74,17 @@ type PostgresqlStatus struct {
 	// Ready is "ready/desired", shown by kubectl get.
 	// +optional
 	Ready string `json:"ready,omitempty"`
-	// Primary is the name of the pod Patroni elected leader, if known.
+	// Primary is the name of the pod Patroni elected leader, if known: the
+	// pod named by Patroni's leader record while that pod is Ready.
 	// +optional
 	Primary string `json:"primary,omitempty"`
+	// LastPrimary is the pod that was the primary before it became unknown,
+	// set only while Primary is empty. A failover first clears Primary (the
+	// old leader stops being Ready) and only later names the new one; this
+	// field lets the change be recorded as "old -> new" then, even across a
+	// restart of the operator.
+	// +optional
+	LastPrimary string `json:"lastPrimary,omitempty"`
 }
 
 // Timer is a pending timer: when Deadline passes, the operator delivers the
@@ -91,7 +99,9 @@ type Timer struct {
 	Epoch int64 `json:"epoch"`
 }
 
-// Transition is one entry of the state machine's history.
+// Transition is one entry of the state machine's history: a change of
+// state, or a change of the primary (event primaryChanged, From and To both
+// the state the cluster was in).
 type Transition struct {
 	// From is the state left.
 	From string `json:"from"`
@@ -104,4 +114,10 @@ type Transition struct {
 	// Reason is the cause, as in Status.Reason.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// Message says what the reason alone does not. Only entries that are
+	// no change of state carry one (primaryChanged: "primary changed from
+	// A to B"); a state's message is in status, its condition and its
+	// Event, and the history stays small.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
