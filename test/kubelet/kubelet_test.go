@@ -1,0 +1,512 @@
+package kubelet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/test/kubelet"
+	"github.com/pgloop/pgloop/test/pgtest"
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+const (
+	nodeName  = "proc-1"
+	taintKey  = "pgloop.dev/data-plane"
+	taintVal  = "process"
+	clusterNm = "demo"
+	// testDeadline bounds the whole test: a plane (~5 s), a build, two
+	// elections, one failover (~20 s), a delete and a stop.
+	testDeadline = 5 * time.Minute
+	// kubeletStopGrace bounds the kubelet's own shutdown.
+	kubeletStopGrace = 60 * time.Second
+)
+
+// TestKubelet runs the process kubelet against the local control plane with
+// the StatefulSet pgloop builds, and shows a real Patroni cluster behind it:
+// pods Running and Ready on loopback IPs, a leader labelled by Patroni, the
+// hold annotation taking an instance down and back, a deleted pod replaced
+// on the same data, a crashed Patroni restarted, and nothing left running
+// once the kubelet stops.
+func TestKubelet(t *testing.T) {
+	for _, bin := range []string{kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres")} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Skipf("Patroni and PostgreSQL 15 are not installed (%v): run `make data-plane-deps` or `apt-get install patroni postgresql-15`", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+	defer cancel()
+	began := time.Now()
+	step := func(format string, args ...any) {
+		t.Logf("%6.2fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
+	}
+
+	plane, err := testbed.Start(ctx, testbed.Options{Nodes: 1, Log: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := plane.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	step("plane up")
+	cs := plane.Client
+
+	bin := buildKubelet(ctx, t)
+	step("pgkubelet built")
+	root := kubeletRoot(t)
+	k := startKubelet(t, bin, plane.Kubeconfig, root)
+	if _, err := testbed.WaitFor(ctx, testbed.Nodes(cs, nodeName), testbed.NodeReady); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The node lifecycle controller may still have its not-ready taint there.
+	hasTaint := slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == taintKey && t.Value == taintVal && t.Effect == corev1.TaintEffectNoSchedule
+	})
+	if node.Labels[kubelet.NodeTypeLabel] != kubelet.NodeType || node.Labels["zone"] != "test" || !hasTaint {
+		t.Errorf("node labels %v, taints %v", node.Labels, node.Spec.Taints)
+	}
+	step("node %s Ready", nodeName)
+
+	ns := plane.Namespace(t)
+	pg := createCluster(ctx, t, cs, ns)
+	created := time.Now()
+	if _, err := testbed.WaitForStatefulSet(ctx, cs, ns, clusterNm, testbed.StatefulSetReady); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	step("both pods Ready %v after the StatefulSet was created", time.Since(created).Round(time.Millisecond))
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != nodeName || !strings.HasPrefix(p.Status.PodIP, "127.") || p.Status.PodIP == "127.0.0.1" || ips[p.Status.PodIP] {
+			t.Errorf("pod %s on %s has IP %q: want a distinct 127.x address on %s", p.Name, p.Spec.NodeName, p.Status.PodIP, nodeName)
+		}
+		ips[p.Status.PodIP] = true
+	}
+
+	leader := waitLeader(ctx, t, k, cs, ns, "")
+	step("Patroni elected %s: %s-leader names it and it is labelled %s=%s", leader, clusterNm, cluster.LabelRole, cluster.RoleMaster)
+	replica := cluster.PodName(pg.Name, 0)
+	if replica == leader {
+		replica = cluster.PodName(pg.Name, 1)
+	}
+
+	// Hold: the leader is killed, its pod waits with reason Held, and the
+	// replica takes over once the leader key expires.
+	setHold(ctx, t, cs, ns, leader, true)
+	held := time.Now()
+	if _, err := testbed.WaitForPod(ctx, cs, ns, leader, func(p *corev1.Pod) (bool, error) {
+		s := containerStatus(p)
+		return s != nil && !s.Ready && s.State.Waiting != nil && s.State.Waiting.Reason == kubelet.ReasonHeld, nil
+	}); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	step("%s held: not ready, waiting %s, after %v", leader, kubelet.ReasonHeld, time.Since(held).Round(time.Millisecond))
+	if got := waitLeader(ctx, t, k, cs, ns, replica); got != replica {
+		t.Fatalf("leader after the hold = %s, want %s", got, replica)
+	}
+	step("failover: %s leads %v after the hold", replica, time.Since(held).Round(time.Millisecond))
+	setHold(ctx, t, cs, ns, leader, false)
+	released := time.Now()
+	back, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	if s := containerStatus(back); s == nil || s.RestartCount < 1 || s.LastTerminationState.Terminated == nil {
+		t.Errorf("container status after the hold = %+v, want a restart and a last termination", s)
+	}
+	step("%s released: Ready again %v later", leader, time.Since(released).Round(time.Millisecond))
+
+	// Delete: the kubelet stops the instance and removes the pod; the
+	// StatefulSet controller re-creates it, on the same claim and data.
+	victim, err := cs.CoreV1().Pods(ns).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := pvDir(ctx, t, cs, root, victim)
+	marker := filepath.Join(dataDir, "pgroot", "pgdata", "PG_VERSION") // Spilo's PGDATA
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the data directory of %s is not where expected: %v", victim.Name, err)
+	}
+	deleted := time.Now()
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recreated, err := testbed.WaitForPod(ctx, cs, ns, victim.Name, func(p *corev1.Pod) (bool, error) {
+		return p.UID != victim.UID, nil
+	})
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	step("%s deleted and re-created %v after the delete call", victim.Name, time.Since(deleted).Round(time.Millisecond))
+	if _, err := testbed.WaitForPod(ctx, cs, ns, victim.Name, testbed.PodReady); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	step("the new %s Ready %v after the delete call", victim.Name, time.Since(deleted).Round(time.Millisecond))
+	if got := pvDir(ctx, t, cs, root, recreated); got != dataDir {
+		t.Errorf("the re-created pod uses %s, want the old data directory %s", got, dataDir)
+	}
+	config, err := os.ReadFile(filepath.Join(root, "pods", string(recreated.UID), "patroni.yml"))
+	if err != nil || !strings.Contains(string(config), dataDir) {
+		t.Errorf("the re-created pod's Patroni configuration does not use %s (%v)", dataDir, err)
+	}
+
+	// Crash: Patroni killed behind the kubelet's back is restarted after
+	// its back-off, its PostgreSQL killed first.
+	crashPod, err := cs.CoreV1().Pods(ns).Get(ctx, replica, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := containerStatus(crashPod)
+	pid, err := strconv.Atoi(strings.TrimPrefix(before.ContainerID, "process://"))
+	if err != nil {
+		t.Fatalf("container ID %q: %v", before.ContainerID, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	crashed := time.Now()
+	after, err := testbed.WaitForPod(ctx, cs, ns, replica, func(p *corev1.Pod) (bool, error) {
+		s := containerStatus(p)
+		return s != nil && s.Ready && s.RestartCount > before.RestartCount, nil
+	})
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	if last := containerStatus(after).LastTerminationState.Terminated; last == nil || last.Signal != int32(syscall.SIGKILL) || last.ContainerID != before.ContainerID {
+		t.Errorf("last state after the crash = %+v, want SIGKILL of %s", last, before.ContainerID)
+	}
+	step("Patroni of %s killed: restarted and Ready %v later", replica, time.Since(crashed).Round(time.Millisecond))
+
+	// Stop: every instance stops, the pods stay (not ready), and nothing of
+	// the root runs any more.
+	stopping := time.Now()
+	if err := k.stop(); err != nil {
+		t.Fatal(err)
+	}
+	step("kubelet stopped in %v", time.Since(stopping).Round(time.Millisecond))
+	if left := processesOf(root); len(left) > 0 {
+		t.Errorf("still running after the kubelet stopped: %s", strings.Join(left, "; "))
+	}
+	pods, err = cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if s := containerStatus(&p); p.DeletionTimestamp != nil || s == nil || s.Ready {
+			t.Errorf("after the stop, pod %s: deleting %v, status %+v; want it kept and not ready", p.Name, p.DeletionTimestamp != nil, s)
+		}
+		if _, err := os.Stat(socketDirOf(p.UID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket directory of %s still there: %v", p.Name, err)
+		}
+	}
+}
+
+// testWriter sends the plane's start-up log to the test's.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// buildKubelet builds test/cmd/pgkubelet: the kubelet reaps every child of
+// its process, so it cannot run inside the test binary.
+func buildKubelet(ctx context.Context, t *testing.T) string {
+	bin := filepath.Join(t.TempDir(), "pgkubelet")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgloop/pgloop/test/cmd/pgkubelet")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build pgkubelet: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// kubeletRoot returns a fresh root whose parents postgres can traverse
+// (t.TempDir's parent is 0700).
+func kubeletRoot(t *testing.T) string {
+	root, err := os.MkdirTemp("", "pgkubelet-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kubelet.Cleanup(root); err != nil {
+			t.Error(err)
+		}
+		if !t.Failed() {
+			os.RemoveAll(root)
+		} else {
+			t.Logf("kept %s for inspection", root)
+		}
+	})
+	return root
+}
+
+// runningKubelet is the pgkubelet subprocess.
+type runningKubelet struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	log    string
+	root   string
+	exited chan struct{}
+	err    error // valid once exited is closed
+}
+
+func startKubelet(t *testing.T, bin, kubeconfig, root string) *runningKubelet {
+	logPath := filepath.Join(t.TempDir(), "pgkubelet.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin,
+		"--kubeconfig="+kubeconfig,
+		"--node-name="+nodeName,
+		"--root="+root,
+		// The kubelet skips addresses another plane's pods hold.
+		"--pod-cidr=127.1.7.0/24",
+		"--label=zone=test",
+		"--taint="+taintKey+"="+taintVal+":NoSchedule",
+		"--log-level=debug",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The kubelet dies with the test (its Patroni processes with it;
+	// Cleanup(root) stops the PostgreSQL servers). Pdeathsig fires when the
+	// forking thread exits: the fork happens on a thread locked until the
+	// kubelet has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	k := &runningKubelet{t: t, cmd: cmd, log: logPath, root: root, exited: make(chan struct{})}
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		k.err = cmd.Wait()
+		close(k.exited)
+	}()
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := k.stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("--- pgkubelet log ---\n%s", tail(logPath, 150))
+			logs, _ := filepath.Glob(filepath.Join(root, "pods", "*", "patroni.log"))
+			for _, l := range logs {
+				t.Logf("--- %s ---\n%s", l, tail(l, 40))
+			}
+		}
+	})
+	return k
+}
+
+// stop sends SIGTERM and waits for the kubelet to exit; it is idempotent.
+func (k *runningKubelet) stop() error {
+	select {
+	case <-k.exited:
+		return nil
+	default:
+	}
+	_ = k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.exited:
+		if k.err != nil {
+			return fmt.Errorf("pgkubelet exited with %v\n%s", k.err, tail(k.log, 30))
+		}
+		return nil
+	case <-time.After(kubeletStopGrace):
+		_ = k.cmd.Process.Kill()
+		<-k.exited
+		return fmt.Errorf("pgkubelet ignored SIGTERM for %v\n%s", kubeletStopGrace, tail(k.log, 30))
+	}
+}
+
+// failure adds the end of the kubelet's log to err, and says whether it died.
+func (k *runningKubelet) failure(err error) error {
+	select {
+	case <-k.exited:
+		return fmt.Errorf("%w\npgkubelet exited (%v):\n%s", err, k.err, tail(k.log, 40))
+	default:
+		return err
+	}
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// createCluster creates what pgloop would for a two-instance cluster
+// tolerating the process node's taint and bound to it.
+func createCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) *v1.Postgresql {
+	pg := pgtest.Cluster(ns, clusterNm, 2)
+	pg.Spec.PostgreSQL.Version = "15" // the binaries installed here
+	// The shortest valid timings: a failover within ttl (20 s), not 30.
+	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
+	pg.Spec.Tolerations = []corev1.Toleration{{Key: taintKey, Operator: corev1.TolerationOpEqual, Value: taintVal, Effect: corev1.TaintEffectNoSchedule}}
+	pg.Spec.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName},
+		}}}},
+	}}
+	secrets, err := cluster.Secrets(pg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No Postgresql object exists: owner references would let the garbage
+	// collector delete everything.
+	core := cs.CoreV1()
+	sa := cluster.ServiceAccount(pg)
+	sa.OwnerReferences = nil
+	if _, err := core.ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := cluster.Role(pg)
+	role.OwnerReferences = nil
+	if _, err := cs.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := cluster.RoleBinding(pg)
+	binding.OwnerReferences = nil
+	if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets {
+		s.OwnerReferences = nil
+		if _, err := core.Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sts := cluster.StatefulSet(pg, cluster.Options{})
+	sts.OwnerReferences = nil
+	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return pg
+}
+
+// waitLeader waits until Patroni's <scope>-leader ConfigMap names a member
+// (want, if not empty) and that member's pod carries the master label, and
+// returns it.
+func waitLeader(ctx context.Context, t *testing.T, k *runningKubelet, cs kubernetes.Interface, ns, want string) string {
+	t.Helper()
+	lw := testbed.ListWatch(cs.CoreV1().ConfigMaps(ns), "metadata.name="+clusterNm+"-leader")
+	cm, err := testbed.WaitFor(ctx, lw, func(cm *corev1.ConfigMap) (bool, error) {
+		l := cm.Annotations["leader"]
+		return l != "" && (want == "" || l == want), nil
+	})
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	leader := cm.Annotations["leader"]
+	if _, err := testbed.WaitForPod(ctx, cs, ns, leader, func(p *corev1.Pod) (bool, error) {
+		return p.Labels[cluster.LabelRole] == cluster.RoleMaster, nil
+	}); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	return leader
+}
+
+func setHold(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, pod string, on bool) {
+	t.Helper()
+	value := "null"
+	if on {
+		value = `"true"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kubelet.HoldAnnotation, value)
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func containerStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == cluster.ContainerName {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// pvDir is the host directory of the pod's data volume: <root>/pv/<pv>.
+func pvDir(ctx context.Context, t *testing.T, cs kubernetes.Interface, root string, p *corev1.Pod) string {
+	t.Helper()
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(root, "pv", pvc.Spec.VolumeName)
+	}
+	t.Fatalf("pod %s has no claim", p.Name)
+	return ""
+}
+
+// socketDirOf mirrors the kubelet's socket directory naming.
+func socketDirOf(uid types.UID) string {
+	return "/tmp/pgk-" + strings.ReplaceAll(string(uid), "-", "")[:8]
+}
+
+// processesOf lists the processes whose working directory or command line
+// is under root, as "pid: command line".
+func processesOf(root string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")
+		if under(cwd, root) || strings.Contains(args, root+"/") || strings.HasSuffix(args, root) {
+			out = append(out, fmt.Sprintf("%d: %s", pid, args))
+		}
+	}
+	return out
+}
+
+func under(path, root string) bool { return path == root || strings.HasPrefix(path, root+"/") }
