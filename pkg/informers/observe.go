@@ -193,7 +193,11 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 //  3. the named member has no pod, or its pod is terminating or not Ready
 //     (a killed leader keeps the lock until its ttl runs out and another
 //     member takes it): no primary;
-//  4. otherwise the named pod, whatever labels it and the others carry.
+//  4. the named pod is not labelled master yet: Patroni takes the lock,
+//     then promotes its PostgreSQL, then labels the pod; until the label
+//     is there the new leader may still be read-only (seen: a write 20 s
+//     into a failover refused as "read-only transaction"): no primary;
+//  5. otherwise the named pod, whatever labels the others carry.
 //
 // Readiness, not the record's renewTime and ttl, tells a dead holder: the
 // pod's readiness probe asks its Patroni, and pgloop's clock need not agree
@@ -213,6 +217,8 @@ func primary(clusterName, leader string, recorded bool, leaderPod *corev1.Pod) (
 		return "", "the leader pod " + leader + " is terminating"
 	case !podReady(leaderPod):
 		return "", "the leader pod " + leader + " is not Ready"
+	case leaderPod.Labels[cluster.LabelRole] != cluster.RoleMaster:
+		return "", "the leader pod " + leader + " is not promoted yet (not labelled " + cluster.LabelRole + "=" + cluster.RoleMaster + ")"
 	}
 	return leader, ""
 }

@@ -94,8 +94,14 @@ func TestObserve(t *testing.T) {
 			want: with(running, func(f *fsm.Facts) {
 				f.Primary, f.NoPrimary = "", "the leader c1-7 named by c1-leader has no pod"
 			})},
-		{name: "failover: the new holder while the killed leader keeps its label", pg: pg,
+		{name: "failover: the new holder not promoted yet, the killed leader keeps its label", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){0: notReady}), lock(pg, "c1-1")),
+			want: with(running, func(f *fsm.Facts) {
+				f.Primary, f.Ready = "", 2
+				f.NoPrimary = "the leader pod c1-1 is not promoted yet (not labelled spilo-role=master)"
+			})},
+		{name: "failover: the new holder promoted while the killed leader keeps its label", pg: pg,
+			objs: record(healthy(map[int32]func(*corev1.Pod){0: notReady, 1: master}), lock(pg, "c1-1")),
 			want: with(running, func(f *fsm.Facts) { f.Primary, f.Ready = "c1-1", 2 })},
 		{name: "failover: the new holder, both labelled, both Ready", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){1: master}), lock(pg, "c1-1")),
