@@ -39,7 +39,7 @@ bench: ## Benchmarks of the loop and the state machine (figures go to docs/perfo
 ##@ Run
 
 .PHONY: run
-run: build testbed testbed-cmd labeller ## Run the operator: with no KUBECONFIG, on a local control plane with the samples (Ctrl-C stops all).
+run: build testbed testbed-cmd labeller data-plane-deps ## Run the operator: with no KUBECONFIG, on a local control plane with the samples (Ctrl-C stops all).
 	BIN=$(BIN) hack/run.sh
 
 # Fragments owned by their parts of the tree.

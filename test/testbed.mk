@@ -3,8 +3,10 @@
 # modules into $(BIN). See docs/testbed.md. BIN and GO come from the root
 # Makefile.
 
-# Fake nodes of `make plane`.
+# Fake nodes of `make plane` (kwok's), and nodes whose pods run real
+# Patroni and PostgreSQL (process kubelets).
 PLANE_NODES ?= 3
+PLANE_PROCESS_NODES ?= 1
 # Where `make plane` writes the admin kubeconfig once the plane is ready; it
 # is removed when the plane stops.
 PLANE_KUBECONFIG ?= $(CURDIR)/.tmp/kubeconfig
@@ -17,15 +19,20 @@ TESTBED_TIMEOUT ?= 15m
 ##@ Local control plane
 
 .PHONY: testbed
-testbed: ## Build the control plane's binaries into bin/ (only those missing; ~11 min cold).
+testbed: ## Build the control plane's binaries into bin/ (only those missing; ~11 min cold) and bin/pgkubelet.
 	BIN=$(BIN) test/tools/build.sh
+	cd test && $(GO) build -o $(BIN)/pgkubelet ./cmd/pgkubelet
+
+.PHONY: data-plane-deps
+data-plane-deps: ## Install what process nodes run: Debian's patroni and postgresql-15 (apt-get, only when missing).
+	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed ## Run the control plane's smoke tests, the labeller's, the worker model's and the bench's unit tests (not the e2e suites).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./labeller/... ./model/... ./bench/... ./cmd/...
+test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the worker model's and the bench's unit tests (not the e2e suites).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./model/... ./bench/... ./cmd/...
 
 .PHONY: test-e2e
-test-e2e: testbed ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
+test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 20m ./e2e/...
 
 .PHONY: labeller
@@ -37,8 +44,8 @@ testbed-cmd: ## Build bin/testbed, the command that runs the plane.
 	cd test && $(GO) build -o $(BIN)/testbed ./cmd/testbed
 
 .PHONY: plane
-plane: testbed testbed-cmd ## Run a control plane in the foreground (Ctrl-C stops it).
-	$(BIN)/testbed up --nodes $(PLANE_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
+plane: testbed testbed-cmd data-plane-deps ## Run a control plane in the foreground (Ctrl-C stops it).
+	$(BIN)/testbed up --nodes $(PLANE_NODES) --process-nodes $(PLANE_PROCESS_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
 		$(if $(wildcard $(PLANE_CRDS)/*.yaml),--crds $(PLANE_CRDS))
 
 # Flags of bench-isolation, e.g.

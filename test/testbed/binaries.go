@@ -43,7 +43,7 @@ func (b binaries) path(name string) string { return filepath.Join(b.dir, name) }
 // findBinaries locates the binaries: dir if given, else $PGLOOP_BIN, else the
 // bin/ directory at the root of the repository holding the working directory
 // (go test runs in the package's directory, so walking up finds it).
-func findBinaries(dir string) (binaries, error) {
+func findBinaries(dir string, processNodes bool) (binaries, error) {
 	if dir == "" {
 		dir = os.Getenv(EnvBin)
 	}
@@ -60,7 +60,11 @@ func findBinaries(dir string) (binaries, error) {
 	}
 	b := binaries{dir: dir}
 	var missing []string
-	for _, name := range []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKwok} {
+	names := []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKwok}
+	if processNodes {
+		names = append(names, binKubelet)
+	}
+	for _, name := range names {
 		fi, err := os.Stat(b.path(name))
 		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			missing = append(missing, name)

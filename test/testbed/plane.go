@@ -40,8 +40,16 @@ const (
 
 // Options shapes the plane. The zero value is usable.
 type Options struct {
-	// Nodes is the number of fake nodes; 0 means 3.
+	// Nodes is the number of fake nodes kwok plays; 0 means 3, or none when
+	// ProcessNodes is set.
 	Nodes int
+	// ProcessNodes is the number of nodes played by process kubelets
+	// (test/cmd/pgkubelet): their pods run real Patroni and PostgreSQL.
+	// They need Debian's patroni and postgresql packages.
+	ProcessNodes int
+	// TaintProcessNodes taints process nodes (DataPlaneTaintKey) so that
+	// only pods tolerating it run there, the others stay on kwok's nodes.
+	TaintProcessNodes bool
 	// NodeCapacity is each node's capacity and allocatable; nil means
 	// 4 CPUs, 16Gi of memory and 110 pods.
 	NodeCapacity corev1.ResourceList
@@ -65,7 +73,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Nodes == 0 {
+	if o.Nodes == 0 && o.ProcessNodes == 0 {
 		o.Nodes = 3
 	}
 	if o.NodeCapacity == nil {
@@ -111,8 +119,10 @@ type Plane struct {
 	launcher *launcher
 	procs    []*process   // in start order: etcd first
 	nodes    atomic.Int32 // created so far, numbering their addresses
-	stopOnce sync.Once
-	stopErr  error
+
+	processNodes []ProcessNode
+	stopOnce     sync.Once
+	stopErr      error
 }
 
 // ports are the plane's listening ports, all on 127.0.0.1.
@@ -126,9 +136,14 @@ type ports struct {
 // processes run until Stop. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (*Plane, error) {
 	opts = opts.withDefaults()
-	bins, err := findBinaries(opts.BinDir)
+	bins, err := findBinaries(opts.BinDir, opts.ProcessNodes > 0)
 	if err != nil {
 		return nil, err
+	}
+	if opts.ProcessNodes > 0 {
+		if err := dataPlaneMissing(); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
@@ -233,6 +248,12 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		return nil, p.withProcessState(err)
 	}
 	step("%d nodes Ready", opts.Nodes)
+	if err := p.startProcessNodes(ctx); err != nil {
+		return nil, err
+	}
+	if opts.ProcessNodes > 0 {
+		step("%d process nodes Ready", opts.ProcessNodes)
+	}
 	if _, err := WaitFor(ctx, ServiceAccounts(p.Client, corev1.NamespaceDefault, "default"), func(*corev1.ServiceAccount) (bool, error) { return true, nil }); err != nil {
 		return nil, p.withProcessState(fmt.Errorf("while waiting for the default ServiceAccount: %w", err))
 	}
@@ -279,24 +300,46 @@ func (p *Plane) Stop() error {
 
 func (p *Plane) stop() error {
 	var etcd *process
-	var wg sync.WaitGroup
+	var errs []error
+	stopAll := func(first bool) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, proc := range p.procs {
+			// Process kubelets go first, while the apiserver still serves
+			// their last status writes.
+			if proc.name == binEtcd || (proc.cleanup != nil) != first {
+				continue
+			}
+			wg.Go(func() {
+				if proc.stop() {
+					fmt.Fprintf(p.opts.Log, "testbed: %s ignored SIGTERM for %v, killed\n", proc.name, proc.grace)
+				}
+				if proc.cleanup != nil {
+					if err := proc.cleanup(); err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("after %s: %w", proc.name, err))
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	stopAll(true)
+	stopAll(false)
 	for _, proc := range p.procs {
 		if proc.name == binEtcd {
 			etcd = proc
-			continue
 		}
-		wg.Go(func() {
-			if proc.stop(stopGrace) {
-				fmt.Fprintf(p.opts.Log, "testbed: %s ignored SIGTERM for %v, killed\n", proc.name, stopGrace)
-			}
-		})
 	}
-	wg.Wait()
 	if etcd != nil {
-		etcd.stop(stopGrace)
+		etcd.stop()
 	}
 	// Every child is reaped: the launcher's thread may now exit.
 	p.launcher.close()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	if p.opts.KeepDir {
 		// Kept on purpose: not for the next Start to collect.
 		_ = os.Remove(filepath.Join(p.Dir, ownerFile))

@@ -59,6 +59,11 @@ type process struct {
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed once Wait has reaped the process
 	waitErr error         // valid once exited is closed
+	// grace is how long it may take to exit after SIGTERM.
+	grace time.Duration
+	// cleanup, when set, runs once the process has exited, to remove what
+	// it may have left behind.
+	cleanup func() error
 }
 
 func (l *launcher) start(name, bin, logPath string, args, env []string) (*process, error) {
@@ -79,7 +84,7 @@ func (l *launcher) start(name, bin, logPath string, args, env []string) (*proces
 	if err != nil {
 		return nil, fmt.Errorf("while starting %s: %w", name, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
+	p := &process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{}), grace: stopGrace}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -99,9 +104,10 @@ func (p *process) hasExited() bool {
 	}
 }
 
-// stop asks the process group to terminate, kills it after grace, and returns
-// once the process is reaped. It reports whether SIGKILL was needed.
-func (p *process) stop(grace time.Duration) (killed bool) {
+// stop asks the process group to terminate, kills it after p.grace, and
+// returns once the process is reaped. It reports whether SIGKILL was needed.
+func (p *process) stop() (killed bool) {
+	grace := p.grace
 	if p.hasExited() {
 		return false
 	}

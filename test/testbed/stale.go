@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/pgloop/pgloop/test/kubelet"
 )
 
 // dirPrefix starts the name of every plane's directory.
@@ -63,6 +65,14 @@ func removeStaleDirs(parent string, log func(format string, args ...any)) {
 		}
 		if id, err := processIdentity(pid); err == nil && id == owner {
 			continue
+		}
+		// A killed plane's process kubelets died with it, but the
+		// PostgreSQL servers they ran detach (Patroni setsid()s them).
+		roots, _ := filepath.Glob(filepath.Join(dir, "kubelet", "*"))
+		for _, root := range roots {
+			if err := kubelet.Cleanup(root); err != nil {
+				log("cleaning up %s: %v", root, err)
+			}
 		}
 		if err := os.RemoveAll(dir); err == nil {
 			log("removed %s, left by a killed plane", dir)

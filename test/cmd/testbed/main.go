@@ -39,12 +39,15 @@ type config struct {
 	crds          string
 	apply         []string
 	keepDir       bool
+	processNodes  int
+	taint         bool
 }
 
 const usage = `usage: testbed up [flags]
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-on 127.0.0.1 with fake nodes, and runs until interrupted.
+on 127.0.0.1 with fake nodes, and runs until interrupted. Process nodes
+(--process-nodes) run real Patroni and PostgreSQL for the pods bound to them.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,7 +62,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fs.IntVar(&cfg.nodes, "nodes", 3, "number of fake nodes")
+	fs.IntVar(&cfg.nodes, "nodes", 3, "number of fake nodes played by kwok")
+	fs.IntVar(&cfg.processNodes, "process-nodes", 0, "number of nodes played by process kubelets (bin/pgkubelet): their pods run real Patroni and PostgreSQL")
+	fs.BoolVar(&cfg.taint, "taint-process-nodes", false, "taint process nodes "+testbed.DataPlaneTaintKey+"="+testbed.DataPlaneTaintValue+":NoSchedule")
 	fs.StringVar(&cfg.kubeconfigOut, "kubeconfig-out", "", "also write the admin kubeconfig here once the plane is ready, and remove it on exit")
 	fs.StringVar(&cfg.crds, "crds", "", "apply the CustomResourceDefinitions in this directory and wait until they are Established")
 	fs.Func("apply", "apply the manifests in this file or directory after the CRDs (repeatable)", func(s string) error {
@@ -70,6 +75,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	if cfg.nodes < 0 || cfg.processNodes < 0 || cfg.nodes+cfg.processNodes == 0 {
+		return fmt.Errorf("--nodes %d --process-nodes %d: want at least one node and no negative count", cfg.nodes, cfg.processNodes)
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
@@ -78,7 +86,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // up runs the plane until ctx ends or one of its processes dies.
 func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
-	p, err := testbed.Start(ctx, testbed.Options{Nodes: cfg.nodes, KeepDir: cfg.keepDir, Log: stderr})
+	p, err := testbed.Start(ctx, testbed.Options{
+		Nodes:             cfg.nodes,
+		ProcessNodes:      cfg.processNodes,
+		TaintProcessNodes: cfg.taint,
+		KeepDir:           cfg.keepDir,
+		Log:               stderr,
+	})
 	if err != nil {
 		return err
 	}
