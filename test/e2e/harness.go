@@ -124,7 +124,14 @@ func (e *Env) Close() error {
 	if e.buildDir != "" {
 		_ = os.RemoveAll(e.buildDir)
 	}
-	return errors.Join(health, e.Plane.Stop())
+	err := e.Plane.Stop()
+	// The process node's Patroni and PostgreSQL servers (which Patroni
+	// detaches) must be gone with the plane: their command lines name
+	// their configuration or data directory under the plane's directory.
+	if _, left, _ := Memory([]string{e.Plane.Dir}); left > 0 {
+		err = errors.Join(err, fmt.Errorf("%d processes of the plane survived Stop", left))
+	}
+	return errors.Join(health, err)
 }
 
 // Context returns a context for t bounded by d, cancelled when t ends.

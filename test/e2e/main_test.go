@@ -16,7 +16,14 @@ var env *Env
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	e, err := Setup(ctx, testbed.Options{Log: os.Stderr})
+	e, err := Setup(ctx, testbed.Options{
+		Nodes: 3,
+		// One node runs real Patroni and PostgreSQL (dataplane_test.go);
+		// its taint keeps the other suites' clusters on kwok's nodes.
+		ProcessNodes:      1,
+		TaintProcessNodes: true,
+		Log:               os.Stderr,
+	})
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane: %v\n", err)

@@ -1,0 +1,273 @@
+package e2e
+
+// Helpers of the data-plane suite: clusters on the process node, where each
+// pod runs a real Patroni and PostgreSQL 15 at its loopback pod IP
+// (docs/testbed.md, "Data plane").
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/test/kubelet"
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+// OnProcessNode makes a cluster run on the process node: PostgreSQL 15 (the
+// version Debian ships), tolerating the node's taint and required there,
+// with Patroni timings shortened for tests (a failover takes about ttl)
+// and replicas retrying the primary every second.
+func OnProcessNode(pg *v1.Postgresql) {
+	pg.Spec.PostgreSQL.Version = "15"
+	pg.Spec.PostgreSQL.Parameters = map[string]string{"wal_retrieve_retry_interval": "1s"}
+	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
+	pg.Spec.Tolerations = []corev1.Toleration{testbed.DataPlaneToleration()}
+	pg.Spec.NodeAffinity = &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key:      testbed.NodeLabel,
+				Operator: corev1.NodeSelectorOpIn,
+				Values:   []string{testbed.ProcessNodeLabelValue},
+			}}}},
+		},
+	}
+}
+
+// ProcessNode returns the plane's process node.
+func (e *Env) ProcessNode(t testing.TB) testbed.ProcessNode {
+	t.Helper()
+	nodes := e.Plane.ProcessNodes()
+	if len(nodes) == 0 {
+		t.Fatal("the plane has no process node")
+	}
+	return nodes[0]
+}
+
+// Pod returns pod ns/name.
+func (e *Env) Pod(ctx context.Context, t testing.TB, ns, name string) *corev1.Pod {
+	t.Helper()
+	pod, err := e.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("while reading pod %s/%s: %v", ns, name, err)
+	}
+	return pod
+}
+
+// LeaderRecord returns the member Patroni's leader lock names
+// (<cluster>-leader ConfigMap, annotation leader), "" when none.
+func (e *Env) LeaderRecord(ctx context.Context, ns, name string) (string, error) {
+	cm, err := e.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name+"-leader", metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("while reading the leader record of %s/%s: %w", ns, name, err)
+	}
+	return cm.Annotations["leader"], nil
+}
+
+// SQL connects to the PostgreSQL of pod as the superuser, with the password
+// pgloop generated, at the pod's IP: loopback pod IPs are reachable from
+// here. The connection is closed when t ends.
+func (e *Env) SQL(ctx context.Context, t testing.TB, pod *corev1.Pod) *pgx.Conn {
+	t.Helper()
+	clusterName := pod.Labels[cluster.LabelClusterName]
+	secret, err := e.Kube.CoreV1().Secrets(pod.Namespace).Get(ctx, cluster.SecretName(cluster.SuperuserName, clusterName), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("while reading the superuser's secret of %s: %v", clusterName, err)
+	}
+	if pod.Status.PodIP == "" {
+		t.Fatalf("pod %s has no IP", pod.Name)
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5",
+		pod.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = string(secret.Data[cluster.SecretPasswordKey])
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("while connecting to pod %s at %s: %v", pod.Name, pod.Status.PodIP, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(ctx)
+	})
+	return conn
+}
+
+// sqlPoll paces the checks of state that only SQL shows (replication,
+// replayed rows): nothing can be watched there.
+const sqlPoll = 200 * time.Millisecond
+
+// Eventually calls check until it returns true, an error wrapping
+// errStop, or ctx ends; the last error is reported on timeout.
+func Eventually(ctx context.Context, what string, check func(context.Context) (bool, error)) error {
+	var last error
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		done, err := check(attempt)
+		cancel()
+		if errors.Is(err, errStop) {
+			return err
+		}
+		if err == nil && done {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), last)
+		case <-time.After(sqlPoll):
+		}
+	}
+}
+
+var errStop = errors.New("giving up")
+
+// Streaming returns the application names (Patroni member names, that is
+// pod names) of the replicas streaming from the server conn is connected
+// to, sorted.
+func Streaming(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming' ORDER BY 1")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// SetHold sets or clears the process kubelet's hold annotation on a pod:
+// set, its Patroni and PostgreSQL are killed (a crash) and not restarted.
+func (e *Env) SetHold(ctx context.Context, ns, pod string, hold bool) error {
+	value := `null`
+	if hold {
+		value = `"true"`
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kubelet.HoldAnnotation, value)
+	_, err := e.Kube.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("while setting hold=%v on pod %s/%s: %w", hold, ns, pod, err)
+	}
+	return nil
+}
+
+// DataDir returns the host directory of the volume bound to pod's data
+// claim on the process node.
+func (e *Env) DataDir(ctx context.Context, t testing.TB, pod *corev1.Pod) string {
+	t.Helper()
+	claim := ""
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == cluster.DataVolumeName && v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if claim == "" {
+		t.Fatalf("pod %s has no data volume claim", pod.Name)
+	}
+	pvc, err := e.Kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pvc.Spec.VolumeName == "" {
+		t.Fatalf("claim %s is not bound", claim)
+	}
+	return filepath.Join(e.ProcessNode(t).Root, "pv", pvc.Spec.VolumeName)
+}
+
+// PodDir is where the process kubelet keeps a pod's files (Patroni's
+// configuration among them).
+func PodDir(node testbed.ProcessNode, pod *corev1.Pod) string {
+	return filepath.Join(node.Root, "pods", string(pod.UID))
+}
+
+// Memory sums the proportional set size (PSS) of the processes whose
+// command line names one of dirs, and of all their descendants: given the
+// pods' PodDir and DataDir, each Patroni (its configuration is in PodDir)
+// and each postmaster (its data directory is in DataDir; Patroni detaches
+// it) with its backends.
+func Memory(dirs []string) (pss int64, procs int, err error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, err
+	}
+	parent := map[int]int{}
+	var roots []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		for _, dir := range dirs {
+			if strings.Contains(string(cmdline), dir+"/") {
+				roots = append(roots, pid)
+				break
+			}
+		}
+		if ppid, err := parentPID(pid); err == nil {
+			parent[pid] = ppid
+		}
+	}
+	in := map[int]bool{}
+	for _, r := range roots {
+		in[r] = true
+	}
+	// Descendants: follow parents up to a member of the set.
+	for pid := range parent {
+		for p, depth := pid, 0; p > 1 && depth < 16; p, depth = parent[p], depth+1 {
+			if in[p] {
+				in[pid] = true
+				break
+			}
+		}
+	}
+	for pid := range in {
+		kib, err := pssKiB(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		pss += kib << 10
+		procs++
+	}
+	return pss, procs, nil
+}
+
+func parentPID(pid int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	end := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[end+1:]))
+	if end < 0 || len(fields) < 2 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return strconv.Atoi(fields[1])
+}
+
+func pssKiB(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "Pss:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no Pss for pid %d", pid)
+}
