@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make run: runs the pgloop operator in the foreground.
 #  - KUBECONFIG unset: brings up the local control plane (bin/testbed up,
-#    CRDs applied), the role labeller that stands in for Patroni on KWOK
-#    nodes, and the operator, then applies the sample clusters. Ctrl-C stops
+#    CRDs applied) with one process node, whose pods run real Patroni and
+#    PostgreSQL (PLANE_PROCESS_NODES, default 1), and the operator, then
+#    applies the sample clusters. With KWOK nodes (PLANE_NODES, default 0)
+#    the role labeller stands in for Patroni on them. Ctrl-C stops
 #    everything this script started.
 #  - KUBECONFIG set: runs the operator against that cluster (the CRD must be
 #    installed: kubectl apply -f manifests/crds).
@@ -28,8 +30,9 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-"$bin/testbed" up --nodes "${PLANE_NODES:-3}" --kubeconfig-out "$kubeconfig" \
-	--crds manifests/crds --apply manifests/samples &
+kwok_nodes="${PLANE_NODES:-0}"
+"$bin/testbed" up --nodes "$kwok_nodes" --process-nodes "${PLANE_PROCESS_NODES:-1}" --kubeconfig-out "$kubeconfig" \
+	--crds manifests/crds --apply manifests/samples --apply hack/samples &
 pids+=($!)
 # testbed writes the kubeconfig only once the plane is ready and the CRDs
 # are Established; it exits (and so do we) if the plane fails.
@@ -38,8 +41,10 @@ until [ -s "$kubeconfig" ]; do
 	sleep 0.2
 done
 
-"$bin/labeller" --kubeconfig "$kubeconfig" &
-pids+=($!)
+if [ "$kwok_nodes" -gt 0 ]; then
+	"$bin/labeller" --kubeconfig "$kubeconfig" &
+	pids+=($!)
+fi
 "$bin/pgloop" operator --kubeconfig "$kubeconfig" --leader-elect=false --health-addr 127.0.0.1:0 "$@" &
 pids+=($!)
 
@@ -52,6 +57,10 @@ In another terminal:
     kubectl get pg -w
     bin/pgloop status -A
 
-Ctrl-C stops the operator, the labeller and the control plane.
+Pods on the process node run real Patroni and PostgreSQL at their pod IPs
+(kubectl get pods -o wide), e.g.: psql -h <pod IP> -U postgres (the password is
+in the secret postgres.<cluster>.credentials.postgresql.pgloop.dev).
+
+Ctrl-C stops the operator and the control plane.
 TXT
 wait -n "${pids[@]}"
