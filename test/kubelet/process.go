@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pgloop/pgloop/test/internal/osthread"
 )
 
 // reapInterval is a safety net under SIGCHLD, which the kernel and the
@@ -170,37 +171,11 @@ func (r *reaper) start(fork func() (int, error), exits chan<- exitStatus) (int, 
 	return pid, nil
 }
 
-// launcher forks from one goroutine locked to its OS thread. Pdeathsig fires
-// when the thread that forked the child exits, not the process (see
-// syscall.SysProcAttr.Pdeathsig): the Go runtime ends threads at will, which
-// would kill a Patroni at a random moment. This thread lives until close.
-type launcher struct {
-	jobs chan func()
-}
+// launcher forks every Patroni from one OS thread (osthread explains why
+// Pdeathsig needs it). Its thread lives until Close.
+type launcher struct{ *osthread.Thread }
 
-func newLauncher() *launcher {
-	l := &launcher{jobs: make(chan func())}
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread exits with this goroutine, after close.
-		for job := range l.jobs {
-			job()
-		}
-	}()
-	return l
-}
-
-// do runs f on the launcher's thread and returns when f has.
-func (l *launcher) do(f func()) {
-	done := make(chan struct{})
-	l.jobs <- func() {
-		defer close(done)
-		f()
-	}
-	<-done
-}
-
-func (l *launcher) close() { close(l.jobs) }
+func newLauncher() *launcher { return &launcher{osthread.New()} }
 
 // process is one running Patroni.
 type process struct {
@@ -245,7 +220,7 @@ func spawn(l *launcher, r *reaper, s spawnSpec) (*process, error) {
 		},
 	}
 	p := &process{exits: make(chan exitStatus, 1)}
-	l.do(func() {
+	l.Do(func() {
 		p.pid, err = r.start(func() (int, error) { return syscall.ForkExec(s.argv[0], s.argv, attr) }, p.exits)
 	})
 	if err != nil {

@@ -6,50 +6,24 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pgloop/pgloop/test/internal/osthread"
 )
 
 // errPortInUse marks a start-up failure caused by a port that another program
 // took between our probe and the bind; Start retries on fresh ports.
 var errPortInUse = errors.New("port already in use")
 
-// launcher starts the plane's processes from one goroutine locked to its OS
-// thread. Pdeathsig fires when the thread that forked the child exits, not
-// when the process does: Go ends a thread whenever a goroutine that locked it
-// returns without unlocking, so a child forked from an arbitrary thread could
-// be killed at a random moment (see syscall.SysProcAttr.Pdeathsig and
-// golang/go#27505). This thread lives until Stop has reaped every child; the
-// whole test binary dying still takes the thread, and so the children, with it.
-type launcher struct {
-	jobs chan func()
-}
+// launcher starts the plane's processes from one OS thread (osthread
+// explains why Pdeathsig needs it). The thread lives until Stop has reaped
+// every child; the whole test binary dying still takes the thread, and so
+// the children, with it.
+type launcher struct{ *osthread.Thread }
 
-func newLauncher() *launcher {
-	l := &launcher{jobs: make(chan func())}
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread exits with this goroutine, after close.
-		for job := range l.jobs {
-			job()
-		}
-	}()
-	return l
-}
-
-// do runs f on the launcher's thread and returns when f has.
-func (l *launcher) do(f func()) {
-	done := make(chan struct{})
-	l.jobs <- func() {
-		defer close(done)
-		f()
-	}
-	<-done
-}
-
-func (l *launcher) close() { close(l.jobs) }
+func newLauncher() *launcher { return &launcher{osthread.New()} }
 
 // process is one program of the plane, started in its own process group with
 // its output in a log file.
@@ -80,7 +54,7 @@ func (l *launcher) start(name, bin, logPath string, args, env []string) (*proces
 	cmd.Stderr = logFile
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	l.do(func() { err = cmd.Start() })
+	l.Do(func() { err = cmd.Start() })
 	if err != nil {
 		return nil, fmt.Errorf("while starting %s: %w", name, err)
 	}
