@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -124,9 +126,25 @@ func TestDataPlane(t *testing.T) {
 			t.Errorf("leader record names %q (%v), want %s", leader, err, replica.Name)
 		}
 		newConn := env.SQL(ctx, t, env.Pod(ctx, t, ns, replica.Name))
-		if _, err := newConn.Exec(ctx, "INSERT INTO e2e VALUES (2, 'written after the failover')"); err != nil {
-			t.Fatalf("write on the new primary: %v", err)
+		// Patroni labels its pod master right after asking PostgreSQL to
+		// promote (pg_ctl promote -W), so the first writes may still meet
+		// a server in recovery; clients retry those, and so do we.
+		labelled := time.Now()
+		err = Eventually(ctx, "a write on the new primary", func(ctx context.Context) (bool, error) {
+			_, err := newConn.Exec(ctx, "INSERT INTO e2e VALUES (2, 'written after the failover')")
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == readOnlySQLTransaction {
+				return false, err
+			}
+			if err != nil {
+				return false, fmt.Errorf("%w: %w", errStop, err)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Logf("new primary writable %v after pgloop named it", time.Since(labelled).Round(time.Millisecond))
 
 		if err := env.SetHold(ctx, ns, primary.Name, false); err != nil {
 			t.Fatal(err)
@@ -203,6 +221,10 @@ func TestDataPlaneSideBySide(t *testing.T) {
 	t.Logf("figures: time to Running: %s; all replicas streaming after %v; memory: %d MiB PSS in %d processes, %.1f MiB per instance",
 		strings.Join(times, ", "), streaming.Round(100*time.Millisecond), pss>>20, procs, float64(pss)/float64(1<<20)/float64(2*len(names)))
 }
+
+// readOnlySQLTransaction is PostgreSQL's SQLSTATE for a write refused by a
+// server in recovery.
+const readOnlySQLTransaction = "25006"
 
 // roles returns the cluster's primary pod (status.primary) and its other
 // pod; the cluster has two instances.
