@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		// Last: instances rely on the reaper until they have stopped.
 		stopReaper()
 		<-reaperDone
-		k.launcher.close()
+		k.launcher.Close()
 	}()
 	k.probes = &http.Client{
 		Timeout:   probeTimeout,

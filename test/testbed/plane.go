@@ -336,7 +336,7 @@ func (p *Plane) stop() error {
 		etcd.stop()
 	}
 	// Every child is reaped: the launcher's thread may now exit.
-	p.launcher.close()
+	p.launcher.Close()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
