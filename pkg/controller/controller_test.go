@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +31,11 @@ type world struct {
 	cleanups map[string]int
 	// ensure, when set for a cluster, runs inside its ensure step.
 	ensure map[string]func(ctx context.Context) error
+	// status, when set for a cluster, runs first in its status step: the
+	// status is written only when it returns nil.
+	status map[string]func() error
+	// statusCalls counts the status steps run, written or not.
+	statusCalls map[string]int
 	// log records ensure starts and state writes, in order.
 	log []string
 	// changed gets a token after every status write.
@@ -40,6 +47,7 @@ func newWorld() *world {
 		facts: map[string]fsm.Facts{}, stored: map[string]*v1.PostgresqlStatus{},
 		written: map[string]*v1.PostgresqlStatus{}, ensures: map[string]int{}, cleanups: map[string]int{},
 		ensure: map[string]func(context.Context) error{}, changed: make(chan struct{}, 1),
+		status: map[string]func() error{}, statusCalls: map[string]int{},
 	}
 }
 
@@ -75,6 +83,12 @@ func (w *world) Steps(key string, p *fsm.Plan) []eventloop.Step {
 		steps = append(steps, eventloop.Step{Name: "status", Run: func(context.Context) error {
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			w.statusCalls[key]++
+			if fn := w.status[key]; fn != nil {
+				if err := fn(); err != nil {
+					return err
+				}
+			}
 			if prev := w.written[key]; prev == nil || prev.State != st.State {
 				w.log = append(w.log, key+" "+st.State)
 			}
@@ -325,5 +339,89 @@ func TestPanicInEffectIsRecorded(t *testing.T) {
 	}
 	if h.loop.Stats().Panics == 0 {
 		t.Error("panic not counted")
+	}
+}
+
+// TestFailingStatusWritesBackOff: while the API server refuses a Running
+// cluster's status writes, the writes are retried with the retry timer's
+// backoff, not as fast as the loop gets their failures back (which would
+// spend the client rate limiter every other cluster shares); once it
+// accepts them again, the latest status is written and the cluster is
+// Running again, having been Degraded once.
+func TestFailingStatusWritesBackOff(t *testing.T) {
+	w := newWorld()
+	cfg := fsm.DefaultConfig()
+	h := start(t, w, cfg, 4)
+	w.set("ns/a", ready(1))
+	h.loop.Notify("ns/a", "spec")
+	h.idle()
+	h.wantState("ns/a", fsm.Running)
+
+	// The API server goes away; a switchover changes the status.
+	down := true
+	w.mu.Lock()
+	before := w.statusCalls["ns/a"]
+	w.status["ns/a"] = func() error {
+		// A hot loop would never let the loop idle: end it after many
+		// writes, so the test fails on the count, not on its deadline.
+		if down && w.statusCalls["ns/a"]-before < 500 {
+			return errors.New("update status of postgresql ns/a: connect: connection refused")
+		}
+		return nil
+	}
+	w.mu.Unlock()
+	moved := ready(1)
+	moved.Primary = "p-1"
+	w.set("ns/a", moved)
+	h.loop.Notify("ns/a", "pods")
+	h.idle()
+	const outage = 10 * time.Minute
+	for elapsed := time.Duration(0); elapsed < outage; elapsed += time.Second {
+		h.clk.Step(time.Second)
+		h.idle()
+	}
+	w.mu.Lock()
+	calls := w.statusCalls["ns/a"] - before
+	down = false
+	w.mu.Unlock()
+	// Delays doubling (at least) from RetryBase: the failed write, the
+	// Degraded transition's, then one per retry.
+	maxCalls := 2
+	for d := cfg.RetryBase; d < outage; d *= 2 {
+		maxCalls++
+	}
+	t.Logf("%d status writes in %s of outage (at most %d)", calls, outage, maxCalls)
+	if calls < 3 || calls > maxCalls {
+		t.Fatalf("%d status writes in %s of outage, want 3 to %d", calls, outage, maxCalls)
+	}
+
+	// The API server is back: the next retry writes the latest status.
+	w.mu.Lock()
+	before = w.statusCalls["ns/a"]
+	w.mu.Unlock()
+	written := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.statusCalls["ns/a"] - before
+	}
+	for elapsed := time.Duration(0); written() == 0 && elapsed <= cfg.RetryMax; elapsed += time.Second {
+		h.clk.Step(time.Second)
+		h.idle()
+	}
+	h.wantState("ns/a", fsm.Running)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.written["ns/a"]
+	if st.Primary != "p-1" || st.State != fsm.Running {
+		t.Errorf("written %s with primary %q, want the latest: Running, p-1", st.State, st.Primary)
+	}
+	var history []string
+	for _, tr := range st.History {
+		history = append(history, tr.Event+" "+tr.From+"->"+tr.To)
+	}
+	want := []string{"create Pending->Creating", "podsReady Creating->Running", "primaryChanged Running->Running",
+		"effectsFailed Running->Degraded", "podsReady Degraded->Running"}
+	if !slices.Equal(history, want) {
+		t.Errorf("history\n got %q\nwant %q", history, want)
 	}
 }

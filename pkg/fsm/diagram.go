@@ -60,7 +60,7 @@ func Markdown() string {
 	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them.\n\n")
 	b.WriteString("| timer | set when | default |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| `%s` | entering Creating or Updating, and on a spec edit there | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
-	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
+	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan (a failed status write waits for it) | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
 	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync | %s |\n", TimerResync, cfg.ResyncPeriod)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")

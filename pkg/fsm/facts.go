@@ -43,9 +43,10 @@ type Facts struct {
 	// replaced is the UID of the pod the machine last asked to replace, so
 	// a stale cache showing it still Ready does not replace it twice.
 	replaced string
-	// troubled is set by the machine while its ensure effects last failed
-	// (or it panicked) and have not succeeded since: pods may be Ready, but
-	// the objects are not known to match the spec.
+	// troubled is set by the machine while its last plan failed (its ensure
+	// effects, or a write) or it panicked, and no ensure has succeeded
+	// since: pods may be Ready, but the objects are not known to match the
+	// spec, or pgloop cannot write.
 	troubled bool
 }
 

@@ -115,6 +115,12 @@ type Machine struct {
 	ensurePlan   uint64 // ID of the latest plan carrying Ensure or Cleanup, 0 if done
 	statusPlan   uint64 // ID of the latest plan carrying a status snapshot
 	statusInPlan bool   // statusPlan has not reported yet
+	// statusFailed is set once a plan that wrote only the status (and
+	// Events, which never fail a plan) failed, and cleared when a plan
+	// carrying the status succeeds: meanwhile the status stays dirty but
+	// waits for the retry timer (statusHeld), so an API server that
+	// refuses writes is not hammered.
+	statusFailed bool
 
 	call call // scratch of the Handle in progress
 }
@@ -220,7 +226,8 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 // is stale: a newer plan carries everything this one did.
 func (m *Machine) planDone(id uint64, err error) bool {
 	handled := false
-	if m.replace.Name != "" && id == m.planSeq {
+	carriedReplace := m.replace.Name != "" && id == m.planSeq
+	if carriedReplace {
 		if err != nil {
 			m.replaced = "" // ask again once the retry comes
 		}
@@ -229,7 +236,24 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	if id == m.statusPlan && m.statusInPlan {
 		m.statusInPlan = false
 		if err != nil {
-			m.dirty = true // the snapshot was not written: write it again
+			// The snapshot may not have been written: write it again,
+			// the latest one. The error does not say which step
+			// failed, but in a plan without ensure, cleanup or a
+			// replacement only the status can fail it (Events never
+			// do): then hold the write until the retry timer the
+			// failure arms has fired (statusHeld). When other effects
+			// failed too, nothing new is known about the status: it is
+			// written again at once, and held if that write fails.
+			m.dirty = true
+			if id != m.ensurePlan && !carriedReplace {
+				m.statusFailed = true
+			}
+		} else {
+			m.statusFailed = false
+			if m.st.State == Invalid {
+				// Invalid retries nothing but the status write.
+				m.resetRetry()
+			}
 		}
 		handled = true
 	}
@@ -259,7 +283,12 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		m.fire(EventEffectsSucceeded, "", "")
 		return true
 	case id == m.planSeq && err != nil:
-		// The latest plan wrote only status or events and failed.
+		// The latest plan wrote only status or events, or replaced a
+		// pod, and failed. As for a failed ensure, trust nothing until a
+		// retry's effects succeed: otherwise a Running cluster would go
+		// to Degraded and straight back (podsReady) on every failed
+		// write, each time with two Events to record and a new plan.
+		m.setTroubled(true)
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
 		return true
 	}
@@ -487,17 +516,24 @@ func (m *Machine) afterResync(_ *lfsm.Event) {
 
 func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
 	if e.Dst == Creating || e.Dst == Updating {
-		if m.st.Attempt != 0 {
-			m.st.Attempt = 0
-			m.dirty = true
-		}
-		m.cancelTimer(TimerRetry)
+		m.resetRetry()
 	}
+}
+
+// resetRetry ends a backoff after a success: the next failure waits
+// RetryBase again.
+func (m *Machine) resetRetry() {
+	if m.st.Attempt != 0 {
+		m.st.Attempt = 0
+		m.dirty = true
+	}
+	m.cancelTimer(TimerRetry)
 }
 
 // afterTrouble handles a failed plan or a panic that did not change the
 // state: record the cause and retry with backoff. Entering Degraded arms its
-// own retry.
+// own retry. Either way a retry timer is pending after a failed plan, and a
+// failed status write waits for it (statusHeld).
 func (m *Machine) afterTrouble(e *lfsm.Event) {
 	if e.Src != e.Dst {
 		return
@@ -614,6 +650,17 @@ func (m *Machine) cancelTimer(name string) {
 	}
 }
 
+// hasTimer reports whether the timer name is pending (in the current
+// epoch: a state change drops every timer).
+func (m *Machine) hasTimer(name string) bool {
+	for i := range m.st.Timers {
+		if m.st.Timers[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // takeTimer removes the pending timer name of the given epoch and reports
 // whether it was pending: a fired timer that is not is stale.
 func (m *Machine) takeTimer(name string, epoch int64) bool {
@@ -671,6 +718,25 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 	m.dirty = true
 }
 
+// statusHeld reports whether a status write must wait: the last one failed
+// and the retry timer armed after the failure has not fired yet. The write
+// is not lost (the status stays dirty) and it is the latest snapshot that
+// goes, with the retry's plan, or with any plan made meanwhile for another
+// reason (ensure or cleanup effects, a pod to replace, Events of a state
+// change); what does not happen is a plan for the status alone, so a write
+// that keeps failing is retried with the backoff of the retry timer, not as
+// fast as its failures come back.
+//
+// Every failure of a plan carrying the status fires effectsFailed, which
+// arms the retry timer (afterTrouble, or entering Degraded from Running)
+// and sets troubled, so podsReady waits for a retry's success. A state
+// change drops the timer, ending the hold, but it records an Event, so its
+// plan is made anyway: Running -> Degraded on a failed write is one such
+// plan, once.
+func (m *Machine) statusHeld() bool {
+	return m.statusFailed && m.hasTimer(TimerRetry)
+}
+
 // finish turns what the callbacks recorded into a Result and a Plan.
 func (m *Machine) finish(epoch int64) Result {
 	c := &m.call
@@ -687,7 +753,11 @@ func (m *Machine) finish(epoch int64) Result {
 	if m.st.State == Deleted {
 		return res
 	}
-	if !m.ensureWanted && !m.cleanupWanted && !m.dirty && !m.statusInPlan && len(c.events) == 0 && m.replace.Name == "" {
+	// No plan when nothing asks for one: (1) no ensure, cleanup, Event or
+	// replacement, and (2) no status to write, or only one that waits for
+	// the retry timer.
+	statusDue := m.dirty || m.statusInPlan
+	if !m.ensureWanted && !m.cleanupWanted && len(c.events) == 0 && m.replace.Name == "" && (!statusDue || m.statusHeld()) {
 		return res
 	}
 	m.planSeq++
@@ -698,7 +768,7 @@ func (m *Machine) finish(epoch int64) Result {
 	if len(c.events) > 0 {
 		p.Events = append([]KubeEvent(nil), c.events...)
 	}
-	if m.dirty || m.statusInPlan {
+	if statusDue {
 		// A plan still carrying an older snapshot may be superseded in
 		// the executor's queue: carry the newest one again. A shallow
 		// copy is a snapshot: st is copy-on-write.

@@ -772,3 +772,245 @@ func TestNoPrimaryReason(t *testing.T) {
 		t.Errorf("state %s reason %q message %q", st.State, st.Reason, st.Message)
 	}
 }
+
+// retryDeadline is the pending retry timer's deadline; the zero time when
+// there is none.
+func retryDeadline(m *Machine) time.Time {
+	for _, t := range m.Status().Timers {
+		if t.Name == TimerRetry {
+			return t.Deadline.Time
+		}
+	}
+	return time.Time{}
+}
+
+// TestFailedStatusWriteBacksOff: a plan that writes only the status and
+// fails is not planned again at once (the loop would retry as fast as the
+// API server refuses, starving every other cluster's writes through the
+// shared client rate limiter): the status stays dirty and goes with the
+// retry timer's plan, the latest snapshot, with a backoff that grows while
+// the writes fail and starts over once one succeeds.
+func TestFailedStatusWriteBacksOff(t *testing.T) {
+	cfg := DefaultConfig()
+	refused := errors.New("step status: update status of postgresql ns/c: connection refused")
+	// Each case's facts(n) differ from one observation to the next in the
+	// ready count (for Running, in both counts, so it stays converged): the
+	// status changes without a transition.
+	tests := []struct {
+		name  string
+		from  string
+		facts func(n int32) Facts
+		// wantState after the first failure; a Running cluster goes to
+		// Degraded, and that transition's Events make one more plan.
+		wantState      string
+		wantTransition bool
+		// what the retry plans besides the status
+		wantEnsure, wantCleanup bool
+		// after a success: the state, and whether the backoff starts
+		// over (Degraded keeps backing off while its pods are stuck).
+		wantRecovered string
+		wantReset     bool
+	}{
+		{name: "running", from: Running,
+			facts:     func(n int32) Facts { return with(ready(1), func(f *Facts) { f.Desired, f.Ready = 2+n%2, 2+n%2 }) },
+			wantState: Degraded, wantTransition: true, wantEnsure: true, wantRecovered: Running, wantReset: true},
+		{name: "creating", from: Creating,
+			facts:     func(n int32) Facts { return with(starting(1), func(f *Facts) { f.Ready = n % 2 }) },
+			wantState: Creating, wantEnsure: true, wantRecovered: Creating, wantReset: true},
+		{name: "updating", from: Updating,
+			facts: func(n int32) Facts {
+				return with(ready(1), func(f *Facts) { f.Ready, f.ObjectsCurrent = n%2, false })
+			},
+			wantState: Updating, wantEnsure: true, wantRecovered: Updating, wantReset: true},
+		{name: "degraded", from: Degraded,
+			facts:     func(n int32) Facts { return with(unschedulable(1), func(f *Facts) { f.Ready = n % 2 }) },
+			wantState: Degraded, wantEnsure: true, wantRecovered: Degraded},
+		{name: "invalid", from: Invalid,
+			facts:     func(n int32) Facts { return with(invalid(1, "bad"), func(f *Facts) { f.Ready = n % 2 }) },
+			wantState: Invalid, wantRecovered: Invalid, wantReset: true},
+		{name: "deleting", from: Deleting,
+			facts:     func(n int32) Facts { return with(starting(1), func(f *Facts) { f.Deleting, f.Ready = true, n%2 }) },
+			wantState: Deleting, wantCleanup: true, wantRecovered: Deleted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := inState(t, &cfg, tc.from)
+			now := t0
+			var n int32
+			observeNext := func() Result {
+				t.Helper()
+				n++
+				now = now.Add(100 * time.Millisecond)
+				return m.Handle(Input{Kind: Observe}, tc.facts(n), now)
+			}
+			// fail reports the plan failed and checks the write is held:
+			// a retry timer is armed (and handed to the loop), and no
+			// status-only plan is made until it fires.
+			fail := func(p *Plan) time.Duration {
+				t.Helper()
+				// On a whole second, so the delay is not rounded up.
+				if r := now.Truncate(time.Second); !r.Equal(now) {
+					now = r.Add(time.Second)
+				}
+				failed := now
+				res := m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: refused}, tc.facts(n), now)
+				deadline := retryDeadline(m)
+				if deadline.IsZero() {
+					t.Fatalf("no retry timer after a failed status write (timers %v)", m.Status().Timers)
+				}
+				if !slices.Contains(res.Timers, TimerOp{Name: TimerRetry, Deadline: deadline}) {
+					t.Errorf("retry timer at %s not handed to the loop: %+v", deadline, res.Timers)
+				}
+				if res.Plan != nil {
+					t.Fatalf("failed status write planned again at once: %+v", res.Plan)
+				}
+				for range 5 {
+					if res := observeNext(); res.Plan != nil {
+						t.Fatalf("status change planned before the retry timer fired: %+v", res.Plan)
+					}
+				}
+				return deadline.Sub(failed)
+			}
+			// retry fires the retry timer at its deadline: exactly one
+			// plan, carrying the latest status.
+			retry := func() *Plan {
+				t.Helper()
+				now = retryDeadline(m)
+				res := m.Handle(Input{Kind: TimerFired, Timer: TimerRetry, Epoch: m.Status().Epoch}, tc.facts(n), now)
+				p := res.Plan
+				if p == nil || p.Status == nil {
+					t.Fatalf("retry fired: plan %+v, want one with the status", p)
+				}
+				if p.Ensure != tc.wantEnsure || p.Cleanup != tc.wantCleanup {
+					t.Errorf("retry plan ensure=%v cleanup=%v, want %v %v", p.Ensure, p.Cleanup, tc.wantEnsure, tc.wantCleanup)
+				}
+				if !equality.Semantic.DeepEqual(p.Status, m.Status()) || p.Status.ReadyInstances != tc.facts(n).Ready {
+					t.Errorf("retry plan's snapshot is not the latest status: ready %d, want %d", p.Status.ReadyInstances, tc.facts(n).Ready)
+				}
+				return p
+			}
+
+			// A status-only plan fails.
+			p := observeNext().Plan
+			if p == nil || p.Status == nil || p.Ensure || p.Cleanup || len(p.Events) != 0 {
+				t.Fatalf("first plan %+v, want the status alone", p)
+			}
+			if tc.wantTransition {
+				res := m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: refused}, tc.facts(n), now)
+				if got := firedEvents(res.Fired); !slices.Equal(got, []string{EventEffectsFailed}) {
+					t.Fatalf("fired %v: want %s alone, no flapping back", got, EventEffectsFailed)
+				}
+				// The transition's Event (and status) go at once, once.
+				p = res.Plan
+				if p == nil || len(p.Events) != 1 || !p.Events[0].Warning || p.Status == nil {
+					t.Fatalf("plan after %s -> %s: %+v", tc.from, m.State(), p)
+				}
+			}
+			var delays []time.Duration
+			for range 4 {
+				delays = append(delays, fail(p))
+				if m.State() != tc.wantState {
+					t.Fatalf("state %s after a failed status write, want %s", m.State(), tc.wantState)
+				}
+				p = retry()
+			}
+			for i := 1; i < len(delays); i++ {
+				if delays[i] <= delays[i-1] {
+					t.Errorf("backoff does not grow: %v", delays)
+				}
+			}
+			if delays[0] != cfg.RetryBase {
+				t.Errorf("first delay %s, want %s", delays[0], cfg.RetryBase)
+			}
+
+			// The API server is back: the retry's plan succeeds.
+			res := m.Handle(Input{Kind: PlanDone, PlanID: p.ID}, tc.facts(n), now)
+			for i := 0; res.Plan != nil && i < 3; i++ {
+				res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, tc.facts(n), now)
+			}
+			if m.State() != tc.wantRecovered {
+				t.Fatalf("state %s after a successful retry, want %s", m.State(), tc.wantRecovered)
+			}
+			if !tc.wantReset {
+				return
+			}
+			if a := m.Status().Attempt; a != 0 {
+				t.Errorf("attempt %d after a success, want 0", a)
+			}
+			// Nothing held any more: the next change is written at once,
+			// and if it fails the backoff starts over.
+			p = observeNext().Plan
+			if p == nil || p.Status == nil {
+				t.Fatalf("status change after a success: plan %+v", p)
+			}
+			if p.Ensure {
+				p = m.Handle(Input{Kind: PlanDone, PlanID: p.ID}, tc.facts(n), now).Plan
+				if p == nil {
+					p = observeNext().Plan
+				}
+			}
+			if tc.wantTransition {
+				p = m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: refused}, tc.facts(n), now).Plan
+			}
+			if d := fail(p); d != cfg.RetryBase {
+				t.Errorf("after a success the backoff starts at %s, want %s", d, cfg.RetryBase)
+			}
+		})
+	}
+}
+
+// TestHeldStatusRidesOnOtherPlans: while a failed status write waits for
+// its retry, any plan made for another reason (a spec edit's ensure, a
+// deletion's cleanup) carries the latest status.
+func TestHeldStatusRidesOnOtherPlans(t *testing.T) {
+	cfg := DefaultConfig()
+	refused := errors.New("step status: connection refused")
+	tests := []struct {
+		name        string
+		next        Facts
+		wantState   string
+		wantEnsure  bool
+		wantCleanup bool
+	}{
+		{name: "spec edit", next: with(starting(2), func(f *Facts) { f.Ready = 1 }), wantState: Creating, wantEnsure: true},
+		{name: "spec edit into an invalid spec", next: with(invalid(2, "bad"), func(f *Facts) { f.Ready = 1 }), wantState: Invalid},
+		{name: "deletion", next: with(starting(1), func(f *Facts) { f.Deleting, f.Ready = true, 1 }), wantState: Deleting, wantCleanup: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := inState(t, &cfg, Creating)
+			p := m.Handle(Input{Kind: Observe}, starting(1), t0).Plan
+			if res := m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: refused}, starting(1), t0); res.Plan != nil {
+				t.Fatalf("failed status write planned again at once: %+v", res.Plan)
+			}
+			res := m.Handle(Input{Kind: Observe}, tc.next, t0.Add(time.Second))
+			if m.State() != tc.wantState {
+				t.Fatalf("state %s, want %s", m.State(), tc.wantState)
+			}
+			p = res.Plan
+			if p == nil || p.Status == nil || p.Ensure != tc.wantEnsure || p.Cleanup != tc.wantCleanup {
+				t.Fatalf("plan %+v: want the status with ensure=%v cleanup=%v", p, tc.wantEnsure, tc.wantCleanup)
+			}
+			if !equality.Semantic.DeepEqual(p.Status, m.Status()) || p.Status.ReadyInstances != 1 {
+				t.Errorf("snapshot is not the latest status (ready %d)", p.Status.ReadyInstances)
+			}
+		})
+	}
+}
+
+// TestFailedEnsureWritesItsCauseAtOnce: when a plan with ensure effects
+// fails, the error does not say whether its status write failed; the cause
+// is written at once, and held only if that write fails too.
+func TestFailedEnsureWritesItsCauseAtOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	m := inState(t, &cfg, Creating)
+	p := m.Handle(Input{Kind: Observe}, starting(2), t0).Plan
+	res := m.Handle(Input{Kind: PlanDone, PlanID: p.ID, Err: errors.New("step ensure: forbidden")}, starting(2), t0)
+	if res.Plan == nil || res.Plan.Status == nil || res.Plan.Ensure || res.Plan.Status.Reason != ReasonEffectsFailed {
+		t.Fatalf("plan after a failed ensure %+v: want the status with the cause", res.Plan)
+	}
+	res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID, Err: errors.New("step status: connection refused")}, starting(2), t0)
+	if res.Plan != nil {
+		t.Fatalf("failed status write planned again at once: %+v", res.Plan)
+	}
+}
