@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -159,6 +160,43 @@ func TestDataPlane(t *testing.T) {
 		mustStream(ctx, t, newConn, replica.Name, primary.Name)
 		old := env.SQL(ctx, t, env.Pod(ctx, t, ns, primary.Name))
 		mustRead(ctx, t, old, 2, "written after the failover")
+		// From here on the roles are swapped.
+		primary, replica = env.Pod(ctx, t, ns, replica.Name), env.Pod(ctx, t, ns, primary.Name)
+	})
+
+	t.Run("rolling update: the replica first, the primary last", func(t *testing.T) {
+		began := time.Now()
+		pg, err := env.UpdateCluster(ctx, ns, name, func(pg *v1.Postgresql) {
+			cpu := resource.MustParse("20m")
+			pg.Spec.Resources.Requests.CPU = &cpu
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg, err = env.WaitCluster(ctx, ns, name, "Running on the new spec", func(got *v1.Postgresql) bool {
+			return got.Status.State == fsm.Running && got.Status.ObservedGeneration >= pg.Generation && got.Status.ReadyInstances == 2
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rolled out in %v; history: %s", time.Since(began).Round(time.Millisecond), historyString(pg.Status.History))
+		// Both pods were replaced, the replica first: replacing the
+		// primary last hands the lock over once, gracefully, to a replica
+		// already on the new spec.
+		newPrimary, newReplica := env.Pod(ctx, t, ns, primary.Name), env.Pod(ctx, t, ns, replica.Name)
+		if newPrimary.UID == primary.UID || newReplica.UID == replica.UID {
+			t.Fatalf("not both pods replaced: %s %v, %s %v", primary.Name, newPrimary.UID != primary.UID, replica.Name, newReplica.UID != replica.UID)
+		}
+		// Creation times have whole seconds; a replacement waits for the
+		// previous pod to be Ready, more than a second here.
+		if newPrimary.CreationTimestamp.Before(&newReplica.CreationTimestamp) {
+			t.Errorf("the primary %s was replaced (at %v) before the replica %s (at %v)",
+				primary.Name, newPrimary.CreationTimestamp, replica.Name, newReplica.CreationTimestamp)
+		}
+		now, other := roles(ctx, t, pg)
+		conn := env.SQL(ctx, t, now)
+		mustStream(ctx, t, conn, now.Name, other.Name)
+		mustRead(ctx, t, env.SQL(ctx, t, other), 2, "written after the failover")
 	})
 }
 
