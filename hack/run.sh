@@ -50,16 +50,20 @@ pids+=($!)
 
 cat <<TXT
 
-pgloop runs on a local control plane, with the clusters of manifests/samples/.
-In another terminal:
+pgloop runs on a local control plane, with the clusters of manifests/samples/
+and hack/samples/. In another terminal:
 
     export KUBECONFIG=$kubeconfig
     kubectl get pg -w
     bin/pgloop status -A
 
 Pods on the process node run real Patroni and PostgreSQL at their pod IPs
-(kubectl get pods -o wide), e.g.: psql -h <pod IP> -U postgres (the password is
-in the secret postgres.<cluster>.credentials.postgresql.pgloop.dev).
+(kubectl get pods -o wide). To connect to local-pg15's primary:
+
+    pg=local-pg15
+    ip=\$(kubectl get pod \$(kubectl get pg \$pg -o jsonpath='{.status.primary}') -o jsonpath='{.status.podIP}')
+    PGPASSWORD=\$(kubectl get secret postgres.\$pg.credentials.postgresql.pgloop.dev -o jsonpath='{.data.password}' | base64 -d) \\
+        psql -h \$ip -U postgres
 
 Ctrl-C stops the operator and the control plane.
 TXT
