@@ -99,6 +99,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"how long a cluster may stay Creating before it is Degraded")
 	f.DurationVar(&cfg.UpdateTimeout, "update-timeout", cfg.UpdateTimeout,
 		"how long a cluster may stay Updating before it is Degraded")
+	f.DurationVar(&cfg.LossGrace, "loss-grace", cfg.LossGrace,
+		"how long a Running cluster may miss a Ready pod or its primary (a switchover, a restarting replica) before it is Degraded; 0 means at once")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod,
 		"how often a Running cluster's objects are checked against its spec (nothing is written when they match)")
 	f.DurationVar(&cfg.RetryBase, "retry-base", cfg.RetryBase,

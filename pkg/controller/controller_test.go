@@ -425,3 +425,100 @@ func TestFailingStatusWritesBackOff(t *testing.T) {
 		t.Errorf("history\n got %q\nwant %q", history, want)
 	}
 }
+
+// TestLossGraceIsATimer: through the loop, on a fake clock. A switchover
+// (no primary for a moment, then the former primary restarting as a
+// replica) keeps the cluster Running; a loss that lasts is Degraded when
+// the lossGrace timer fires, at its deadline, also after a restart of the
+// operator in between.
+func TestLossGraceIsATimer(t *testing.T) {
+	cfg := fsm.DefaultConfig()
+	noPrimary := ready(1)
+	noPrimary.Primary, noPrimary.NoPrimary = "", "no member holds Patroni's leader lock (p-leader)"
+	moved := ready(1)
+	moved.Primary = "p-1"
+	rejoining := moved
+	rejoining.Ready = 1
+
+	history := func(w *world, key string) []string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var out []string
+		for _, tr := range w.written[key].History {
+			out = append(out, tr.Event+" "+tr.From+"->"+tr.To)
+		}
+		return out
+	}
+	running := []string{"create Pending->Creating", "podsReady Creating->Running"}
+	pods := func(h *harness, key string, f fsm.Facts) {
+		h.w.set(key, f)
+		h.loop.Notify(key, "pods")
+		h.idle()
+	}
+
+	t.Run("switchover", func(t *testing.T) {
+		w := newWorld()
+		h := start(t, w, cfg, 4)
+		pods(h, "ns/a", ready(1))
+		h.wantState("ns/a", fsm.Running)
+		for _, f := range []fsm.Facts{noPrimary, moved, rejoining} {
+			pods(h, "ns/a", f)
+			h.clk.Step(time.Second)
+			h.idle()
+			h.wantState("ns/a", fsm.Running)
+		}
+		pods(h, "ns/a", moved)
+		if s := h.loop.Stats(); s.Timers != 1 {
+			t.Errorf("%d timers pending after the switchover, want resync alone", s.Timers)
+		}
+		h.clk.Step(cfg.LossGrace)
+		h.idle()
+		h.wantState("ns/a", fsm.Running)
+		want := append(slices.Clone(running), "primaryChanged Running->Running")
+		if got := history(w, "ns/a"); !slices.Equal(got, want) {
+			t.Errorf("history %q, want %q", got, want)
+		}
+	})
+
+	t.Run("a loss that lasts, across a restart", func(t *testing.T) {
+		w := newWorld()
+		h := start(t, w, cfg, 4)
+		pods(h, "ns/a", ready(1))
+		lost := ready(1)
+		lost.Ready = 1
+		pods(h, "ns/a", lost)
+		h.wantState("ns/a", fsm.Running)
+		w.mu.Lock()
+		st := w.written["ns/a"].DeepCopy()
+		w.mu.Unlock()
+		if st.Reason != fsm.ReasonPodsNotReady || st.ReadyInstances != 1 {
+			t.Fatalf("during the grace: reason %q ready %d", st.Reason, st.ReadyInstances)
+		}
+		h.clk.Step(cfg.LossGrace / 2)
+		h.idle()
+
+		// A new operator process resumes from the written status.
+		w2 := newWorld()
+		w2.stored["ns/a"], w2.facts["ns/a"] = st, lost
+		h2 := start(t, w2, cfg, 4)
+		h2.clk.SetTime(h.clk.Now())
+		h2.loop.Notify("ns/a", "spec")
+		h2.idle()
+		h2.clk.Step(cfg.LossGrace/2 - time.Second)
+		h2.idle()
+		// Nothing to write yet: the status is the stored one, Running.
+		if got := w2.state("ns/a"); got != "" && got != fsm.Running {
+			t.Fatalf("written state %q before the grace's deadline", got)
+		}
+		h2.clk.Step(time.Second)
+		h2.idle()
+		h2.wantState("ns/a", fsm.Degraded)
+		want := append(slices.Clone(running), "podsLost Running->Degraded")
+		if got := history(w2, "ns/a"); !slices.Equal(got, want) {
+			t.Errorf("history %q, want %q", got, want)
+		}
+		if got := w2.written["ns/a"].Reason; got != fsm.ReasonPodsNotReady {
+			t.Errorf("Degraded with reason %q, want %s", got, fsm.ReasonPodsNotReady)
+		}
+	})
+}

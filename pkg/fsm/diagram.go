@@ -62,6 +62,7 @@ func Markdown() string {
 	fmt.Fprintf(&b, "| `%s` | entering Creating or Updating, and on a spec edit there | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
 	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan (a failed status write waits for it) | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
 	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync | %s |\n", TimerResync, cfg.ResyncPeriod)
+	fmt.Fprintf(&b, "| `%s` | in Running, when a pod or the primary is first lost (`--loss-grace`; cancelled when the cluster recovers first, not set when the grace is 0) | %s |\n", TimerLossGrace, cfg.LossGrace)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")
 	for _, t := range Table {

@@ -43,6 +43,10 @@ type Facts struct {
 	// replaced is the UID of the pod the machine last asked to replace, so
 	// a stale cache showing it still Ready does not replace it twice.
 	replaced string
+	// lossDue is set by the machine when a loss in Running may go
+	// Degraded now: the lossGrace timer fired in this call, or the grace
+	// is 0.
+	lossDue bool
 	// troubled is set by the machine while its last plan failed (its ensure
 	// effects, or a write) or it panicked, and no ensure has succeeded
 	// since: pods may be Ready, but the objects are not known to match the
@@ -66,6 +70,13 @@ func (f *Facts) converged() bool {
 	return f.Desired == 0 || f.Primary != ""
 }
 
+// lost is the podsLost guard, once the cluster is Running: it is not
+// converged, and that is no blip: the loss grace is over, or a concrete
+// cause shows the loss will not heal by itself within it.
+func (f *Facts) lost() bool {
+	return !f.converged() && (f.lossDue || f.Stuck != "")
+}
+
 // Config holds the machine's timeouts and backoff. The zero value is not
 // usable; start from DefaultConfig.
 type Config struct {
@@ -79,6 +90,11 @@ type Config struct {
 	RetryMax time.Duration
 	// ResyncPeriod is how often a Running cluster re-plans its ensure effects.
 	ResyncPeriod time.Duration
+	// LossGrace is how long a Running cluster may miss a Ready pod or its
+	// primary before it is Degraded: a switchover leaves no primary for a
+	// moment, and the former primary restarts PostgreSQL as a replica
+	// (not Ready for seconds). 0 means Degraded at once.
+	LossGrace time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/fsm.md.
@@ -89,6 +105,7 @@ func DefaultConfig() Config {
 		RetryBase:     2 * time.Second,
 		RetryMax:      5 * time.Minute,
 		ResyncPeriod:  10 * time.Minute,
+		LossGrace:     10 * time.Second,
 	}
 }
 

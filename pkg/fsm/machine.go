@@ -57,6 +57,7 @@ func (e *Engine) compile() {
 		"after_" + EventInvalidSpec:      on((*Machine).afterSpecSeen),
 		"after_" + EventRetry:            on((*Machine).afterRetry),
 		"after_" + EventResync:           on((*Machine).afterResync),
+		"after_" + EventLossGrace:        on((*Machine).afterLossGrace),
 		"after_" + EventReplacePod:       on((*Machine).afterReplacePod),
 		"after_" + EventEffectsSucceeded: on((*Machine).afterEffectsSucceeded),
 		"after_" + EventEffectsFailed:    on((*Machine).afterTrouble),
@@ -187,6 +188,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	c := &m.call
 	*c = call{facts: f, now: now, events: c.events[:0]}
 	c.facts.cleanupDone, c.facts.troubled, c.facts.replaced = m.cleanupDone, m.troubled, m.replaced
+	c.facts.lossDue = m.eng.cfg.LossGrace <= 0
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
 
@@ -218,6 +220,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	}
 	m.notePrimary()
 	m.observe()
+	m.graceLoss()
 	m.project()
 	return m.finish(epoch)
 }
@@ -514,6 +517,12 @@ func (m *Machine) afterResync(_ *lfsm.Event) {
 	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
+// afterLossGrace lets podsLost fire in this call: the loss lasted the whole
+// grace. observe fires it next, when the loss still holds.
+func (m *Machine) afterLossGrace(_ *lfsm.Event) {
+	m.call.facts.lossDue = true
+}
+
 func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
 	if e.Dst == Creating || e.Dst == Updating {
 		m.resetRetry()
@@ -601,6 +610,59 @@ func (m *Machine) primaryChanged(from, to string) {
 	c.res.Fired = append(c.res.Fired, Fired{Event: EventPrimaryChanged, From: st.State, To: st.State})
 	if st.State == Running && st.Reason == ReasonReady {
 		_, st.Message = m.observeReason(EventPodsReady)
+	}
+}
+
+// --- the loss grace ---
+
+// graceLoss gives a Running cluster that lost a Ready pod or its primary
+// Config.LossGrace to recover before podsLost takes it to Degraded. A
+// planned switchover leaves no primary while Patroni hands its leader lock
+// over, and the former primary then restarts PostgreSQL as a replica, not
+// Ready for seconds; a failed-over primary that rejoins (pg_rewind) does
+// the same. Neither is worth a Degraded state, two history entries and two
+// Events, each time.
+//
+// It runs after observe, so podsLost has had its chance: a cluster still
+// Running here is either converged or within its grace.
+//  1. Converged: a pending grace is cancelled, and the reason and message
+//     are Running's again. No history entry, no Event: at most a status
+//     write.
+//  2. A loss: the lossGrace timer is armed once, when the loss is first
+//     seen; its deadline stays while the loss lasts, however its cause
+//     changes (a switchover goes from "no primary" to "1/2 instances
+//     ready"). The timer is in status like the others, so a restarted
+//     operator re-arms it with its deadline (Resume).
+//  3. Meanwhile status tells the truth: the ready count and the primary
+//     follow the facts (project), the reason and message name what is
+//     missing, and the Ready condition is False (project); the state is
+//     still Running, and the Degraded condition still False.
+//
+// When the timer fires, afterLossGrace lets podsLost fire if the loss
+// still holds, with the reason and message it always had. A loss with a
+// concrete cause (Facts.Stuck) does not wait: podsLost's guard fires it at
+// once, since an unschedulable pod or a crash loop is no blip.
+func (m *Machine) graceLoss() {
+	st, f := &m.st, &m.call.facts
+	if st.State != Running {
+		return
+	}
+	if f.converged() {
+		m.cancelTimer(TimerLossGrace)
+		if st.Reason != ReasonReady {
+			st.Reason, st.Message = m.observeReason(EventPodsReady)
+			m.dirty = true
+		}
+		return
+	}
+	if !m.hasTimer(TimerLossGrace) {
+		m.setTimer(TimerLossGrace, m.cfg.LossGrace)
+	}
+	reason, msg := stuck(f)
+	msg = fmt.Sprintf("%s; Degraded unless it recovers within the %s loss grace", msg, m.cfg.LossGrace)
+	if st.Reason != reason || st.Message != msg {
+		st.Reason, st.Message = reason, msg
+		m.dirty = true
 	}
 }
 
@@ -693,7 +755,7 @@ func (m *Machine) project() {
 		progressingMsg = f.Stuck
 	}
 	state := st.State
-	m.condition(v1.ConditionReady, state == Running, st.Reason, st.Message)
+	m.condition(v1.ConditionReady, state == Running && !m.hasTimer(TimerLossGrace), st.Reason, st.Message)
 	m.condition(v1.ConditionProgressing, state == Creating || state == Updating || state == Deleting, st.Reason, progressingMsg)
 	m.condition(v1.ConditionDegraded, state == Degraded || state == Invalid, st.Reason, st.Message)
 }

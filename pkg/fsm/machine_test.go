@@ -177,12 +177,25 @@ func TestTransitions(t *testing.T) {
 		{name: "updating times out", from: Updating,
 			steps:     []any{timer(TimerTimeout, 5, with(ready(1), func(f *Facts) { f.ObjectsCurrent = false }))},
 			wantState: Degraded, wantFired: []string{EventTimeout}, wantTimers: []string{TimerRetry}, wantReason: ReasonTimeout},
-		{name: "running loses a pod", from: Running,
+		{name: "running loses a pod: the loss grace starts", from: Running,
 			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Ready = 1 }))},
-			wantState: Degraded, wantFired: []string{EventPodsLost}, wantTimers: []string{TimerRetry}, wantReason: ReasonPodsNotReady},
-		{name: "running loses its primary", from: Running,
+			wantState: Running, wantTimers: []string{TimerResync, TimerLossGrace}, wantReason: ReasonPodsNotReady,
+			wantMessage: "1/2 instances ready; Degraded unless it recovers within the 10s loss grace"},
+		{name: "running loses its primary: the loss grace starts", from: Running,
 			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Primary = "" }))},
-			wantState: Degraded, wantFired: []string{EventPodsLost}, wantReason: "NoPrimary", wantTimers: []string{TimerRetry}},
+			wantState: Running, wantTimers: []string{TimerResync, TimerLossGrace}, wantReason: ReasonNoPrimary},
+		{name: "running recovers within the loss grace", from: Running,
+			steps:     []any{observe(with(ready(1), func(f *Facts) { f.Ready = 1 })), observe(ready(1))},
+			wantState: Running, wantTimers: []string{TimerResync}, wantReason: ReasonReady, wantMessage: "2/2 instances ready, primary c-0"},
+		{name: "running loses a pod for longer than the loss grace", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Ready = 1 })),
+				timer(TimerLossGrace, 5, with(ready(1), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Degraded, wantFired: []string{EventLossGrace, EventPodsLost}, wantTimers: []string{TimerRetry},
+			wantReason: ReasonPodsNotReady, wantMessage: "1/2 instances ready"},
+		{name: "the loss grace of a recovered cluster is stale", from: Running,
+			steps: []any{observe(with(ready(1), func(f *Facts) { f.Ready = 1 })), observe(ready(1)),
+				timer(TimerLossGrace, 5, ready(1))},
+			wantState: Running, wantIgnored: true, wantTimers: []string{TimerResync}, wantReason: ReasonReady},
 		{name: "running pod stuck names the cause", from: Running,
 			steps: []any{observe(with(ready(1), func(f *Facts) {
 				f.Ready, f.StuckReason, f.Stuck = 1, "CrashLoopBackOff", "pod c-1: back-off restarting"
@@ -553,6 +566,7 @@ func TestStatusSurvivesSupersededPlans(t *testing.T) {
 
 func TestHistoryIsBounded(t *testing.T) {
 	cfg := DefaultConfig()
+	cfg.LossGrace = 0 // every lost pod a transition
 	m := NewEngine(cfg).New(nil)
 	now := t0
 	for i := 0; i < 3*v1.MaxHistory; i++ {
@@ -626,7 +640,6 @@ func TestEngineSurvivesPanickingCallback(t *testing.T) {
 // state; the first primary, the same pod again and repeated observations
 // are not.
 func TestPrimaryChanged(t *testing.T) {
-	cfg := DefaultConfig()
 	primary := func(f Facts, name string) Facts { f.Primary = name; return f }
 	// lost is the Running cluster whose primary c-0 stopped being Ready.
 	lost := func(f Facts) Facts {
@@ -648,6 +661,9 @@ func TestPrimaryChanged(t *testing.T) {
 		wantFired   []string // by the last step
 		wantPrimary string
 		wantLast    string // status.lastPrimary
+		// noGrace runs the case with Config.LossGrace 0: a loss in
+		// Running is Degraded at once, as with --loss-grace=0.
+		noGrace bool
 	}{
 		{name: "the first primary is no change",
 			steps:     []step{{facts: starting(1)}, {facts: with(starting(1), func(f *Facts) { f.Ready = 1 })}, {facts: ready(1)}},
@@ -663,7 +679,7 @@ func TestPrimaryChanged(t *testing.T) {
 			wantState:   Running,
 			wantHistory: append(slices.Clone(running), "primaryChanged Running->Running primary changed from c-0 to c-1"),
 			wantEvents:  []string{"primary changed from c-0 to c-1"}, wantPrimary: "c-1"},
-		{name: "failover: primary lost, another elected, the old one back as a replica",
+		{name: "without a loss grace, failover: primary lost, another elected, the old one back as a replica", noGrace: true,
 			steps: append(slices.Clone(start),
 				step{facts: lost(ready(1))},
 				step{facts: primary(lost(ready(1)), "c-1")},
@@ -672,30 +688,64 @@ func TestPrimaryChanged(t *testing.T) {
 			wantHistory: append(slices.Clone(running), "podsLost Running->Degraded",
 				"primaryChanged Degraded->Degraded primary changed from c-0 to c-1", "podsReady Degraded->Running"),
 			wantEvents: []string{"primary changed from c-0 to c-1"}, wantFired: []string{EventPodsReady}, wantPrimary: "c-1"},
-		{name: "failover: while no primary is known, the last one is kept",
+		{name: "without a loss grace, failover: while no primary is known, the last one is kept", noGrace: true,
 			steps:     append(slices.Clone(start), step{facts: lost(ready(1))}),
 			wantState: Degraded, wantHistory: append(slices.Clone(running), "podsLost Running->Degraded"),
 			wantFired: []string{EventPodsLost}, wantLast: "c-0"},
-		{name: "failover and convergence in one observation: the change first",
+		{name: "without a loss grace, failover and convergence in one observation: the change first", noGrace: true,
 			steps:     append(slices.Clone(start), step{facts: lost(ready(1))}, step{facts: primary(ready(1), "c-1")}),
 			wantState: Running,
 			wantHistory: append(slices.Clone(running), "podsLost Running->Degraded",
 				"primaryChanged Degraded->Degraded primary changed from c-0 to c-1", "podsReady Degraded->Running"),
 			wantEvents: []string{"primary changed from c-0 to c-1"}, wantFired: []string{EventPrimaryChanged, EventPodsReady}, wantPrimary: "c-1"},
-		{name: "failover across a restart of the operator",
+		{name: "without a loss grace, failover across a restart of the operator", noGrace: true,
 			steps: append(slices.Clone(start), step{facts: lost(ready(1))},
 				step{facts: primary(lost(ready(1)), "c-1"), restart: true}),
 			wantState: Degraded,
 			wantHistory: append(slices.Clone(running), "podsLost Running->Degraded",
 				"primaryChanged Degraded->Degraded primary changed from c-0 to c-1"),
 			wantEvents: []string{"primary changed from c-0 to c-1"}, wantFired: []string{EventPrimaryChanged}, wantPrimary: "c-1"},
-		{name: "the same primary back is no change",
+		{name: "without a loss grace, the same primary back is no change", noGrace: true,
 			steps:     append(slices.Clone(start), step{facts: lost(ready(1))}, step{facts: ready(1)}),
 			wantState: Running, wantHistory: append(slices.Clone(running), "podsLost Running->Degraded", "podsReady Degraded->Running"),
 			wantFired: []string{EventPodsReady}, wantPrimary: "c-0"},
+		// The same, within the loss grace (steps are a second apart): the
+		// cluster stays Running and the change is recorded once.
+		{name: "switchover: the lock released for a moment, the old primary back as a replica",
+			steps: append(slices.Clone(start),
+				step{facts: with(ready(1), func(f *Facts) { f.Primary, f.NoPrimary = "", "no member holds Patroni's leader lock (c-leader)" })},
+				step{facts: primary(with(ready(1), func(f *Facts) { f.Ready = 1 }), "c-1")},
+				step{facts: primary(ready(1), "c-1")}),
+			wantState:   Running,
+			wantHistory: append(slices.Clone(running), "primaryChanged Running->Running primary changed from c-0 to c-1"),
+			wantEvents:  []string{"primary changed from c-0 to c-1"}, wantPrimary: "c-1"},
+		{name: "failover within the loss grace",
+			steps: append(slices.Clone(start),
+				step{facts: lost(ready(1))},
+				step{facts: primary(lost(ready(1)), "c-1")},
+				step{facts: primary(ready(1), "c-1")}),
+			wantState:   Running,
+			wantHistory: append(slices.Clone(running), "primaryChanged Running->Running primary changed from c-0 to c-1"),
+			wantEvents:  []string{"primary changed from c-0 to c-1"}, wantPrimary: "c-1"},
+		{name: "within the loss grace, while no primary is known, the last one is kept",
+			steps:     append(slices.Clone(start), step{facts: lost(ready(1))}),
+			wantState: Running, wantHistory: running, wantLast: "c-0"},
+		{name: "failover across a restart of the operator within the loss grace",
+			steps: append(slices.Clone(start), step{facts: lost(ready(1))},
+				step{facts: primary(lost(ready(1)), "c-1"), restart: true}),
+			wantState:   Running,
+			wantHistory: append(slices.Clone(running), "primaryChanged Running->Running primary changed from c-0 to c-1"),
+			wantEvents:  []string{"primary changed from c-0 to c-1"}, wantFired: []string{EventPrimaryChanged}, wantPrimary: "c-1"},
+		{name: "the same primary back within the loss grace is no change",
+			steps:     append(slices.Clone(start), step{facts: lost(ready(1))}, step{facts: ready(1)}),
+			wantState: Running, wantHistory: running, wantPrimary: "c-0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.noGrace {
+				cfg.LossGrace = 0
+			}
 			e := NewEngine(cfg)
 			m := e.New(nil)
 			var res Result
@@ -753,7 +803,7 @@ func TestPrimaryChanged(t *testing.T) {
 			if st.Primary != tc.wantPrimary || st.LastPrimary != tc.wantLast {
 				t.Errorf("primary %q lastPrimary %q, want %q %q", st.Primary, st.LastPrimary, tc.wantPrimary, tc.wantLast)
 			}
-			if tc.wantState == Running && !strings.HasSuffix(st.Message, "primary "+tc.wantPrimary) {
+			if tc.wantState == Running && !m.hasTimer(TimerLossGrace) && !strings.HasSuffix(st.Message, "primary "+tc.wantPrimary) {
 				t.Errorf("Running with message %q: want it to name primary %s", st.Message, tc.wantPrimary)
 			}
 		})
@@ -761,15 +811,289 @@ func TestPrimaryChanged(t *testing.T) {
 }
 
 // TestNoPrimaryReason: a cluster Degraded for want of a primary says why
-// there is none, as the informers observed it.
+// there is none, as the informers observed it: at once without a loss
+// grace, and when the grace ran out with it.
 func TestNoPrimaryReason(t *testing.T) {
-	m := NewEngine(DefaultConfig()).New(nil)
-	m.Handle(Input{Kind: Observe}, ready(1), t0)
-	m.Handle(Input{Kind: Observe}, with(ready(1), func(f *Facts) {
-		f.Primary, f.NoPrimary = "", "no member holds Patroni's leader lock (c-leader)"
-	}), t0.Add(time.Second))
-	if st := m.Status(); st.State != Degraded || st.Reason != ReasonNoPrimary || st.Message != "no member holds Patroni's leader lock (c-leader)" {
-		t.Errorf("state %s reason %q message %q", st.State, st.Reason, st.Message)
+	const why = "no member holds Patroni's leader lock (c-leader)"
+	noPrimary := with(ready(1), func(f *Facts) { f.Primary, f.NoPrimary = "", why })
+	for _, grace := range []time.Duration{0, 10 * time.Second} {
+		t.Run("loss grace "+grace.String(), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.LossGrace = grace
+			m := NewEngine(cfg).New(nil)
+			m.Handle(Input{Kind: Observe}, ready(1), t0)
+			m.Handle(Input{Kind: Observe}, noPrimary, t0.Add(time.Second))
+			if grace > 0 {
+				m.Handle(Input{Kind: TimerFired, Timer: TimerLossGrace, Epoch: m.Status().Epoch}, noPrimary, t0.Add(time.Second+grace))
+			}
+			if st := m.Status(); st.State != Degraded || st.Reason != ReasonNoPrimary || st.Message != why {
+				t.Errorf("state %s reason %q message %q", st.State, st.Reason, st.Message)
+			}
+		})
+	}
+}
+
+// TestLossGrace: a Running cluster that loses a Ready pod or its primary
+// stays Running for Config.LossGrace, its status saying what is missing,
+// and is Degraded only if the loss outlasts the grace, or has a concrete
+// cause. A switchover or a rejoining former primary is no flap: no history
+// entry but the primary's change, no Event but PrimaryChanged.
+func TestLossGrace(t *testing.T) {
+	const grace = 10 * time.Second
+	const noLeader = "no member holds Patroni's leader lock (c-leader)"
+	pending := func(cause string) string {
+		return cause + "; Degraded unless it recovers within the 10s loss grace"
+	}
+	// The facts of a Running 2-instance cluster whose primary is c-0.
+	var (
+		// Patroni released its leader lock; no member holds it yet.
+		switching = with(ready(1), func(f *Facts) { f.Primary, f.NoPrimary = "", noLeader })
+		// c-1 took the lock.
+		moved = with(ready(1), func(f *Facts) { f.Primary = "c-1" })
+		// c-0 restarts PostgreSQL as a replica of c-1: not Ready.
+		rejoining   = with(moved, func(f *Facts) { f.Ready = 1 })
+		replicaDown = with(ready(1), func(f *Facts) { f.Ready = 1 })
+		stuckPod    = with(replicaDown, func(f *Facts) {
+			f.StuckReason, f.Stuck = "Unschedulable", "pod c-1: 0/3 nodes are available"
+		})
+		edited   = with(replicaDown, func(f *Facts) { f.Generation, f.ObjectsCurrent = 2, false })
+		deleting = with(replicaDown, func(f *Facts) { f.Deleting = true })
+	)
+	type step struct {
+		at      time.Duration // since t0, when the cluster became Running
+		facts   Facts
+		fire    bool // fire the lossGrace timer, in the epoch it was set in, rather than observe
+		restart bool // a new operator process resumes the machine from its status first
+		// Optional checks after the step: the reason and message, and
+		// the pending lossGrace deadline (since t0).
+		wantReason, wantMessage string
+		wantGrace               time.Duration
+	}
+	tests := []struct {
+		name        string
+		noGrace     bool // Config.LossGrace 0
+		steps       []step
+		wantState   string
+		wantHistory []string // after create and podsReady: event from->to
+		wantEvents  []string // Kubernetes Events' reasons, over all steps
+		wantFired   []string // by the last step
+		wantIgnored bool     // the last step
+		wantReason  string
+		wantMessage string
+		wantReady   metav1.ConditionStatus
+	}{
+		{name: "switchover: no primary for a moment, then the former primary rejoins as a replica",
+			steps: []step{
+				{at: time.Second, facts: switching, wantReason: ReasonNoPrimary, wantMessage: pending(noLeader), wantGrace: 11 * time.Second},
+				{at: 2 * time.Second, facts: moved, wantReason: ReasonReady},
+				{at: 3 * time.Second, facts: rejoining, wantReason: ReasonPodsNotReady, wantMessage: pending("1/2 instances ready"),
+					wantGrace: 13 * time.Second},
+				{at: 5 * time.Second, facts: moved},
+			},
+			wantState: Running, wantHistory: []string{"primaryChanged Running->Running"}, wantEvents: []string{ReasonPrimaryChanged},
+			wantReason: ReasonReady, wantMessage: "2/2 instances ready, primary c-1", wantReady: metav1.ConditionTrue},
+		{name: "the lock handed over with both pods Ready throughout",
+			steps:     []step{{at: time.Second, facts: switching}, {at: 1500 * time.Millisecond, facts: moved}},
+			wantState: Running, wantHistory: []string{"primaryChanged Running->Running"}, wantEvents: []string{ReasonPrimaryChanged},
+			wantFired: []string{EventPrimaryChanged}, wantReason: ReasonReady, wantMessage: "2/2 instances ready, primary c-1",
+			wantReady: metav1.ConditionTrue},
+		{name: "a replica not Ready for 2s",
+			steps: []step{
+				{at: time.Second, facts: replicaDown, wantReason: ReasonPodsNotReady, wantMessage: pending("1/2 instances ready"),
+					wantGrace: 11 * time.Second},
+				{at: 3 * time.Second, facts: ready(1)},
+			},
+			wantState: Running, wantReason: ReasonReady, wantMessage: "2/2 instances ready, primary c-0", wantReady: metav1.ConditionTrue},
+		{name: "a loss outlasting the grace is Degraded when the timer fires",
+			steps: []step{
+				{at: time.Second, facts: replicaDown, wantGrace: 11 * time.Second},
+				{at: 6 * time.Second, facts: replicaDown, wantGrace: 11 * time.Second},
+				{at: 11 * time.Second, facts: replicaDown, fire: true},
+			},
+			wantState: Degraded, wantHistory: []string{"podsLost Running->Degraded"}, wantEvents: []string{Degraded},
+			wantFired: []string{EventLossGrace, EventPodsLost}, wantReason: ReasonPodsNotReady, wantMessage: "1/2 instances ready",
+			wantReady: metav1.ConditionFalse},
+		{name: "the grace keeps its deadline while the cause changes",
+			steps: []step{
+				{at: time.Second, facts: switching, wantReason: ReasonNoPrimary, wantGrace: 11 * time.Second},
+				{at: 2 * time.Second, facts: rejoining, wantReason: ReasonPodsNotReady, wantGrace: 11 * time.Second},
+				{at: 11 * time.Second, facts: rejoining, fire: true},
+			},
+			wantState:   Degraded,
+			wantHistory: []string{"primaryChanged Running->Running", "podsLost Running->Degraded"},
+			wantEvents:  []string{ReasonPrimaryChanged, Degraded}, wantFired: []string{EventLossGrace, EventPodsLost},
+			wantReason: ReasonPodsNotReady, wantMessage: "1/2 instances ready", wantReady: metav1.ConditionFalse},
+		{name: "without a grace the loss is Degraded at once", noGrace: true,
+			steps:     []step{{at: time.Second, facts: replicaDown}},
+			wantState: Degraded, wantHistory: []string{"podsLost Running->Degraded"}, wantEvents: []string{Degraded},
+			wantFired: []string{EventPodsLost}, wantReason: ReasonPodsNotReady, wantMessage: "1/2 instances ready",
+			wantReady: metav1.ConditionFalse},
+		{name: "a concrete cause skips the grace",
+			steps:     []step{{at: time.Second, facts: stuckPod}},
+			wantState: Degraded, wantHistory: []string{"podsLost Running->Degraded"}, wantEvents: []string{Degraded},
+			wantFired: []string{EventPodsLost}, wantReason: "Unschedulable", wantMessage: stuckPod.Stuck,
+			wantReady: metav1.ConditionFalse},
+		{name: "a concrete cause seen during the grace ends it",
+			steps:     []step{{at: time.Second, facts: replicaDown}, {at: 4 * time.Second, facts: stuckPod}},
+			wantState: Degraded, wantHistory: []string{"podsLost Running->Degraded"}, wantEvents: []string{Degraded},
+			wantFired: []string{EventPodsLost}, wantReason: "Unschedulable", wantMessage: stuckPod.Stuck,
+			wantReady: metav1.ConditionFalse},
+		{name: "a recovery cancels the timer: its late firing is stale",
+			steps: []step{
+				{at: time.Second, facts: replicaDown},
+				{at: 2 * time.Second, facts: ready(1)},
+				{at: 11 * time.Second, facts: ready(1), fire: true},
+			},
+			wantState: Running, wantIgnored: true, wantReason: ReasonReady, wantReady: metav1.ConditionTrue},
+		{name: "a restarted operator re-arms the grace with its deadline",
+			steps: []step{
+				{at: time.Second, facts: replicaDown},
+				{at: 4 * time.Second, facts: replicaDown, restart: true, wantReason: ReasonPodsNotReady, wantGrace: 11 * time.Second},
+				{at: 11 * time.Second, facts: replicaDown, fire: true},
+			},
+			wantState: Degraded, wantHistory: []string{"podsLost Running->Degraded"}, wantEvents: []string{Degraded},
+			wantFired: []string{EventLossGrace, EventPodsLost}, wantReason: ReasonPodsNotReady, wantMessage: "1/2 instances ready",
+			wantReady: metav1.ConditionFalse},
+		{name: "a restarted operator cancels the grace of a recovered cluster",
+			steps:     []step{{at: time.Second, facts: replicaDown}, {at: 4 * time.Second, facts: ready(1), restart: true}},
+			wantState: Running, wantReason: ReasonReady, wantMessage: "2/2 instances ready, primary c-0", wantReady: metav1.ConditionTrue},
+		{name: "a spec edit during the grace updates; the grace is stale",
+			steps: []step{
+				{at: time.Second, facts: replicaDown},
+				{at: 2 * time.Second, facts: edited},
+				{at: 11 * time.Second, facts: edited, fire: true},
+			},
+			wantState: Updating, wantHistory: []string{"specChanged Running->Updating"}, wantEvents: []string{Updating},
+			wantIgnored: true, wantReason: ReasonUpdating, wantReady: metav1.ConditionFalse},
+		{name: "a deletion during the grace",
+			steps:     []step{{at: time.Second, facts: replicaDown}, {at: 2 * time.Second, facts: deleting}},
+			wantState: Deleting, wantHistory: []string{"delete Running->Deleting"}, wantEvents: []string{Deleting},
+			wantFired: []string{EventDelete}, wantReason: ReasonDeleting, wantReady: metav1.ConditionFalse},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.LossGrace = grace
+			if tc.noGrace {
+				cfg.LossGrace = 0
+			}
+			m := NewEngine(cfg).New(nil)
+			if res := m.Handle(Input{Kind: Observe}, ready(1), t0); res.To != Running {
+				t.Fatalf("start: %s, want Running", res.To)
+			}
+			var (
+				res        Result
+				events     []string
+				graceEpoch int64
+			)
+			for i, s := range tc.steps {
+				now := t0.Add(s.at)
+				before := lossGrace(m)
+				if s.restart {
+					m = NewEngine(cfg).New(m.Status())
+					resumed := m.Resume()
+					if before != nil && !slices.Contains(resumed.Timers, TimerOp{Name: TimerLossGrace, Deadline: before.Deadline.Time}) {
+						t.Errorf("step %d: resume re-armed %+v, want %s at %s", i, resumed.Timers, TimerLossGrace, before.Deadline)
+					}
+				}
+				if s.fire {
+					res = m.Handle(Input{Kind: TimerFired, Timer: TimerLossGrace, Epoch: graceEpoch}, s.facts, now)
+				} else {
+					res = m.Handle(Input{Kind: Observe}, s.facts, now)
+				}
+				st, after := m.Status(), lossGrace(m)
+				if after != nil {
+					graceEpoch = after.Epoch
+				}
+				if res.Plan != nil {
+					for _, ev := range res.Plan.Events {
+						events = append(events, ev.Reason)
+						if ev.Warning != (ev.Reason == Degraded) {
+							t.Errorf("step %d: Event %s warning=%v", i, ev.Reason, ev.Warning)
+						}
+					}
+				}
+				// The loop learns of every arming and cancelling.
+				switch {
+				case res.From != res.To:
+					// A new epoch: finish hands over every timer again.
+				case before == nil && after != nil:
+					if !slices.Contains(res.Timers, TimerOp{Name: TimerLossGrace, Deadline: after.Deadline.Time}) {
+						t.Errorf("step %d: grace armed in status, timers handed to the loop %+v", i, res.Timers)
+					}
+				case before != nil && after == nil && !s.fire:
+					if !slices.Contains(res.Timers, TimerOp{Name: TimerLossGrace, Cancel: true}) {
+						t.Errorf("step %d: grace cancelled in status, timers handed to the loop %+v", i, res.Timers)
+					}
+				}
+				// While the grace runs: Running, and the status says what
+				// is missing.
+				if after != nil {
+					if st.State != Running || st.ReadyInstances != s.facts.Ready || st.Primary != s.facts.Primary {
+						t.Errorf("step %d: grace pending in %s with ready %d primary %q, facts %d %q",
+							i, st.State, st.ReadyInstances, st.Primary, s.facts.Ready, s.facts.Primary)
+					}
+					wantCondition(t, st, v1.ConditionReady, metav1.ConditionFalse, st.Reason, st.Message)
+					wantCondition(t, st, v1.ConditionDegraded, metav1.ConditionFalse, st.Reason, st.Message)
+				}
+				if s.wantReason != "" && st.Reason != s.wantReason {
+					t.Errorf("step %d: reason %q, want %q", i, st.Reason, s.wantReason)
+				}
+				if s.wantMessage != "" && st.Message != s.wantMessage {
+					t.Errorf("step %d: message %q, want %q", i, st.Message, s.wantMessage)
+				}
+				if s.wantGrace != 0 && (after == nil || !after.Deadline.Time.Equal(t0.Add(s.wantGrace))) {
+					t.Errorf("step %d: lossGrace %+v, want its deadline at %s", i, after, t0.Add(s.wantGrace))
+				}
+			}
+			st := m.Status()
+			if st.State != tc.wantState {
+				t.Fatalf("state %s (%s: %s), want %s", st.State, st.Reason, st.Message, tc.wantState)
+			}
+			var history []string
+			for _, h := range st.History[2:] {
+				history = append(history, h.Event+" "+h.From+"->"+h.To)
+			}
+			if !slices.Equal(history, tc.wantHistory) {
+				t.Errorf("history %q, want %q", history, tc.wantHistory)
+			}
+			if !slices.Equal(events, tc.wantEvents) {
+				t.Errorf("Events %q, want %q", events, tc.wantEvents)
+			}
+			if got := firedEvents(res.Fired); !slices.Equal(got, tc.wantFired) {
+				t.Errorf("last step fired %v, want %v", got, tc.wantFired)
+			}
+			if (res.Ignored != "") != tc.wantIgnored {
+				t.Errorf("last step ignored %q, want ignored %v", res.Ignored, tc.wantIgnored)
+			}
+			if st.Reason != tc.wantReason || (tc.wantMessage != "" && st.Message != tc.wantMessage) {
+				t.Errorf("reason %q message %q, want %q %q", st.Reason, st.Message, tc.wantReason, tc.wantMessage)
+			}
+			if st.State != Running && lossGrace(m) != nil {
+				t.Errorf("lossGrace pending in %s", st.State)
+			}
+			if c := meta.FindStatusCondition(st.Conditions, v1.ConditionReady); c == nil || c.Status != tc.wantReady {
+				t.Errorf("Ready condition %+v, want %s", c, tc.wantReady)
+			}
+		})
+	}
+}
+
+// lossGrace is the pending lossGrace timer, nil when there is none.
+func lossGrace(m *Machine) *v1.Timer {
+	for _, t := range m.Status().Timers {
+		if t.Name == TimerLossGrace {
+			return &t
+		}
+	}
+	return nil
+}
+
+func wantCondition(t *testing.T, st *v1.PostgresqlStatus, typ string, status metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	c := meta.FindStatusCondition(st.Conditions, typ)
+	if c == nil || c.Status != status || c.Reason != reason || c.Message != message {
+		t.Errorf("condition %s %+v, want %s %s %q", typ, c, status, reason, message)
 	}
 }
 

@@ -53,8 +53,12 @@ const (
 	// EventPodsReady: every desired pod Ready, a primary known, objects
 	// converged.
 	EventPodsReady = "podsReady"
-	// EventPodsLost: a Running cluster lost a Ready pod or its primary.
+	// EventPodsLost: a Running cluster lost a Ready pod or its primary,
+	// and the loss outlasted the loss grace (or has a concrete cause).
 	EventPodsLost = "podsLost"
+	// EventLossGrace: the loss grace of a Running cluster ran out; the
+	// loss, if it still holds, fires podsLost.
+	EventLossGrace = "lossGrace"
 	// EventReplacePod: a rollout step, one outdated pod replaced.
 	EventReplacePod = "replacePod"
 	// EventTimeout: the state's deadline passed without convergence.
@@ -89,6 +93,9 @@ const (
 	TimerTimeout = EventTimeout
 	TimerRetry   = EventRetry
 	TimerResync  = EventResync
+	// TimerLossGrace is armed in Running when a pod or the primary is lost
+	// and cancelled when the loss recovers (Machine.graceLoss).
+	TimerLossGrace = EventLossGrace
 )
 
 // Reasons are the machine-readable causes written to status.reason, to
@@ -114,7 +121,7 @@ var stateDocs = map[string]string{
 	Pending:  "Seen by pgloop, not acted on yet (a new resource has no state).",
 	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
 	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait.",
-	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically.",
+	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically. A loss (fewer Ready instances than desired, no primary, objects not matching) first arms a `lossGrace` timer instead of going Degraded: a switchover, or a former primary restarting as a replica, takes a few seconds. Meanwhile the state stays Running, the `Ready` condition is False and status.reason and status.message name what is missing; a recovery before the timer fires cancels it, with no history entry and no Event. A loss with a concrete cause (an unschedulable pod, a crash loop, an image that cannot be pulled, a pending volume, a pod the StatefulSet cannot create) is no blip: it goes Degraded at once.",
 	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait.",
 	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away.",
 	Deleting: "The resource is being deleted; in-flight effects are cancelled and the objects cleaned up before the finalizer is removed.",
@@ -126,7 +133,8 @@ var eventDocs = map[string]string{
 	EventInvalidSpec:      "The spec cannot be served (guard: the validation error is not empty).",
 	EventSpecChanged:      "The spec's generation is newer than status.observedGeneration and the spec is valid.",
 	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready) and the objects converged.",
-	EventPodsLost:         "Guard: fewer Ready instances than desired, or no primary, while Running.",
+	EventPodsLost:         "Guard, while Running: fewer Ready instances than desired, or no primary, or objects not matching the spec, and either the `lossGrace` timer fired, or the grace is 0 (`--loss-grace=0`), or a concrete cause is known (an unschedulable pod, a crash loop...). The reason and message name the cause (`PodsNotReady`, `NoPrimary`, `NotConverged` or the concrete one).",
+	EventLossGrace:        "The `lossGrace` timer fired in Running: the loss has lasted the whole grace (`--loss-grace`), and `podsLost` fires if it still holds. The timer is armed when a loss is first seen in Running, and cancelled (no history entry, no Event) when the cluster recovers before it fires.",
 	EventReplacePod:       "A rollout step: every desired pod is Ready and one runs an outdated template; it is deleted (UID precondition) so the StatefulSet controller recreates it. Replicas go first, the primary last; the next step waits for the pod events that show the new pod Ready.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects (in Deleting the cleanup, in Invalid the status write alone) are planned again, with the latest status, and, in Degraded, the next retry is armed with a doubled delay.",

@@ -71,9 +71,12 @@ var Table = []Transition{
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
 		When:  "all pods Ready, primary elected, objects converged, last ensure succeeded"},
+	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
+	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return !f.converged() },
-		When:  "a pod or the primary lost"},
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.lost() },
+		When:  "a pod or the primary lost, past the loss grace or stuck"},
+	{Event: EventLossGrace, From: []string{Running}},
 	{Event: EventTimeout, From: []string{Creating, Updating}, To: Degraded},
 	{Event: EventRetry, From: []string{Invalid, Creating, Updating, Degraded, Deleting}},
 	{Event: EventResync, From: []string{Running}},

@@ -82,6 +82,10 @@ type Config struct {
 	// retries; ResyncPeriod is how often a Running cluster re-checks its
 	// objects (docs/fsm.md).
 	CreateTimeout, UpdateTimeout, RetryBase, RetryMax, ResyncPeriod time.Duration
+	// LossGrace is how long a Running cluster may miss a Ready pod or its
+	// primary (a switchover, a restarting replica) before it is Degraded;
+	// 0 means at once.
+	LossGrace time.Duration
 	// SpiloImage is the image of clusters that set no spec.dockerImage.
 	SpiloImage string
 
@@ -122,6 +126,7 @@ func DefaultConfig() Config {
 		RetryBase:               f.RetryBase,
 		RetryMax:                f.RetryMax,
 		ResyncPeriod:            f.ResyncPeriod,
+		LossGrace:               f.LossGrace,
 		SpiloImage:              cluster.DefaultImage,
 		KubeQPS:                 DefaultKubeQPS,
 		KubeBurst:               DefaultKubeBurst,
@@ -178,6 +183,9 @@ func (c *Config) Validate() error {
 	positive("retry-max", c.RetryMax)
 	positive("resync-period", c.ResyncPeriod)
 	positive("cache-sync-timeout", c.CacheSyncTimeout)
+	if c.LossGrace < 0 {
+		bad("loss-grace must not be negative, got %s", c.LossGrace)
+	}
 	if c.RetryBase > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryBase {
 		bad("retry-max (%s) must not be less than retry-base (%s)", c.RetryMax, c.RetryBase)
 	}
@@ -207,6 +215,7 @@ func (c *Config) fsmConfig() fsm.Config {
 		RetryBase:     c.RetryBase,
 		RetryMax:      c.RetryMax,
 		ResyncPeriod:  c.ResyncPeriod,
+		LossGrace:     c.LossGrace,
 	}
 }
 

@@ -54,6 +54,9 @@ func TestValidate(t *testing.T) {
 				0, -time.Second, 0, 0, 0, 0, 0
 		}, want: []string{"step-timeout must be a positive duration, got 0s", "create-timeout must be a positive duration, got -1s",
 			"update-timeout", "resync-period", "retry-base", "retry-max", "cache-sync-timeout"}},
+		{name: "no loss grace", mod: func(c *Config) { c.LossGrace = 0 }},
+		{name: "negative loss grace", mod: func(c *Config) { c.LossGrace = -time.Second },
+			want: []string{"loss-grace must not be negative, got -1s"}},
 		{name: "retry order", mod: func(c *Config) { c.RetryBase, c.RetryMax = time.Minute, time.Second },
 			want: []string{"retry-max (1s) must not be less than retry-base (1m0s)"}},
 		{name: "counts", mod: func(c *Config) { c.Workers, c.KubeQPS, c.KubeBurst = 0, 0, 0 },
