@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -270,4 +272,27 @@ func pssKiB(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no Pss for pid %d", pid)
+}
+
+// Switchover asks the Patroni of leader, at its pod IP, to hand the
+// leadership to candidate now (POST /switchover), and returns once Patroni
+// answered: it answers when the switchover is done.
+func Switchover(ctx context.Context, leader *corev1.Pod, candidate string) error {
+	body := fmt.Sprintf(`{"leader":%q,"candidate":%q}`, leader.Name, candidate)
+	url := fmt.Sprintf("http://%s:%d/switchover", leader.Status.PodIP, cluster.PatroniPort)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("while asking %s for a switchover: %w", url, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("switchover %s -> %s: Patroni answered %s: %s", leader.Name, candidate, resp.Status, answer)
+	}
+	return nil
 }

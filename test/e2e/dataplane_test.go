@@ -35,7 +35,7 @@ func TestDataPlane(t *testing.T) {
 
 	began := time.Now()
 	env.CreateCluster(t, ns, name, 2, OnProcessNode)
-	pg := env.MustState(ctx, t, ns, name, fsm.Running)
+	pg := converged(ctx, t, ns, name, 2)
 	t.Logf("Running after %v, primary %s", time.Since(began).Round(time.Millisecond), pg.Status.Primary)
 
 	primary, replica := roles(ctx, t, pg)
@@ -106,7 +106,7 @@ func TestDataPlane(t *testing.T) {
 	})
 
 	t.Run("failover when the primary's processes are killed", func(t *testing.T) {
-		env.MustState(ctx, t, ns, name, fsm.Running)
+		converged(ctx, t, ns, name, 2)
 		killed := time.Now()
 		if err := env.SetHold(ctx, ns, primary.Name, true); err != nil {
 			t.Fatal(err)
@@ -174,7 +174,8 @@ func TestDataPlane(t *testing.T) {
 			t.Fatal(err)
 		}
 		pg, err = env.WaitCluster(ctx, ns, name, "Running on the new spec", func(got *v1.Postgresql) bool {
-			return got.Status.State == fsm.Running && got.Status.ObservedGeneration >= pg.Generation && got.Status.ReadyInstances == 2
+			return got.Status.State == fsm.Running && got.Status.ObservedGeneration >= pg.Generation &&
+				got.Status.ReadyInstances == 2 && got.Status.Primary != "" && conditionTrue(got, v1.ConditionReady)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -198,6 +199,39 @@ func TestDataPlane(t *testing.T) {
 		mustStream(ctx, t, conn, now.Name, other.Name)
 		mustRead(ctx, t, env.SQL(ctx, t, other), 2, "written after the failover")
 	})
+
+	t.Run("switchover through Patroni keeps the cluster Running", func(t *testing.T) {
+		pg := converged(ctx, t, ns, name, 2)
+		leader, candidate := roles(ctx, t, pg)
+		began := time.Now()
+		if err := Switchover(ctx, leader, candidate.Name); err != nil {
+			t.Fatal(err)
+		}
+		// Done once the old leader streams from the new one as a replica
+		// (it restarts PostgreSQL for that) and the cluster converged
+		// again: every blip of the switchover is behind us then.
+		mustStream(ctx, t, env.SQL(ctx, t, env.Pod(ctx, t, ns, candidate.Name)), candidate.Name, leader.Name)
+		pg = converged(ctx, t, ns, name, 2)
+		t.Logf("switchover to %s, converged after %v; history: %s", candidate.Name, time.Since(began).Round(time.Millisecond), historyString(pg.Status.History))
+		if pg.Status.Primary != candidate.Name {
+			t.Errorf("status.primary is %s, want %s", pg.Status.Primary, candidate.Name)
+		}
+		changes := 0
+		for _, tr := range pg.Status.History {
+			if tr.Time.Before(&metav1.Time{Time: began.Add(-time.Second)}) {
+				continue
+			}
+			if tr.To != fsm.Running {
+				t.Errorf("a planned switchover made the cluster %s: %s", tr.To, historyString(pg.Status.History))
+			}
+			if tr.Event == fsm.EventPrimaryChanged {
+				changes++
+			}
+		}
+		if changes != 1 {
+			t.Errorf("%d primaryChanged entries for one switchover: %s", changes, historyString(pg.Status.History))
+		}
+	})
 }
 
 // TestDataPlaneSideBySide runs three clusters of two instances at once and
@@ -220,7 +254,9 @@ func TestDataPlaneSideBySide(t *testing.T) {
 	)
 	for _, name := range names {
 		wg.Go(func() {
-			pg, err := env.WaitState(ctx, ns, name, fsm.Running)
+			pg, err := env.WaitCluster(ctx, ns, name, "converged", func(pg *v1.Postgresql) bool {
+				return pg.Status.State == fsm.Running && pg.Status.ReadyInstances == 2 && conditionTrue(pg, v1.ConditionReady)
+			})
 			if err != nil {
 				t.Error(err)
 				return
@@ -263,6 +299,31 @@ func TestDataPlaneSideBySide(t *testing.T) {
 // readOnlySQLTransaction is PostgreSQL's SQLSTATE for a write refused by a
 // server in recovery.
 const readOnlySQLTransaction = "25006"
+
+// converged waits until the cluster is Running on its current spec with n
+// Ready instances, a primary and its Ready condition True: Running alone
+// also covers a loss within the loss grace.
+func converged(ctx context.Context, t testing.TB, ns, name string, n int32) *v1.Postgresql {
+	t.Helper()
+	pg, err := env.WaitCluster(ctx, ns, name, fmt.Sprintf("converged with %d instances", n), func(pg *v1.Postgresql) bool {
+		st := pg.Status
+		return st.State == fsm.Running && st.ObservedGeneration >= pg.Generation && st.ReadyInstances == n &&
+			st.Primary != "" && conditionTrue(pg, v1.ConditionReady)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg
+}
+
+func conditionTrue(pg *v1.Postgresql, typ string) bool {
+	for _, c := range pg.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
 
 // roles returns the cluster's primary pod (status.primary) and its other
 // pod; the cluster has two instances.
@@ -324,12 +385,7 @@ func scale(ctx context.Context, t testing.TB, ns, name string, n int32) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := env.WaitCluster(ctx, ns, name, fmt.Sprintf("Running with %d instances", n), func(pg *v1.Postgresql) bool {
-		return pg.Status.State == fsm.Running && pg.Status.ObservedGeneration >= pg.Generation && pg.Status.ReadyInstances == n
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	converged(ctx, t, ns, name, n)
 }
 
 func historyString(h []v1.Transition) string {
