@@ -548,9 +548,16 @@ func (m *Machine) afterTrouble(e *lfsm.Event) {
 		return
 	}
 	m.st.Reason, m.st.Message = m.call.reason, m.call.message
-	m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
-	m.st.Attempt++
 	m.dirty = true
+	// In Degraded the retry that planned these effects already counted
+	// the attempt (afterRetry) and so did entering it: the delay runs
+	// again from the failure, but counting the failure too would back off
+	// four times per cycle instead of doubling.
+	counted := e.Dst == Degraded && m.hasTimer(TimerRetry)
+	m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
+	if !counted {
+		m.st.Attempt++
+	}
 }
 
 // --- the primary ---
