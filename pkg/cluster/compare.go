@@ -35,9 +35,15 @@ const (
 	// PodUpToDate deleted, one at a time, for the StatefulSet controller to
 	// re-create it from the new template.
 	ReplacePods
+	// Recreate: the volume claim template asks for another StorageClass.
+	// volumeClaimTemplates cannot change in place: the StatefulSet is
+	// deleted leaving its pods (orphan propagation) and created anew, and
+	// adopts them. Existing claims keep their class; those that never
+	// bound are replaced with their pods (see ClaimClassDiffers).
+	Recreate
 )
 
-var changeNames = []string{NoChange: "NoChange", UpdateInPlace: "UpdateInPlace", ReplacePods: "ReplacePods"}
+var changeNames = []string{NoChange: "NoChange", UpdateInPlace: "UpdateInPlace", ReplacePods: "ReplacePods", Recreate: "Recreate"}
 
 // String returns the name of the change, for logs and events.
 func (c Change) String() string {
@@ -51,6 +57,8 @@ func (c Change) String() string {
 // apiserver, into desired, one built by StatefulSet. Both must be non-nil.
 // The rules, first match wins:
 //
+//  0. The data volume claim template asks for another StorageClass:
+//     Recreate.
 //  1. The pod template hash annotations differ, or current has none:
 //     ReplacePods. Templates are compared by their hash only, because the
 //     apiserver defaults many template fields; a hand edit of the template
@@ -59,15 +67,18 @@ func (c Change) String() string {
 //     update strategy or the claim retention policy differ: UpdateInPlace.
 //  3. Otherwise NoChange.
 //
-// Immutable fields are never compared: selector, serviceName,
-// podManagementPolicy and volumeClaimTemplates. The volume size can only
-// grow and is applied to the existing claims, not through the StatefulSet;
-// the storage class cannot change (the CRD refuses it).
+// Other immutable fields are never compared: selector, serviceName,
+// podManagementPolicy and the rest of volumeClaimTemplates. The volume
+// size can only grow and is applied to the existing claims, not through
+// the StatefulSet.
 //
 // Once the StatefulSet is updated, Compare says NoChange even while pods
 // still run the old template: a rollout in progress is tracked per pod with
 // PodUpToDate.
 func Compare(current, desired *appsv1.StatefulSet) Change {
+	if ClaimTemplateClass(current) != ClaimTemplateClass(desired) {
+		return Recreate
+	}
 	if h := PodTemplateHash(current); h == "" || h != PodTemplateHash(desired) {
 		return ReplacePods
 	}
@@ -184,4 +195,15 @@ func ApplyPodDisruptionBudget(current, desired *policyv1.PodDisruptionBudget) *p
 func RoleNeedsUpdate(current, desired *rbacv1.Role) bool {
 	return !apiequality.Semantic.DeepEqual(current.Rules, desired.Rules) ||
 		!containsAll(current.Labels, desired.Labels)
+}
+
+// ClaimTemplateClass is the StorageClass the StatefulSet's data volume
+// claim template asks for; "" for the cluster's default class.
+func ClaimTemplateClass(sts *appsv1.StatefulSet) string {
+	for i := range sts.Spec.VolumeClaimTemplates {
+		if t := &sts.Spec.VolumeClaimTemplates[i]; t.Name == DataVolumeName {
+			return ptr.Deref(t.Spec.StorageClassName, "")
+		}
+	}
+	return ""
 }

@@ -35,6 +35,7 @@ const (
 	StepStatus     = "status"
 	StepEnsure     = "ensure"
 	StepReplacePod = "replacePod"
+	StepNudge      = "nudge"
 	StepCleanup    = "cleanup"
 	StepEvents     = "events"
 )
@@ -124,8 +125,8 @@ func (l *lockedReader) Read(p []byte) (int, error) {
 }
 
 // Steps returns the steps that carry out plan for the cluster key
-// ("namespace/name"), in this order: status, ensure, replacePod, cleanup,
-// events. Only the steps the plan asks for are returned. status and events
+// ("namespace/name"), in this order: status, ensure, replacePod, nudge,
+// cleanup, events. Only the steps the plan asks for are returned. status and events
 // are Always: the state machine's record and the user's Events are written
 // even when an effect failed.
 func (e *Effects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
@@ -148,10 +149,15 @@ func (e *Effects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	if plan.Ensure {
 		steps = append(steps, eventloop.Step{Name: StepEnsure, Run: r.ensure})
 	}
-	if plan.ReplacePod.Name != "" {
-		pod := plan.ReplacePod
+	if len(plan.ReplacePods) > 0 {
+		pods := plan.ReplacePods
 		steps = append(steps, eventloop.Step{Name: StepReplacePod,
-			Run: func(ctx context.Context) error { return r.replacePod(ctx, pod) }})
+			Run: func(ctx context.Context) error { return r.replacePods(ctx, pods) }})
+	}
+	if plan.Nudge != "" {
+		version := plan.Nudge
+		steps = append(steps, eventloop.Step{Name: StepNudge,
+			Run: func(ctx context.Context) error { return r.nudge(ctx, version) }})
 	}
 	if plan.Cleanup {
 		steps = append(steps, eventloop.Step{Name: StepCleanup, Run: r.cleanup})
@@ -201,29 +207,77 @@ func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error
 	return pg, nil
 }
 
-// replacePod deletes one pod of a rollout so the StatefulSet controller
-// re-creates it from the current template. The UID precondition makes sure
-// it is that very pod: when it is gone (NotFound) or already replaced by a
-// successor of the same name (Conflict), the work is done.
+// replacePods deletes pods so the StatefulSet controller re-creates them
+// from the current template, each with the claim named with it (one that
+// never bound). Every pod is tried; the first error is returned.
+func (r *run) replacePods(ctx context.Context, pods []fsm.PodRef) error {
+	var first error
+	for _, pod := range pods {
+		if err := r.replacePod(ctx, pod); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// replacePod deletes one pod, then its claim when one is named. The UID
+// preconditions make sure they are those very objects: when one is gone
+// (NotFound) or already replaced by a successor of the same name
+// (Conflict), the work is done. The claim's deletion completes once the
+// pod is gone (the apiserver's claim protection); the StatefulSet
+// controller waits for it before it creates the claim anew.
 func (r *run) replacePod(ctx context.Context, pod fsm.PodRef) error {
+	if err := r.deleteReplaced(ctx, "pod", pod.Name, pod.UID, r.kube.CoreV1().Pods(r.ns).Delete); err != nil {
+		return err
+	}
+	if pod.Claim == "" {
+		return nil
+	}
+	return r.deleteReplaced(ctx, "persistentvolumeclaim", pod.Claim, pod.ClaimUID,
+		r.kube.CoreV1().PersistentVolumeClaims(r.ns).Delete)
+}
+
+func (r *run) deleteReplaced(ctx context.Context, kind, name, uid string, del deleteFunc) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var opts metav1.DeleteOptions
-	if pod.UID != "" {
-		uid := types.UID(pod.UID)
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	if uid != "" {
+		u := types.UID(uid)
+		opts.Preconditions = &metav1.Preconditions{UID: &u}
 	}
-	err := r.kube.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, opts)
+	err := del(ctx, name, opts)
 	switch {
 	case err == nil:
-		r.log.WithField("pod", pod.Name).Info("deleted pod for replacement")
+		r.log.WithField(kind, name).Info("deleted " + kind + " for replacement")
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		r.log.WithField("pod", pod.Name).Debug("pod already replaced")
+		r.log.WithField(kind, name).Debug(kind + " already replaced")
 		return nil
 	}
-	return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+	return fmt.Errorf("delete %s %s: %w", kind, name, err)
+}
+
+// nudge records the namespace's quota version on the StatefulSet (a merge
+// patch of one annotation). Any update of a StatefulSet makes its controller
+// sync it at once, so a pod creation a ResourceQuota refused is tried again
+// now, not after the controller's backoff. The annotation is also how the
+// facts know this version was told (a restart does not nudge again).
+func (r *run) nudge(ctx context.Context, version string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	name := StatefulSetName(r.name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationQuotaSeen, version)
+	_, err := r.kube.AppsV1().StatefulSets(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	switch {
+	case err == nil:
+		r.log.WithField("quotas", version).Info("nudged the statefulset: the namespace's quotas changed")
+		return nil
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return fmt.Errorf("nudge statefulset %s: %w", name, err)
 }
 
 // recordEvents records the plan's Kubernetes Events on the resource. The

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // objectClient is what the ensure effect needs of a typed client-go client
@@ -116,14 +117,21 @@ func (r *run) ensure(ctx context.Context) error {
 	}
 	sts := objs.StatefulSet
 	// The update strategy is OnDelete: updating the pod template restarts
-	// no pod; the state machine replaces them one at a time.
-	if err := ensureObject(ctx, r, r.kube.AppsV1().StatefulSets(r.ns), "statefulset", sts,
+	// no pod; the state machine replaces them.
+	statefulSets := r.kube.AppsV1().StatefulSets(r.ns)
+	if err := ensureObject(ctx, r, statefulSets, "statefulset", sts,
 		cached(r, sts.Name, Cache.StatefulSet),
 		func(cur *appsv1.StatefulSet) (*appsv1.StatefulSet, bool, error) {
 			if err := controlled(cur, pg, "statefulset"); err != nil {
 				return nil, false, err
 			}
+			if cur.DeletionTimestamp != nil {
+				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, fsm.ErrWaiting)
+			}
 			change := Compare(cur, sts)
+			if change == Recreate {
+				return nil, false, r.recreateStatefulSet(ctx, cur, ClaimTemplateClass(sts))
+			}
 			if change == NoChange {
 				return nil, false, nil
 			}
@@ -133,6 +141,28 @@ func (r *run) ensure(ctx context.Context) error {
 		return err
 	}
 	return r.growVolumes(ctx, pg)
+}
+
+// recreateStatefulSet deletes the StatefulSet cur, leaving its pods and
+// claims (orphan propagation), for the next ensure to create it with the
+// volume claim template of class: a StatefulSet's volumeClaimTemplates
+// cannot change in place. The new one adopts the orphaned pods. It returns
+// an error wrapping fsm.ErrWaiting: the state machine plans the ensure
+// again once the informers report the StatefulSet gone.
+func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, class string) error {
+	orphan := metav1.DeletePropagationOrphan
+	uid := cur.UID
+	err := r.kube.AppsV1().StatefulSets(r.ns).Delete(ctx, cur.Name, metav1.DeleteOptions{
+		PropagationPolicy: &orphan, Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete statefulset %s to change its volume claim template: %w", cur.Name, err)
+	}
+	if class == "" {
+		class = "the default class"
+	}
+	r.log.WithFields(logrus.Fields{"statefulset": cur.Name, "storageClass": class}).
+		Info("deleted the statefulset, its pods orphaned, to re-create it with a new storage class")
+	return fmt.Errorf("statefulset %s is being re-created for storage class %s (%w)", cur.Name, class, fsm.ErrWaiting)
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the

@@ -321,13 +321,13 @@ func TestStepsOrder(t *testing.T) {
 		h := newHarness(t, nil)
 		plan := &fsm.Plan{
 			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-			ReplacePod: fsm.PodRef{Name: "p-0", UID: "u"}, Events: []fsm.KubeEvent{{Reason: "Running"}},
+			ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u"}}, Nudge: "q1", Events: []fsm.KubeEvent{{Reason: "Running"}},
 		}
 		var got []string
 		for _, s := range h.eff.Steps("db/acid", plan) {
 			got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
 		}
-		want := []string{"status:true", "ensure:false", "replacePod:false", "cleanup:false", "events:true"}
+		want := []string{"status:true", "ensure:false", "replacePod:false", "nudge:false", "cleanup:false", "events:true"}
 		if !slices.Equal(got, want) {
 			t.Errorf("steps = %v, want %v", got, want)
 		}
@@ -790,18 +790,31 @@ func TestStatus(t *testing.T) {
 
 func TestReplacePod(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
-		pod := func(uid types.UID) *corev1.Pod {
-			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "acid-minimal-cluster-1", Namespace: "db", UID: uid}}
+		pod := func(name string, uid types.UID) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "db", UID: uid}}
 		}
+		claim := func(name string, uid types.UID) *corev1.PersistentVolumeClaim {
+			return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "db", UID: uid}}
+		}
+		const p0, p1, c1 = "acid-minimal-cluster-0", "acid-minimal-cluster-1", "pgdata-acid-minimal-cluster-1"
 		tests := []struct {
-			name        string
-			existing    []runtime.Object
-			uid         string
-			wantDeleted bool
+			name     string
+			existing []runtime.Object
+			replace  []fsm.PodRef
+			// wantGone and wantKept name the objects deleted and left.
+			wantGone, wantKept []string
 		}{
-			{name: "deletes the pod", existing: []runtime.Object{pod("u1")}, uid: "u1", wantDeleted: true},
-			{name: "stale UID: already replaced", existing: []runtime.Object{pod("u2")}, uid: "u1"},
-			{name: "pod gone", uid: "u1"},
+			{name: "deletes the pod", existing: []runtime.Object{pod(p1, "u1")},
+				replace: []fsm.PodRef{{Name: p1, UID: "u1"}}, wantGone: []string{p1}},
+			{name: "stale UID: already replaced", existing: []runtime.Object{pod(p1, "u2")},
+				replace: []fsm.PodRef{{Name: p1, UID: "u1"}}, wantKept: []string{p1}},
+			{name: "pod gone", replace: []fsm.PodRef{{Name: p1, UID: "u1"}}},
+			{name: "several pods at once", existing: []runtime.Object{pod(p0, "u0"), pod(p1, "u1")},
+				replace: []fsm.PodRef{{Name: p0, UID: "u0"}, {Name: p1, UID: "u1"}}, wantGone: []string{p0, p1}},
+			{name: "a pod and its claim", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c1")},
+				replace: []fsm.PodRef{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1, c1}},
+			{name: "a claim already replaced is left", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c2")},
+				replace: []fsm.PodRef{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1}, wantKept: []string{c1}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -809,26 +822,132 @@ func TestReplacePod(t *testing.T) {
 				h := newHarness(t, []*v1.Postgresql{pg}, tt.existing...)
 				// The fake clientset ignores preconditions; the apiserver
 				// answers Conflict when the UID differs.
-				h.kube.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-					d := a.(k8stesting.DeleteActionImpl)
-					obj, err := h.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), d.Namespace, d.Name)
-					if err != nil {
-						return true, nil, err
-					}
-					if pre := d.DeleteOptions.Preconditions; pre != nil && pre.UID != nil && *pre.UID != obj.(*corev1.Pod).UID {
-						return true, nil, apierrors.NewConflict(corev1.Resource("pods"), d.Name, errors.New("precondition failed"))
-					}
-					return false, nil, nil
-				})
-				plan := &fsm.Plan{ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-1", UID: tt.uid}}
+				for _, res := range []string{"pods", "persistentvolumeclaims"} {
+					h.kube.PrependReactor("delete", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
+						d := a.(k8stesting.DeleteActionImpl)
+						obj, err := h.kube.Tracker().Get(corev1.SchemeGroupVersion.WithResource(res), d.Namespace, d.Name)
+						if err != nil {
+							return true, nil, err
+						}
+						if pre := d.DeleteOptions.Preconditions; pre != nil && pre.UID != nil && *pre.UID != obj.(metav1.Object).GetUID() {
+							return true, nil, apierrors.NewConflict(corev1.Resource(res), d.Name, errors.New("precondition failed"))
+						}
+						return false, nil, nil
+					})
+				}
+				plan := &fsm.Plan{ReplacePods: tt.replace}
 				if err := h.step(t, context.Background(), pg, plan, StepReplacePod); err != nil {
 					t.Fatal(err)
 				}
-				_, err := h.kube.CoreV1().Pods("db").Get(context.Background(), "acid-minimal-cluster-1", metav1.GetOptions{})
-				if deleted := apierrors.IsNotFound(err); deleted != tt.wantDeleted && len(tt.existing) > 0 {
-					t.Errorf("deleted = %v, want %v", deleted, tt.wantDeleted)
+				exists := func(name string) bool {
+					_, errPod := h.kube.CoreV1().Pods("db").Get(context.Background(), name, metav1.GetOptions{})
+					_, errClaim := h.kube.CoreV1().PersistentVolumeClaims("db").Get(context.Background(), name, metav1.GetOptions{})
+					return errPod == nil || errClaim == nil
+				}
+				for _, name := range tt.wantGone {
+					if exists(name) {
+						t.Errorf("%s not deleted", name)
+					}
+				}
+				for _, name := range tt.wantKept {
+					if !exists(name) {
+						t.Errorf("%s deleted", name)
+					}
 				}
 			})
+		}
+	})
+}
+
+// TestNudge: the nudge annotates the StatefulSet with the quota version,
+// which is all it takes for its controller to sync it again.
+func TestNudge(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		h.kube.ClearActions()
+		if err := h.step(t, context.Background(), pg, &fsm.Plan{Nudge: "q7"}, StepNudge); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := h.kubeWrites(), []string{"patch statefulsets acid-minimal-cluster"}; !slices.Equal(got, want) {
+			t.Errorf("writes %v, want %v", got, want)
+		}
+		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sts.Annotations[AnnotationQuotaSeen]; got != "q7" {
+			t.Errorf("annotation %s = %q, want q7", AnnotationQuotaSeen, got)
+		}
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.kubeWrites(); len(got) != 0 {
+			t.Errorf("an ensure after the nudge wrote %v: the annotation is no difference", got)
+		}
+		gone := testCluster(t)
+		gone.Name = "gone"
+		if err := newHarness(t, []*v1.Postgresql{gone}).step(t, context.Background(), gone, &fsm.Plan{Nudge: "q7"}, StepNudge); err != nil {
+			t.Errorf("nudge of a StatefulSet that is gone: %v", err)
+		}
+	})
+}
+
+// TestEnsureStorageClassChange: a new StorageClass in the spec deletes the
+// StatefulSet with orphan propagation (its volumeClaimTemplates cannot
+// change) and says it waits; once it is gone the next ensure creates it
+// with the new class.
+func TestEnsureStorageClassChange(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		pg.Spec.Volume.StorageClass = "missing"
+		h := newHarness(t, []*v1.Postgresql{pg})
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		cur, err := h.pg.Get(context.Background(), pg.Namespace, pg.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed := cur.DeepCopy()
+		fixed.Spec.Volume.StorageClass = "fast"
+		fixed.Generation++
+		if fixed, err = h.pg.Update(context.Background(), fixed); err != nil {
+			t.Fatal(err)
+		}
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		var deleteOpts *metav1.DeleteOptions
+		h.kube.PrependReactor("delete", "statefulsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			opts := a.(k8stesting.DeleteActionImpl).DeleteOptions
+			deleteOpts = &opts
+			return false, nil, nil
+		})
+		h.kube.ClearActions()
+		err = h.ensure(t, fixed)
+		if !errors.Is(err, fsm.ErrWaiting) || !strings.Contains(err.Error(), `storage class fast`) {
+			t.Fatalf("ensure = %v, want a wait for the StatefulSet's re-creation", err)
+		}
+		if deleteOpts == nil || deleteOpts.PropagationPolicy == nil || *deleteOpts.PropagationPolicy != metav1.DeletePropagationOrphan ||
+			deleteOpts.Preconditions == nil || deleteOpts.Preconditions.UID == nil {
+			t.Fatalf("statefulset deleted with %+v, want orphan propagation and a UID precondition", deleteOpts)
+		}
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		if err := h.ensure(t, fixed); err != nil {
+			t.Fatal(err)
+		}
+		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ClaimTemplateClass(sts); got != "fast" {
+			t.Errorf("re-created with class %q, want fast", got)
 		}
 	})
 }
@@ -1088,9 +1207,9 @@ func TestStepsHonourCancelledContext(t *testing.T) {
 		pg := deleting(testCluster(t))
 		plan := &fsm.Plan{
 			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-			ReplacePod: fsm.PodRef{Name: "acid-minimal-cluster-0", UID: "u"},
+			ReplacePods: []fsm.PodRef{{Name: "acid-minimal-cluster-0", UID: "u"}}, Nudge: "q1",
 		}
-		for _, name := range []string{StepStatus, StepEnsure, StepReplacePod, StepCleanup} {
+		for _, name := range []string{StepStatus, StepEnsure, StepReplacePod, StepNudge, StepCleanup} {
 			t.Run(name, func(t *testing.T) {
 				h := newHarness(t, []*v1.Postgresql{pg})
 				start := time.Now()

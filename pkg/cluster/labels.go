@@ -49,6 +49,12 @@ const (
 // any defaulting.
 const AnnotationPodTemplateHash = "pgloop.dev/pod-template-hash"
 
+// AnnotationQuotaSeen is set on a StatefulSet whose pods a ResourceQuota
+// refused: the version of the namespace's quotas its controller was last
+// nudged for (the nudge step). pgloop compares it with the quotas it
+// observes, so it nudges once per change of them.
+const AnnotationQuotaSeen = "pgloop.dev/quota-seen"
+
 // Labels returns the labels of every object that belongs to one cluster:
 // application, cluster-name, team and managed-by. It returns a new map.
 func Labels(pg *v1.Postgresql) map[string]string {

@@ -1,6 +1,9 @@
 package fsm
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Facts are what pgloop observed about a cluster when an input arrives, read
 // from the informers' caches by the caller. Guards decide on them.
@@ -29,9 +32,19 @@ type Facts struct {
 	// Outdated counts the pods not running the StatefulSet's current pod
 	// template (a rollout is due).
 	Outdated int32
-	// NextReplace is the pod a rollout replaces next: set only when every
-	// desired pod is Ready, replicas before the primary.
-	NextReplace PodRef
+	// Replace are the outdated pods to replace now. Pods that run no
+	// PostgreSQL (not scheduled, waiting on a volume, a container that
+	// cannot start) serve nothing and are all listed at once, whatever the
+	// other pods do; a pod that runs PostgreSQL is listed alone, only when
+	// no such idle pod is outdated and every desired pod is Ready, replicas
+	// before the primary.
+	Replace []PodRef
+	// Nudge, when set, is the namespace's ResourceQuota version that the
+	// StatefulSet controller has not been told about while it backs off
+	// creating a pod a quota refused (QuotaExceeded). Recording it on the
+	// StatefulSet makes the controller try again now, not after its
+	// backoff of up to 16 minutes.
+	Nudge string
 	// StuckReason and Stuck are the concrete cause pods are not progressing,
 	// when one is known (Unschedulable, QuotaExceeded, VolumePending,
 	// CrashLoopBackOff...): a CamelCase reason and a message.
@@ -40,9 +53,10 @@ type Facts struct {
 
 	// cleanupDone is set by the machine when its cleanup plan succeeded.
 	cleanupDone bool
-	// replaced is the UID of the pod the machine last asked to replace, so
-	// a stale cache showing it still Ready does not replace it twice.
-	replaced string
+	// replaced are the UIDs of the pods the machine last asked to replace,
+	// so a stale cache showing them still there does not replace them
+	// twice.
+	replaced []string
 	// lossDue is set by the machine when a loss in Running may go
 	// Degraded now: the lossGrace timer fired in this call, or the grace
 	// is 0.
@@ -59,6 +73,24 @@ type Facts struct {
 type PodRef struct {
 	Name string
 	UID  string
+	// Claim and ClaimUID, when set, name the pod's data volume claim, to
+	// be deleted with it: a claim that never bound (it holds no data) and
+	// asks for another StorageClass than the StatefulSet's, so the
+	// StatefulSet controller re-creates it from its current template.
+	Claim    string
+	ClaimUID string
+}
+
+// toReplace returns the pods of f.Replace the machine has not asked to
+// replace yet.
+func (f *Facts) toReplace() []PodRef {
+	var out []PodRef
+	for _, p := range f.Replace {
+		if !slices.Contains(f.replaced, p.UID) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // converged is the podsReady guard: every desired pod Ready, a primary known

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	lfsm "github.com/looplab/fsm"
@@ -106,8 +107,13 @@ type Machine struct {
 	cleanupWanted bool
 	cleanupDone   bool
 	troubled      bool
-	replaced      string // UID of the last pod replaced
-	replace       PodRef // pod to replace in the next plan
+	// replaced are the UIDs of the pods last asked to be replaced, and
+	// replace those the next plan deletes.
+	replaced []string
+	replace  []PodRef
+	// nudge is the quota version the next plan records on the
+	// StatefulSet, nudged the one last asked for (Facts.Nudge).
+	nudge, nudged string
 	// again re-plans the state's effects on the next observation: the
 	// last plan was waiting for something the informers will report.
 	again bool
@@ -220,6 +226,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	}
 	m.notePrimary()
 	m.observe()
+	m.noteNudge()
 	m.graceLoss()
 	m.project()
 	return m.finish(epoch)
@@ -229,12 +236,13 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 // is stale: a newer plan carries everything this one did.
 func (m *Machine) planDone(id uint64, err error) bool {
 	handled := false
-	carriedReplace := m.replace.Name != "" && id == m.planSeq
+	carriedReplace := (len(m.replace) > 0 || m.nudge != "") && id == m.planSeq
 	if carriedReplace {
 		if err != nil {
-			m.replaced = "" // ask again once the retry comes
+			// Ask again once the retry comes.
+			m.replaced, m.nudged = nil, ""
 		}
-		m.replace = PodRef{}
+		m.replace, m.nudge = nil, ""
 	}
 	if id == m.statusPlan && m.statusInPlan {
 		m.statusInPlan = false
@@ -502,14 +510,53 @@ func (m *Machine) afterRetry(e *lfsm.Event) {
 	}
 }
 
-// afterReplacePod asks for one pod of the rollout to be deleted. The
-// StatefulSet controller recreates it; its pod events drive the next step.
-func (m *Machine) afterReplacePod(_ *lfsm.Event) {
-	ref := m.call.facts.NextReplace
-	m.replace, m.replaced = ref, ref.UID
-	m.call.facts.replaced = ref.UID
-	m.st.Reason, m.st.Message = ReasonUpdating, fmt.Sprintf("replacing pod %s (%d outdated)", ref.Name, m.call.facts.Outdated)
+// afterReplacePod asks for outdated pods to be deleted: one pod of a
+// rollout, or every one that runs nothing. The StatefulSet controller
+// recreates them; their pod events drive the next step. A replacement still
+// waiting for its plan's result is carried on with the new one.
+func (m *Machine) afterReplacePod(e *lfsm.Event) {
+	f := &m.call.facts
+	refs := f.toReplace()
+	// The UIDs asked for earlier are remembered while the cache may
+	// still show their pods, and forgotten once it does not.
+	var replaced []string
+	for _, uid := range m.replaced {
+		if slices.ContainsFunc(f.Replace, func(p PodRef) bool { return p.UID == uid }) {
+			replaced = append(replaced, uid)
+		}
+	}
+	names := make([]string, 0, len(refs))
+	for _, p := range refs {
+		replaced = append(replaced, p.UID)
+		names = append(names, p.Name)
+	}
+	m.replaced, f.replaced = replaced, replaced
+	m.replace = append(slices.Clone(m.replace), refs...)
+	reason := ReasonUpdating
+	if e.Dst == Creating {
+		reason = ReasonCreating
+	}
+	what := "pod " + names[0]
+	if len(names) > 1 {
+		what = "pods " + strings.Join(names, ", ")
+	}
+	m.st.Reason, m.st.Message = reason, fmt.Sprintf("replacing %s (%d outdated)", what, f.Outdated)
 	m.dirty = true
+}
+
+// noteNudge asks for the StatefulSet to be nudged once per change of the
+// namespace's quotas while a quota keeps its pods from being created
+// (Facts.Nudge). It is no transition: the state stays, and the nudge rides
+// on the next plan.
+func (m *Machine) noteNudge() {
+	f := &m.call.facts
+	if f.Nudge == "" || f.Nudge == m.nudged {
+		return
+	}
+	switch m.st.State {
+	case Creating, Running, Updating, Degraded:
+		m.nudge, m.nudged = f.Nudge, f.Nudge
+	}
 }
 
 func (m *Machine) afterResync(_ *lfsm.Event) {
@@ -757,14 +804,49 @@ func (m *Machine) project() {
 		st.Reason, st.Message = f.StuckReason, f.Stuck
 		m.dirty = true
 	}
-	progressingMsg := st.Message
-	if (st.State == Creating || st.State == Updating) && f.Stuck != "" {
-		progressingMsg = f.Stuck
+	if st.State == Creating || st.State == Updating {
+		m.showCause()
 	}
 	state := st.State
 	m.condition(v1.ConditionReady, state == Running && !m.hasTimer(TimerLossGrace), st.Reason, st.Message)
-	m.condition(v1.ConditionProgressing, state == Creating || state == Updating || state == Deleting, st.Reason, progressingMsg)
+	m.condition(v1.ConditionProgressing, state == Creating || state == Updating || state == Deleting, st.Reason, st.Message)
 	m.condition(v1.ConditionDegraded, state == Degraded || state == Invalid, st.Reason, st.Message)
+}
+
+// showCause keeps the reason and message of Creating and Updating, which
+// `kubectl get pg` shows, on what holds the cluster back now:
+//  1. a failed plan or a panic keeps its own reason until a retry's
+//     effects succeed (troubled): the user must see pgloop's own trouble;
+//  2. a replacement in flight keeps "replacing pod ...": the pods it
+//     names are the ones whose cause the facts may still show;
+//  3. a concrete cause of stuck pods (Facts.Stuck) is shown as soon as it
+//     is observed, while the state waits for its timeout;
+//  4. once that cause is gone, the state's own words come back.
+func (m *Machine) showCause() {
+	st, f := &m.st, &m.call.facts
+	if m.troubled || len(m.replace) > 0 {
+		return
+	}
+	reason, msg := f.StuckReason, f.Stuck
+	if f.Stuck == "" {
+		if st.Reason == ReasonCreating || st.Reason == ReasonUpdating {
+			return
+		}
+		reason, msg = m.progress()
+	}
+	if st.Reason != reason || st.Message != msg {
+		st.Reason, st.Message = reason, msg
+		m.dirty = true
+	}
+}
+
+// progress is the reason and message of Creating or Updating when nothing
+// holds the cluster back.
+func (m *Machine) progress() (string, string) {
+	if m.st.State == Creating {
+		return m.observeReason(EventCreate)
+	}
+	return m.observeReason(EventSpecChanged)
 }
 
 func (m *Machine) condition(typ string, on bool, reason, message string) {
@@ -826,14 +908,14 @@ func (m *Machine) finish(epoch int64) Result {
 	// replacement, and (2) no status to write, or only one that waits for
 	// the retry timer.
 	statusDue := m.dirty || m.statusInPlan
-	if !m.ensureWanted && !m.cleanupWanted && len(c.events) == 0 && m.replace.Name == "" && (!statusDue || m.statusHeld()) {
+	if !m.ensureWanted && !m.cleanupWanted && len(c.events) == 0 && len(m.replace) == 0 && m.nudge == "" && (!statusDue || m.statusHeld()) {
 		return res
 	}
 	m.planSeq++
 	// A pending replacement rides on every plan until one carrying it
 	// reports (deleting with a UID precondition is idempotent), so a plan
 	// superseded in the executor's queue loses nothing.
-	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted, ReplacePod: m.replace}
+	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted, ReplacePods: m.replace, Nudge: m.nudge}
 	if len(c.events) > 0 {
 		p.Events = append([]KubeEvent(nil), c.events...)
 	}

@@ -31,7 +31,17 @@ func starting(gen int64) Facts {
 // to replace named.
 func rolling(outdated int32, name, uid string) Facts {
 	f := ready(1)
-	f.ObjectsCurrent, f.Outdated, f.NextReplace = false, outdated, PodRef{Name: name, UID: uid}
+	f.ObjectsCurrent, f.Outdated, f.Replace = false, outdated, []PodRef{{Name: name, UID: uid}}
+	return f
+}
+
+// stuckOutdated is a 2-instance cluster at generation gen whose pods run
+// nothing (unschedulable) and are both outdated: a fix was applied to the
+// StatefulSet, the pods still carry the old template.
+func stuckOutdated(gen int64) Facts {
+	f := unschedulable(gen)
+	f.ObjectsCurrent, f.Outdated = false, 2
+	f.Replace = []PodRef{{Name: "c-0", UID: "uid-0"}, {Name: "c-1", UID: "uid-1"}}
 	return f
 }
 
@@ -98,7 +108,7 @@ func TestTransitions(t *testing.T) {
 		wantCleanup bool
 		wantTimers  []string // timers pending in status afterwards
 		wantCancel  bool
-		wantReplace string // pod the last plan replaces
+		wantReplace string // pods the last plan replaces, comma-separated
 		wantForget  bool
 		wantReason  string
 		wantMessage string // substring
@@ -156,8 +166,10 @@ func TestTransitions(t *testing.T) {
 		{name: "rollout does not replace the same pod twice", from: Updating,
 			steps:     []any{observe(rolling(2, "c-1", "uid-1")), observe(rolling(2, "c-1", "uid-1"))},
 			wantState: Updating, wantTimers: []string{TimerTimeout}, wantReplace: "c-1"},
+		// Facts list a pod that runs PostgreSQL only once every pod is
+		// Ready (TestObserve in pkg/informers): one not Ready lists none.
 		{name: "rollout waits while a pod is not ready", from: Updating,
-			steps:     []any{observe(with(rolling(2, "c-1", "uid-1"), func(f *Facts) { f.Ready = 1 }))},
+			steps:     []any{observe(with(rolling(2, "c-1", "uid-1"), func(f *Facts) { f.Ready, f.Replace = 1, nil }))},
 			wantState: Updating, wantTimers: []string{TimerTimeout}},
 		{name: "rollout goes on with the next pod", from: Updating,
 			steps: []any{observe(rolling(2, "c-1", "uid-1")), done{facts: rolling(2, "c-1", "uid-1")},
@@ -214,6 +226,38 @@ func TestTransitions(t *testing.T) {
 		{name: "degraded cluster edited", from: Degraded,
 			steps:     []any{observe(unschedulable(2))},
 			wantState: Updating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
+		{name: "a fix of a degraded cluster replaces every stuck outdated pod at once", from: Degraded,
+			steps:     []any{observe(unschedulable(2)), observe(stuckOutdated(2))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantEnsure: true, wantTimers: []string{TimerTimeout},
+			wantReplace: "c-0,c-1", wantReason: ReasonUpdating, wantMessage: "replacing pods c-0, c-1 (2 outdated)"},
+		{name: "a fix in the same observation as the edit replaces at once", from: Degraded,
+			steps:     []any{observe(stuckOutdated(2))},
+			wantState: Updating, wantFired: []string{EventSpecChanged, EventReplacePod}, wantEnsure: true,
+			wantTimers: []string{TimerTimeout}, wantReplace: "c-0,c-1"},
+		{name: "a fix while creating replaces the stuck pods without waiting for the timeout", from: Creating,
+			steps:     []any{observe(stuckOutdated(2))},
+			wantState: Creating, wantFired: []string{EventSpecChanged, EventReplacePod}, wantEnsure: true,
+			wantTimers: []string{TimerTimeout}, wantReplace: "c-0,c-1", wantReason: ReasonCreating},
+		{name: "stuck pods are not replaced twice while the cache still shows them", from: Updating,
+			steps:     []any{observe(stuckOutdated(1)), observe(stuckOutdated(1))},
+			wantState: Updating, wantTimers: []string{TimerTimeout}, wantReplace: "c-0,c-1"},
+		{name: "a stuck pod seen later is replaced with those in flight", from: Updating,
+			steps: []any{observe(with(stuckOutdated(1), func(f *Facts) { f.Replace = f.Replace[:1] })),
+				observe(stuckOutdated(1))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerTimeout}, wantReplace: "c-0,c-1"},
+		{name: "a failed replacement of stuck pods is asked again", from: Updating,
+			steps:     []any{observe(stuckOutdated(1)), done{err: boom, facts: stuckOutdated(1)}, observe(stuckOutdated(1))},
+			wantState: Updating, wantFired: []string{EventReplacePod}, wantTimers: []string{TimerTimeout, TimerRetry},
+			wantReplace: "c-0,c-1"},
+		{name: "creating shows the concrete cause at once", from: Creating,
+			steps:     []any{observe(unschedulable(1))},
+			wantState: Creating, wantTimers: []string{TimerTimeout}, wantReason: "Unschedulable", wantMessage: "pod c-0: 0/3 nodes"},
+		{name: "creating shows its own words again once the cause is gone", from: Creating,
+			steps:     []any{observe(unschedulable(1)), observe(with(starting(1), func(f *Facts) { f.Ready = 1 }))},
+			wantState: Creating, wantTimers: []string{TimerTimeout}, wantReason: ReasonCreating, wantMessage: "creating 2 instances"},
+		{name: "updating shows the concrete cause at once", from: Updating,
+			steps:     []any{observe(unschedulable(1))},
+			wantState: Updating, wantTimers: []string{TimerTimeout}, wantReason: "Unschedulable", wantMessage: "pod c-0: 0/3 nodes"},
 		{name: "invalid spec fixed", from: Invalid,
 			steps:     []any{observe(starting(2))},
 			wantState: Creating, wantFired: []string{EventSpecChanged}, wantEnsure: true, wantTimers: []string{TimerTimeout}},
@@ -416,7 +460,11 @@ func TestTransitions(t *testing.T) {
 			}
 			gotReplace := ""
 			if res.Plan != nil {
-				gotReplace = res.Plan.ReplacePod.Name
+				var names []string
+				for _, p := range res.Plan.ReplacePods {
+					names = append(names, p.Name)
+				}
+				gotReplace = strings.Join(names, ",")
 			}
 			if gotReplace != tc.wantReplace {
 				t.Errorf("plan replaces %q, want %q", gotReplace, tc.wantReplace)
@@ -1369,4 +1417,41 @@ func TestDegradedRetriesDouble(t *testing.T) {
 	if m.State() != Degraded {
 		t.Errorf("state %s, want Degraded", m.State())
 	}
+}
+
+// A change of the namespace's quotas while a quota refuses the cluster's
+// pods nudges the StatefulSet once per change: the nudge rides on every plan
+// until one carrying it reports (a superseded plan loses nothing), and is
+// asked again only after a failure or for a new version.
+func TestNudge(t *testing.T) {
+	cfg := DefaultConfig()
+	m := inState(t, &cfg, Degraded)
+	quota := func(v string) Facts {
+		return with(starting(1), func(f *Facts) {
+			f.StuckReason, f.Stuck, f.Nudge = "QuotaExceeded", "exceeded quota: no-pods", v
+		})
+	}
+	nudge := func(what string, in Input, f Facts, want string) {
+		t.Helper()
+		res := m.Handle(in, f, t0)
+		got := ""
+		if res.Plan != nil {
+			got = res.Plan.Nudge
+		}
+		if got != want {
+			t.Errorf("%s: plan nudges %q, want %q (%+v)", what, got, want, res.Plan)
+		}
+		if res.Plan != nil {
+			m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, f, t0)
+		}
+	}
+	nudge("a new quota version", Input{Kind: Observe}, quota("q1"), "q1")
+	nudge("the same version again", Input{Kind: Observe}, quota("q1"), "")
+	res := m.Handle(Input{Kind: Observe}, quota("q2"), t0)
+	if res.Plan == nil || res.Plan.Nudge != "q2" {
+		t.Fatalf("another version: plan %+v, want a nudge q2", res.Plan)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID, Err: errors.New("patch statefulset c: timeout")}, quota("q2"), t0)
+	nudge("after a failed nudge", Input{Kind: Observe}, quota("q2"), "q2")
+	nudge("no quota change", Input{Kind: Observe}, quota(""), "")
 }

@@ -53,10 +53,15 @@ type Plan struct {
 	// Cleanup asks for the owned objects to be deleted and the finalizer
 	// removed.
 	Cleanup bool
-	// ReplacePod, when its Name is set, is a pod of a rollout to delete
-	// (with its UID as precondition) so the StatefulSet controller
-	// recreates it from the current template.
-	ReplacePod PodRef
+	// ReplacePods are pods to delete (each with its UID as precondition,
+	// and its claim when named) so the StatefulSet controller recreates
+	// them from the current template: one pod of a rollout, or every
+	// outdated pod that runs nothing.
+	ReplacePods []PodRef
+	// Nudge, when set, is recorded on the StatefulSet (an annotation) so
+	// its controller retries a pod creation a ResourceQuota refused: the
+	// quota changed (Facts.Nudge).
+	Nudge string
 	// Events are Kubernetes Events to record on the resource.
 	Events []KubeEvent
 }

@@ -59,7 +59,8 @@ const (
 	// EventLossGrace: the loss grace of a Running cluster ran out; the
 	// loss, if it still holds, fires podsLost.
 	EventLossGrace = "lossGrace"
-	// EventReplacePod: a rollout step, one outdated pod replaced.
+	// EventReplacePod: outdated pods replaced: every one that runs
+	// nothing at once, or one step of a rollout.
 	EventReplacePod = "replacePod"
 	// EventTimeout: the state's deadline passed without convergence.
 	EventTimeout = "timeout"
@@ -120,10 +121,10 @@ const (
 var stateDocs = map[string]string{
 	Pending:  "Seen by pgloop, not acted on yet (a new resource has no state).",
 	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
-	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait.",
+	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait. As soon as a concrete cause of stuck pods is observed (an unschedulable pod, a pending volume, a quota...), status.reason and status.message name it, while the state waits for the timeout.",
 	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically. A loss (fewer Ready instances than desired, no primary, objects not matching) first arms a `lossGrace` timer instead of going Degraded: a switchover, or a former primary restarting as a replica, takes a few seconds. Meanwhile the state stays Running, the `Ready` condition is False and status.reason and status.message name what is missing; a recovery before the timer fires cancels it, with no history entry and no Event. A loss with a concrete cause (an unschedulable pod, a crash loop, an image that cannot be pulled, a pending volume, a pod the StatefulSet cannot create) is no blip: it goes Degraded at once.",
-	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait.",
-	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away.",
+	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait. As in Creating, status.reason and status.message name a concrete cause of stuck pods as soon as it is observed.",
+	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away, and a spec edit (a fix) moves it to Updating at once, cancelling the retry. While a ResourceQuota keeps its pods from being created, each change of the namespace's quotas nudges the StatefulSet (an annotation) so its controller tries again at once rather than after its own backoff.",
 	Deleting: "The resource is being deleted; in-flight effects are cancelled and the objects cleaned up before the finalizer is removed.",
 	Deleted:  "Cleanup finished; the loop forgets the cluster.",
 }
@@ -135,7 +136,7 @@ var eventDocs = map[string]string{
 	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready) and the objects converged.",
 	EventPodsLost:         "Guard, while Running: fewer Ready instances than desired, or no primary, or objects not matching the spec, and either the `lossGrace` timer fired, or the grace is 0 (`--loss-grace=0`), or a concrete cause is known (an unschedulable pod, a crash loop...). The reason and message name the cause (`PodsNotReady`, `NoPrimary`, `NotConverged` or the concrete one).",
 	EventLossGrace:        "The `lossGrace` timer fired in Running: the loss has lasted the whole grace (`--loss-grace`), and `podsLost` fires if it still holds. The timer is armed when a loss is first seen in Running, and cancelled (no history entry, no Event) when the cluster recovers before it fires.",
-	EventReplacePod:       "A rollout step: every desired pod is Ready and one runs an outdated template; it is deleted (UID precondition) so the StatefulSet controller recreates it. Replicas go first, the primary last; the next step waits for the pod events that show the new pod Ready.",
+	EventReplacePod:       "Outdated pods are deleted (UID precondition) so the StatefulSet controller recreates them from the current template. (1) Pods that run no PostgreSQL (not scheduled, waiting on a volume, a container that cannot start) serve nothing: every outdated one is replaced at once, in Creating, Updating or Degraded, without waiting for the other pods or for a timeout; this is how an edit fixes a stuck cluster. A never-bound claim of such a pod that asks for another StorageClass than the StatefulSet's is deleted with it. (2) A pod that runs PostgreSQL is replaced alone, once every desired pod is Ready and no idle pod is outdated: replicas first, the primary last; the next step waits for the pod events that show the new pod Ready.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects (in Deleting the cleanup, in Invalid the status write alone) are planned again, with the latest status, and, in Degraded, the next retry is armed with a doubled delay.",
 	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",

@@ -63,11 +63,13 @@ var Table = []Transition{
 		Guard: specChanged, When: "new generation, valid"},
 	{Event: EventSpecChanged, From: []string{Running, Updating, Degraded}, To: Updating,
 		Guard: specChanged, When: "new generation, valid"},
-	{Event: EventReplacePod, From: []string{Updating, Degraded},
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool {
-			return f.NextReplace.Name != "" && f.Ready >= f.Desired && f.NextReplace.UID != f.replaced
-		},
-		When: "all pods Ready, one outdated"},
+	// Facts.Replace lists every outdated pod that runs nothing at once, or
+	// one that runs PostgreSQL once all are Ready: a fix of a stuck
+	// cluster replaces its stuck pods without waiting, a rollout of a
+	// serving one goes pod by pod.
+	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return len(f.toReplace()) > 0 },
+		When:  "outdated pods that run nothing, or all pods Ready and one outdated"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
 		When:  "all pods Ready, primary elected, objects converged, last ensure succeeded"},

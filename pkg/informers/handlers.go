@@ -144,30 +144,69 @@ func leaderKey(obj any) (string, bool) {
 }
 
 // eventHandler notifies SignalEvents for Warning Events about the
-// StatefulSet of a cluster that scope s knows. The Events informer sees the
-// Warnings of every StatefulSet in its namespaces, pgloop's or not; checking
-// the cluster cache (a map lookup, no I/O) keeps the others from waking the
-// loop. The kind and type are checked again although the field selector
+// StatefulSet or a claim of a cluster that scope s knows. The Events
+// informers see the Warnings of every StatefulSet and claim in their
+// namespaces, pgloop's or not; checking the caches (a map lookup, no I/O)
+// keeps the others from waking the loop. The kind and type are checked again although the field selector
 // asks for them, because a fake API ignores field selectors. A Normal Event
 // (SuccessfulCreate) would need no notice anyway: the pod it announces
 // brings its own.
-func (i *Informers) eventHandler(s *scope) cache.ResourceEventHandler {
+func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandler {
 	notify := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
 		}
 		ev, ok := obj.(*corev1.Event)
-		if !ok || ev.InvolvedObject.Kind != "StatefulSet" || ev.Type != corev1.EventTypeWarning {
+		if !ok || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind {
 			return
 		}
-		// pgloop names the StatefulSet after the cluster
-		// (cluster.StatefulSetName), so the Event's object key is the
-		// cluster key.
 		key := involvedKey(ev)
-		if _, ok, _ := s.postgresqls.GetStore().GetByKey(key); !ok {
+		switch kind {
+		case "StatefulSet":
+			// pgloop names the StatefulSet after the cluster
+			// (cluster.StatefulSetName), so the Event's object key is
+			// the cluster key.
+			if _, ok, _ := s.postgresqls.GetStore().GetByKey(key); !ok {
+				return
+			}
+		case "PersistentVolumeClaim":
+			// A claim carries the cluster-name label.
+			claim, ok, _ := s.claims.GetStore().GetByKey(key)
+			if !ok {
+				return
+			}
+			if key, ok = clusterKey(claim); !ok {
+				return
+			}
+		default:
 			return
 		}
 		i.notifier.Notify(key, SignalEvents)
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		DeleteFunc: notify,
+	}
+}
+
+// quotaHandler notifies SignalQuota to every cluster of the namespace of a
+// ResourceQuota that was added, changed (its limits, or what is used) or
+// deleted: one of them whose pods the quota refused may fit now. Observe
+// decides whether a cluster needs its StatefulSet nudged.
+func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		q, ok := obj.(*corev1.ResourceQuota)
+		if !ok {
+			return
+		}
+		keys, _ := s.postgresqls.GetIndexer().IndexKeys(cache.NamespaceIndex, q.Namespace)
+		for _, key := range keys {
+			i.notifier.Notify(key, SignalQuota)
+		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    notify,

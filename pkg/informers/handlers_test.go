@@ -119,6 +119,9 @@ func TestHandlers(t *testing.T) {
 		{"warning event on the cluster's statefulset", []func(*testing.T){
 			create(event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
 		}, []note{{"db/c1", SignalEvents}}},
+		{"quota of the namespace changed: every cluster of it", []func(*testing.T){
+			create(resourceQuota("q", "")),
+		}, []note{{"db/c1", SignalQuota}, {"db/c2", SignalQuota}}},
 		{"normal event and event of a statefulset not pgloop's ignored", []func(*testing.T){
 			create(event(sts, "e2", corev1.EventTypeNormal, "SuccessfulCreate", "create Pod c1-0", 0)),
 			create(event(otherSts, "e3", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
@@ -205,8 +208,13 @@ func TestTombstones(t *testing.T) {
 	sts := statefulSet(c1)
 	rec := newRecorder()
 	i := &Informers{notifier: rec, log: logrus.NewEntry(logrus.StandardLogger())}
-	s := &scope{postgresqls: cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.Postgresql{}, 0, cache.Indexers{})}
+	s := &scope{
+		postgresqls: cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1.Postgresql{}, 0,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		claims: cache.NewSharedIndexInformer(&cache.ListWatch{}, &corev1.PersistentVolumeClaim{}, 0, cache.Indexers{}),
+	}
 	mustDo(t, s.postgresqls.GetStore().Add(c1))
+	mustDo(t, s.claims.GetStore().Add(claim(c1, 0, corev1.ClaimPending)))
 
 	tests := []struct {
 		name    string
@@ -220,9 +228,15 @@ func TestTombstones(t *testing.T) {
 		{"pod tombstone", i.ownedHandler(SignalPods), cache.DeletedFinalStateUnknown{Key: "db/c1-0", Obj: pod(c1, 0)}, &note{"db/c1", SignalPods}},
 		{"claim tombstone", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/pgdata-c1-0", Obj: claim(c1, 0, corev1.ClaimBound)}, &note{"db/c1", SignalObjects}},
 		{"tombstone without object", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/x"}, nil},
-		{"event tombstone", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1",
+		{"event tombstone", i.eventHandler(s, "StatefulSet"), cache.DeletedFinalStateUnknown{Key: "db/e1",
 			Obj: event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)}, &note{"db/c1", SignalEvents}},
-		{"event tombstone without object", i.eventHandler(s), cache.DeletedFinalStateUnknown{Key: "db/e1"}, nil},
+		{"event tombstone without object", i.eventHandler(s, "StatefulSet"), cache.DeletedFinalStateUnknown{Key: "db/e1"}, nil},
+		{"claim event tombstone", i.eventHandler(s, "PersistentVolumeClaim"), cache.DeletedFinalStateUnknown{Key: "db/e2",
+			Obj: claimEvent(c1, 0, "ProvisioningFailed", "not found")}, &note{"db/c1", SignalEvents}},
+		{"claim event of a claim not cached", i.eventHandler(s, "PersistentVolumeClaim"), claimEvent(c1, 3, "ProvisioningFailed", "not found"), nil},
+		{"statefulset event on the claims' handler", i.eventHandler(s, "PersistentVolumeClaim"),
+			event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0), nil},
+		{"quota tombstone", i.quotaHandler(s), cache.DeletedFinalStateUnknown{Key: "db/q", Obj: resourceQuota("q", "1")}, &note{"db/c1", SignalQuota}},
 		{"leader record tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader", Obj: lock(c1, "c1-0")}, &note{"db/c1", SignalLeader}},
 		{"other configmap tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-config", Obj: patroniConfigMap(c1, "config")}, nil},
 		{"leader record tombstone without object", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader"}, nil},
@@ -302,8 +316,14 @@ func TestSelectors(t *testing.T) {
 		}
 		switch res {
 		case "events":
-			if got := lr.Fields.String(); got != "involvedObject.kind=StatefulSet,type=Warning" {
+			if got := lr.Fields.String(); got != "involvedObject.kind=StatefulSet,type=Warning" &&
+				got != "involvedObject.kind=PersistentVolumeClaim,type=Warning" {
 				t.Errorf("events field selector %q", got)
+			}
+		case "resourcequotas":
+			// Every quota of the namespace: none is pgloop's.
+			if got := lr.Labels.String(); got != "" {
+				t.Errorf("resourcequotas label selector %q", got)
 			}
 		default:
 			if got := lr.Labels.String(); got != "application=spilo" {
@@ -311,7 +331,7 @@ func TestSelectors(t *testing.T) {
 			}
 		}
 	}
-	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events"} {
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas"} {
 		if !seen[res] {
 			t.Errorf("%s never listed", res)
 		}

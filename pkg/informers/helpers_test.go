@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/client"
@@ -222,12 +223,56 @@ func waiting(reason, msg string) func(*corev1.Pod) {
 	}
 }
 
-func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: cluster.PersistentVolumeClaimName(pg.Name, ord),
+func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase, mods ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+	name := cluster.PersistentVolumeClaimName(pg.Name, ord)
+	c := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid"),
 			Labels: cluster.Labels(pg)},
 		Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
 	}
+	for _, m := range mods {
+		m(c)
+	}
+	return c
+}
+
+func withClass(class string) func(*corev1.PersistentVolumeClaim) {
+	return func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = &class }
+}
+
+// claimEvent returns a Warning of the persistent volume controller about
+// the claim of ordinal ord of pg.
+func claimEvent(pg *v1.Postgresql, ord int32, reason, msg string) *corev1.Event {
+	name := cluster.PersistentVolumeClaimName(pg.Name, ord)
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: name + "." + reason},
+		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1",
+			Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid")},
+		Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
+		FirstTimestamp: ago(time.Minute), LastTimestamp: ago(time.Second),
+		Source: corev1.EventSource{Component: "persistentvolume-controller"},
+	}
+}
+
+func resourceQuota(name, version string) *corev1.ResourceQuota {
+	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: version}}
+}
+
+// quotaVersionOf is quotaVersion of a namespace holding quotas.
+func quotaVersionOf(quotas ...*corev1.ResourceQuota) string {
+	s := &scope{quotas: cache.NewSharedIndexInformer(nil, &corev1.ResourceQuota{}, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
+	for _, q := range quotas {
+		_ = s.quotas.GetStore().Add(q)
+	}
+	return quotaVersion(s, ns)
+}
+
+// nudged returns a copy of sts nudged for the quota version v.
+func nudged(sts *appsv1.StatefulSet, v string) *appsv1.StatefulSet {
+	out := sts.DeepCopy()
+	out.Annotations = map[string]string{cluster.AnnotationQuotaSeen: v}
+	return out
 }
 
 // event returns an Event of the StatefulSet controller about sts.

@@ -51,9 +51,13 @@ const (
 	// SignalObjects: another object of the cluster changed (StatefulSet,
 	// Service, Secret, PodDisruptionBudget, PersistentVolumeClaim).
 	SignalObjects = "objects"
-	// SignalEvents: a Warning Event about the cluster's StatefulSet arrived
-	// (FailedCreate, e.g. exceeded quota).
+	// SignalEvents: a Warning Event about the cluster's StatefulSet
+	// (FailedCreate, e.g. exceeded quota) or one of its claims
+	// (ProvisioningFailed, e.g. a StorageClass not found) arrived.
 	SignalEvents = "events"
+	// SignalQuota: a ResourceQuota of the cluster's namespace changed; a
+	// cluster whose pods a quota refused may be created now.
+	SignalQuota = "quota"
 	// SignalLeader: Patroni's leader record of the cluster changed hands
 	// (or appeared, or went).
 	SignalLeader = "leader"
@@ -91,14 +95,23 @@ const (
 
 // scope is the set of informers of one namespace (or of all namespaces).
 type scope struct {
-	owned  kubeinformers.SharedInformerFactory
-	events kubeinformers.SharedInformerFactory
+	owned       kubeinformers.SharedInformerFactory
+	events      kubeinformers.SharedInformerFactory
+	claimEvents kubeinformers.SharedInformerFactory
+	// namespaced holds the informers of every object of their kind in the
+	// scope, not only pgloop's: ResourceQuotas.
+	namespaced kubeinformers.SharedInformerFactory
 
 	postgresqls  cache.SharedIndexInformer
 	pods         cache.SharedIndexInformer
 	statefulSets cache.SharedIndexInformer
 	claims       cache.SharedIndexInformer
-	warnings     cache.SharedIndexInformer
+	// warnings are the Warning Events of StatefulSets, claimWarnings
+	// those of claims; both indexed byInvolvedObject.
+	warnings      cache.SharedIndexInformer
+	claimWarnings cache.SharedIndexInformer
+	// quotas are the ResourceQuotas, indexed by namespace.
+	quotas cache.SharedIndexInformer
 	// configMaps are Patroni's (pgloop writes none): the leader record is
 	// read from them.
 	configMaps cache.SharedIndexInformer
@@ -166,6 +179,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 	// Only Warnings explain stuck pods; the Normal SuccessfulCreate and
 	// SuccessfulDelete of every pod would be most of the cache otherwise.
 	statefulSetEvents := fields.Set{"involvedObject.kind": "StatefulSet", "type": corev1.EventTypeWarning}.AsSelector().String()
+	claimEvents := fields.Set{"involvedObject.kind": "PersistentVolumeClaim", "type": corev1.EventTypeWarning}.AsSelector().String()
 	s := &scope{
 		owned: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
@@ -175,6 +189,13 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 			kubeinformers.WithNamespace(ns),
 			kubeinformers.WithTransform(slim),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = statefulSetEvents })),
+		claimEvents: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = claimEvents })),
+		namespaced: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTransform(slim)),
 	}
 
 	lw := &cache.ListWatch{
@@ -203,10 +224,15 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 	// KUBERNETES_LABELS), so the same filter finds them.
 	s.configMaps = s.owned.Core().V1().ConfigMaps().Informer()
 	s.warnings = s.events.Core().V1().Events().Informer()
+	s.claimWarnings = s.claimEvents.Core().V1().Events().Informer()
+	s.quotas = s.namespaced.Core().V1().ResourceQuotas().Informer()
 
 	i.must(s.pods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
 	i.must(s.claims.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
 	i.must(s.warnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
+	i.must(s.claimWarnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
+	// The factory's informers come with the namespace index, which
+	// quotaVersion reads.
 
 	s.addHandler(i, s.postgresqls, i.specHandler())
 	s.addHandler(i, s.pods, i.ownedHandler(SignalPods))
@@ -214,7 +240,9 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 		s.addHandler(i, inf, i.ownedHandler(SignalObjects))
 	}
 	s.addHandler(i, s.configMaps, i.leaderHandler())
-	s.addHandler(i, s.warnings, i.eventHandler(s))
+	s.addHandler(i, s.warnings, i.eventHandler(s, "StatefulSet"))
+	s.addHandler(i, s.claimWarnings, i.eventHandler(s, "PersistentVolumeClaim"))
+	s.addHandler(i, s.quotas, i.quotaHandler(s))
 	return s
 }
 
@@ -243,6 +271,8 @@ func (i *Informers) Start(ctx context.Context) {
 		for _, s := range i.scopes {
 			s.owned.Start(ctx.Done())
 			s.events.Start(ctx.Done())
+			s.claimEvents.Start(ctx.Done())
+			s.namespaced.Start(ctx.Done())
 			go s.postgresqls.RunWithContext(ctx)
 		}
 	})

@@ -1,6 +1,8 @@
 package informers
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -91,15 +94,26 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 	slices.SortFunc(objs, func(a, b any) int { return strings.Compare(a.(*corev1.Pod).Name, b.(*corev1.Pod).Name) })
 
 	leader, recorded := leaderRecord(s, d.leaderKey, pg.Name)
+	// A never-bound claim of another StorageClass than the StatefulSet's
+	// is replaced with its pod, once the StatefulSet asks for the spec's
+	// class (it was re-created): before that, its controller would make
+	// the claim anew with the old class.
+	claimClass, replaceClaims := "", false
+	if sts != nil {
+		claimClass = cluster.ClaimTemplateClass(sts)
+		replaceClaims = claimClass == pg.Spec.Volume.StorageClass
+	}
 	var (
 		existing    int32
 		leaderPod   *corev1.Pod // the pod the leader record names, terminating or not
 		lastCreated time.Time
-		// next is the outdated pod to replace first: replicas before the
-		// leader, then the lowest ordinal.
+		// next is the outdated pod that runs PostgreSQL to replace first:
+		// replicas before the leader, then the lowest ordinal.
 		next       *corev1.Pod
 		nextLeader bool
 		nextOrd    int
+		// idle are the outdated pods that run nothing, replaced at once.
+		idle []fsm.PodRef
 		// The first pod-level causes, by kind.
 		unschedulable        *corev1.Pod
 		unschedulableMessage string
@@ -124,11 +138,23 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 		if podReady(p) {
 			f.Ready++
 		}
-		if sts != nil && !cluster.PodUpToDate(p, sts) {
+		var claim *corev1.PersistentVolumeClaim
+		if replaceClaims && runsNothing(p) {
+			claim = wrongClassClaim(s, p, claimClass)
+		}
+		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
 			f.Outdated++
 			ord := ordinal(p.Name, stsName)
-			if ord >= 0 && ord < int(f.Desired) &&
-				(next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd)) {
+			switch {
+			case ord < 0 || ord >= int(f.Desired):
+				// Scaled away: the StatefulSet controller deletes it.
+			case runsNothing(p):
+				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
+				if claim != nil {
+					ref.Claim, ref.ClaimUID = claim.Name, string(claim.UID)
+				}
+				idle = append(idle, ref)
+			case next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd):
 				next, nextLeader, nextOrd = p, isLeader, ord
 			}
 		}
@@ -145,8 +171,11 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 	}
 
 	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
-	if f.Ready == f.Desired && f.Outdated > 0 && next != nil {
-		f.NextReplace = fsm.PodRef{Name: next.Name, UID: string(next.UID)}
+	switch {
+	case len(idle) > 0:
+		f.Replace = idle
+	case f.Ready == f.Desired && next != nil:
+		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 	}
 	// Cheapest checks first: the desired StatefulSet is built (once per
 	// generation) only when everything else already holds.
@@ -158,24 +187,149 @@ func (i *Informers) Observe(key string) (fsm.Facts, *v1.PostgresqlStatus) {
 
 	// Stuck causes, the first found in this order. Claims and Events are
 	// looked up only while pods are missing or not Ready, which keeps the
-	// healthy path free of those lookups.
-	switch {
-	case unschedulable != nil:
-		f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
-	case waiting != nil:
-		msg := waitingState.Message
-		if msg == "" {
-			msg = waitingState.Reason
-		}
-		f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
-	case existing < f.Desired || f.Ready < f.Desired:
-		if claim := pendingClaim(s, key, stsName, f.Desired); claim != "" {
-			f.StuckReason, f.Stuck = ReasonVolumePending, "persistentvolumeclaim "+claim+" is Pending"
-		} else if sts != nil && existing < f.Desired {
+	// healthy path free of those lookups. A claim that cannot bind comes
+	// first when its Warning says why: the scheduler's words for its pod
+	// ("pod has unbound immediate PersistentVolumeClaims") do not.
+	if existing < f.Desired || f.Ready < f.Desired {
+		claim, warning := pendingClaim(s, key, stsName, f.Desired)
+		switch {
+		case claim != nil && warning != nil:
+			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, warning)
+		case unschedulable != nil:
+			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
+		case waiting != nil:
+			msg := waitingState.Message
+			if msg == "" {
+				msg = waitingState.Reason
+			}
+			f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
+		case claim != nil:
+			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, nil)
+		case sts != nil && existing < f.Desired:
 			f.StuckReason, f.Stuck = i.failedCreate(s, stsKey, sts, lastCreated)
+			if f.StuckReason == ReasonQuotaExceeded {
+				if v := quotaVersion(s, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
+					f.Nudge = v
+				}
+			}
 		}
 	}
 	return f, &pg.Status
+}
+
+// runsNothing reports whether pod p runs no PostgreSQL: not Ready, and
+// not scheduled, not started (waiting on a volume, an image, its
+// configuration), or with no container running (a crash loop between two
+// tries). Replacing such a pod interrupts nothing.
+func runsNothing(p *corev1.Pod) bool {
+	if podReady(p) {
+		return false
+	}
+	if !scheduled(p) || p.Status.Phase == corev1.PodPending {
+		return true
+	}
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].State.Running != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// scheduled reports whether p was bound to a node.
+func scheduled(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" {
+		return true
+	}
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// wrongClassClaim returns the data volume claim of pod p when it never
+// bound (it holds no data) and asks for another StorageClass than class,
+// the StatefulSet's ("" for the default): replacing it with the pod gives
+// it the StatefulSet's class. With the default class, whose name the
+// StatefulSet does not say, a claim is replaced only when its own class
+// does not exist (its ProvisioningFailed Warning says so), so a claim of
+// the default class that waits for its provisioner is left alone.
+func wrongClassClaim(s *scope, p *corev1.Pod, class string) *corev1.PersistentVolumeClaim {
+	key := p.Namespace + "/" + cluster.DataVolumeName + "-" + p.Name
+	obj, ok, _ := s.claims.GetStore().GetByKey(key)
+	if !ok {
+		return nil
+	}
+	c, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok || c.DeletionTimestamp != nil || c.Status.Phase != corev1.ClaimPending || c.Spec.VolumeName != "" {
+		return nil
+	}
+	have := ptr.Deref(c.Spec.StorageClassName, "")
+	switch {
+	case have == class:
+		return nil
+	case class != "":
+		return c
+	}
+	if w := claimWarning(s, c); w != nil && strings.Contains(w.Message, `storageclass.storage.k8s.io "`+have+`" not found`) {
+		return c
+	}
+	return nil
+}
+
+// claimWarning returns the newest Warning Event about claim c, nil when
+// there is none.
+func claimWarning(s *scope, c *corev1.PersistentVolumeClaim) *corev1.Event {
+	objs, _ := s.claimWarnings.GetIndexer().ByIndex(byInvolvedObject, c.Namespace+"/"+c.Name)
+	var newest *corev1.Event
+	var at time.Time
+	for _, o := range objs {
+		ev, ok := o.(*corev1.Event)
+		if !ok || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "PersistentVolumeClaim" {
+			continue
+		}
+		// Events outlive their object: those of a former claim of the
+		// same name do not count.
+		if ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != c.UID {
+			continue
+		}
+		if t := eventTime(ev); newest == nil || t.After(at) {
+			newest, at = ev, t
+		}
+	}
+	return newest
+}
+
+// claimMessage says why claim c is Pending: its class, and its newest
+// Warning (nil when none), such as the persistent volume controller's
+// ProvisioningFailed naming a StorageClass that does not exist.
+func claimMessage(c *corev1.PersistentVolumeClaim, warning *corev1.Event) string {
+	class := "the default storage class"
+	if sc := ptr.Deref(c.Spec.StorageClassName, ""); sc != "" {
+		class = "storage class " + strconv.Quote(sc)
+	}
+	msg := "persistentvolumeclaim " + c.Name + " (" + class + ") is Pending"
+	if warning != nil {
+		msg += ": " + warning.Reason + ": " + warning.Message
+	}
+	return truncate(msg)
+}
+
+// quotaVersion names the state of the ResourceQuotas of namespace ns: it
+// changes whenever one is added, changed (limits or usage) or deleted.
+func quotaVersion(s *scope, ns string) string {
+	objs, _ := s.quotas.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+	parts := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if q, ok := o.(*corev1.ResourceQuota); ok {
+			parts = append(parts, q.Name+"="+q.ResourceVersion)
+		}
+	}
+	slices.Sort(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
+	return hex.EncodeToString(sum[:6])
 }
 
 // primary decides the cluster's primary from Patroni's leader record:
@@ -316,11 +470,14 @@ func stuckContainer(p *corev1.Pod) *corev1.ContainerStateWaiting {
 }
 
 // pendingClaim returns the first data volume claim of the cluster's
-// current ordinals that is Pending, "" when none is. Claims kept from a
-// scale-down (ordinals >= desired) are not waited for.
-func pendingClaim(s *scope, key, stsName string, desired int32) string {
+// current ordinals that is Pending, by name, and its newest Warning: the
+// first with a Warning if any has one. It returns nil when none is
+// Pending. Claims kept from a scale-down (ordinals >= desired) are not
+// waited for.
+func pendingClaim(s *scope, key, stsName string, desired int32) (*corev1.PersistentVolumeClaim, *corev1.Event) {
 	objs, _ := s.claims.GetIndexer().ByIndex(byCluster, key)
-	first := ""
+	var first, firstWarned *corev1.PersistentVolumeClaim
+	var warning *corev1.Event
 	for _, o := range objs {
 		c, ok := o.(*corev1.PersistentVolumeClaim)
 		if !ok || c.Status.Phase != corev1.ClaimPending || c.DeletionTimestamp != nil {
@@ -330,11 +487,17 @@ func pendingClaim(s *scope, key, stsName string, desired int32) string {
 		if ord := ordinal(rest, stsName); !ok || ord < 0 || ord >= int(desired) {
 			continue
 		}
-		if first == "" || c.Name < first {
-			first = c.Name
+		if first == nil || c.Name < first.Name {
+			first = c
+		}
+		if w := claimWarning(s, c); w != nil && (firstWarned == nil || c.Name < firstWarned.Name) {
+			firstWarned, warning = c, w
 		}
 	}
-	return first
+	if firstWarned != nil {
+		return firstWarned, warning
+	}
+	return first, nil
 }
 
 // failedCreate returns the reason and message of the newest FailedCreate

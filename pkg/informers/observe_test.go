@@ -1,6 +1,7 @@
 package informers
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +60,8 @@ func TestObserve(t *testing.T) {
 	scaledUp := newPG("c1", 4)
 	scaledUp.Generation = 2
 	longMessage := strings.Repeat("é", 400)
+	inClass := newPG("c1", 3)
+	inClass.Spec.Volume.StorageClass = "fast"
 
 	tests := []struct {
 		name string
@@ -142,7 +145,62 @@ func TestObserve(t *testing.T) {
 				p.Status = corev1.PodStatus{Phase: corev1.PodPending}
 			}}), claim(pg, 0, corev1.ClaimBound), claim(pg, 2, corev1.ClaimPending), claim(pg, 5, corev1.ClaimPending)),
 			want: with(running, func(f *fsm.Facts) {
-				f.Ready, f.StuckReason, f.Stuck = 2, "VolumePending", "persistentvolumeclaim pgdata-c1-2 is Pending"
+				f.Ready, f.StuckReason, f.Stuck = 2, "VolumePending", "persistentvolumeclaim pgdata-c1-2 (the default storage class) is Pending"
+			})},
+		{name: "a claim that cannot bind says why, before its pod's scheduler message", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){
+				2: unschedulable("0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found"),
+			}), claim(pg, 2, corev1.ClaimPending, withClass("standard")),
+				claimEvent(pg, 2, "ProvisioningFailed", `failed to provision volume with StorageClass "standard": timeout`)),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason = 2, "VolumePending"
+				f.Stuck = `persistentvolumeclaim pgdata-c1-2 (storage class "standard") is Pending: ProvisioningFailed: failed to provision volume with StorageClass "standard": timeout`
+			})},
+		{name: "outdated pods that run nothing are all replaced at once, the one that runs waits", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){
+				0: outdated,
+				1: func(p *corev1.Pod) { unschedulable("0/3 nodes are available")(p); outdated(p) },
+				2: func(p *corev1.Pod) { waiting("CrashLoopBackOff", "back-off")(p); outdated(p) },
+			}),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.ObjectsCurrent, f.Outdated = 1, false, 3
+				f.StuckReason, f.Stuck = "Unschedulable", "pod c1-1: 0/3 nodes are available"
+				f.Replace = []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}, {Name: "c1-2", UID: "c1-2-uid"}}
+			})},
+		{name: "a running pod that is not Ready is no idle pod", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){1: func(p *corev1.Pod) { notReady(p); outdated(p) }, 2: outdated}),
+			want: with(running, func(f *fsm.Facts) { f.Ready, f.ObjectsCurrent, f.Outdated = 2, false, 2 })},
+		{name: "a never-bound claim of another class than the StatefulSet's is replaced with its pod", pg: inClass,
+			objs: []runtime.Object{statefulSet(inClass), lock(inClass, "c1-0"), pod(inClass, 0, master), pod(inClass, 1),
+				pod(inClass, 2, unschedulable("pod has unbound immediate PersistentVolumeClaims")),
+				claim(inClass, 2, corev1.ClaimPending, withClass("missing"))},
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.ObjectsCurrent, f.Outdated = 2, false, 1
+				f.StuckReason, f.Stuck = "Unschedulable", "pod c1-2: pod has unbound immediate PersistentVolumeClaims"
+				f.Replace = []fsm.PodRef{{Name: "c1-2", UID: "c1-2-uid", Claim: "pgdata-c1-2", ClaimUID: "pgdata-c1-2-uid"}}
+			})},
+		{name: "no claim is replaced before the StatefulSet asks for the new class", pg: inClass,
+			objs: []runtime.Object{statefulSet(pg), lock(inClass, "c1-0"), pod(inClass, 0, master), pod(inClass, 1),
+				pod(inClass, 2, unschedulable("pod has unbound immediate PersistentVolumeClaims")),
+				claim(inClass, 2, corev1.ClaimPending, withClass("missing"))},
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.ObjectsCurrent = 2, false
+				f.StuckReason, f.Stuck = "Unschedulable", "pod c1-2: pod has unbound immediate PersistentVolumeClaims"
+			})},
+		{name: "with the default class, a claim of a class that does not exist is replaced", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){2: unschedulable("unbound")}),
+				claim(pg, 2, corev1.ClaimPending, withClass("missing")),
+				claimEvent(pg, 2, "ProvisioningFailed", `storageclass.storage.k8s.io "missing" not found`)),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.ObjectsCurrent, f.Outdated, f.StuckReason = 2, false, 1, "VolumePending"
+				f.Stuck = `persistentvolumeclaim pgdata-c1-2 (storage class "missing") is Pending: ProvisioningFailed: storageclass.storage.k8s.io "missing" not found`
+				f.Replace = []fsm.PodRef{{Name: "c1-2", UID: "c1-2-uid", Claim: "pgdata-c1-2", ClaimUID: "pgdata-c1-2-uid"}}
+			})},
+		{name: "with the default class, a claim waiting for its provisioner is left alone", pg: pg,
+			objs: append(healthy(map[int32]func(*corev1.Pod){2: unschedulable("unbound")}),
+				claim(pg, 2, corev1.ClaimPending, withClass("standard"))),
+			want: with(running, func(f *fsm.Facts) {
+				f.Ready, f.StuckReason, f.Stuck = 2, "Unschedulable", "pod c1-2: unbound"
 			})},
 		{name: "a pending claim left from a scale-down is no cause", pg: pg,
 			objs: append(healthy(map[int32]func(*corev1.Pod){2: notReady}), claim(pg, 5, corev1.ClaimPending)),
@@ -152,13 +210,24 @@ func TestObserve(t *testing.T) {
 				event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 30*time.Minute),
 				event(sts, "e2", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute),
 				event(sts, "e3", corev1.EventTypeNormal, "SuccessfulCreate", "create Pod c1-1 in StatefulSet c1 successful", 0)),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota,
+				Nudge: quotaVersionOf()}},
+		{name: "quota changed since the StatefulSet was nudged", pg: pg,
+			objs: append([]runtime.Object{nudged(sts, "old")}, append(healthy()[1:4], resourceQuota("q", "7"),
+				event(sts, "e2", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute))...),
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota,
+				Nudge: quotaVersionOf(resourceQuota("q", "7"))}},
+		{name: "quota unchanged since the StatefulSet was nudged", pg: pg,
+			objs: append([]runtime.Object{nudged(sts, quotaVersionOf(resourceQuota("q", "7")))}, append(healthy()[1:4], resourceQuota("q", "7"),
+				event(sts, "e2", corev1.EventTypeWarning, "FailedCreate", quota, time.Minute))...),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
 		{name: "other FailedCreate event", pg: pg,
 			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "admission webhook denied the request", time.Minute)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "FailedCreate", Stuck: "admission webhook denied the request"}},
 		{name: "FailedCreate newer than the last pod counts however old", pg: pg,
 			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 50*time.Minute)),
-			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota}},
+			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0", StuckReason: "QuotaExceeded", Stuck: quota,
+				Nudge: quotaVersionOf()}},
 		{name: "FailedCreate older than the last pod and than 10 minutes is stale", pg: pg,
 			objs: append(healthy()[:4], event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", quota, 2*time.Hour)),
 			want: fsm.Facts{Generation: 1, Desired: 3, Ready: 2, Primary: "c1-0"}},
@@ -176,27 +245,27 @@ func TestObserve(t *testing.T) {
 		{name: "outdated pods: a replica first", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 3, fsm.PodRef{Name: "c1-1", UID: "c1-1-uid"}
+				f.ObjectsCurrent, f.Outdated, f.Replace = false, 3, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}
 			})},
 		{name: "outdated pods: the lowest replica ordinal first", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 2: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 2, fsm.PodRef{Name: "c1-2", UID: "c1-2-uid"}
+				f.ObjectsCurrent, f.Outdated, f.Replace = false, 2, []fsm.PodRef{{Name: "c1-2", UID: "c1-2-uid"}}
 			})},
 		{name: "outdated pods: the primary last", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 1, fsm.PodRef{Name: "c1-0", UID: "c1-0-uid"}
+				f.ObjectsCurrent, f.Outdated, f.Replace = false, 1, []fsm.PodRef{{Name: "c1-0", UID: "c1-0-uid"}}
 			})},
 		{name: "outdated pods: the lock holder last, not the pod labelled master", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated}), lock(pg, "c1-0")),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.NextReplace = false, 2, fsm.PodRef{Name: "c1-1", UID: "c1-1-uid"}
+				f.ObjectsCurrent, f.Outdated, f.Replace = false, 2, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}
 			})},
 		{name: "outdated pods: a former master's label does not put it last", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: func(p *corev1.Pod) { outdated(p); master(p) }}), lock(pg, "c1-1")),
 			want: with(running, func(f *fsm.Facts) {
-				f.Primary, f.ObjectsCurrent, f.Outdated, f.NextReplace = "c1-1", false, 2, fsm.PodRef{Name: "c1-0", UID: "c1-0-uid"}
+				f.Primary, f.ObjectsCurrent, f.Outdated, f.Replace = "c1-1", false, 2, []fsm.PodRef{{Name: "c1-0", UID: "c1-0-uid"}}
 			})},
 		{name: "outdated pods: nothing replaced while one is not ready", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: notReady}),
@@ -228,7 +297,7 @@ func TestObserve(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{tt.pg}, tt.objs...)
 			got, status := inf.Observe("db/c1")
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("facts\n got %+v\nwant %+v", got, tt.want)
 			}
 			cached, _ := inf.Postgresql("db/c1")
@@ -259,7 +328,7 @@ func TestObserveGone(t *testing.T) {
 		key string
 	}{{inf, "db/nope"}, {inf2, "db/other"}, {inf, "no-slash"}} {
 		f, status := tt.inf.Observe(tt.key)
-		if f != (fsm.Facts{Gone: true}) || status != nil {
+		if !reflect.DeepEqual(f, fsm.Facts{Gone: true}) || status != nil {
 			t.Errorf("%s: facts %+v status %v, want gone", tt.key, f, status)
 		}
 	}

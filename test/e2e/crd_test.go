@@ -176,14 +176,14 @@ func TestCRDUpdateRules(t *testing.T) {
 			[]string{"spec.postgresql.version", "may not decrease"}},
 		{"teamId change", nil, func(pg *v1.Postgresql) { pg.Spec.TeamID = "other" },
 			[]string{"spec.teamId", "teamId is immutable"}},
+		// A storage class may change: it fixes a class that does not
+		// exist (claims that never bound are made anew, see
+		// docs/user-guide.md).
 		{"storageClass change", func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "standard" },
-			func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "fast" },
-			[]string{"spec.volume", "volume.storageClass is immutable"}},
-		{"storageClass set later", nil, func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "fast" },
-			[]string{"spec.volume", "volume.storageClass is immutable"}},
+			func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "fast" }, nil},
+		{"storageClass set later", nil, func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "fast" }, nil},
 		{"storageClass removed", func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "standard" },
-			func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "" },
-			[]string{"spec.volume", "volume.storageClass is immutable"}},
+			func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "" }, nil},
 		{"scale and edit parameters", nil, func(pg *v1.Postgresql) {
 			pg.Spec.NumberOfInstances = 3
 			pg.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB"}

@@ -40,6 +40,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`,description="State of the cluster's state machine"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`,description="Ready instances / desired instances"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.reason`,description="Why the cluster is in its state: the concrete cause of stuck pods as soon as pgloop observes it"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: the StatefulSet, its pods and Services are named after it"
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): the cluster's Services are named after it"
@@ -177,8 +178,6 @@ type PostgresqlParam struct {
 }
 
 // Volume is the persistent volume of each instance.
-//
-// +kubebuilder:validation:XValidation:rule="has(self.storageClass) == has(oldSelf.storageClass) && (!has(self.storageClass) || self.storageClass == oldSelf.storageClass)",message="volume.storageClass is immutable: a StatefulSet's volume claims cannot change class"
 type Volume struct {
 	// Size is the capacity of each instance's volume, a quantity such as
 	// "10Gi". It may grow (the volumes are expanded) but never shrink.
@@ -187,7 +186,9 @@ type Volume struct {
 	Size resource.Quantity `json:"size"`
 
 	// StorageClass is the StorageClass of the volumes. Empty means the
-	// cluster's default class. It cannot change once set.
+	// cluster's default class. A change applies to new volumes and to
+	// those that never bound (they hold no data, and are made anew with
+	// their pods); a volume that holds data keeps its class.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StorageClass string `json:"storageClass,omitempty"`
