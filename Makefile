@@ -44,6 +44,7 @@ run: build testbed testbed-cmd labeller data-plane-deps ## Run the operator: wit
 
 # Fragments owned by their parts of the tree.
 include hack/codegen.mk
+include hack/lint.mk
 include test/testbed.mk
 
 # docs/fsm.md and the README's diagram come from pkg/fsm's table.

@@ -21,7 +21,7 @@ generate: ## Regenerate deepcopy functions and CRD manifests from pkg/apis.
 # verify is the sum of its prerequisites; another fragment can add its own
 # check with a recipe-less `verify: verify-mine`.
 .PHONY: verify
-verify: verify-generated verify-gofmt verify-vet ## Check generated files, gofmt and go vet (what CI checks).
+verify: verify-generated verify-gofmt verify-vet ## Check generated files, gofmt, go vet and staticcheck (what CI checks).
 
 # Regenerates into a temporary directory and compares with the files on
 # disk, so it works on untracked files and never touches the tree. Each API

@@ -277,9 +277,7 @@ func (h *harness) kubeWrites() []string {
 		switch a := a.(type) {
 		case k8stesting.DeleteCollectionActionImpl:
 			name = a.GetListRestrictions().Labels.String()
-		case k8stesting.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.UpdateAction:
+		case k8stesting.CreateAction: // updates too: the same interface
 			name = a.GetObject().(metav1.Object).GetName()
 		case k8stesting.PatchAction:
 			name = a.GetName()

@@ -134,13 +134,12 @@ func quiet() *logrus.Entry {
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 type harness struct {
-	t     *testing.T
-	w     *world
-	clk   *clocktesting.FakeClock
-	ctrl  *Controller
-	loop  *eventloop.Loop
-	ctx   context.Context
-	count int
+	t    *testing.T
+	w    *world
+	clk  *clocktesting.FakeClock
+	ctrl *Controller
+	loop *eventloop.Loop
+	ctx  context.Context
 }
 
 func start(t *testing.T, w *world, cfg fsm.Config, workers int) *harness {

@@ -77,7 +77,6 @@ func inState(t *testing.T, cfg *Config, state string) *Machine {
 type step struct {
 	in    Input
 	facts Facts
-	after time.Duration // since t0
 }
 
 func observe(f Facts) step { return step{in: Input{Kind: Observe}, facts: f} }

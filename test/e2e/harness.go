@@ -21,11 +21,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,12 +156,8 @@ func (e *Env) operatorBinary(t testing.TB) string {
 		if e.buildErr != nil {
 			return
 		}
-		e.pgloop = filepath.Join(e.buildDir, "pgloop")
 		began := time.Now()
-		cmd := exec.Command("go", "build", "-o", e.pgloop, "github.com/pgloop/pgloop/cmd/pgloop")
-		cmd.Dir = e.Repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			e.buildErr = fmt.Errorf("go build ./cmd/pgloop: %w\n%s", err, out)
+		if e.pgloop, e.buildErr = pgtest.Build(context.Background(), e.Repo, e.buildDir); e.buildErr != nil {
 			return
 		}
 		fmt.Fprintf(os.Stderr, "e2e: built pgloop in %v\n", time.Since(began).Round(time.Millisecond))
@@ -195,10 +189,8 @@ type Operator struct {
 	// LogPath holds its stdout and stderr.
 	LogPath string
 
-	t      testing.TB
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // valid once exited is closed
+	t testing.TB
+	p *pgtest.Operator
 }
 
 // OperatorArgs are the arguments every operator of the suites gets before
@@ -217,10 +209,10 @@ func (e *Env) OperatorArgs(namespaces []string) []string {
 }
 
 // StartOperator runs `pgloop operator` for namespaces with args appended to
-// OperatorArgs (a later flag overrides an earlier one). It is stopped with
-// SIGTERM when t ends, and its log's tail is printed if t failed. Like the
-// plane's processes it runs in its own process group and dies with the
-// test binary (Pdeathsig).
+// OperatorArgs (a later flag overrides an earlier one), as a
+// pgtest.Operator. It is stopped with SIGTERM when t ends, and its log's
+// tail is printed if t failed. Like the plane's processes it runs in its
+// own process group and dies with the test binary (Pdeathsig).
 func (e *Env) StartOperator(t testing.TB, name string, namespaces []string, args ...string) *Operator {
 	t.Helper()
 	bin := e.operatorBinary(t)
@@ -230,37 +222,13 @@ func (e *Env) StartOperator(t testing.TB, name string, namespaces []string, args
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	args = append(e.OperatorArgs(namespaces), args...)
+	p, err := pgtest.StartOperator(bin, args, logPath, nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-
-	cmd := exec.Command(bin, append(e.OperatorArgs(namespaces), args...)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = operatorEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	o := &Operator{Name: name, LogPath: logPath, t: t, cmd: cmd, exited: make(chan struct{})}
-
-	// Pdeathsig fires when the forking thread exits: the goroutine that
-	// forks stays locked to its thread, waiting, until the process ends
-	// (as testbed's launcher does, golang/go#27505).
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(o.exited)
-			return
-		}
-		started <- nil
-		o.err = cmd.Wait()
-		close(o.exited)
-	}()
-	if err := <-started; err != nil {
 		t.Fatalf("while starting operator %s: %v", name, err)
 	}
-	t.Logf("operator %s started (pid %d): %s", name, cmd.Process.Pid, strings.Join(cmd.Args[1:], " "))
+	o := &Operator{Name: name, LogPath: logPath, t: t, p: p}
+	t.Logf("operator %s started (pid %d): %s", name, p.PID(), strings.Join(args, " "))
 	t.Cleanup(func() {
 		if err := o.Stop(); err != nil {
 			t.Errorf("operator %s: %v", name, err)
@@ -350,19 +318,18 @@ func sanitizeName(s string) string {
 	}, s)
 }
 
-// operatorEnv is the test's environment without a KUBECONFIG, so only the
-// flag decides which API server the operator talks to.
-func operatorEnv() []string {
-	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "KUBECONFIG=") })
-}
+// operatorEnv is pgtest.OperatorEnv: the test's environment without a
+// KUBECONFIG (nor PGLOOP_ variables), so only the flag decides which API
+// server a command talks to.
+func operatorEnv() []string { return pgtest.OperatorEnv() }
 
 // PID is the operator's process id.
-func (o *Operator) PID() int { return o.cmd.Process.Pid }
+func (o *Operator) PID() int { return o.p.PID() }
 
 // Exited reports whether the process has ended.
 func (o *Operator) Exited() bool {
 	select {
-	case <-o.exited:
+	case <-o.p.Exited():
 		return true
 	default:
 		return false
@@ -377,35 +344,15 @@ func (o *Operator) Kill() {
 	if o.Exited() {
 		return
 	}
-	_ = syscall.Kill(-o.PID(), syscall.SIGKILL)
-	<-o.exited
+	o.p.Kill()
 	o.t.Logf("operator %s killed (SIGKILL)", o.Name)
 }
 
-// Stop sends SIGTERM and waits for the operator to exit, at most 30s, then
-// kills it. It is an error if the operator needed SIGKILL or exited with a
-// failure on SIGTERM; a process that was killed or had exited is no error
-// here (the test saw to that).
-func (o *Operator) Stop() error {
-	if o.Exited() {
-		return nil
-	}
-	_ = syscall.Kill(-o.PID(), syscall.SIGTERM)
-	timer := time.NewTimer(30 * time.Second)
-	defer timer.Stop()
-	select {
-	case <-o.exited:
-		var exitErr *exec.ExitError
-		if errors.As(o.err, &exitErr) {
-			return fmt.Errorf("exited with %v after SIGTERM", o.err)
-		}
-		return nil
-	case <-timer.C:
-		_ = syscall.Kill(-o.PID(), syscall.SIGKILL)
-		<-o.exited
-		return errors.New("ignored SIGTERM for 30s, killed")
-	}
-}
+// Stop sends SIGTERM and waits for the operator to exit, at most
+// pgtest.StopGrace (30s), then kills it. It is an error if the operator
+// needed SIGKILL or exited with a failure on SIGTERM; a process that was
+// killed or had exited is no error here (the test saw to that).
+func (o *Operator) Stop() error { return o.p.Stop() }
 
 // Log returns the operator's log so far.
 func (o *Operator) Log() string {
@@ -448,11 +395,11 @@ func (o *Operator) WaitLog(ctx context.Context, parts ...string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("operator %s logged no line with %q: %w\n--- last lines ---\n%s", o.Name, parts, ctx.Err(), o.LogTail(30))
-		case <-o.exited:
+		case <-o.p.Exited():
 			if o.LogCount(parts...) > 0 {
 				return nil
 			}
-			return fmt.Errorf("operator %s exited (%v) before logging %q\n--- last lines ---\n%s", o.Name, o.err, parts, o.LogTail(30))
+			return fmt.Errorf("operator %s exited (%v) before logging %q\n--- last lines ---\n%s", o.Name, o.p.Err(), parts, o.LogTail(30))
 		case <-tick.C:
 		}
 	}

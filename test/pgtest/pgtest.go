@@ -1,5 +1,6 @@
 // Package pgtest holds what the end-to-end suites and the benchmarks share
-// about pgloop itself: a small valid cluster and the repository's root.
+// about pgloop itself: a small valid cluster, the repository's root, and
+// the `pgloop operator` subprocess (operator.go).
 package pgtest
 
 import (

@@ -310,7 +310,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		return res, err
 	}
 
-	bin, err := buildOperator(ctx, cfg.Repo, workDir)
+	bin, err := pgtest.Build(ctx, cfg.Repo, workDir)
 	if err != nil {
 		return res, err
 	}
@@ -376,7 +376,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	go func() {
 		select {
 		case <-op.Exited():
-			cancelRun(fmt.Errorf("the operator exited: %v\n%s", op.err, op.Tail()))
+			cancelRun(fmt.Errorf("the operator exited: %v\n%s", op.Err(), op.Tail()))
 		case <-ctx.Done():
 		}
 	}()
