@@ -154,6 +154,17 @@ var fixCases = []fixCase{
 				t.Fatal(err)
 			}
 		},
+		// The StatefulSet was nudged for the raised quota: its controller
+		// did not wait for its own backoff.
+		check: func(ctx context.Context, t *testing.T, ns, name string, _ []*corev1.Pod) {
+			sts, err := env.Kube.AppsV1().StatefulSets(ns).Get(ctx, cluster.StatefulSetName(name), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sts.Annotations[cluster.AnnotationQuotaSeen] == "" {
+				t.Errorf("statefulset %s was never nudged (annotations %v)", sts.Name, sts.Annotations)
+			}
+		},
 	},
 }
 
