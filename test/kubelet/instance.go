@@ -620,7 +620,12 @@ func (in *instance) writeStatus(ctx context.Context, pod *corev1.Pod) {
 		run = c.Name
 	}
 	desired := buildStatus(pod, base, run, in.state, time.Now())
-	if sameStatus(desired, pod.Status) {
+	// The cache may lag behind the last write: a cached status equal to
+	// the desired one is what the API has only when the last write says
+	// so too (seen: a pod Ready again after a crash, then the kubelet
+	// stopped, its not-ready status never written because the cache still
+	// showed the crash).
+	if sameStatus(desired, pod.Status) && (in.written == nil || sameStatus(desired, *in.written)) {
 		in.written = &desired
 		return
 	}
