@@ -62,16 +62,22 @@ func with(f Facts, change func(*Facts)) Facts {
 	return f
 }
 
-// inState returns a machine resumed in state, at epoch 5, having acted on
-// generation 1, with the timers a real machine would hold there.
+// inState returns a machine resumed in state (statusIn).
 func inState(t *testing.T, cfg *Config, state string) *Machine {
 	t.Helper()
+	return NewEngine(*cfg).New(statusIn(state))
+}
+
+// statusIn is the status of a cluster in state, at epoch 5, having acted on
+// generation 1, with the timer a real machine would hold there, due at
+// t0+1m.
+func statusIn(state string) *v1.PostgresqlStatus {
 	st := &v1.PostgresqlStatus{State: state, Epoch: 5, ObservedGeneration: 1}
 	timer := map[string]string{Creating: TimerTimeout, Updating: TimerTimeout, Running: TimerResync, Degraded: TimerRetry}
 	if name, ok := timer[state]; ok {
 		st.Timers = []v1.Timer{{Name: name, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: 5}}
 	}
-	return NewEngine(*cfg).New(st)
+	return st
 }
 
 type step struct {
@@ -496,19 +502,6 @@ func firedEvents(fired []Fired) []string {
 		out = append(out, f.Event)
 	}
 	return out
-}
-
-// transitionTo follows Table for one fired event.
-func transitionTo(event, from string) string {
-	for _, t := range Table {
-		if t.Event == event && slices.Contains(t.From, from) {
-			if t.To == "" {
-				return from
-			}
-			return t.To
-		}
-	}
-	return from
 }
 
 func TestEpochAndTimersOnStateChange(t *testing.T) {
