@@ -424,6 +424,7 @@ func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 }
 
 func (m *Machine) afterRetry(e *lfsm.Event) {
+	m.out.retried()
 	switch e.Dst {
 	case Invalid:
 		m.out.changed() // only the status write had failed

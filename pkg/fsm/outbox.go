@@ -42,9 +42,11 @@ import (
 //     the status alone; the status is not lost meanwhile: held implies dirty
 //     or in flight.
 //  6. replace and nudge ride on every plan until the latest plan reports:
-//     succeeded, they are done; failed, they are dropped and forgotten, so
-//     the facts ask for them again: nudged at once, replaced only when the
-//     next input begins (forget), so the failing input does not ask again.
+//     succeeded, they are done; failed, they are dropped, and the facts ask
+//     for them again later: replaced is forgotten when the next input
+//     begins (forget), so the failing input does not ask again; nudged
+//     when the retry timer fires (retried), so an API server that refuses
+//     the patch sees it again with the retry's backoff, not at once.
 //  7. replaced are the UIDs of the pods asked to be replaced that the cache
 //     may still list (so they are not replaced twice); nudged is the quota
 //     version last asked for.
@@ -140,6 +142,11 @@ func (o *outbox) replacePods(refs, listed []PodRef) {
 	o.replace = append(slices.Clone(o.replace), refs...)
 }
 
+// retried forgets the quota version last nudged for: the retry timer
+// fired, and a nudge that failed (or whose annotation the cache still does
+// not show) is asked for again.
+func (o *outbox) retried() { o.nudged = "" }
+
 // askNudge asks for the quota version v to be recorded on the StatefulSet,
 // once per version.
 func (o *outbox) askNudge(v string) {
@@ -204,7 +211,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 	carried := latest && (len(o.replace) > 0 || o.nudge != "")
 	if carried {
 		if err != nil {
-			o.forget, o.nudged = true, ""
+			o.forget = true
 		}
 		o.replace, o.nudge = nil, ""
 	}
