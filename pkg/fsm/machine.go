@@ -301,6 +301,10 @@ func (m *Machine) observeReason(event string) (string, string) {
 	case EventCreate:
 		return ReasonCreating, fmt.Sprintf("creating %d instances", f.Desired)
 	case EventSpecChanged:
+		if m.st.State == Invalid || m.st.State == Creating {
+			// specChanged leads to Creating from there.
+			return m.observeReason(EventCreate)
+		}
 		return ReasonUpdating, fmt.Sprintf("applying generation %d", f.Generation)
 	case EventPodsReady:
 		return ReasonReady, fmt.Sprintf("%d/%d instances ready, primary %s", f.Ready, f.Desired, f.Primary)
@@ -742,7 +746,8 @@ func (m *Machine) showCause() {
 	}
 	reason, msg := f.StuckReason, f.Stuck
 	if f.Stuck == "" {
-		if st.Reason == ReasonCreating || st.Reason == ReasonUpdating {
+		// The state's own reason ("replacing pod ..." included) stays.
+		if st.State == Creating && st.Reason == ReasonCreating || st.State == Updating && st.Reason == ReasonUpdating {
 			return
 		}
 		reason, msg = m.progress()
