@@ -32,8 +32,8 @@ const (
 	UpdateInPlace
 	// ReplacePods: the pod template differs. The StatefulSet must be
 	// updated and, as its update strategy is OnDelete, every pod that is not
-	// PodUpToDate deleted, one at a time, for the StatefulSet controller to
-	// re-create it from the new template.
+	// PodUpToDate deleted (those that run PostgreSQL one at a time) for the
+	// StatefulSet controller to re-create it from the new template.
 	ReplacePods
 	// Recreate: the volume claim template asks for another StorageClass.
 	// volumeClaimTemplates cannot change in place: the StatefulSet is

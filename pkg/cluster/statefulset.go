@@ -105,8 +105,9 @@ func (o Options) withDefaults() Options {
 //   - Pods are created in parallel: Patroni, not start order, decides who
 //     bootstraps the cluster and who replicates.
 //   - The update strategy is OnDelete: the StatefulSet controller never
-//     replaces a pod by itself, so pgloop replaces them one at a time,
-//     replicas first and the primary last (see Compare).
+//     replaces a pod by itself, so pgloop replaces those that run
+//     PostgreSQL one at a time, replicas first and the primary last, and
+//     those that run nothing all at once (see Compare).
 //   - The pod template carries AnnotationPodTemplateHash.
 //   - Volume claims are retained on scale-down and deletion: numberOfInstances
 //     0 stops the cluster and keeps its data.

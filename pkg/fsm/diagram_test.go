@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/fsm.md from the state machine")
+var update = flag.Bool("update", false, "rewrite docs/fsm.md from the state machine, and the scripts' expected outputs (testdata/*.txt)")
 
 // TestDocsMatchMachine keeps docs/fsm.md generated from the table.
 func TestDocsMatchMachine(t *testing.T) {

@@ -6,7 +6,8 @@ import (
 )
 
 // Facts are what pgloop observed about a cluster when an input arrives, read
-// from the informers' caches by the caller. Guards decide on them.
+// from the informers' caches by the caller: observations only. Guards decide
+// on them, the status and what the machine remembers (Memory).
 type Facts struct {
 	// Generation is the custom resource's metadata.generation.
 	Generation int64
@@ -50,22 +51,6 @@ type Facts struct {
 	// CrashLoopBackOff...): a CamelCase reason and a message.
 	StuckReason string
 	Stuck       string
-
-	// cleanupDone is set by the machine when its cleanup plan succeeded.
-	cleanupDone bool
-	// replaced are the UIDs of the pods the machine last asked to replace,
-	// so a stale cache showing them still there does not replace them
-	// twice.
-	replaced []string
-	// lossDue is set by the machine when a loss in Running may go
-	// Degraded now: the lossGrace timer fired in this call, or the grace
-	// is 0.
-	lossDue bool
-	// troubled is set by the machine while its last plan failed (its ensure
-	// effects, or a write) or it panicked, and no ensure has succeeded
-	// since: pods may be Ready, but the objects are not known to match the
-	// spec, or pgloop cannot write.
-	troubled bool
 }
 
 // PodRef names one pod; the UID makes its deletion a precondition on that
@@ -82,11 +67,11 @@ type PodRef struct {
 }
 
 // toReplace returns the pods of f.Replace the machine has not asked to
-// replace yet.
-func (f *Facts) toReplace() []PodRef {
+// replace yet (Memory.Replaced).
+func (f *Facts) toReplace(replaced []string) []PodRef {
 	var out []PodRef
 	for _, p := range f.Replace {
-		if !slices.Contains(f.replaced, p.UID) {
+		if !slices.Contains(replaced, p.UID) {
 			out = append(out, p)
 		}
 	}
@@ -102,11 +87,23 @@ func (f *Facts) converged() bool {
 	return f.Desired == 0 || f.Primary != ""
 }
 
-// lost is the podsLost guard, once the cluster is Running: it is not
-// converged, and that is no blip: the loss grace is over, or a concrete
-// cause shows the loss will not heal by itself within it.
-func (f *Facts) lost() bool {
-	return !f.converged() && (f.lossDue || f.Stuck != "")
+// Memory is what a machine remembers, beside its status, that guards decide
+// on: a read-only view (Replaced must not be modified), made for each guard.
+type Memory struct {
+	// CleanupDone: the cleanup plan succeeded.
+	CleanupDone bool
+	// Troubled: the machine's last plan failed (its effects, or a write)
+	// or it panicked, and no effects have succeeded since: pods may be
+	// Ready, but the objects are not known to match the spec, or pgloop
+	// cannot write.
+	Troubled bool
+	// Replaced are the UIDs of the pods the machine last asked to
+	// replace, so a stale cache showing them still there does not
+	// replace them twice.
+	Replaced []string
+	// LossDue: a loss in Running may go Degraded now, the lossGrace timer
+	// having fired in this input, or the grace being 0.
+	LossDue bool
 }
 
 // Config holds the machine's timeouts and backoff. The zero value is not

@@ -15,9 +15,6 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// errGuard cancels an event whose guard does not hold.
-var errGuard = errors.New("guard does not hold")
-
 // Engine runs the transitions of many machines, one at a time: it holds the
 // configuration and one looplab/fsm instance compiled from Table, which is
 // pointed at a machine's state (SetState) before each event. Every
@@ -43,7 +40,6 @@ func (e *Engine) compile() {
 		return func(_ context.Context, ev *lfsm.Event) { f(e.cur, ev) }
 	}
 	e.fsm = lfsm.NewFSM(Pending, events, lfsm.Callbacks{
-		"before_event":                   on((*Machine).guard),
 		"leave_state":                    on((*Machine).leaveState),
 		"enter_state":                    on((*Machine).enterState),
 		"enter_" + Creating:              on((*Machine).enterCreating),
@@ -93,41 +89,13 @@ func (e *Engine) Config() Config { return e.cfg }
 type Machine struct {
 	eng *Engine
 	cfg *Config
-	// st is the status. Its slices and pointers are copy-on-write: a change
-	// replaces them, never writes into them, so a plan's snapshot is a
-	// shallow copy that later transitions cannot touch.
+	// st is the status, timers included. Its slices and pointers are
+	// copy-on-write: a change replaces them, never writes into them, so a
+	// plan's snapshot is a shallow copy that later transitions cannot
+	// touch.
 	st v1.PostgresqlStatus
-
-	// dirty is set when st changed since the last plan took a snapshot.
-	dirty bool
-	// ensureWanted and cleanupWanted stay set until a plan carrying them
-	// succeeds; every plan made meanwhile carries them again, so a plan
-	// superseded in the executor's queue loses nothing.
-	ensureWanted  bool
-	cleanupWanted bool
-	cleanupDone   bool
-	troubled      bool
-	// replaced are the UIDs of the pods last asked to be replaced, and
-	// replace those the next plan deletes.
-	replaced []string
-	replace  []PodRef
-	// nudge is the quota version the next plan records on the
-	// StatefulSet, nudged the one last asked for (Facts.Nudge).
-	nudge, nudged string
-	// again re-plans the state's effects on the next observation: the
-	// last plan was waiting for something the informers will report.
-	again bool
-
-	planSeq      uint64 // ID of the latest plan
-	ensurePlan   uint64 // ID of the latest plan carrying Ensure or Cleanup, 0 if done
-	statusPlan   uint64 // ID of the latest plan carrying a status snapshot
-	statusInPlan bool   // statusPlan has not reported yet
-	// statusFailed is set once a plan that wrote only the status (and
-	// Events, which never fail a plan) failed, and cleared when a plan
-	// carrying the status succeeds: meanwhile the status stays dirty but
-	// waits for the retry timer (statusHeld), so an API server that
-	// refuses writes is not hammered.
-	statusFailed bool
+	// out is what the machine remembers of its plans (outbox.go).
+	out outbox
 
 	call call // scratch of the Handle in progress
 }
@@ -140,6 +108,24 @@ type call struct {
 	message string
 	res     Result
 	events  []KubeEvent
+	// lossDue: a loss in Running may go Degraded now, the lossGrace
+	// timer having fired in this call, or the grace being 0.
+	lossDue bool
+}
+
+// memory is the read-only view of what the machine remembers that guards
+// decide on.
+func (m *Machine) memory() Memory {
+	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.call.lossDue}
+}
+
+// effects are the state's own effects: the cleanup in Deleting, the ensure
+// effects elsewhere.
+func (m *Machine) effects() effects {
+	if m.st.State == Deleting {
+		return cleanupEffects
+	}
+	return ensureEffects
 }
 
 // New returns the machine of a cluster, resumed from its stored status (nil
@@ -180,10 +166,8 @@ func (m *Machine) Resume() Result {
 		res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
 	}
 	switch m.st.State {
-	case Creating, Updating, Running, Degraded:
-		m.ensureWanted = true
-	case Deleting:
-		m.cleanupWanted = true
+	case Creating, Updating, Running, Degraded, Deleting:
+		m.out.ask(m.effects())
 	}
 	return res
 }
@@ -192,9 +176,8 @@ func (m *Machine) Resume() Result {
 // returns what to do. It never blocks and does no I/O.
 func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	c := &m.call
-	*c = call{facts: f, now: now, events: c.events[:0]}
-	c.facts.cleanupDone, c.facts.troubled, c.facts.replaced = m.cleanupDone, m.troubled, m.replaced
-	c.facts.lossDue = m.eng.cfg.LossGrace <= 0
+	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.eng.cfg.LossGrace <= 0}
+	m.out.begin()
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
 
@@ -211,18 +194,15 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		m.fire(in.Timer, reason, msg)
 	case PlanDone:
 		if !m.planDone(in.PlanID, in.Err) {
-			return m.ignore(fmt.Sprintf("stale result of plan %d (latest %d)", in.PlanID, m.planSeq))
+			return m.ignore(fmt.Sprintf("stale result of plan %d (latest %d)", in.PlanID, m.out.seq))
 		}
 	case Panic:
 		// The panic may have cut a transition short: trust nothing until
 		// the retry's effects succeed.
-		m.setTroubled(true)
+		m.out.trouble()
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
-	}
-	if in.Kind == Observe && m.again {
-		m.again = false
-		m.cleanupWanted = m.st.State == Deleting
-		m.ensureWanted = !m.cleanupWanted
+	case Observe:
+		m.out.observed(m.effects())
 	}
 	m.notePrimary()
 	m.observe()
@@ -235,89 +215,44 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 // planDone accounts for a plan's result. It reports false when the result
 // is stale: a newer plan carries everything this one did.
 func (m *Machine) planDone(id uint64, err error) bool {
-	handled := false
-	carriedReplace := (len(m.replace) > 0 || m.nudge != "") && id == m.planSeq
-	if carriedReplace {
-		if err != nil {
-			// Ask again once the retry comes.
-			m.replaced, m.nudged = nil, ""
-		}
-		m.replace, m.nudge = nil, ""
+	r := m.out.report(id, err)
+	if r.stale {
+		return false
 	}
-	if id == m.statusPlan && m.statusInPlan {
-		m.statusInPlan = false
-		if err != nil {
-			// The snapshot may not have been written: write it again,
-			// the latest one. The error does not say which step
-			// failed, but in a plan without ensure, cleanup or a
-			// replacement only the status can fail it (Events never
-			// do): then hold the write until the retry timer the
-			// failure arms has fired (statusHeld). When other effects
-			// failed too, nothing new is known about the status: it is
-			// written again at once, and held if that write fails.
-			m.dirty = true
-			if id != m.ensurePlan && !carriedReplace {
-				m.statusFailed = true
-			}
-		} else {
-			m.statusFailed = false
-			if m.st.State == Invalid {
-				// Invalid retries nothing but the status write.
-				m.resetRetry()
-			}
-		}
-		handled = true
+	if r.written && m.st.State == Invalid {
+		// Invalid retries nothing but the status write.
+		m.resetRetry()
 	}
-	switch {
-	case id == m.ensurePlan && errors.Is(err, ErrWaiting):
-		m.ensurePlan = 0
-		m.ensureWanted, m.cleanupWanted, m.again = false, false, true
+	switch r.outcome {
+	case waiting:
 		m.st.Message = err.Error()
 		m.setTimer(TimerRetry, m.cfg.RetryBase)
-		return true
-	case id == m.ensurePlan:
-		m.ensurePlan = 0
-		if err != nil {
-			// Not again at once: the retry timer plans them, with backoff.
-			m.ensureWanted, m.cleanupWanted = false, false
-			m.setTroubled(true)
-			m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
-			return true
-		}
-		m.setTroubled(false)
-		if m.cleanupWanted {
-			m.cleanupWanted = false
-			m.cleanupDone = true
-			m.call.facts.cleanupDone = true
-		}
-		m.ensureWanted = false
-		m.fire(EventEffectsSucceeded, "", "")
-		return true
-	case id == m.planSeq && err != nil:
-		// The latest plan wrote only status or events, or replaced a
-		// pod, and failed. As for a failed ensure, trust nothing until a
-		// retry's effects succeed: otherwise a Running cluster would go
-		// to Degraded and straight back (podsReady) on every failed
-		// write, each time with two Events to record and a new plan.
-		m.setTroubled(true)
+	case failed:
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
-		return true
+	case succeeded:
+		m.fire(EventEffectsSucceeded, "", "")
 	}
-	return handled || id == m.planSeq
-}
-
-func (m *Machine) setTroubled(v bool) {
-	m.troubled, m.call.facts.troubled = v, v
+	return true
 }
 
 func (m *Machine) ignore(why string) Result {
 	return Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch, Ignored: why}
 }
 
-// fire runs one looplab/fsm event. It reports whether the event fired; a
-// guard that does not hold or an event the state does not take is not an
-// error, just no transition.
+// fire runs one event when its guard holds. It reports whether the event
+// fired; a guard that does not hold or an event the state does not take is
+// not an error, just no transition.
 func (m *Machine) fire(event, reason, message string) bool {
+	if g := guards[guardKey{event, m.st.State}]; g != nil && !g(&m.st, &m.call.facts, m.memory()) {
+		return false
+	}
+	return m.transition(event, reason, message)
+}
+
+// transition runs one looplab/fsm event whose guard holds. Guards run
+// here, in the machine, once per event: not again in a looplab/fsm
+// callback.
+func (m *Machine) transition(event, reason, message string) bool {
 	m.call.reason, m.call.message = reason, message
 	from := m.st.State
 	err := m.eng.event(m, event)
@@ -331,17 +266,16 @@ func (m *Machine) fire(event, reason, message string) bool {
 
 // observe fires the fact-driven events whose guards hold, in observeOrder,
 // until none does. A few rounds are enough: Pending → Creating → Running is
-// the longest chain.
+// the longest chain. Each guard runs once per try.
 func (m *Machine) observe() {
-	f := &m.call.facts
 	for round := 0; round < 4 && m.st.State != Deleted; round++ {
 		fired := false
 		for _, c := range candidates[m.st.State] {
-			if c.guard != nil && !c.guard(&m.st, f) {
+			if c.guard != nil && !c.guard(&m.st, &m.call.facts, m.memory()) {
 				continue
 			}
 			reason, msg := m.observeReason(c.event)
-			if m.fire(c.event, reason, msg) {
+			if m.transition(c.event, reason, msg) {
 				fired = true
 				break
 			}
@@ -367,6 +301,10 @@ func (m *Machine) observeReason(event string) (string, string) {
 	case EventCreate:
 		return ReasonCreating, fmt.Sprintf("creating %d instances", f.Desired)
 	case EventSpecChanged:
+		if m.st.State == Invalid || m.st.State == Creating {
+			// specChanged leads to Creating from there.
+			return m.observeReason(EventCreate)
+		}
 		return ReasonUpdating, fmt.Sprintf("applying generation %d", f.Generation)
 	case EventPodsReady:
 		return ReasonReady, fmt.Sprintf("%d/%d instances ready, primary %s", f.Ready, f.Desired, f.Primary)
@@ -398,20 +336,14 @@ func (m *Machine) timeoutFor(state string) time.Duration {
 	return m.cfg.CreateTimeout
 }
 
-// --- callbacks: they only record into m.call and m.st ---
-
-func (m *Machine) guard(e *lfsm.Event) {
-	if g := guards[guardKey{e.Event, e.Src}]; g != nil && !g(&m.st, &m.call.facts) {
-		e.Cancel(errGuard)
-	}
-}
+// --- callbacks: they only record into m.call, m.st and m.out ---
 
 // leaveState starts a new epoch: every timer of the old state is dropped.
 func (m *Machine) leaveState(_ *lfsm.Event) {
 	m.st.Epoch++
 	m.st.Timers = nil
 	m.st.Attempt = 0
-	m.dirty = true
+	m.out.changed()
 }
 
 func (m *Machine) enterState(e *lfsm.Event) {
@@ -441,16 +373,16 @@ func (m *Machine) addHistory(t v1.Transition) {
 	h := make([]v1.Transition, len(old), len(old)+1)
 	copy(h, old)
 	m.st.History = append(h, t)
-	m.dirty = true
+	m.out.changed()
 }
 
 func (m *Machine) enterCreating(_ *lfsm.Event) {
-	m.ensureWanted = true
+	m.out.ask(ensureEffects)
 	m.setTimer(TimerTimeout, m.cfg.CreateTimeout)
 }
 
 func (m *Machine) enterUpdating(_ *lfsm.Event) {
-	m.ensureWanted = true
+	m.out.ask(ensureEffects)
 	m.setTimer(TimerTimeout, m.cfg.UpdateTimeout)
 }
 
@@ -462,18 +394,18 @@ func (m *Machine) enterDegraded(_ *lfsm.Event) {
 	m.setTimer(TimerRetry, m.cfg.backoff(0))
 }
 
+// enterInvalid drops the ensure effects; a plan in flight still reports.
 func (m *Machine) enterInvalid(_ *lfsm.Event) {
-	m.ensureWanted = false
+	m.out.ask(noEffects)
 }
 
 func (m *Machine) enterDeleting(_ *lfsm.Event) {
-	m.ensureWanted = false
-	m.cleanupWanted = true
+	m.out.ask(cleanupEffects)
 	m.call.res.CancelInFlight = true
 }
 
 func (m *Machine) enterDeleted(_ *lfsm.Event) {
-	m.ensureWanted, m.cleanupWanted = false, false
+	m.out.ask(noEffects)
 	m.call.res.Forget = true
 }
 
@@ -482,7 +414,7 @@ func (m *Machine) enterDeleted(_ *lfsm.Event) {
 // edit) re-plans and restarts the state's timeout.
 func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 	m.st.ObservedGeneration = m.call.facts.Generation
-	m.dirty = true
+	m.out.changed()
 	if e.Src != e.Dst {
 		return
 	}
@@ -490,19 +422,18 @@ func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 	case Invalid:
 		m.st.Reason, m.st.Message = m.call.reason, m.call.message
 	case Creating, Updating:
-		m.ensureWanted = true
+		m.out.ask(ensureEffects)
 		m.setTimer(TimerTimeout, m.timeoutFor(e.Dst))
 	}
 }
 
 func (m *Machine) afterRetry(e *lfsm.Event) {
+	m.out.retried()
 	switch e.Dst {
-	case Deleting:
-		m.cleanupWanted = true
 	case Invalid:
-		m.dirty = true // only the status write had failed
+		m.out.changed() // only the status write had failed
 	default:
-		m.ensureWanted = true
+		m.out.ask(m.effects())
 	}
 	if e.Dst == Degraded {
 		m.st.Attempt++
@@ -516,22 +447,12 @@ func (m *Machine) afterRetry(e *lfsm.Event) {
 // waiting for its plan's result is carried on with the new one.
 func (m *Machine) afterReplacePod(e *lfsm.Event) {
 	f := &m.call.facts
-	refs := f.toReplace()
-	// The UIDs asked for earlier are remembered while the cache may
-	// still show their pods, and forgotten once it does not.
-	var replaced []string
-	for _, uid := range m.replaced {
-		if slices.ContainsFunc(f.Replace, func(p PodRef) bool { return p.UID == uid }) {
-			replaced = append(replaced, uid)
-		}
-	}
+	refs := f.toReplace(m.out.replaced)
+	m.out.replacePods(refs, f.Replace)
 	names := make([]string, 0, len(refs))
 	for _, p := range refs {
-		replaced = append(replaced, p.UID)
 		names = append(names, p.Name)
 	}
-	m.replaced, f.replaced = replaced, replaced
-	m.replace = append(slices.Clone(m.replace), refs...)
 	reason := ReasonUpdating
 	if e.Dst == Creating {
 		reason = ReasonCreating
@@ -541,7 +462,7 @@ func (m *Machine) afterReplacePod(e *lfsm.Event) {
 		what = "pods " + strings.Join(names, ", ")
 	}
 	m.st.Reason, m.st.Message = reason, fmt.Sprintf("replacing %s (%d outdated)", what, f.Outdated)
-	m.dirty = true
+	m.out.changed()
 }
 
 // noteNudge asks for the StatefulSet to be nudged once per change of the
@@ -549,25 +470,21 @@ func (m *Machine) afterReplacePod(e *lfsm.Event) {
 // (Facts.Nudge). It is no transition: the state stays, and the nudge rides
 // on the next plan.
 func (m *Machine) noteNudge() {
-	f := &m.call.facts
-	if f.Nudge == "" || f.Nudge == m.nudged {
-		return
-	}
 	switch m.st.State {
 	case Creating, Running, Updating, Degraded:
-		m.nudge, m.nudged = f.Nudge, f.Nudge
+		m.out.askNudge(m.call.facts.Nudge)
 	}
 }
 
 func (m *Machine) afterResync(_ *lfsm.Event) {
-	m.ensureWanted = true
+	m.out.ask(ensureEffects)
 	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
 // afterLossGrace lets podsLost fire in this call: the loss lasted the whole
 // grace. observe fires it next, when the loss still holds.
 func (m *Machine) afterLossGrace(_ *lfsm.Event) {
-	m.call.facts.lossDue = true
+	m.call.lossDue = true
 }
 
 func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
@@ -581,7 +498,7 @@ func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
 func (m *Machine) resetRetry() {
 	if m.st.Attempt != 0 {
 		m.st.Attempt = 0
-		m.dirty = true
+		m.out.changed()
 	}
 	m.cancelTimer(TimerRetry)
 }
@@ -589,13 +506,13 @@ func (m *Machine) resetRetry() {
 // afterTrouble handles a failed plan or a panic that did not change the
 // state: record the cause and retry with backoff. Entering Degraded arms its
 // own retry. Either way a retry timer is pending after a failed plan, and a
-// failed status write waits for it (statusHeld).
+// failed status write waits for it (outbox invariant 5).
 func (m *Machine) afterTrouble(e *lfsm.Event) {
 	if e.Src != e.Dst {
 		return
 	}
 	m.st.Reason, m.st.Message = m.call.reason, m.call.message
-	m.dirty = true
+	m.out.changed()
 	// In Degraded the retry that planned these effects already counted
 	// the attempt (afterRetry) and so did entering it: the delay runs
 	// again from the failure, but counting the failure too would back off
@@ -637,7 +554,7 @@ func (m *Machine) notePrimary() {
 	if f.Primary == "" {
 		if st.Primary != "" {
 			st.LastPrimary = st.Primary
-			m.dirty = true
+			m.out.changed()
 		}
 		return
 	}
@@ -646,7 +563,7 @@ func (m *Machine) notePrimary() {
 	}
 	if st.LastPrimary != "" {
 		st.LastPrimary = ""
-		m.dirty = true
+		m.out.changed()
 	}
 }
 
@@ -705,7 +622,7 @@ func (m *Machine) graceLoss() {
 		m.cancelTimer(TimerLossGrace)
 		if st.Reason != ReasonReady {
 			st.Reason, st.Message = m.observeReason(EventPodsReady)
-			m.dirty = true
+			m.out.changed()
 		}
 		return
 	}
@@ -716,7 +633,7 @@ func (m *Machine) graceLoss() {
 	msg = fmt.Sprintf("%s; Degraded unless it recovers within the %s loss grace", msg, m.cfg.LossGrace)
 	if st.Reason != reason || st.Message != msg {
 		st.Reason, st.Message = reason, msg
-		m.dirty = true
+		m.out.changed()
 	}
 }
 
@@ -731,7 +648,7 @@ func (m *Machine) setTimer(name string, d time.Duration) {
 		deadline = r.Add(time.Second)
 	}
 	t := v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch}
-	m.dirty = true
+	m.out.changed()
 	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
 	timers := make([]v1.Timer, 0, len(m.st.Timers)+1)
 	replaced := false
@@ -753,7 +670,7 @@ func (m *Machine) dropTimer(name string) bool {
 	for i := range m.st.Timers {
 		if m.st.Timers[i].Name == name {
 			m.st.Timers = slices.Delete(slices.Clone(m.st.Timers), i, i+1)
-			m.dirty = true
+			m.out.changed()
 			return true
 		}
 	}
@@ -796,13 +713,13 @@ func (m *Machine) project() {
 	if st.DesiredInstances != f.Desired || st.ReadyInstances != f.Ready || st.Primary != f.Primary || st.Ready == "" {
 		st.DesiredInstances, st.ReadyInstances, st.Primary = f.Desired, f.Ready, f.Primary
 		st.Ready = fmt.Sprintf("%d/%d", f.Ready, f.Desired)
-		m.dirty = true
+		m.out.changed()
 	}
 	// In Degraded the message follows the live cause, so a user sees the
 	// current reason, not the one of an hour ago.
 	if st.State == Degraded && f.Stuck != "" && (st.Reason != f.StuckReason || st.Message != f.Stuck) {
 		st.Reason, st.Message = f.StuckReason, f.Stuck
-		m.dirty = true
+		m.out.changed()
 	}
 	if st.State == Creating || st.State == Updating {
 		m.showCause()
@@ -824,19 +741,20 @@ func (m *Machine) project() {
 //  4. once that cause is gone, the state's own words come back.
 func (m *Machine) showCause() {
 	st, f := &m.st, &m.call.facts
-	if m.troubled || len(m.replace) > 0 {
+	if m.out.troubled || len(m.out.replace) > 0 {
 		return
 	}
 	reason, msg := f.StuckReason, f.Stuck
 	if f.Stuck == "" {
-		if st.Reason == ReasonCreating || st.Reason == ReasonUpdating {
+		// The state's own reason ("replacing pod ..." included) stays.
+		if st.State == Creating && st.Reason == ReasonCreating || st.State == Updating && st.Reason == ReasonUpdating {
 			return
 		}
 		reason, msg = m.progress()
 	}
 	if st.Reason != reason || st.Message != msg {
 		st.Reason, st.Message = reason, msg
-		m.dirty = true
+		m.out.changed()
 	}
 }
 
@@ -866,26 +784,7 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 		Type: typ, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.call.now),
 	})
-	m.dirty = true
-}
-
-// statusHeld reports whether a status write must wait: the last one failed
-// and the retry timer armed after the failure has not fired yet. The write
-// is not lost (the status stays dirty) and it is the latest snapshot that
-// goes, with the retry's plan, or with any plan made meanwhile for another
-// reason (ensure or cleanup effects, a pod to replace, Events of a state
-// change); what does not happen is a plan for the status alone, so a write
-// that keeps failing is retried with the backoff of the retry timer, not as
-// fast as its failures come back.
-//
-// Every failure of a plan carrying the status fires effectsFailed, which
-// arms the retry timer (afterTrouble, or entering Degraded from Running)
-// and sets troubled, so podsReady waits for a retry's success. A state
-// change drops the timer, ending the hold, but it records an Event, so its
-// plan is made anyway: Running -> Degraded on a failed write is one such
-// plan, once.
-func (m *Machine) statusHeld() bool {
-	return m.statusFailed && m.hasTimer(TimerRetry)
+	m.out.changed()
 }
 
 // finish turns what the callbacks recorded into a Result and a Plan.
@@ -904,31 +803,26 @@ func (m *Machine) finish(epoch int64) Result {
 	if m.st.State == Deleted {
 		return res
 	}
-	// No plan when nothing asks for one: (1) no ensure, cleanup, Event or
-	// replacement, and (2) no status to write, or only one that waits for
-	// the retry timer.
-	statusDue := m.dirty || m.statusInPlan
-	if !m.ensureWanted && !m.cleanupWanted && len(c.events) == 0 && len(m.replace) == 0 && m.nudge == "" && (!statusDue || m.statusHeld()) {
+	// A failed status write waits for the retry timer that its failure
+	// armed (outbox invariant 5): every failure of a plan carrying the
+	// status fires effectsFailed, which arms it (afterTrouble, or entering
+	// Degraded from Running) and sets troubled, so podsReady waits for a
+	// retry's success. A state change drops the timer, ending the hold,
+	// but it records an Event, so its plan is made anyway: Running ->
+	// Degraded on a failed write is one such plan, once. Meanwhile the
+	// status is not lost: the retry's plan, or any plan made for another
+	// reason, writes the latest one.
+	p, status := m.out.next(len(c.events) > 0, m.hasTimer(TimerRetry))
+	if p == nil {
 		return res
 	}
-	m.planSeq++
-	// A pending replacement rides on every plan until one carrying it
-	// reports (deleting with a UID precondition is idempotent), so a plan
-	// superseded in the executor's queue loses nothing.
-	p := &Plan{ID: m.planSeq, Ensure: m.ensureWanted, Cleanup: m.cleanupWanted, ReplacePods: m.replace, Nudge: m.nudge}
 	if len(c.events) > 0 {
 		p.Events = append([]KubeEvent(nil), c.events...)
 	}
-	if statusDue {
-		// A plan still carrying an older snapshot may be superseded in
-		// the executor's queue: carry the newest one again. A shallow
-		// copy is a snapshot: st is copy-on-write.
+	if status {
+		// A shallow copy is a snapshot: st is copy-on-write.
 		snap := m.st
 		p.Status = &snap
-		m.statusPlan, m.statusInPlan, m.dirty = p.ID, true, false
-	}
-	if p.Ensure || p.Cleanup {
-		m.ensurePlan = p.ID
 	}
 	res.Plan = p
 	return res

@@ -4,10 +4,11 @@
 // set or cancel, the new status). The event loop runs the effects off its
 // goroutine and feeds their outcome back as another input.
 //
-// The machine is built on github.com/looplab/fsm. Guards run in before_
-// callbacks and cancel the event when the facts do not allow it; enter_ and
-// after_ callbacks only record effects and timers into the current call's
-// plan. No callback calls the FSM's own methods, no transition is async, and
+// The machine is built on github.com/looplab/fsm. A guard runs once per event
+// the machine tries, before the event is handed to looplab/fsm, on the status,
+// the facts and what the machine remembers of its plans (Memory); enter_ and
+// after_ callbacks only record into the status, the outbox (outbox.go) and the
+// current call's result. No callback calls the FSM's own methods, no transition is async, and
 // the context handed to looplab/fsm is never cancellable.
 package fsm
 

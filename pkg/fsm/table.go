@@ -6,9 +6,10 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// Guard decides on observed facts whether an event may fire from the
-// machine's current status. Guards are pure.
-type Guard func(st *v1.PostgresqlStatus, f *Facts) bool
+// Guard decides whether an event may fire, on the machine's current status,
+// the observed facts and what the machine remembers. Guards are pure, and
+// run once per event the machine tries.
+type Guard func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool
 
 // Transition is one row of the transition table: the event, the states it
 // may fire from, the state it leads to (the source itself when To is empty),
@@ -43,21 +44,21 @@ func allBut(except ...string) []string {
 // is the podsReady row.
 var Table = []Transition{
 	{Event: EventCleanedUp, From: allBut(Deleted), To: Deleted,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.Gone || f.cleanupDone },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return f.Gone || mem.CleanupDone },
 		When:  "cleanup done or resource gone"},
 	{Event: EventDelete, From: allBut(Deleting, Deleted), To: Deleting,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.Deleting },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.Deleting },
 		When:  "deletionTimestamp set"},
 	{Event: EventInvalidSpec, From: []string{Pending, Creating, Running, Updating, Degraded}, To: Invalid,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.SpecError != "" },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.SpecError != "" },
 		When:  "spec cannot be served"},
 	{Event: EventInvalidSpec, From: []string{Invalid},
-		Guard: func(st *v1.PostgresqlStatus, f *Facts) bool {
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
 			return f.SpecError != "" && (f.Generation != st.ObservedGeneration || f.SpecError != st.Message)
 		},
 		When: "spec edited, still invalid"},
 	{Event: EventCreate, From: []string{Pending}, To: Creating,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.SpecError == "" },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.SpecError == "" },
 		When:  "spec valid"},
 	{Event: EventSpecChanged, From: []string{Invalid, Creating}, To: Creating,
 		Guard: specChanged, When: "new generation, valid"},
@@ -68,15 +69,15 @@ var Table = []Transition{
 	// cluster replaces its stuck pods without waiting, a rollout of a
 	// serving one goes pod by pod.
 	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return len(f.toReplace()) > 0 },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return len(f.toReplace(mem.Replaced)) > 0 },
 		When:  "outdated pods that run nothing, or all pods Ready and one outdated"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.converged() && !f.troubled },
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return f.converged() && !mem.Troubled },
 		When:  "all pods Ready, primary elected, objects converged, last ensure succeeded"},
 	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
 	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts) bool { return f.lost() },
+		Guard: podsLost,
 		When:  "a pod or the primary lost, past the loss grace or stuck"},
 	{Event: EventLossGrace, From: []string{Running}},
 	{Event: EventTimeout, From: []string{Creating, Updating}, To: Degraded},
@@ -89,7 +90,14 @@ var Table = []Transition{
 	{Event: EventPanicked, From: []string{Deleting}},
 }
 
-func specChanged(st *v1.PostgresqlStatus, f *Facts) bool {
+// podsLost is the podsLost guard, once the cluster is Running: it is not
+// converged, and that is no blip: the loss grace is over, or a concrete
+// cause shows the loss will not heal by itself within it.
+func podsLost(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+	return !f.converged() && (mem.LossDue || f.Stuck != "")
+}
+
+func specChanged(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
 	return f.SpecError == "" && f.Generation > st.ObservedGeneration
 }
 

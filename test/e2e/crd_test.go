@@ -335,7 +335,7 @@ func TestCRDPrinterColumns(t *testing.T) {
 		m := c.(map[string]any)
 		got[m["name"].(string)] = m["jsonPath"].(string)
 	}
-	for name, path := range map[string]string{"State": ".status.state", "Ready": ".status.ready", "Age": ".metadata.creationTimestamp"} {
+	for name, path := range map[string]string{"State": ".status.state", "Ready": ".status.ready", "Reason": ".status.reason", "Age": ".metadata.creationTimestamp"} {
 		if got[name] != path {
 			t.Errorf("printer column %s = %q, want %q (all: %v)", name, got[name], path, got)
 		}
@@ -353,7 +353,7 @@ func TestCRDPrinterColumns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	created.Status.State, created.Status.Ready = "Creating", "1/2"
+	created.Status.State, created.Status.Ready, created.Status.Reason = "Creating", "1/2", "Unschedulable"
 	if _, err := env.PG.Postgresqls(created.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -365,11 +365,11 @@ func TestCRDPrinterColumns(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("kubectl get pg printed %d lines, want a header and one row:\n%s", len(lines), out)
 	}
-	if h := strings.Fields(lines[0]); !slices.Equal(h, []string{"NAME", "STATE", "READY", "AGE"}) {
-		t.Errorf("header %q, want NAME STATE READY AGE", lines[0])
+	if h := strings.Fields(lines[0]); !slices.Equal(h, []string{"NAME", "STATE", "READY", "REASON", "AGE"}) {
+		t.Errorf("header %q, want NAME STATE READY REASON AGE", lines[0])
 	}
-	if row := strings.Fields(lines[1]); len(row) != 4 || row[0] != "shown" || row[1] != "Creating" || row[2] != "1/2" {
-		t.Errorf("row %q, want shown Creating 1/2 <age>", lines[1])
+	if row := strings.Fields(lines[1]); len(row) != 5 || row[0] != "shown" || row[1] != "Creating" || row[2] != "1/2" || row[3] != "Unschedulable" {
+		t.Errorf("row %q, want shown Creating 1/2 Unschedulable <age>", lines[1])
 	}
 }
 
