@@ -197,6 +197,16 @@ func RoleNeedsUpdate(current, desired *rbacv1.Role) bool {
 		!containsAll(current.Labels, desired.Labels)
 }
 
+// ApplyRole returns a copy of current with desired's rules and labels,
+// ready for an Update. The owner references, one per cluster of the
+// namespace, are kept: the Role is shared.
+func ApplyRole(current, desired *rbacv1.Role) *rbacv1.Role {
+	out := current.DeepCopy()
+	out.Labels = mergeInto(out.Labels, desired.Labels)
+	out.Rules = desired.DeepCopy().Rules
+	return out
+}
+
 // ClaimTemplateClass is the StorageClass the StatefulSet's data volume
 // claim template asks for; "" for the cluster's default class.
 func ClaimTemplateClass(sts *appsv1.StatefulSet) string {

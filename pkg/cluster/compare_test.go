@@ -411,4 +411,12 @@ func TestRoleNeedsUpdate(t *testing.T) {
 	if !RoleNeedsUpdate(more, desired) {
 		t.Errorf("a Role granting more does not need an update")
 	}
+	more.OwnerReferences = append(more.OwnerReferences, metav1.OwnerReference{UID: "other"})
+	applied := ApplyRole(more, desired)
+	if RoleNeedsUpdate(applied, desired) {
+		t.Errorf("after ApplyRole it still needs an update")
+	}
+	if len(applied.OwnerReferences) != len(more.OwnerReferences) || len(more.Rules) == len(applied.Rules) {
+		t.Errorf("ApplyRole lost an owner reference or changed current")
+	}
 }

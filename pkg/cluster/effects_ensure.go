@@ -208,14 +208,11 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *Objects
 	}
 	if owners[1], err = ensureSharedObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
 		rolePatch, seen, func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
-			out := cur.DeepCopy()
-			write := addOwner(out, objs.Role)
+			out, write := cur.DeepCopy(), false
 			if RoleNeedsUpdate(cur, objs.Role) {
-				out.Labels = mergeInto(out.Labels, objs.Role.Labels)
-				out.Rules = objs.Role.DeepCopy().Rules
-				write = true
+				out, write = ApplyRole(cur, objs.Role), true
 			}
-			return out, write, nil
+			return out, addOwner(out, objs.Role) || write, nil
 		}); err != nil {
 		return err
 	}
