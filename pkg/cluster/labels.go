@@ -55,6 +55,13 @@ const AnnotationPodTemplateHash = "pgloop.dev/pod-template-hash"
 // observes, so it nudges once per change of them.
 const AnnotationQuotaSeen = "pgloop.dev/quota-seen"
 
+// Finalizer keeps a Postgresql in the apiserver until pgloop has cleaned up
+// what the garbage collector would not: Patroni's ConfigMaps, which carry no
+// owner reference, and the cluster's reference on the shared RBAC objects.
+// The ensure effect (pkg/effects) adds it; the cleanup effect removes it
+// last.
+const Finalizer = "pgloop.dev/cleanup"
+
 // Labels returns the labels of every object that belongs to one cluster:
 // application, cluster-name, team and managed-by. It returns a new map.
 func Labels(pg *v1.Postgresql) map[string]string {

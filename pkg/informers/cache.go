@@ -8,15 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/pgloop/pgloop/pkg/cluster"
 )
 
-// The informers are the effects' cache: the effects read there and only
-// write to the API.
-var _ cluster.Cache = (*Informers)(nil)
-
-// The readers below, like Postgresql and Pods, return the cache's own
+// The informers are the effects' cache (effects.Cache): the effects read
+// there and only write to the API. The readers below, like Postgresql and Pods, return the cache's own
 // objects, shared with every reader: callers must not modify them (DeepCopy
 // first). Only objects labelled application=spilo are cached.
 

@@ -18,8 +18,12 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
+
+// The informers are the effects' cache.
+var _ effects.Cache = (*Informers)(nil)
 
 // The informers are the effects' cache: a new cluster costs its creates
 // (and the finalizer, and the growth of a claim), and once the caches have
@@ -41,7 +45,7 @@ func TestInformersAreTheEffectsCache(t *testing.T) {
 	})
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	eff := cluster.NewEffects(kube, pgc, record.NewFakeRecorder(8), cluster.EffectsOptions{
+	eff := effects.New(kube, pgc, record.NewFakeRecorder(8), effects.Options{
 		Cache: inf, Log: logrus.NewEntry(log)})
 	key := pg.Namespace + "/" + pg.Name
 	ensure := func() {

@@ -29,8 +29,8 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/controller"
+	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
@@ -365,8 +365,8 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Cluster:    build,
 	}, notifier)
 	// The effects read the informers' caches and only write to the API.
-	effects := cluster.NewEffects(cl.kube, cl.pg, rec, cluster.EffectsOptions{Build: build, Log: log, Cache: inf})
-	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(effects, m), clk, log)
+	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf})
+	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(eff, m), clk, log)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:       clk,

@@ -1,4 +1,4 @@
-package cluster
+package effects
 
 import (
 	"context"
@@ -20,12 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // objectClient is what the ensure effect needs of a typed client-go client
 // (ServiceInterface, StatefulSetInterface, ...).
-type objectClient[T Object] interface {
+type objectClient[T cluster.Object] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
@@ -34,15 +35,15 @@ type objectClient[T Object] interface {
 // reconcileFunc returns the object to write to bring current in line with
 // the desired one, and whether there is anything to write at all. current
 // may be the cache's object: it must not be modified.
-type reconcileFunc[T Object] func(current T) (out T, write bool, err error)
+type reconcileFunc[T cluster.Object] func(current T) (out T, write bool, err error)
 
 // lookupFunc reads an object from the cache: the cache's own object, and
 // whether the cache has it.
-type lookupFunc[T Object] func() (T, bool)
+type lookupFunc[T cluster.Object] func() (T, bool)
 
 // cached returns the lookup of the object name of the run's namespace in
 // the cache through get (Cache.Service, ...), nil when there is no cache.
-func cached[T Object](r *run, name string, get func(Cache, string, string) (T, bool)) lookupFunc[T] {
+func cached[T cluster.Object](r *run, name string, get func(Cache, string, string) (T, bool)) lookupFunc[T] {
 	if r.cache == nil {
 		return nil
 	}
@@ -68,7 +69,7 @@ func (r *run) ensure(ctx context.Context) error {
 	if pg, err = r.addFinalizer(ctx, pg); pg == nil {
 		return err
 	}
-	objs, err := Build(pg, r.build, r.random)
+	objs, err := cluster.Build(pg, r.build, r.random)
 	if err != nil {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
 	}
@@ -93,10 +94,10 @@ func (r *run) ensure(ctx context.Context) error {
 				if err := controlled(cur, pg, "service"); err != nil {
 					return nil, false, err
 				}
-				if !ServiceNeedsUpdate(cur, s) {
+				if !cluster.ServiceNeedsUpdate(cur, s) {
 					return nil, false, nil
 				}
-				return ApplyService(cur, s), true, nil
+				return cluster.ApplyService(cur, s), true, nil
 			}); err != nil {
 			return err
 		}
@@ -108,10 +109,10 @@ func (r *run) ensure(ctx context.Context) error {
 			if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
 				return nil, false, err
 			}
-			if !PodDisruptionBudgetNeedsUpdate(cur, pdb) {
+			if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
 				return nil, false, nil
 			}
-			return ApplyPodDisruptionBudget(cur, pdb), true, nil
+			return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
 		}); err != nil {
 		return err
 	}
@@ -128,15 +129,15 @@ func (r *run) ensure(ctx context.Context) error {
 			if cur.DeletionTimestamp != nil {
 				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, fsm.ErrWaiting)
 			}
-			change := Compare(cur, sts)
-			if change == Recreate {
-				return nil, false, r.recreateStatefulSet(ctx, cur, ClaimTemplateClass(sts))
+			change := cluster.Compare(cur, sts)
+			if change == cluster.Recreate {
+				return nil, false, r.recreateStatefulSet(ctx, cur, cluster.ClaimTemplateClass(sts))
 			}
-			if change == NoChange {
+			if change == cluster.NoChange {
 				return nil, false, nil
 			}
 			r.log.WithField("change", change.String()).Debug("statefulset differs")
-			return ApplyStatefulSet(cur, sts), true, nil
+			return cluster.ApplyStatefulSet(cur, sts), true, nil
 		}); err != nil {
 		return err
 	}
@@ -182,7 +183,7 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 //
 // An operator whose RBAC does not allow the patch (the ClusterRole of an
 // older release) reads and updates them instead, as without a cache.
-func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *Objects) error {
+func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster.Objects) error {
 	memo := r.cache != nil
 	seen, owned := false, false
 	if memo {
@@ -209,8 +210,8 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *Objects
 	if owners[1], err = ensureSharedObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
 		rolePatch, seen, func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
 			out, write := cur.DeepCopy(), false
-			if RoleNeedsUpdate(cur, objs.Role) {
-				out, write = ApplyRole(cur, objs.Role), true
+			if cluster.RoleNeedsUpdate(cur, objs.Role) {
+				out, write = cluster.ApplyRole(cur, objs.Role), true
 			}
 			return out, addOwner(out, objs.Role) || write, nil
 		}); err != nil {
@@ -234,7 +235,7 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *Objects
 
 // sharedObjectClient is what ensureSharedObject needs of a typed client-go
 // client.
-type sharedObjectClient[T Object] interface {
+type sharedObjectClient[T cluster.Object] interface {
 	objectClient[T]
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
 }
@@ -248,7 +249,7 @@ var errPatchForbidden = errors.New("patch forbidden")
 // cache, or once a patch was forbidden, it reads the object and writes what
 // reconcile returns; otherwise it creates desired (first unless seen, or
 // once the patch finds no object) or applies patch to it.
-func ensureSharedObject[T Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T,
+func ensureSharedObject[T cluster.Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T,
 	patch any, seen bool, reconcile reconcileFunc[T]) ([]types.UID, error) {
 	owners := ownerUIDs(desired)
 	byReading := func() ([]types.UID, error) {
@@ -278,7 +279,7 @@ func ensureSharedObject[T Object](ctx context.Context, r *run, c sharedObjectCli
 // patchShared creates desired (first when create, or when the patch finds
 // no object) or applies patch, a strategic merge patch, to the existing
 // object. It returns the UIDs of the object's owner references as written.
-func patchShared[T Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T, patch any, create bool) ([]types.UID, error) {
+func patchShared[T cluster.Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T, patch any, create bool) ([]types.UID, error) {
 	name := desired.GetName()
 	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
 	data, err := json.Marshal(patch)
@@ -332,7 +333,7 @@ func ownerUIDs(obj metav1.Object) []types.UID {
 // deleted object (NotFound), it starts over from a read of the API: the
 // cache was behind. With a nil reconcile an object that exists is left as
 // it is, and AlreadyExists is success.
-func ensureObject[T Object](ctx context.Context, r *run, c objectClient[T], kind string, desired T,
+func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[T], kind string, desired T,
 	lookup lookupFunc[T], reconcile reconcileFunc[T]) error {
 	name := desired.GetName()
 	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
@@ -390,8 +391,8 @@ func ensureObject[T Object](ctx context.Context, r *run, c objectClient[T], kind
 // addOwner merges the cluster's owner reference, the one on desired, into
 // obj's (a shared object's references of the other clusters are kept), and
 // reports whether it was missing.
-func addOwner(obj, desired Object) bool {
-	refs, added := AddOwnerReference(obj.GetOwnerReferences(), desired.GetOwnerReferences()[0])
+func addOwner(obj, desired cluster.Object) bool {
+	refs, added := cluster.AddOwnerReference(obj.GetOwnerReferences(), desired.GetOwnerReferences()[0])
 	if added {
 		obj.SetOwnerReferences(refs)
 	}
@@ -406,13 +407,13 @@ func controlled(obj metav1.Object, pg *v1.Postgresql, kind string) error {
 	return fmt.Errorf("%s %s: %w %s/%s", kind, obj.GetName(), ErrNotControlled, pg.Namespace, pg.Name)
 }
 
-// addFinalizer adds Finalizer to the resource unless it has it, and returns
-// the resource as written. It returns nil when the resource is gone or
-// being deleted (no finalizer may be added then), and nothing is to be
-// ensured.
+// addFinalizer adds the finalizer (cluster.Finalizer) to the resource
+// unless it has it, and returns the resource as written. It returns nil
+// when the resource is gone or being deleted (no finalizer may be added
+// then), and nothing is to be ensured.
 func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
 	for attempt := 1; ; attempt++ {
-		if slices.Contains(pg.Finalizers, Finalizer) {
+		if slices.Contains(pg.Finalizers, cluster.Finalizer) {
 			return pg, nil
 		}
 		if pg.DeletionTimestamp != nil {
@@ -422,7 +423,7 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 			return nil, err
 		}
 		upd := pg.DeepCopy()
-		upd.Finalizers = append(upd.Finalizers, Finalizer)
+		upd.Finalizers = append(upd.Finalizers, cluster.Finalizer)
 		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
@@ -464,7 +465,7 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 	if r.cache != nil {
 		list = r.cache.PersistentVolumeClaims(r.key)
 	} else {
-		l, err := claims.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()})
+		l, err := claims.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String()})
 		if err != nil {
 			return fmt.Errorf("list persistentvolumeclaims of postgresql %s: %w", r.key, err)
 		}
@@ -472,7 +473,7 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 			list = append(list, &l.Items[i])
 		}
 	}
-	prefix := DataVolumeName + "-" + StatefulSetName(pg.Name) + "-"
+	prefix := cluster.DataVolumeName + "-" + cluster.StatefulSetName(pg.Name) + "-"
 	for _, pvc := range list {
 		ordinal, ok := strings.CutPrefix(pvc.Name, prefix)
 		if !ok || pvc.DeletionTimestamp != nil {

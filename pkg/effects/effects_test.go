@@ -1,4 +1,4 @@
-package cluster
+package effects
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
@@ -209,11 +210,11 @@ func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ..
 	if mode != cacheNone {
 		h.cache = newFakeCache(t, h.kube, h.pg, mode == cacheLive)
 	}
-	h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Random: seeded(7), Log: logrus.NewEntry(log), Cache: h.effectsCache()})
+	h.eff = New(h.kube, h.pgc, h.rec, Options{Random: seeded(7), Log: logrus.NewEntry(log), Cache: h.effectsCache()})
 	return h
 }
 
-// effectsCache is the harness's cache as EffectsOptions.Cache.
+// effectsCache is the harness's cache as Options.Cache.
 func (h *harness) effectsCache() Cache {
 	if h.cache == nil {
 		return nil
@@ -357,10 +358,10 @@ func TestEnsureCreatesEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 		stored := h.pg.get(pg.Namespace, pg.Name)
-		if !slices.Contains(stored.Finalizers, Finalizer) {
-			t.Errorf("finalizers = %v, want %s", stored.Finalizers, Finalizer)
+		if !slices.Contains(stored.Finalizers, cluster.Finalizer) {
+			t.Errorf("finalizers = %v, want %s", stored.Finalizers, cluster.Finalizer)
 		}
-		objs, err := Build(pg, Options{}, nil)
+		objs, err := cluster.Build(pg, cluster.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,7 +391,7 @@ func TestEnsureCreatesEverything(t *testing.T) {
 
 // resourceOf is the resource name of a built object, as fake actions
 // report it.
-func resourceOf(o Object) string {
+func resourceOf(o cluster.Object) string {
 	kind := strings.ToLower(o.GetObjectKind().GroupVersionKind().Kind)
 	switch kind {
 	case "poddisruptionbudget":
@@ -400,7 +401,7 @@ func resourceOf(o Object) string {
 }
 
 // getObject reads the stored version of a built object.
-func getObject(t *testing.T, h *harness, o Object) metav1.Object {
+func getObject(t *testing.T, h *harness, o cluster.Object) metav1.Object {
 	t.Helper()
 	gvk := o.GetObjectKind().GroupVersionKind()
 	gvr := gvk.GroupVersion().WithResource(resourceOf(o))
@@ -490,13 +491,13 @@ func TestEnsureNeverOverwritesSecret(t *testing.T) {
 		for _, labelled := range []bool{true, false} {
 			t.Run(fmt.Sprintf("labelled=%v", labelled), func(t *testing.T) {
 				pg := testCluster(t)
-				name := SecretName(SuperuserName, pg.Name)
+				name := cluster.SecretName(cluster.SuperuserName, pg.Name)
 				existing := &corev1.Secret{
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
-					Data:       map[string][]byte{SecretUsernameKey: []byte("postgres"), SecretPasswordKey: []byte("keep-me")},
+					Data:       map[string][]byte{cluster.SecretUsernameKey: []byte("postgres"), cluster.SecretPasswordKey: []byte("keep-me")},
 				}
 				if labelled {
-					existing.Labels = Labels(pg)
+					existing.Labels = cluster.Labels(pg)
 				}
 				h := newHarness(t, []*v1.Postgresql{pg}, existing)
 				if err := h.ensure(t, pg); err != nil {
@@ -513,7 +514,7 @@ func TestEnsureNeverOverwritesSecret(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if string(got.Data[SecretPasswordKey]) != "keep-me" {
+				if string(got.Data[cluster.SecretPasswordKey]) != "keep-me" {
 					t.Error("existing password overwritten")
 				}
 			})
@@ -530,7 +531,7 @@ func TestEnsureSecretCreateRace(t *testing.T) {
 		h.kube.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 			name := a.(k8stesting.CreateAction).GetObject().(metav1.Object).GetName()
 			theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace},
-				Data: map[string][]byte{SecretPasswordKey: []byte("theirs")}}
+				Data: map[string][]byte{cluster.SecretPasswordKey: []byte("theirs")}}
 			if err := h.kube.Tracker().Add(theirs); err != nil {
 				return true, nil, err
 			}
@@ -550,7 +551,7 @@ func TestEnsureSecretCreateRace(t *testing.T) {
 func TestEnsureRefusesForeignObject(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := testCluster(t)
-		foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: MasterServiceName(pg.Name), Namespace: pg.Namespace}}
+		foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: cluster.MasterServiceName(pg.Name), Namespace: pg.Namespace}}
 		h := newHarness(t, []*v1.Postgresql{pg}, foreign)
 		err := h.ensure(t, pg)
 		if !errors.Is(err, ErrNotControlled) {
@@ -568,7 +569,7 @@ func TestEnsureSharedRBAC(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		a, b := testCluster(t), otherCluster(t)
 		// An older pgloop granted other rules.
-		oldRole := Role(a)
+		oldRole := cluster.Role(a)
 		oldRole.Rules = oldRole.Rules[:1]
 		h := newHarness(t, []*v1.Postgresql{a, b}, oldRole)
 		for _, pg := range []*v1.Postgresql{a, b} {
@@ -576,7 +577,7 @@ func TestEnsureSharedRBAC(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for _, o := range []Object{ServiceAccount(a), Role(a), RoleBinding(a)} {
+		for _, o := range []cluster.Object{cluster.ServiceAccount(a), cluster.Role(a), cluster.RoleBinding(a)} {
 			got := getObject(t, h, o)
 			var uids []types.UID
 			for _, ref := range got.GetOwnerReferences() {
@@ -588,11 +589,11 @@ func TestEnsureSharedRBAC(t *testing.T) {
 				t.Errorf("%s: owner UIDs %v, want both clusters", o.GetName(), uids)
 			}
 		}
-		role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), PodRoleName, metav1.GetOptions{})
+		role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), cluster.PodRoleName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if RoleNeedsUpdate(role, Role(a)) {
+		if cluster.RoleNeedsUpdate(role, cluster.Role(a)) {
 			t.Errorf("role rules not updated: %+v", role.Rules)
 		}
 	})
@@ -602,7 +603,7 @@ func TestEnsureGrowsVolumes(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		claim := func(pg *v1.Postgresql, ordinal int32, size string, phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
 			return &corev1.PersistentVolumeClaim{
-				ObjectMeta: metav1.ObjectMeta{Name: PersistentVolumeClaimName(pg.Name, ordinal), Namespace: pg.Namespace, Labels: Labels(pg)},
+				ObjectMeta: metav1.ObjectMeta{Name: cluster.PersistentVolumeClaimName(pg.Name, ordinal), Namespace: pg.Namespace, Labels: cluster.Labels(pg)},
 				Spec: corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}}},
 				Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
@@ -690,7 +691,7 @@ func TestEnsureFinalizer(t *testing.T) {
 			{name: "added", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, wantFinalizer: true, wantObjects: true},
 			{name: "added after a conflict", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, failUpd: conflictOnce, wantFinalizer: true, wantObjects: true},
 			{name: "kept", pg: func(pg *v1.Postgresql) *v1.Postgresql {
-				pg.Finalizers = []string{"other", Finalizer}
+				pg.Finalizers = []string{"other", cluster.Finalizer}
 				return pg
 			}, wantFinalizer: true, wantObjects: true},
 			{name: "not added while deleting", pg: func(pg *v1.Postgresql) *v1.Postgresql {
@@ -713,7 +714,7 @@ func TestEnsureFinalizer(t *testing.T) {
 					t.Fatal(err)
 				}
 				if stored := h.pg.get(pg.Namespace, pg.Name); stored != nil {
-					if got := slices.Contains(stored.Finalizers, Finalizer); got != tt.wantFinalizer {
+					if got := slices.Contains(stored.Finalizers, cluster.Finalizer); got != tt.wantFinalizer {
 						t.Errorf("finalizers %v", stored.Finalizers)
 					}
 				}
@@ -883,12 +884,12 @@ func TestNudge(t *testing.T) {
 		if got, want := h.kubeWrites(), []string{"patch statefulsets acid-minimal-cluster"}; !slices.Equal(got, want) {
 			t.Errorf("writes %v, want %v", got, want)
 		}
-		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := sts.Annotations[AnnotationQuotaSeen]; got != "q7" {
-			t.Errorf("annotation %s = %q, want q7", AnnotationQuotaSeen, got)
+		if got := sts.Annotations[cluster.AnnotationQuotaSeen]; got != "q7" {
+			t.Errorf("annotation %s = %q, want q7", cluster.AnnotationQuotaSeen, got)
 		}
 		if err := h.ensure(t, pg); err != nil {
 			t.Fatal(err)
@@ -950,11 +951,11 @@ func TestEnsureStorageClassChange(t *testing.T) {
 		if err := h.ensure(t, fixed); err != nil {
 			t.Fatal(err)
 		}
-		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+		sts, err := h.kube.AppsV1().StatefulSets("db").Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := ClaimTemplateClass(sts); got != "fast" {
+		if got := cluster.ClaimTemplateClass(sts); got != "fast" {
 			t.Errorf("re-created with class %q, want fast", got)
 		}
 	})
@@ -974,7 +975,7 @@ func TestCleanup(t *testing.T) {
 		// write: only a's go.
 		patroni := func(pg *v1.Postgresql, suffix string) *corev1.ConfigMap {
 			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-" + suffix, Namespace: pg.Namespace,
-				Labels: Selector(pg.Name), Annotations: map[string]string{AnnotationLeader: PodName(pg.Name, 0)}}}
+				Labels: cluster.Selector(pg.Name), Annotations: map[string]string{cluster.AnnotationLeader: cluster.PodName(pg.Name, 0)}}}
 		}
 		var gone, kept []*corev1.ConfigMap
 		for _, suffix := range []string{"config", "leader", "failover", "sync"} {
@@ -984,7 +985,7 @@ func TestCleanup(t *testing.T) {
 		unlabelled := patroni(a, "mine")
 		unlabelled.Labels = nil
 		otherApp := patroni(a, "app")
-		otherApp.Labels = map[string]string{LabelApplication: "other", LabelClusterName: a.Name}
+		otherApp.Labels = map[string]string{cluster.LabelApplication: "other", cluster.LabelClusterName: a.Name}
 		otherNS := patroni(a, "leader")
 		otherNS.Namespace = "elsewhere"
 		kept = append(kept, unlabelled, otherApp, otherNS)
@@ -994,8 +995,8 @@ func TestCleanup(t *testing.T) {
 			}
 		}
 		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-			Name: PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
-		running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(a.Name, 0), Namespace: a.Namespace, Labels: Labels(a)}}
+			Name: cluster.PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
+		running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
 		for _, o := range []runtime.Object{claim, running} {
 			if err := h.kube.Tracker().Add(o); err != nil {
 				t.Fatal(err)
@@ -1060,7 +1061,7 @@ func TestCleanup(t *testing.T) {
 		if err := h.cleanup(t, b); err != nil {
 			t.Fatal(err)
 		}
-		for _, o := range []Object{ServiceAccount(b), Role(b), RoleBinding(b)} {
+		for _, o := range []cluster.Object{cluster.ServiceAccount(b), cluster.Role(b), cluster.RoleBinding(b)} {
 			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
 			if _, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName()); !apierrors.IsNotFound(err) {
 				t.Errorf("shared %s kept after the last cluster (%v)", o.GetObjectKind().GroupVersionKind().Kind, err)
@@ -1076,18 +1077,18 @@ func TestCleanup(t *testing.T) {
 func TestCleanupWaitsForPods(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := deleting(testCluster(t))
-		pg.Finalizers = []string{Finalizer}
+		pg.Finalizers = []string{cluster.Finalizer}
 		terminating := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-			Name: PodName(pg.Name, 0), Namespace: pg.Namespace, Labels: Labels(pg),
+			Name: cluster.PodName(pg.Name, 0), Namespace: pg.Namespace, Labels: cluster.Labels(pg),
 			DeletionTimestamp: &metav1.Time{Time: time.Unix(1700000000, 0)}, Finalizers: []string{"kubelet"}}}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: LeaderConfigMapName(pg.Name), Namespace: pg.Namespace,
-			Labels: Selector(pg.Name)}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cluster.LeaderConfigMapName(pg.Name), Namespace: pg.Namespace,
+			Labels: cluster.Selector(pg.Name)}}
 		h := newHarness(t, []*v1.Postgresql{pg}, terminating, cm)
 		err := h.cleanup(t, pg)
 		if !errors.Is(err, ErrPodsTerminating) {
 			t.Fatalf("err = %v, want ErrPodsTerminating", err)
 		}
-		if stored := h.pg.get(pg.Namespace, pg.Name); stored == nil || !slices.Contains(stored.Finalizers, Finalizer) {
+		if stored := h.pg.get(pg.Namespace, pg.Name); stored == nil || !slices.Contains(stored.Finalizers, cluster.Finalizer) {
 			t.Error("finalizer removed while a pod still runs")
 		}
 		if _, err := h.kube.CoreV1().ConfigMaps(pg.Namespace).Get(context.Background(), cm.Name, metav1.GetOptions{}); err != nil {
@@ -1121,7 +1122,7 @@ func TestCleanupRefusesLiveCluster(t *testing.T) {
 func TestCleanupFinalizerConflict(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := deleting(testCluster(t))
-		pg.Finalizers = []string{"other", Finalizer}
+		pg.Finalizers = []string{"other", cluster.Finalizer}
 		h := newHarness(t, []*v1.Postgresql{pg})
 		h.pg.failUpd = func(n int) error {
 			if n == 1 {
@@ -1271,7 +1272,7 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		a, b := testCluster(t), otherCluster(t)
 		h := newHarness(t, []*v1.Postgresql{a, b})
-		h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Random: &countingReader{}, Log: h.eff.log, Cache: h.effectsCache()})
+		h.eff = New(h.kube, h.pgc, h.rec, Options{Random: &countingReader{}, Log: h.eff.log, Cache: h.effectsCache()})
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		errs := make([]error, 4)
@@ -1287,7 +1288,7 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for range 100 {
-					if _, err := Build(pg, Options{}, h.eff.random); err != nil {
+					if _, err := cluster.Build(pg, cluster.Options{}, h.eff.random); err != nil {
 						errs[2+i] = err
 					}
 				}

@@ -1,4 +1,4 @@
-package cluster
+package effects
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 )
 
 // sharedClient is what the cleanup needs of the clients of the shared RBAC
 // objects.
-type sharedClient[T Object] interface {
+type sharedClient[T cluster.Object] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
 	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
@@ -28,9 +29,10 @@ type sharedClient[T Object] interface {
 type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions) error
 
 // cleanup deletes what the cluster of a resource being deleted is made of,
-// then removes the Finalizer so the apiserver can delete the resource. It
-// may run several times (it is retried while pods terminate); each run
-// picks up where the last one stopped, and objects already gone are fine.
+// then removes the finalizer (cluster.Finalizer) so the apiserver can
+// delete the resource. It may run several times (it is retried while pods
+// terminate); each run picks up where the last one stopped, and objects
+// already gone are fine.
 //
 //  1. The StatefulSet (its pods go with it, by the garbage collector),
 //     the Services, the PodDisruptionBudget and the credentials Secrets of
@@ -49,7 +51,7 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     -failover, -sync in Patroni 3); its labels are fixed by pgloop.
 //  4. The cluster's owner reference on the shared ServiceAccount, Role and
 //     RoleBinding; each is deleted when no other cluster owns it.
-//  5. The Finalizer.
+//  5. The finalizer.
 //
 // Data is never deleted by pgloop: the volume claims pgdata-<cluster>-<n>
 // are kept (the StatefulSet retains them too), so deleting a cluster by
@@ -71,7 +73,7 @@ func (r *run) cleanup(ctx context.Context) error {
 		// deleting a live cluster's Secrets would lose its passwords.
 		return fmt.Errorf("cleanup of postgresql %s refused: it is not being deleted", r.key)
 	}
-	names := Names(pg)
+	names := cluster.Names(pg)
 	core, apps := r.kube.CoreV1(), r.kube.AppsV1()
 	background := metav1.DeletePropagationBackground
 	if err := r.deleteObject(ctx, "statefulset", names.StatefulSet, apps.StatefulSets(r.ns).Delete,
@@ -136,7 +138,7 @@ func (r *run) deletePatroniConfigMaps(ctx context.Context, pg *v1.Postgresql) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sel := labels.SelectorFromSet(Selector(pg.Name)).String()
+	sel := labels.SelectorFromSet(cluster.Selector(pg.Name)).String()
 	err := r.kube.CoreV1().ConfigMaps(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return fmt.Errorf("delete Patroni's configmaps %s of postgresql %s: %w", sel, r.key, err)
@@ -160,7 +162,7 @@ func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 		return err
 	}
 	pods := r.kube.CoreV1().Pods(r.ns)
-	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(Selector(pg.Name)).String()}
+	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String()}
 	list := func() ([]*corev1.Pod, error) {
 		l, err := pods.List(ctx, sel)
 		if err != nil {
@@ -221,7 +223,7 @@ func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 // shared object and deletes the object once no owner remains. The deletion
 // is conditional on the version read, so a cluster that has just added its
 // reference keeps the object: the conflict makes this start over.
-func releaseShared[T Object](ctx context.Context, r *run, c sharedClient[T], kind, name string, uid types.UID) error {
+func releaseShared[T cluster.Object](ctx context.Context, r *run, c sharedClient[T], kind, name string, uid types.UID) error {
 	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -272,18 +274,18 @@ func releaseShared[T Object](ctx context.Context, r *run, c sharedClient[T], kin
 	}
 }
 
-// removeFinalizer removes Finalizer from the resource, re-reading it on a
-// conflict. A resource already gone is fine.
+// removeFinalizer removes the finalizer from the resource, re-reading it on
+// a conflict. A resource already gone is fine.
 func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
 	for attempt := 1; ; attempt++ {
-		if !slices.Contains(pg.Finalizers, Finalizer) {
+		if !slices.Contains(pg.Finalizers, cluster.Finalizer) {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		upd := pg.DeepCopy()
-		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == Finalizer })
+		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == cluster.Finalizer })
 		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
 		switch {
 		case err == nil:

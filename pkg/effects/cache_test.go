@@ -1,4 +1,4 @@
-package cluster
+package effects
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
@@ -72,7 +73,7 @@ type fakeCache struct {
 
 	mu   sync.Mutex
 	pgs  map[string]*v1.Postgresql
-	objs map[schema.GroupVersionKind]map[string]Object
+	objs map[schema.GroupVersionKind]map[string]cluster.Object
 	// handed are the objects read, with a copy of each as handed out.
 	handed []handedObject
 }
@@ -97,7 +98,7 @@ func (c *fakeCache) sync() {
 
 func (c *fakeCache) syncLocked() {
 	c.syncPGLocked()
-	c.objs = map[schema.GroupVersionKind]map[string]Object{}
+	c.objs = map[schema.GroupVersionKind]map[string]cluster.Object{}
 	for _, gvk := range cachedResources {
 		list, err := c.kube.Tracker().List(resourceOfKind(gvk), gvk, "")
 		if err != nil {
@@ -107,10 +108,10 @@ func (c *fakeCache) syncLocked() {
 		if err != nil {
 			panic(err)
 		}
-		byKey := map[string]Object{}
+		byKey := map[string]cluster.Object{}
 		for _, item := range items {
-			o := item.(Object)
-			if o.GetLabels()[LabelApplication] != ApplicationSpilo {
+			o := item.(cluster.Object)
+			if o.GetLabels()[cluster.LabelApplication] != cluster.ApplicationSpilo {
 				continue
 			}
 			if s, ok := o.(*corev1.Secret); ok {
@@ -146,7 +147,7 @@ func (c *fakeCache) drop(gvk schema.GroupVersionKind, ns, name string) {
 }
 
 // read returns the cache's object of kind gvk, and records it as handed.
-func (c *fakeCache) read(gvk schema.GroupVersionKind, ns, name string) (Object, bool) {
+func (c *fakeCache) read(gvk schema.GroupVersionKind, ns, name string) (cluster.Object, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.live {
@@ -165,21 +166,21 @@ func (c *fakeCache) hand(o runtime.Object) {
 
 // byCluster returns the cache's objects of kind gvk labelled with cluster
 // key's name, sorted by name.
-func (c *fakeCache) byCluster(gvk schema.GroupVersionKind, key string) []Object {
+func (c *fakeCache) byCluster(gvk schema.GroupVersionKind, key string) []cluster.Object {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.live {
 		c.syncLocked()
 	}
 	ns, name, _ := strings.Cut(key, "/")
-	var out []Object
+	var out []cluster.Object
 	for _, o := range c.objs[gvk] {
-		if o.GetNamespace() == ns && o.GetLabels()[LabelClusterName] == name {
+		if o.GetNamespace() == ns && o.GetLabels()[cluster.LabelClusterName] == name {
 			c.hand(o)
 			out = append(out, o)
 		}
 	}
-	slices.SortFunc(out, func(a, b Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+	slices.SortFunc(out, func(a, b cluster.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return out
 }
 
@@ -208,7 +209,7 @@ func (c *fakeCache) Postgresql(key string) (*v1.Postgresql, bool) {
 	return pg, ok
 }
 
-func typed[T Object](o Object, ok bool) (T, bool) {
+func typed[T cluster.Object](o cluster.Object, ok bool) (T, bool) {
 	if !ok {
 		var zero T
 		return zero, false
@@ -454,7 +455,7 @@ func TestCacheStaleMissingObject(t *testing.T) {
 	ctx := context.Background()
 	// Someone scales the StatefulSet; the cache has seen neither it nor
 	// the master Service nor the superuser's Secret.
-	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(ctx, StatefulSetName(pg.Name), metav1.GetOptions{})
+	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(ctx, cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,13 +463,13 @@ func TestCacheStaleMissingObject(t *testing.T) {
 	if _, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Update(ctx, sts, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	secret := SecretName(SuperuserName, pg.Name)
+	secret := cluster.SecretName(cluster.SuperuserName, pg.Name)
 	before, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(ctx, secret, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.cache.drop(gvkStatefulSet, pg.Namespace, sts.Name)
-	h.cache.drop(gvkService, pg.Namespace, MasterServiceName(pg.Name))
+	h.cache.drop(gvkService, pg.Namespace, cluster.MasterServiceName(pg.Name))
 	h.cache.drop(gvkSecret, pg.Namespace, secret)
 	h.kubeCalls()
 
@@ -512,7 +513,7 @@ func TestCacheStaleResourceVersion(t *testing.T) {
 	}
 	h.cache.sync()
 	ctx := context.Background()
-	name := MasterServiceName(pg.Name)
+	name := cluster.MasterServiceName(pg.Name)
 	svc, err := h.kube.CoreV1().Services(pg.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +533,7 @@ func TestCacheStaleResourceVersion(t *testing.T) {
 	}
 	want := []string{
 		"update services " + name, "get services " + name, "update services " + name,
-		"update services " + ReplicaServiceName(pg.Name),
+		"update services " + cluster.ReplicaServiceName(pg.Name),
 	}
 	if got := h.kubeCalls(); !slices.Equal(got, want) {
 		t.Errorf("calls:\n got %v\nwant %v", got, want)
@@ -559,7 +560,7 @@ func TestCacheObjectGoneBehindCache(t *testing.T) {
 	edited.Spec.NumberOfInstances = 3
 	h.pg.put(edited)
 	h.cache.sync()
-	sts := StatefulSetName(pg.Name)
+	sts := cluster.StatefulSetName(pg.Name)
 	if err := h.kube.AppsV1().StatefulSets(pg.Namespace).Delete(context.Background(), sts, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -588,10 +589,10 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 		t.Errorf("resource calls %v, want %v", got, want)
 	}
 	stored := h.pg.get(pg.Namespace, pg.Name)
-	if !slices.Contains(stored.Finalizers, Finalizer) || stored.Spec.NumberOfInstances != 3 {
+	if !slices.Contains(stored.Finalizers, cluster.Finalizer) || stored.Spec.NumberOfInstances != 3 {
 		t.Errorf("stored finalizers %v, instances %d", stored.Finalizers, stored.Spec.NumberOfInstances)
 	}
-	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), StatefulSetName(pg.Name), metav1.GetOptions{})
+	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +701,7 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	ensure(a)
 	// A new process knows nothing: it tries to create them, patches
 	// them, and learns both references.
-	h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Log: h.eff.log, Cache: h.cache})
+	h.eff = New(h.kube, h.pgc, h.rec, Options{Log: h.eff.log, Cache: h.cache})
 	ensure(a, conflicts...)
 	ensure(b)
 	// a's cleanup removes its reference; b's is still known.
@@ -722,7 +723,7 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	h.pg.put(c)
 	ensure(c, "patch serviceaccounts pgloop-pod", "create serviceaccounts pgloop-pod", "patch roles pgloop-pod",
 		"create roles pgloop-pod", "patch rolebindings pgloop-pod", "create rolebindings pgloop-pod")
-	for _, o := range []Object{ServiceAccount(c), Role(c), RoleBinding(c)} {
+	for _, o := range []cluster.Object{cluster.ServiceAccount(c), cluster.Role(c), cluster.RoleBinding(c)} {
 		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
 		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
 		if err != nil {
@@ -775,7 +776,7 @@ func TestCacheSharedRBACPatchForbidden(t *testing.T) {
 			t.Errorf("ensure of %s, shared objects:\n got %v\nwant %v", tt.pg.Name, got, tt.want)
 		}
 	}
-	for _, o := range []Object{ServiceAccount(a), Role(a), RoleBinding(a)} {
+	for _, o := range []cluster.Object{cluster.ServiceAccount(a), cluster.Role(a), cluster.RoleBinding(a)} {
 		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
 		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
 		if err != nil {
@@ -792,7 +793,7 @@ func TestCacheSharedRBACPatchForbidden(t *testing.T) {
 func TestCacheCleanupPods(t *testing.T) {
 	since := &metav1.Time{Time: time.Unix(1700000000, 0)}
 	pod := func(pg *v1.Postgresql, ord int32, terminating bool) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: PodName(pg.Name, ord), Namespace: pg.Namespace, Labels: Labels(pg)}}
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(pg.Name, ord), Namespace: pg.Namespace, Labels: cluster.Labels(pg)}}
 		if terminating {
 			p.DeletionTimestamp, p.Finalizers = since, []string{"kubelet"}
 		}
@@ -818,7 +819,7 @@ func TestCacheCleanupPods(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pg := deleting(testCluster(t))
-			pg.Finalizers = []string{Finalizer}
+			pg.Finalizers = []string{cluster.Finalizer}
 			var objs []runtime.Object
 			for i, term := range tt.cached {
 				objs = append(objs, pod(pg, int32(i), term))

@@ -1,4 +1,4 @@
-package cluster
+package effects
 
 import (
 	"context"
@@ -19,17 +19,12 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 )
-
-// Finalizer keeps a Postgresql in the apiserver until pgloop has cleaned up
-// what the garbage collector would not: Patroni's ConfigMaps, which carry no
-// owner reference, and the cluster's reference on the shared RBAC objects.
-// The ensure effect adds it; the cleanup effect removes it last.
-const Finalizer = "pgloop.dev/cleanup"
 
 // Names of the steps Effects.Steps returns, for logs, metrics and tests.
 const (
@@ -59,10 +54,10 @@ var ErrNotControlled = errors.New("exists and is not controlled by postgresql")
 // are gone; until then the cleanup is retried.
 var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", fsm.ErrWaiting)
 
-// EffectsOptions configure Effects.
-type EffectsOptions struct {
+// Options configure Effects.
+type Options struct {
 	// Build are the builders' options (image, default resources).
-	Build Options
+	Build cluster.Options
 	// Random is the source of new passwords; nil means crypto/rand.Reader.
 	// Plans of several clusters run at once: reads are serialised, so
 	// any reader will do (tests pass a seeded one).
@@ -85,7 +80,7 @@ type Effects struct {
 	kube   kubernetes.Interface
 	pg     pgclient.Interface
 	rec    record.EventRecorder
-	build  Options
+	build  cluster.Options
 	random io.Reader
 	log    *logrus.Entry
 	// cache is nil when every read goes to the API; shared and statuses
@@ -96,9 +91,9 @@ type Effects struct {
 	now      func() time.Time
 }
 
-// NewEffects returns the Effects that act through kube (built-in objects),
+// New returns the Effects that act through kube (built-in objects),
 // pg (Postgresql resources) and rec (Kubernetes Events on the resources).
-func NewEffects(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecorder, opts EffectsOptions) *Effects {
+func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecorder, opts Options) *Effects {
 	log := opts.Log
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
@@ -273,8 +268,8 @@ func (r *run) nudge(ctx context.Context, version string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	name := StatefulSetName(r.name)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationQuotaSeen, version)
+	name := cluster.StatefulSetName(r.name)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, cluster.AnnotationQuotaSeen, version)
 	_, err := r.kube.AppsV1().StatefulSets(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	switch {
 	case err == nil:
