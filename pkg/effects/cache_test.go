@@ -27,7 +27,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // cacheMode is how a harness's effects read.
@@ -392,12 +391,15 @@ func TestCacheResyncMakesNoCalls(t *testing.T) {
 			h.cache.sync()
 			h.kubeCalls()
 			h.resetPGCalls()
-			plan := &fsm.Plan{Status: &v1.PostgresqlStatus{}, Ensure: true,
-				Events: []fsm.KubeEvent{{Reason: "Resync"}}}
-			for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, plan) {
-				if err := s.Run(context.Background()); err != nil {
-					t.Fatalf("%s: %v", s.Name, err)
-				}
+			ctx, key := context.Background(), keyOf(pg)
+			if err := h.eff.WriteStatus(ctx, key, &v1.PostgresqlStatus{}); err != nil {
+				t.Fatalf("status: %v", err)
+			}
+			if err := h.eff.Ensure(ctx, key); err != nil {
+				t.Fatalf("ensure: %v", err)
+			}
+			if err := h.eff.RecordEvents(ctx, key, []Record{{Reason: "Resync"}}); err != nil {
+				t.Fatalf("events: %v", err)
 			}
 			if calls := h.kubeCalls(); len(calls) != 0 {
 				t.Errorf("resync made %d API calls: %v", len(calls), calls)
@@ -634,7 +636,7 @@ func TestCacheStatus(t *testing.T) {
 			pg.Status = *tt.cached.DeepCopy()
 			h := newSnapshotHarness(t, []*v1.Postgresql{pg})
 			status := func(st v1.PostgresqlStatus) error {
-				return h.step(t, context.Background(), pg, &fsm.Plan{Status: st.DeepCopy()}, StepStatus)
+				return h.eff.WriteStatus(context.Background(), keyOf(pg), st.DeepCopy())
 			}
 			if tt.written != nil {
 				if err := status(*tt.written); err != nil {

@@ -40,8 +40,8 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     Secrets of users removed from the spec earlier carry the cluster's
 //     controller reference: the garbage collector deletes them.
 //  2. The pods, at once, so that pods never scheduled go without waiting
-//     for the garbage collector. While any pod remains the step fails with
-//     ErrPodsTerminating: Patroni, as long as it runs, would re-create the
+//     for the garbage collector. While any pod remains the cleanup fails
+//     with ErrPodsTerminating: Patroni, as long as it runs, would re-create the
 //     ConfigMaps deleted in 3, and a later cluster of the same name would
 //     find the old cluster's state there (and never bootstrap).
 //  3. Patroni's ConfigMaps, which have no owner reference: every ConfigMap

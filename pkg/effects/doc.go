@@ -7,6 +7,9 @@
 // Every effect is idempotent and writes only what differs, so running it
 // again (a retry, a resync) is safe and, when nothing changed, free: with a
 // Cache (the informers' caches) it reads nothing from the API either.
-// Effects.Steps turns a plan of the state machine into the event loop's
-// steps.
+//
+// This package knows neither the state machine nor the event loop: it has
+// its own small types (Pod, Record) and its own ErrWaiting, and
+// pkg/controller turns a plan of the machine into the loop's steps, each a
+// call of one method of Effects.
 package effects

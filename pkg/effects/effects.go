@@ -20,27 +20,21 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/eventloop"
-	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 )
 
-// Names of the steps Effects.Steps returns, for logs, metrics and tests.
-const (
-	StepStatus     = "status"
-	StepEnsure     = "ensure"
-	StepReplacePod = "replacePod"
-	StepNudge      = "nudge"
-	StepCleanup    = "cleanup"
-	StepEvents     = "events"
-)
-
 // maxAttempts bounds the fresh-read-and-retry rounds of one write that meets
 // a conflict. Retries are immediate: a conflict means another writer got
-// there first, and a new read is all it takes; the step's deadline bounds
-// the whole.
+// there first, and a new read is all it takes; ctx's deadline bounds the
+// whole.
 const maxAttempts = 5
+
+// ErrWaiting is wrapped by the errors of effects that mean "not yet"
+// rather than "failed": the effect waits for something the cluster's
+// watches will report (pods terminating, a StatefulSet being deleted), and
+// is to be asked for again then, not backed off from.
+var ErrWaiting = errors.New("waiting")
 
 // ErrNotControlled is returned, wrapped, when the StatefulSet, a Service or
 // the PodDisruptionBudget of a cluster already exists and is not controlled
@@ -48,11 +42,26 @@ const maxAttempts = 5
 // Secret that exists is used as it is, whoever made it.)
 var ErrNotControlled = errors.New("exists and is not controlled by postgresql")
 
-// ErrPodsTerminating is returned, wrapped, by the cleanup step while pods of
-// the cluster still exist. Patroni re-creates its ConfigMaps as long as it
+// ErrPodsTerminating is returned, wrapped, by Cleanup while pods of the
+// cluster still exist. Patroni re-creates its ConfigMaps as long as it
 // runs, so they are deleted, and the finalizer removed, only once the pods
-// are gone; until then the cleanup is retried.
-var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", fsm.ErrWaiting)
+// are gone; until then the cleanup is retried. It wraps ErrWaiting.
+var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", ErrWaiting)
+
+// Pod is a pod to replace, with its UID, and the data volume claim to
+// delete with it when Claim is set (a claim that never bound, so the
+// StatefulSet controller re-creates it from its current template).
+type Pod struct {
+	Name, UID       string
+	Claim, ClaimUID string
+}
+
+// Record is a Kubernetes Event to record on a cluster's resource.
+type Record struct {
+	Warning bool
+	Reason  string
+	Message string
+}
 
 // Options configure Effects.
 type Options struct {
@@ -70,8 +79,9 @@ type Options struct {
 	Cache Cache
 }
 
-// Effects turns the plans of the state machine into client-go calls: it
-// implements controller.Effects. Every step is idempotent and writes only
+// Effects are the client-go calls that carry out the state machine's plans,
+// one method per effect, each for the cluster key ("namespace/name"). Every
+// effect is idempotent and writes only
 // what differs, so that a periodic resync of a cluster that did not change
 // writes nothing. With a Cache it reads nothing from the API either, as
 // long as the cache is current. It is safe for concurrent use: plans of
@@ -120,59 +130,87 @@ func (l *lockedReader) Read(p []byte) (int, error) {
 	return l.r.Read(p)
 }
 
-// Steps returns the steps that carry out plan for the cluster key
-// ("namespace/name"), in this order: status, ensure, replacePod, nudge,
-// cleanup, events. Only the steps the plan asks for are returned. status and events
-// are Always: the state machine's record and the user's Events are written
-// even when an effect failed.
-func (e *Effects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+// WriteStatus writes status, the state machine's record, to the status
+// subresource of the cluster's resource, unless it is there already.
+func (e *Effects) WriteStatus(ctx context.Context, key string, status *v1.PostgresqlStatus) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	return r.writeStatus(ctx, status)
+}
+
+// Ensure creates the cluster's objects that are missing and updates those
+// that differ from its spec (see ensure).
+func (e *Effects) Ensure(ctx context.Context, key string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	return r.ensure(ctx)
+}
+
+// ReplacePods deletes pods of the cluster, each with its claim when one is
+// named, for the StatefulSet controller to re-create them from the current
+// template.
+func (e *Effects) ReplacePods(ctx context.Context, key string, pods []Pod) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	return r.replacePods(ctx, pods)
+}
+
+// Nudge records the namespace's quota version on the cluster's StatefulSet,
+// so its controller tries again a pod creation a ResourceQuota refused.
+func (e *Effects) Nudge(ctx context.Context, key, version string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	return r.nudge(ctx, version)
+}
+
+// Cleanup deletes what the cluster of a resource being deleted is made of,
+// then removes the finalizer (see cleanup).
+func (e *Effects) Cleanup(ctx context.Context, key string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	return r.cleanup(ctx)
+}
+
+// RecordEvents records events on the cluster's resource. Recording never
+// fails, even with ctx done: it fails only for a key that is not
+// "namespace/name".
+func (e *Effects) RecordEvents(ctx context.Context, key string, events []Record) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	r.recordEvents(ctx, events)
+	return nil
+}
+
+// run returns the run of one effect on the cluster key.
+func (e *Effects) run(key string) (*run, error) {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err == nil && (ns == "" || name == "") {
 		err = errors.New("want namespace/name")
 	}
 	if err != nil {
-		return []eventloop.Step{{Name: "key", Run: func(context.Context) error {
-			return fmt.Errorf("cluster key %q: %w", key, err)
-		}}}
+		return nil, fmt.Errorf("cluster key %q: %w", key, err)
 	}
-	r := &run{Effects: e, key: key, ns: ns, name: name, log: e.log.WithField("cluster", key)}
-	var steps []eventloop.Step
-	if plan.Status != nil {
-		status := plan.Status
-		steps = append(steps, eventloop.Step{Name: StepStatus, Always: true,
-			Run: func(ctx context.Context) error { return r.writeStatus(ctx, status) }})
-	}
-	if plan.Ensure {
-		steps = append(steps, eventloop.Step{Name: StepEnsure, Run: r.ensure})
-	}
-	if len(plan.ReplacePods) > 0 {
-		pods := plan.ReplacePods
-		steps = append(steps, eventloop.Step{Name: StepReplacePod,
-			Run: func(ctx context.Context) error { return r.replacePods(ctx, pods) }})
-	}
-	if plan.Nudge != "" {
-		version := plan.Nudge
-		steps = append(steps, eventloop.Step{Name: StepNudge,
-			Run: func(ctx context.Context) error { return r.nudge(ctx, version) }})
-	}
-	if plan.Cleanup {
-		steps = append(steps, eventloop.Step{Name: StepCleanup, Run: r.cleanup})
-	}
-	if len(plan.Events) > 0 {
-		events := plan.Events
-		steps = append(steps, eventloop.Step{Name: StepEvents, Always: true,
-			Run: func(ctx context.Context) error { r.recordEvents(ctx, events); return nil }})
-	}
-	return steps
+	return &run{Effects: e, key: key, ns: ns, name: name, log: e.log.WithField("cluster", key)}, nil
 }
 
-// run is one plan of one cluster. Its steps run one after another on one
-// goroutine, so it needs no lock.
+// run is one effect on one cluster, on one goroutine: it needs no lock.
 type run struct {
 	*Effects
 	key, ns, name string
 	log           *logrus.Entry
-	// uid is the resource's UID once a step has read it, for the Events.
+	// uid is the resource's UID once the effect has read it, for Events.
 	uid types.UID
 }
 
@@ -184,7 +222,7 @@ func (r *run) postgresqls() pgclientv1.PostgresqlInterface {
 // getCluster reads the resource: from the cache, or from the API when
 // there is none, when fresh (after a Conflict: the cache is stale) or when
 // the cache does not have it. It returns the caller's own copy, and nil and
-// no error when the resource is gone, which every step takes as success.
+// no error when the resource is gone, which every effect takes as success.
 func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -211,7 +249,7 @@ func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error
 // replacePods deletes pods so the StatefulSet controller re-creates them
 // from the current template, each with the claim named with it (one that
 // never bound). Every pod is tried; the first error is returned.
-func (r *run) replacePods(ctx context.Context, pods []fsm.PodRef) error {
+func (r *run) replacePods(ctx context.Context, pods []Pod) error {
 	var first error
 	for _, pod := range pods {
 		if err := r.replacePod(ctx, pod); err != nil && first == nil {
@@ -227,7 +265,7 @@ func (r *run) replacePods(ctx context.Context, pods []fsm.PodRef) error {
 // (Conflict), the work is done. The claim's deletion completes once the
 // pod is gone (the apiserver's claim protection); the StatefulSet
 // controller waits for it before it creates the claim anew.
-func (r *run) replacePod(ctx context.Context, pod fsm.PodRef) error {
+func (r *run) replacePod(ctx context.Context, pod Pod) error {
 	if err := r.deleteReplaced(ctx, "pod", pod.Name, pod.UID, r.kube.CoreV1().Pods(r.ns).Delete); err != nil {
 		return err
 	}
@@ -281,12 +319,12 @@ func (r *run) nudge(ctx context.Context, version string) error {
 	return fmt.Errorf("nudge statefulset %s: %w", name, err)
 }
 
-// recordEvents records the plan's Kubernetes Events on the resource. The
-// recorder sends them asynchronously, so this never blocks and never fails.
-// Events are facts of transitions already made, so they are recorded even
-// when the plan was cancelled. The resource's UID lets `kubectl describe`
-// find them; when no earlier step read it, one read is tried.
-func (r *run) recordEvents(ctx context.Context, events []fsm.KubeEvent) {
+// recordEvents records Kubernetes Events on the resource. The recorder
+// sends them asynchronously, so this never blocks and never fails. Events
+// are facts of transitions already made, so they are recorded even when
+// the plan was cancelled. The resource's UID lets `kubectl describe` find
+// them: one read (of the cache, when there is one) is tried for it.
+func (r *run) recordEvents(ctx context.Context, events []Record) {
 	if r.uid == "" && ctx.Err() == nil {
 		if _, err := r.getCluster(ctx, false); err != nil {
 			r.log.WithError(err).Debug("events recorded without the resource's UID")

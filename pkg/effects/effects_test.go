@@ -26,7 +26,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/fsm"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
 
@@ -229,27 +228,17 @@ func bothModes(t *testing.T, test func(t *testing.T, newHarness harnessFunc)) {
 	t.Run("cache", func(t *testing.T) { test(t, newCachedHarness) })
 }
 
-// step runs the named step of plan for pg's key; it fails the test when
-// Steps does not return it.
-func (h *harness) step(t *testing.T, ctx context.Context, pg *v1.Postgresql, plan *fsm.Plan, name string) error {
-	t.Helper()
-	for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, plan) {
-		if s.Name == name {
-			return s.Run(ctx)
-		}
-	}
-	t.Fatalf("plan %+v has no step %s", plan, name)
-	return nil
-}
+// keyOf is the cluster key of pg, "namespace/name".
+func keyOf(pg *v1.Postgresql) string { return pg.Namespace + "/" + pg.Name }
 
 func (h *harness) ensure(t *testing.T, pg *v1.Postgresql) error {
 	t.Helper()
-	return h.step(t, context.Background(), pg, &fsm.Plan{Ensure: true}, StepEnsure)
+	return h.eff.Ensure(context.Background(), keyOf(pg))
 }
 
 func (h *harness) cleanup(t *testing.T, pg *v1.Postgresql) error {
 	t.Helper()
-	return h.step(t, context.Background(), pg, &fsm.Plan{Cleanup: true}, StepCleanup)
+	return h.eff.Cleanup(context.Background(), keyOf(pg))
 }
 
 // deleteCollection makes the fake clientset delete the ConfigMaps a
@@ -325,29 +314,37 @@ func deleting(pg *v1.Postgresql) *v1.Postgresql {
 	return pg
 }
 
-func TestStepsOrder(t *testing.T) {
-	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
-		h := newHarness(t, nil)
-		plan := &fsm.Plan{
-			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-			ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u"}}, Nudge: "q1", Events: []fsm.KubeEvent{{Reason: "Running"}},
+// TestBadKey: every effect fails for a key that is not "namespace/name",
+// and calls nothing.
+func TestBadKey(t *testing.T) {
+	h := newHarness(t, nil)
+	for name, effect := range effectsOf(h.eff, &v1.PostgresqlStatus{State: "Running"}) {
+		for _, key := range []string{"no-namespace", "/no-namespace", "no-name/", "a/b/c"} {
+			if err := effect(context.Background(), key); err == nil || !strings.Contains(err.Error(), "cluster key") {
+				t.Errorf("%s of %q: err = %v, want a key error", name, key, err)
+			}
 		}
-		var got []string
-		for _, s := range h.eff.Steps("db/acid", plan) {
-			got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
-		}
-		want := []string{"status:true", "ensure:false", "replacePod:false", "nudge:false", "cleanup:false", "events:true"}
-		if !slices.Equal(got, want) {
-			t.Errorf("steps = %v, want %v", got, want)
-		}
-		if n := len(h.eff.Steps("db/acid", &fsm.Plan{})); n != 0 {
-			t.Errorf("empty plan: %d steps, want none", n)
-		}
-		bad := h.eff.Steps("no-namespace", &fsm.Plan{Ensure: true})
-		if len(bad) != 1 || bad[0].Run(context.Background()) == nil {
-			t.Errorf("a key without namespace must give one failing step, got %d steps", len(bad))
-		}
-	})
+	}
+	if n := len(h.kube.Actions()) + h.pg.count("Get") + h.pg.writes(); n != 0 {
+		t.Errorf("%d API calls for bad keys", n)
+	}
+}
+
+// effectsOf returns every effect of eff, by name, as a call for a key:
+// status writes status; the pods, the version and the events are made up.
+func effectsOf(eff *Effects, status *v1.PostgresqlStatus) map[string]func(context.Context, string) error {
+	return map[string]func(context.Context, string) error{
+		"status": func(ctx context.Context, key string) error { return eff.WriteStatus(ctx, key, status) },
+		"ensure": eff.Ensure,
+		"replacePods": func(ctx context.Context, key string) error {
+			return eff.ReplacePods(ctx, key, []Pod{{Name: "acid-minimal-cluster-0", UID: "u"}})
+		},
+		"nudge":   func(ctx context.Context, key string) error { return eff.Nudge(ctx, key, "q1") },
+		"cleanup": eff.Cleanup,
+		"events": func(ctx context.Context, key string) error {
+			return eff.RecordEvents(ctx, key, []Record{{Reason: "Running"}})
+		},
+	}
 }
 
 func TestEnsureCreatesEverything(t *testing.T) {
@@ -770,7 +767,7 @@ func TestStatus(t *testing.T) {
 				h := newHarness(t, pgs)
 				h.pg.failSt = tt.failSt
 				want := tt.want.DeepCopy()
-				err := h.step(t, context.Background(), pg, &fsm.Plan{Status: want}, StepStatus)
+				err := h.eff.WriteStatus(context.Background(), keyOf(pg), want)
 				if tt.wantErr != nil {
 					if !tt.wantErr(err) {
 						t.Fatalf("err = %v", err)
@@ -809,21 +806,21 @@ func TestReplacePod(t *testing.T) {
 		tests := []struct {
 			name     string
 			existing []runtime.Object
-			replace  []fsm.PodRef
+			replace  []Pod
 			// wantGone and wantKept name the objects deleted and left.
 			wantGone, wantKept []string
 		}{
 			{name: "deletes the pod", existing: []runtime.Object{pod(p1, "u1")},
-				replace: []fsm.PodRef{{Name: p1, UID: "u1"}}, wantGone: []string{p1}},
+				replace: []Pod{{Name: p1, UID: "u1"}}, wantGone: []string{p1}},
 			{name: "stale UID: already replaced", existing: []runtime.Object{pod(p1, "u2")},
-				replace: []fsm.PodRef{{Name: p1, UID: "u1"}}, wantKept: []string{p1}},
-			{name: "pod gone", replace: []fsm.PodRef{{Name: p1, UID: "u1"}}},
+				replace: []Pod{{Name: p1, UID: "u1"}}, wantKept: []string{p1}},
+			{name: "pod gone", replace: []Pod{{Name: p1, UID: "u1"}}},
 			{name: "several pods at once", existing: []runtime.Object{pod(p0, "u0"), pod(p1, "u1")},
-				replace: []fsm.PodRef{{Name: p0, UID: "u0"}, {Name: p1, UID: "u1"}}, wantGone: []string{p0, p1}},
+				replace: []Pod{{Name: p0, UID: "u0"}, {Name: p1, UID: "u1"}}, wantGone: []string{p0, p1}},
 			{name: "a pod and its claim", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c1")},
-				replace: []fsm.PodRef{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1, c1}},
+				replace: []Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1, c1}},
 			{name: "a claim already replaced is left", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c2")},
-				replace: []fsm.PodRef{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1}, wantKept: []string{c1}},
+				replace: []Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1}, wantKept: []string{c1}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -844,8 +841,7 @@ func TestReplacePod(t *testing.T) {
 						return false, nil, nil
 					})
 				}
-				plan := &fsm.Plan{ReplacePods: tt.replace}
-				if err := h.step(t, context.Background(), pg, plan, StepReplacePod); err != nil {
+				if err := h.eff.ReplacePods(context.Background(), keyOf(pg), tt.replace); err != nil {
 					t.Fatal(err)
 				}
 				exists := func(name string) bool {
@@ -878,7 +874,7 @@ func TestNudge(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.kube.ClearActions()
-		if err := h.step(t, context.Background(), pg, &fsm.Plan{Nudge: "q7"}, StepNudge); err != nil {
+		if err := h.eff.Nudge(context.Background(), keyOf(pg), "q7"); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := h.kubeWrites(), []string{"patch statefulsets acid-minimal-cluster"}; !slices.Equal(got, want) {
@@ -899,7 +895,7 @@ func TestNudge(t *testing.T) {
 		}
 		gone := testCluster(t)
 		gone.Name = "gone"
-		if err := newHarness(t, []*v1.Postgresql{gone}).step(t, context.Background(), gone, &fsm.Plan{Nudge: "q7"}, StepNudge); err != nil {
+		if err := newHarness(t, []*v1.Postgresql{gone}).eff.Nudge(context.Background(), keyOf(gone), "q7"); err != nil {
 			t.Errorf("nudge of a StatefulSet that is gone: %v", err)
 		}
 	})
@@ -938,7 +934,7 @@ func TestEnsureStorageClassChange(t *testing.T) {
 		})
 		h.kube.ClearActions()
 		err = h.ensure(t, fixed)
-		if !errors.Is(err, fsm.ErrWaiting) || !strings.Contains(err.Error(), `storage class fast`) {
+		if !errors.Is(err, ErrWaiting) || !strings.Contains(err.Error(), `storage class fast`) {
 			t.Fatalf("ensure = %v, want a wait for the StatefulSet's re-creation", err)
 		}
 		if deleteOpts == nil || deleteOpts.PropagationPolicy == nil || *deleteOpts.PropagationPolicy != metav1.DeletePropagationOrphan ||
@@ -1156,18 +1152,18 @@ func (r *uidRecorder) Event(obj runtime.Object, typ, reason, msg string) {
 func TestEvents(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := testCluster(t)
-		events := []fsm.KubeEvent{
+		events := []Record{
 			{Reason: "Running", Message: "Creating -> Running on podsReady"},
 			{Warning: true, Reason: "Degraded", Message: "Running -> Degraded: 50% of pods lost"},
 		}
 		want := []string{"Normal Running Creating -> Running on podsReady", "Warning Degraded Running -> Degraded: 50% of pods lost"}
 		for _, tt := range []struct {
 			name    string
-			plan    fsm.Plan
+			status  *v1.PostgresqlStatus
 			ctx     func() context.Context
 			wantUID types.UID
 		}{
-			{name: "after status", plan: fsm.Plan{Status: &v1.PostgresqlStatus{State: "Degraded"}}, wantUID: pg.UID},
+			{name: "after status", status: &v1.PostgresqlStatus{State: "Degraded"}, wantUID: pg.UID},
 			{name: "alone", wantUID: pg.UID},
 			{name: "cancelled plan", ctx: func() context.Context {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -1179,17 +1175,17 @@ func TestEvents(t *testing.T) {
 				h := newHarness(t, []*v1.Postgresql{pg})
 				rec := &uidRecorder{FakeRecorder: record.NewFakeRecorder(8)}
 				h.eff.rec = rec
-				plan := tt.plan
-				plan.Events = events
 				ctx := context.Background()
 				if tt.ctx != nil {
 					ctx = tt.ctx()
 				}
-				for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &plan) {
-					err := s.Run(ctx)
-					if s.Name == StepEvents && err != nil {
-						t.Fatalf("events step failed: %v", err)
+				if tt.status != nil {
+					if err := h.eff.WriteStatus(ctx, keyOf(pg), tt.status); err != nil {
+						t.Fatalf("status: %v", err)
 					}
+				}
+				if err := h.eff.RecordEvents(ctx, keyOf(pg), events); err != nil {
+					t.Fatalf("events failed: %v", err)
 				}
 				close(rec.Events)
 				var got []string
@@ -1209,20 +1205,18 @@ func TestEvents(t *testing.T) {
 	})
 }
 
-func TestStepsHonourCancelledContext(t *testing.T) {
+// TestEffectsHonourCancelledContext: with ctx done, an effect calls
+// nothing and returns ctx's error; only the Events are still recorded.
+func TestEffectsHonourCancelledContext(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		pg := deleting(testCluster(t))
-		plan := &fsm.Plan{
-			Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
-			ReplacePods: []fsm.PodRef{{Name: "acid-minimal-cluster-0", UID: "u"}}, Nudge: "q1",
-		}
-		for _, name := range []string{StepStatus, StepEnsure, StepReplacePod, StepNudge, StepCleanup} {
+		for _, name := range []string{"status", "ensure", "replacePods", "nudge", "cleanup"} {
 			t.Run(name, func(t *testing.T) {
 				h := newHarness(t, []*v1.Postgresql{pg})
 				start := time.Now()
-				err := h.step(t, ctx, pg, plan, name)
+				err := effectsOf(h.eff, &v1.PostgresqlStatus{State: "Running"})[name](ctx, keyOf(pg))
 				if !errors.Is(err, context.Canceled) {
 					t.Errorf("err = %v, want context.Canceled", err)
 				}
@@ -1252,7 +1246,7 @@ func TestEnsureCancelledMidway(t *testing.T) {
 			cancel()
 			return false, nil, nil
 		})
-		err := h.step(t, ctx, pg, &fsm.Plan{Ensure: true}, StepEnsure)
+		err := h.eff.Ensure(ctx, keyOf(pg))
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
@@ -1279,11 +1273,7 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 		for i, pg := range []*v1.Postgresql{a, b} {
 			wg.Go(func() {
 				<-start
-				for _, s := range h.eff.Steps(pg.Namespace+"/"+pg.Name, &fsm.Plan{Ensure: true}) {
-					if err := s.Run(context.Background()); err != nil {
-						errs[i] = err
-					}
-				}
+				errs[i] = h.eff.Ensure(context.Background(), keyOf(pg))
 			})
 			wg.Go(func() {
 				<-start

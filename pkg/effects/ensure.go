@@ -21,7 +21,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // objectClient is what the ensure effect needs of a typed client-go client
@@ -127,7 +126,7 @@ func (r *run) ensure(ctx context.Context) error {
 				return nil, false, err
 			}
 			if cur.DeletionTimestamp != nil {
-				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, fsm.ErrWaiting)
+				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, ErrWaiting)
 			}
 			change := cluster.Compare(cur, sts)
 			if change == cluster.Recreate {
@@ -148,7 +147,7 @@ func (r *run) ensure(ctx context.Context) error {
 // claims (orphan propagation), for the next ensure to create it with the
 // volume claim template of class: a StatefulSet's volumeClaimTemplates
 // cannot change in place. The new one adopts the orphaned pods. It returns
-// an error wrapping fsm.ErrWaiting: the state machine plans the ensure
+// an error wrapping ErrWaiting: the state machine plans the ensure
 // again once the informers report the StatefulSet gone.
 func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, class string) error {
 	orphan := metav1.DeletePropagationOrphan
@@ -163,7 +162,7 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 	}
 	r.log.WithFields(logrus.Fields{"statefulset": cur.Name, "storageClass": class}).
 		Info("deleted the statefulset, its pods orphaned, to re-create it with a new storage class")
-	return fmt.Errorf("statefulset %s is being re-created for storage class %s (%w)", cur.Name, class, fsm.ErrWaiting)
+	return fmt.Errorf("statefulset %s is being re-created for storage class %s (%w)", cur.Name, class, ErrWaiting)
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the
@@ -450,8 +449,8 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 //
 // Only bound claims are patched: the apiserver refuses to resize any other.
 // A claim bound later is grown by the next ensure (resync). A refusal, for
-// example of a StorageClass that does not allow expansion, is the step's
-// error: the cluster shows Degraded with that cause.
+// example of a StorageClass that does not allow expansion, is the
+// ensure's error: the cluster shows Degraded with that cause.
 func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 	want := pg.Spec.Volume.Size
 	if want.IsZero() {

@@ -19,7 +19,6 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/effects"
-	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // The informers are the effects' cache.
@@ -50,10 +49,11 @@ func TestInformersAreTheEffectsCache(t *testing.T) {
 	key := pg.Namespace + "/" + pg.Name
 	ensure := func() {
 		t.Helper()
-		for _, s := range eff.Steps(key, &fsm.Plan{Ensure: true, Status: &v1.PostgresqlStatus{}}) {
-			if err := s.Run(context.Background()); err != nil {
-				t.Fatalf("%s: %v", s.Name, err)
-			}
+		if err := eff.WriteStatus(context.Background(), key, &v1.PostgresqlStatus{}); err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		if err := eff.Ensure(context.Background(), key); err != nil {
+			t.Fatalf("ensure: %v", err)
 		}
 	}
 	// calls are the effects' calls: not the informers' lists and watches,

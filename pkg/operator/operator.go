@@ -366,7 +366,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	}, notifier)
 	// The effects read the informers' caches and only write to the API.
 	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf})
-	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(eff, m), clk, log)
+	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(controller.NewEffects(eff), m), clk, log)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:       clk,

@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"errors"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/effects"
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Names of the steps of a plan (NewEffects), for logs, metrics and tests.
+const (
+	StepStatus     = "status"
+	StepEnsure     = "ensure"
+	StepReplacePod = "replacePod"
+	StepNudge      = "nudge"
+	StepCleanup    = "cleanup"
+	StepEvents     = "events"
+)
+
+// Actor carries out the effects of a plan, one method per effect, for the
+// cluster key ("namespace/name"): *effects.Effects. An error that wraps
+// effects.ErrWaiting means "not yet".
+type Actor interface {
+	WriteStatus(ctx context.Context, key string, status *v1.PostgresqlStatus) error
+	Ensure(ctx context.Context, key string) error
+	ReplacePods(ctx context.Context, key string, pods []effects.Pod) error
+	Nudge(ctx context.Context, key, version string) error
+	Cleanup(ctx context.Context, key string) error
+	RecordEvents(ctx context.Context, key string, events []effects.Record) error
+}
+
+// NewEffects returns the Effects whose steps call a. It is the one place
+// where the state machine's plans meet the API: the machine and the
+// effects know nothing of each other.
+func NewEffects(a Actor) Effects { return actorEffects{a} }
+
+type actorEffects struct{ a Actor }
+
+var _ Actor = (*effects.Effects)(nil)
+
+// Steps returns the steps that carry out plan for the cluster key, in this
+// order: status, ensure, replacePod, nudge, cleanup, events. Only the steps
+// the plan asks for are returned. status and events are Always: the state
+// machine's record and the user's Events are written even when an effect
+// failed.
+func (e actorEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+	a := e.a
+	var steps []eventloop.Step
+	add := func(name string, always bool, run func(ctx context.Context) error) {
+		steps = append(steps, eventloop.Step{Name: name, Always: always,
+			Run: func(ctx context.Context) error { return machineError(run(ctx)) }})
+	}
+	if status := plan.Status; status != nil {
+		add(StepStatus, true, func(ctx context.Context) error { return a.WriteStatus(ctx, key, status) })
+	}
+	if plan.Ensure {
+		add(StepEnsure, false, func(ctx context.Context) error { return a.Ensure(ctx, key) })
+	}
+	if len(plan.ReplacePods) > 0 {
+		pods := make([]effects.Pod, len(plan.ReplacePods))
+		for i, p := range plan.ReplacePods {
+			pods[i] = effects.Pod{Name: p.Name, UID: p.UID, Claim: p.Claim, ClaimUID: p.ClaimUID}
+		}
+		add(StepReplacePod, false, func(ctx context.Context) error { return a.ReplacePods(ctx, key, pods) })
+	}
+	if version := plan.Nudge; version != "" {
+		add(StepNudge, false, func(ctx context.Context) error { return a.Nudge(ctx, key, version) })
+	}
+	if plan.Cleanup {
+		add(StepCleanup, false, func(ctx context.Context) error { return a.Cleanup(ctx, key) })
+	}
+	if len(plan.Events) > 0 {
+		events := make([]effects.Record, len(plan.Events))
+		for i, ev := range plan.Events {
+			events[i] = effects.Record{Warning: ev.Warning, Reason: ev.Reason, Message: ev.Message}
+		}
+		add(StepEvents, true, func(ctx context.Context) error { return a.RecordEvents(ctx, key, events) })
+	}
+	return steps
+}
+
+// machineError returns err as the state machine reads it: an effect that
+// waits (effects.ErrWaiting) is waiting to the machine too (fsm.ErrWaiting).
+func machineError(err error) error {
+	if err == nil || !errors.Is(err, effects.ErrWaiting) || errors.Is(err, fsm.ErrWaiting) {
+		return err
+	}
+	return waitingError{err}
+}
+
+// waitingError is an error of the effects that wraps effects.ErrWaiting,
+// made to wrap fsm.ErrWaiting as well. Its message is the effect's.
+type waitingError struct{ err error }
+
+func (w waitingError) Error() string   { return w.err.Error() }
+func (w waitingError) Unwrap() []error { return []error{w.err, fsm.ErrWaiting} }
