@@ -462,7 +462,7 @@ func TestCacheStaleMissingObject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sts.Spec.Replicas = ptr.To[int32](5)
-	if _, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Update(ctx, sts, metav1.UpdateOptions{}); err != nil {
+	if _, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Update(ctx, sts, metav1.UpdateOptions{FieldManager: someoneElse}); err != nil {
 		t.Fatal(err)
 	}
 	secret := cluster.SecretName(cluster.SuperuserName, pg.Name)
@@ -521,7 +521,7 @@ func TestCacheStaleResourceVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc.Annotations = map[string]string{"someone": "else"}
-	if _, err := h.kube.CoreV1().Services(pg.Namespace).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+	if _, err := h.kube.CoreV1().Services(pg.Namespace).Update(ctx, svc, metav1.UpdateOptions{FieldManager: someoneElse}); err != nil {
 		t.Fatal(err)
 	}
 	edited := h.pg.get(pg.Namespace, pg.Name)

@@ -260,7 +260,7 @@ func releaseShared[T cluster.Object](ctx context.Context, r *run, c sharedClient
 		}
 		out := cur.DeepCopyObject().(T)
 		out.SetOwnerReferences(kept)
-		_, err = c.Update(ctx, out, metav1.UpdateOptions{})
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			log.Info("owner reference removed")
@@ -286,7 +286,7 @@ func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
 		}
 		upd := pg.DeepCopy()
 		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == cluster.Finalizer })
-		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
+		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer removed")

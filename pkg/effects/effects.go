@@ -24,6 +24,12 @@ import (
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 )
 
+// FieldManager names pgloop in the managedFields of what it writes: every
+// create, update and patch (status included) carries it, so
+// `kubectl get --show-managed-fields` tells the fields pgloop owns from
+// those of users and other controllers. (A delete has no field manager.)
+const FieldManager = "pgloop"
+
 // maxAttempts bounds the fresh-read-and-retry rounds of one write that meets
 // a conflict. Retries are immediate: a conflict means another writer got
 // there first, and a new read is all it takes; ctx's deadline bounds the
@@ -308,7 +314,8 @@ func (r *run) nudge(ctx context.Context, version string) error {
 	}
 	name := cluster.StatefulSetName(r.name)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, cluster.AnnotationQuotaSeen, version)
-	_, err := r.kube.AppsV1().StatefulSets(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err := r.kube.AppsV1().StatefulSets(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch),
+		metav1.PatchOptions{FieldManager: FieldManager})
 	switch {
 	case err == nil:
 		r.log.WithField("quotas", version).Info("nudged the statefulset: the namespace's quotas changed")

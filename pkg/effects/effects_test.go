@@ -206,6 +206,9 @@ func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ..
 	h := &harness{kube: fake.NewClientset(objs...), pg: newPGAPI(pgs...), rec: record.NewFakeRecorder(32)}
 	h.pgc = h.pg.clientset()
 	h.kube.PrependReactor("delete-collection", "configmaps", deleteCollection(h.kube.Tracker()))
+	// First of the reactors but those a test adds: every write is seen.
+	h.kube.PrependReactor("*", "*", wantFieldManager(t))
+	h.pgc.PrependReactor("*", "*", wantFieldManager(t))
 	if mode != cacheNone {
 		h.cache = newFakeCache(t, h.kube, h.pg, mode == cacheLive)
 	}
@@ -239,6 +242,32 @@ func (h *harness) ensure(t *testing.T, pg *v1.Postgresql) error {
 func (h *harness) cleanup(t *testing.T, pg *v1.Postgresql) error {
 	t.Helper()
 	return h.eff.Cleanup(context.Background(), keyOf(pg))
+}
+
+// someoneElse is the field manager of the writes a test makes as a user,
+// Patroni or another controller would.
+const someoneElse = "test"
+
+// wantFieldManager fails the test for a create, update or patch that
+// carries neither FieldManager nor someoneElse. It handles nothing.
+func wantFieldManager(t *testing.T) k8stesting.ReactionFunc {
+	return func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var got string
+		switch a := a.(type) {
+		case k8stesting.CreateActionImpl:
+			got = a.CreateOptions.FieldManager
+		case k8stesting.UpdateActionImpl:
+			got = a.UpdateOptions.FieldManager
+		case k8stesting.PatchActionImpl:
+			got = a.PatchOptions.FieldManager
+		default:
+			return false, nil, nil
+		}
+		if got != FieldManager && got != someoneElse {
+			t.Errorf("%s %s %s: field manager %q, want %q", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), got, FieldManager)
+		}
+		return false, nil, nil
+	}
 }
 
 // deleteCollection makes the fake clientset delete the ConfigMaps a
@@ -920,7 +949,7 @@ func TestEnsureStorageClassChange(t *testing.T) {
 		fixed := cur.DeepCopy()
 		fixed.Spec.Volume.StorageClass = "fast"
 		fixed.Generation++
-		if fixed, err = h.pgc.PgloopV1().Postgresqls(fixed.Namespace).Update(context.Background(), fixed, metav1.UpdateOptions{}); err != nil {
+		if fixed, err = h.pgc.PgloopV1().Postgresqls(fixed.Namespace).Update(context.Background(), fixed, metav1.UpdateOptions{FieldManager: someoneElse}); err != nil {
 			t.Fatal(err)
 		}
 		if h.cache != nil {
@@ -986,7 +1015,7 @@ func TestCleanup(t *testing.T) {
 		otherNS.Namespace = "elsewhere"
 		kept = append(kept, unlabelled, otherApp, otherNS)
 		for _, cm := range slices.Concat(gone, kept) {
-			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: someoneElse}); err != nil {
 				t.Fatal(err)
 			}
 		}

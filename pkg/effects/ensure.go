@@ -290,7 +290,7 @@ func patchShared[T cluster.Object](ctx context.Context, r *run, c sharedObjectCl
 			return nil, err
 		}
 		if create {
-			_, err := c.Create(ctx, desired, metav1.CreateOptions{})
+			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 			switch {
 			case err == nil:
 				log.Info("created")
@@ -299,7 +299,7 @@ func patchShared[T cluster.Object](ctx context.Context, r *run, c sharedObjectCl
 				return nil, fmt.Errorf("create %s %s: %w", kind, name, err)
 			}
 		}
-		out, err := c.Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{})
+		out, err := c.Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			log.Debug("owner reference ensured")
@@ -355,7 +355,7 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 			}
 		}
 		if !found {
-			_, err := c.Create(ctx, desired, metav1.CreateOptions{})
+			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
 			switch {
 			case err == nil:
 				log.Info("created")
@@ -375,7 +375,7 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 		if err != nil || !write {
 			return err
 		}
-		_, err = c.Update(ctx, out, metav1.UpdateOptions{})
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
 		if err == nil {
 			log.Info("updated")
 			return nil
@@ -423,7 +423,7 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		}
 		upd := pg.DeepCopy()
 		upd.Finalizers = append(upd.Finalizers, cluster.Finalizer)
-		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
+		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer added")
@@ -494,7 +494,8 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 			return err
 		}
 		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{%q:%q}}}}`, corev1.ResourceStorage, want.String())
-		if _, err := claims.Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		_, err := claims.Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil {
 			return fmt.Errorf("resize persistentvolumeclaim %s from %s to %s: %w", pvc.Name, have.String(), want.String(), err)
 		}
 		log.Info("volume claim resized")

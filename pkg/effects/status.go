@@ -37,7 +37,7 @@ func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) erro
 		}
 		// pg is this call's own copy.
 		pg.Status = *status.DeepCopy()
-		_, err = r.postgresqls().UpdateStatus(ctx, pg, metav1.UpdateOptions{})
+		_, err = r.postgresqls().UpdateStatus(ctx, pg, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			if r.cache != nil {
