@@ -1,8 +1,9 @@
 // Package controller connects the generic event loop to the clusters' state
 // machines: it implements eventloop.Handler by keeping one fsm.Machine per
-// cluster, reading each cluster's facts from an Observer (the informers'
-// caches) and turning the machine's plans into executable steps through
-// Effects. It runs on the loop goroutine only, so it needs no locks.
+// cluster, reading each cluster's facts from an Observer (pkg/facts, over
+// the informers' caches) and turning the machine's plans into executable
+// steps through Effects. It runs on the loop goroutine only, so it needs no
+// locks.
 package controller
 
 import (
