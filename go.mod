@@ -118,5 +118,8 @@ require (
 
 tool (
 	honnef.co/go/tools/cmd/staticcheck
+	k8s.io/code-generator/cmd/client-gen
+	k8s.io/code-generator/cmd/informer-gen
+	k8s.io/code-generator/cmd/lister-gen
 	sigs.k8s.io/controller-tools/cmd/controller-gen
 )

@@ -8,8 +8,13 @@
 # pin or the Go toolchain changes (staticcheck must be built by a Go at least
 # as new as the code it reads).
 STATICCHECK := $(BIN)/staticcheck
-# Directories holding a go.mod, each linted as ./...
+# Directories holding a go.mod, each linted as ./... less LINT_SKIP.
 LINT_MODULES := . test
+# Packages left out: the client in pkg/generated is k8s.io/code-generator's
+# output, written to upstream's conventions (no package comments, deprecated
+# ListWatch fields beside the new ones), and verify-generated already holds
+# it to its generator. Code that calls it is linted as usual.
+LINT_SKIP := /pkg/generated/
 
 ##@ Lint
 
@@ -18,7 +23,8 @@ verify-lint: ## Run staticcheck on the main module and on the test module.
 	$(GO) build -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
 	@set -e; for mod in $(LINT_MODULES); do \
 		echo "staticcheck: $$mod"; \
-		(cd $$mod && $(STATICCHECK) ./...); \
+		pkgs=$$(cd $$mod && $(GO) list ./... | grep -v -e '$(LINT_SKIP)'); \
+		(cd $$mod && $(STATICCHECK) $$pkgs); \
 	done
 
 verify: verify-lint

@@ -16,8 +16,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	"github.com/pgloop/pgloop/pkg/status"
 )
 
@@ -98,9 +98,9 @@ func runStatus(ctx context.Context, out, errOut io.Writer, conn *genericclioptio
 	if err != nil {
 		return fmt.Errorf("while reading the namespace from the kubeconfig: %w", err)
 	}
-	pg, err := client.New(cfg)
+	pg, err := pgclient.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("while building the pgloop.dev client: %w", err)
 	}
 	color := status.UseColor(out, os.Getenv)
 	now := time.Now()

@@ -19,9 +19,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
+	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 )
 
 // Finalizer keeps a Postgresql in the apiserver until pgloop has cleaned up
@@ -82,7 +83,7 @@ type EffectsOptions struct {
 // different clusters run at once.
 type Effects struct {
 	kube   kubernetes.Interface
-	pg     client.Interface
+	pg     pgclient.Interface
 	rec    record.EventRecorder
 	build  Options
 	random io.Reader
@@ -97,7 +98,7 @@ type Effects struct {
 
 // NewEffects returns the Effects that act through kube (built-in objects),
 // pg (Postgresql resources) and rec (Kubernetes Events on the resources).
-func NewEffects(kube kubernetes.Interface, pg client.Interface, rec record.EventRecorder, opts EffectsOptions) *Effects {
+func NewEffects(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecorder, opts EffectsOptions) *Effects {
 	log := opts.Log
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
@@ -180,6 +181,11 @@ type run struct {
 	uid types.UID
 }
 
+// postgresqls is the client of the resources of the cluster's namespace.
+func (r *run) postgresqls() pgclientv1.PostgresqlInterface {
+	return r.pg.PgloopV1().Postgresqls(r.ns)
+}
+
 // getCluster reads the resource: from the cache, or from the API when
 // there is none, when fresh (after a Conflict: the cache is stale) or when
 // the cache does not have it. It returns the caller's own copy, and nil and
@@ -194,7 +200,7 @@ func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error
 			return pg.DeepCopy(), nil
 		}
 	}
-	pg, err := r.pg.Get(ctx, r.ns, r.name)
+	pg, err := r.postgresqls().Get(ctx, r.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		r.log.Debug("resource gone")
 		r.statuses.remember(r.key, "", nil)

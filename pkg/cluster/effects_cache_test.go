@@ -60,14 +60,14 @@ func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
 // fakeCache is an in-memory Cache over the fakes, as pkg/informers keeps
 // it: objects labelled application=spilo only, Secrets without data. It
 // reads the fakes' stores directly, so it adds no action to the fake
-// clientset nor a call to the fake resource client. A live one syncs
-// before every read; a snapshot one when the test calls sync.
+// clientsets nor a call to pgAPI. A live one syncs before every read; a
+// snapshot one when the test calls sync.
 //
 // It hands out its own objects, as informers do, and keeps a copy of each:
 // check fails the test when the effects modified one.
 type fakeCache struct {
 	kube *fake.Clientset
-	pg   *fakePG
+	pg   *pgAPI
 	live bool
 
 	mu   sync.Mutex
@@ -81,7 +81,7 @@ type handedObject struct{ obj, copy runtime.Object }
 
 var _ Cache = (*fakeCache)(nil)
 
-func newFakeCache(t *testing.T, kube *fake.Clientset, pg *fakePG, live bool) *fakeCache {
+func newFakeCache(t *testing.T, kube *fake.Clientset, pg *pgAPI, live bool) *fakeCache {
 	c := &fakeCache{kube: kube, pg: pg, live: live}
 	c.sync()
 	t.Cleanup(func() { c.check(t) })
@@ -268,7 +268,7 @@ func (h *harness) kubeCalls() []string {
 	return out
 }
 
-// pgCalls is the number of calls to the fake resource client.
+// pgCalls is the number of calls of each kind pgAPI served.
 func (h *harness) pgCalls() map[string]int {
 	h.pg.mu.Lock()
 	defer h.pg.mu.Unlock()
@@ -700,7 +700,7 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	ensure(a)
 	// A new process knows nothing: it tries to create them, patches
 	// them, and learns both references.
-	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Log: h.eff.log, Cache: h.cache})
+	h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Log: h.eff.log, Cache: h.cache})
 	ensure(a, conflicts...)
 	ensure(b)
 	// a's cleanup removes its reference; b's is still known.

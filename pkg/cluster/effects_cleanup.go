@@ -284,7 +284,7 @@ func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
 		}
 		upd := pg.DeepCopy()
 		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == Finalizer })
-		_, err := r.pg.Update(ctx, upd)
+		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer removed")

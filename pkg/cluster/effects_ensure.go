@@ -426,7 +426,7 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		}
 		upd := pg.DeepCopy()
 		upd.Finalizers = append(upd.Finalizers, Finalizer)
-		out, err := r.pg.Update(ctx, upd)
+		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer added")

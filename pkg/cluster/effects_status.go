@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
@@ -36,7 +37,7 @@ func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) erro
 		}
 		// pg is this call's own copy.
 		pg.Status = *status.DeepCopy()
-		_, err = r.pg.UpdateStatus(ctx, pg)
+		_, err = r.postgresqls().UpdateStatus(ctx, pg, metav1.UpdateOptions{})
 		switch {
 		case err == nil:
 			if r.cache != nil {

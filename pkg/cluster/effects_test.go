@@ -20,22 +20,22 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
 
-// fakePG is an in-memory client.Interface. Update and UpdateStatus check the
-// resourceVersion like the apiserver (a stale one is a Conflict); Update
-// keeps the stored status and UpdateStatus the stored spec and metadata; a
-// resource being deleted goes once its last finalizer is removed. Hooks
-// inject errors by call number (1-based).
-type fakePG struct {
+// pgAPI is the API server's side of the Postgresql resources, which the
+// effects reach through the fake clientset that clientset returns. Update
+// and UpdateStatus check the resourceVersion like the apiserver (a stale
+// one is a Conflict); Update keeps the stored status and UpdateStatus the
+// stored spec and metadata; a resource being deleted goes once its last
+// finalizer is removed. Hooks inject errors by call number (1-based).
+type pgAPI struct {
 	mu      sync.Mutex
 	objs    map[string]*v1.Postgresql
 	rv      int
@@ -45,18 +45,41 @@ type fakePG struct {
 	failSt  func(n int) error
 }
 
-var _ client.Interface = (*fakePG)(nil)
-
-func newFakePG(pgs ...*v1.Postgresql) *fakePG {
-	f := &fakePG{objs: map[string]*v1.Postgresql{}, calls: map[string]int{}}
+func newPGAPI(pgs ...*v1.Postgresql) *pgAPI {
+	f := &pgAPI{objs: map[string]*v1.Postgresql{}, calls: map[string]int{}}
 	for _, pg := range pgs {
 		f.put(pg)
 	}
 	return f
 }
 
+// clientset returns a fake clientset that f serves: every request for
+// postgresqls reaches f, never the clientset's own object tracker.
+func (f *pgAPI) clientset() *pgfake.Clientset {
+	cs := pgfake.NewSimpleClientset()
+	cs.PrependReactor("*", v1.PostgresqlResource, f.react)
+	return cs
+}
+
+// react serves a get, an update and an update of the status subresource,
+// counted as Get, Update and UpdateStatus; the effects need nothing else.
+func (f *pgAPI) react(a k8stesting.Action) (bool, runtime.Object, error) {
+	switch {
+	case a.GetVerb() == "get":
+		obj, err := f.getCall(a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+		return true, obj, err
+	case a.GetVerb() == "update" && a.GetSubresource() == "":
+		obj, err := f.update(a.(k8stesting.UpdateAction).GetObject().(*v1.Postgresql))
+		return true, obj, err
+	case a.GetVerb() == "update" && a.GetSubresource() == "status":
+		obj, err := f.updateStatus(a.(k8stesting.UpdateAction).GetObject().(*v1.Postgresql))
+		return true, obj, err
+	}
+	return true, nil, fmt.Errorf("%s %s: not implemented", a.GetVerb(), a.GetResource().Resource)
+}
+
 // put stores pg as it is (test setup), with a new resourceVersion.
-func (f *fakePG) put(pg *v1.Postgresql) {
+func (f *pgAPI) put(pg *v1.Postgresql) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rv++
@@ -66,7 +89,7 @@ func (f *fakePG) put(pg *v1.Postgresql) {
 }
 
 // get returns a copy of the stored resource, nil when there is none.
-func (f *fakePG) get(ns, name string) *v1.Postgresql {
+func (f *pgAPI) get(ns, name string) *v1.Postgresql {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if pg := f.objs[ns+"/"+name]; pg != nil {
@@ -75,46 +98,46 @@ func (f *fakePG) get(ns, name string) *v1.Postgresql {
 	return nil
 }
 
-func (f *fakePG) count(method string) int {
+func (f *pgAPI) count(method string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls[method]
 }
 
-func (f *fakePG) writes() int { return f.count("Update") + f.count("UpdateStatus") }
+func (f *pgAPI) writes() int { return f.count("Update") + f.count("UpdateStatus") }
 
-func (f *fakePG) Get(_ context.Context, ns, name string) (*v1.Postgresql, error) {
+func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls["Get"]++
 	if f.failGet != nil {
 		if err := f.failGet(f.calls["Get"]); err != nil {
-			return &v1.Postgresql{}, err
+			return nil, err
 		}
 	}
 	pg := f.objs[ns+"/"+name]
 	if pg == nil {
-		return &v1.Postgresql{}, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
+		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
 	}
 	return pg.DeepCopy(), nil
 }
 
-func (f *fakePG) write(method string, in *v1.Postgresql, fail func(int) error, apply func(stored, in *v1.Postgresql)) (*v1.Postgresql, error) {
+func (f *pgAPI) write(method string, in *v1.Postgresql, fail func(int) error, apply func(stored, in *v1.Postgresql)) (*v1.Postgresql, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[method]++
 	if fail != nil {
 		if err := fail(f.calls[method]); err != nil {
-			return &v1.Postgresql{}, err
+			return nil, err
 		}
 	}
 	key := in.Namespace + "/" + in.Name
 	stored := f.objs[key]
 	if stored == nil {
-		return &v1.Postgresql{}, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), in.Name)
+		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), in.Name)
 	}
 	if in.ResourceVersion != stored.ResourceVersion {
-		return &v1.Postgresql{}, apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), in.Name, errors.New("the object has been modified"))
+		return nil, apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), in.Name, errors.New("the object has been modified"))
 	}
 	out := stored.DeepCopy()
 	apply(out, in.DeepCopy())
@@ -128,7 +151,7 @@ func (f *fakePG) write(method string, in *v1.Postgresql, fail func(int) error, a
 	return out.DeepCopy(), nil
 }
 
-func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+func (f *pgAPI) update(pg *v1.Postgresql) (*v1.Postgresql, error) {
 	return f.write("Update", pg, f.failUpd, func(stored, in *v1.Postgresql) {
 		status := stored.Status
 		*stored = *in
@@ -136,32 +159,18 @@ func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, e
 	})
 }
 
-func (f *fakePG) UpdateStatus(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
+func (f *pgAPI) updateStatus(pg *v1.Postgresql) (*v1.Postgresql, error) {
 	return f.write("UpdateStatus", pg, f.failSt, func(stored, in *v1.Postgresql) { stored.Status = in.Status })
-}
-
-func (f *fakePG) List(context.Context, string, metav1.ListOptions) (*v1.PostgresqlList, error) {
-	return nil, errors.New("not implemented")
-}
-
-func (f *fakePG) Watch(context.Context, string, metav1.ListOptions) (watch.Interface, error) {
-	return nil, errors.New("not implemented")
-}
-
-func (f *fakePG) Create(context.Context, *v1.Postgresql) (*v1.Postgresql, error) {
-	return nil, errors.New("not implemented")
-}
-
-func (f *fakePG) Delete(context.Context, string, string, metav1.DeleteOptions) error {
-	return errors.New("not implemented")
 }
 
 // harness is one Effects on fakes.
 type harness struct {
 	kube *fake.Clientset
-	pg   *fakePG
-	rec  *record.FakeRecorder
-	eff  *Effects
+	// pg holds the resources; pgc is the client of them the effects use.
+	pg  *pgAPI
+	pgc *pgfake.Clientset
+	rec *record.FakeRecorder
+	eff *Effects
 	// cache is the effects' Cache, nil when they read the API.
 	cache *fakeCache
 }
@@ -194,12 +203,13 @@ func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ..
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	h := &harness{kube: fake.NewClientset(objs...), pg: newFakePG(pgs...), rec: record.NewFakeRecorder(32)}
+	h := &harness{kube: fake.NewClientset(objs...), pg: newPGAPI(pgs...), rec: record.NewFakeRecorder(32)}
+	h.pgc = h.pg.clientset()
 	h.kube.PrependReactor("delete-collection", "configmaps", deleteCollection(h.kube.Tracker()))
 	if mode != cacheNone {
 		h.cache = newFakeCache(t, h.kube, h.pg, mode == cacheLive)
 	}
-	h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: seeded(7), Log: logrus.NewEntry(log), Cache: h.effectsCache()})
+	h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Random: seeded(7), Log: logrus.NewEntry(log), Cache: h.effectsCache()})
 	return h
 }
 
@@ -906,14 +916,14 @@ func TestEnsureStorageClassChange(t *testing.T) {
 		if err := h.ensure(t, pg); err != nil {
 			t.Fatal(err)
 		}
-		cur, err := h.pg.Get(context.Background(), pg.Namespace, pg.Name)
+		cur, err := h.pgc.PgloopV1().Postgresqls(pg.Namespace).Get(context.Background(), pg.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		fixed := cur.DeepCopy()
 		fixed.Spec.Volume.StorageClass = "fast"
 		fixed.Generation++
-		if fixed, err = h.pg.Update(context.Background(), fixed); err != nil {
+		if fixed, err = h.pgc.PgloopV1().Postgresqls(fixed.Namespace).Update(context.Background(), fixed, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if h.cache != nil {
@@ -1261,7 +1271,7 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		a, b := testCluster(t), otherCluster(t)
 		h := newHarness(t, []*v1.Postgresql{a, b})
-		h.eff = NewEffects(h.kube, h.pg, h.rec, EffectsOptions{Random: &countingReader{}, Log: h.eff.log, Cache: h.effectsCache()})
+		h.eff = NewEffects(h.kube, h.pgc, h.rec, EffectsOptions{Random: &countingReader{}, Log: h.eff.log, Cache: h.effectsCache()})
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		errs := make([]error, 4)

@@ -44,11 +44,11 @@ func TestHandlers(t *testing.T) {
 	}
 	updatePG := func(name string, mod func(*v1.Postgresql)) func(*testing.T) {
 		return func(t *testing.T) {
-			cur, err := pgc.Get(ctx, ns, name)
+			cur, err := pgc.PgloopV1().Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 			mustDo(t, err)
 			cur = cur.DeepCopy()
 			mod(cur)
-			_, err = pgc.Update(ctx, cur)
+			_, err = pgc.PgloopV1().Postgresqls(ns).Update(ctx, cur, metav1.UpdateOptions{})
 			mustDo(t, err)
 		}
 	}
@@ -145,7 +145,7 @@ func TestHandlers(t *testing.T) {
 			pg.DeletionTimestamp = ptr.To(metav1.Now())
 		})}, []note{{"db/c1", SignalSpec}}},
 		{"cluster deleted", []func(*testing.T){func(t *testing.T) {
-			mustDo(t, pgc.Delete(ctx, ns, "c1", metav1.DeleteOptions{}))
+			mustDo(t, pgc.PgloopV1().Postgresqls(ns).Delete(ctx, "c1", metav1.DeleteOptions{}))
 		}}, []note{{"db/c1", SignalSpec}}},
 	}
 	for _, st := range steps {
@@ -297,7 +297,7 @@ func TestSpecChanged(t *testing.T) {
 // each.
 func TestSelectors(t *testing.T) {
 	kube := fake.NewClientset()
-	inf := New(kube, newFakePG(t), Options{Namespaces: []string{"db"}}, discard{})
+	inf := New(kube, newPGClient(), Options{Namespaces: []string{"db"}}, discard{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)
@@ -340,7 +340,7 @@ func TestSelectors(t *testing.T) {
 	cancel()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel2()
-	stalled := New(fake.NewClientset(), newFakePG(t), Options{}, discard{})
+	stalled := New(fake.NewClientset(), newPGClient(), Options{}, discard{})
 	if err := stalled.WaitForCacheSync(ctx2); err == nil {
 		t.Error("WaitForCacheSync of informers never started returned nil")
 	}

@@ -10,78 +10,23 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
 
-// fakePG is an in-memory client.Interface on client-go's object tracker,
-// which gives List a resourceVersion and replays to a Watch what changed
-// since, so no event between an informer's list and its watch is lost.
-type fakePG struct {
-	tracker k8stesting.ObjectTracker
-}
-
-var _ client.Interface = (*fakePG)(nil)
-
-func newFakePG(t testing.TB, pgs ...*v1.Postgresql) *fakePG {
-	t.Helper()
-	f := &fakePG{tracker: k8stesting.NewObjectTracker(client.Scheme, serializer.NewCodecFactory(client.Scheme).UniversalDecoder())}
-	for _, pg := range pgs {
-		if err := f.tracker.Add(pg); err != nil {
-			t.Fatal(err)
-		}
+// newPGClient returns a fake clientset holding pgs. Its object tracker gives
+// a List a resourceVersion and replays to a Watch what changed since, so no
+// event between an informer's list and its watch is lost.
+func newPGClient(pgs ...*v1.Postgresql) *pgfake.Clientset {
+	objs := make([]runtime.Object, len(pgs))
+	for i, pg := range pgs {
+		objs[i] = pg
 	}
-	return f
-}
-
-// IsWatchListSemanticsUnSupported tells the reflector to list then watch,
-// as for client-go's fake clientset: the tracker sends no initial-events
-// bookmark.
-func (f *fakePG) IsWatchListSemanticsUnSupported() bool { return true }
-
-var pgGVR = v1.SchemeGroupVersionResource
-
-func (f *fakePG) Get(_ context.Context, namespace, name string) (*v1.Postgresql, error) {
-	obj, err := f.tracker.Get(pgGVR, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.Postgresql), nil
-}
-
-func (f *fakePG) List(_ context.Context, namespace string, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
-	obj, err := f.tracker.List(pgGVR, v1.SchemeGroupVersionKind, namespace, opts)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.PostgresqlList), nil
-}
-
-func (f *fakePG) Watch(_ context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	return f.tracker.Watch(pgGVR, namespace, opts)
-}
-
-func (f *fakePG) Create(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return pg, f.tracker.Create(pgGVR, pg, pg.Namespace)
-}
-
-func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return pg, f.tracker.Update(pgGVR, pg, pg.Namespace)
-}
-
-func (f *fakePG) UpdateStatus(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return f.Update(ctx, pg)
-}
-
-func (f *fakePG) Delete(_ context.Context, namespace, name string, _ metav1.DeleteOptions) error {
-	return f.tracker.Delete(pgGVR, namespace, name)
+	return pgfake.NewSimpleClientset(objs...)
 }
 
 // note is one Notify call.
@@ -243,10 +188,10 @@ func event(sts *appsv1.StatefulSet, name, typ, reason, msg string, last time.Dur
 
 // start runs informers over the given objects until the test ends, and
 // returns once their caches are synced.
-func start(t testing.TB, opts Options, n Notifier, pgs []*v1.Postgresql, objs ...runtime.Object) (*Informers, *fake.Clientset, *fakePG) {
+func start(t testing.TB, opts Options, n Notifier, pgs []*v1.Postgresql, objs ...runtime.Object) (*Informers, *fake.Clientset, *pgfake.Clientset) {
 	t.Helper()
 	kube := fake.NewClientset(objs...)
-	pgc := newFakePG(t, pgs...)
+	pgc := newPGClient(pgs...)
 	inf := New(kube, pgc, opts, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -24,15 +24,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
+	pginformers "github.com/pgloop/pgloop/pkg/generated/informers/externalversions"
 )
 
 // Notifier is the event loop's producer side (eventloop.Loop implements it).
@@ -97,6 +96,8 @@ type scope struct {
 	// namespaced holds the informers of every object of their kind in the
 	// scope, not only pgloop's: ResourceQuotas.
 	namespaced kubeinformers.SharedInformerFactory
+	// pgloop holds the informer of the Postgresql resources.
+	pgloop pginformers.SharedInformerFactory
 
 	postgresqls  cache.SharedIndexInformer
 	pods         cache.SharedIndexInformer
@@ -132,7 +133,7 @@ type Informers struct {
 
 // New sets up the informers and registers their handlers; nothing runs
 // until Start. n is notified of every change, keyed by cluster.
-func New(kube kubernetes.Interface, pg client.Interface, opts Options, n Notifier) *Informers {
+func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notifier) *Informers {
 	i := &Informers{notifier: n, log: opts.Log}
 	if i.log == nil {
 		i.log = logrus.NewEntry(logrus.StandardLogger())
@@ -154,7 +155,7 @@ func New(kube kubernetes.Interface, pg client.Interface, opts Options, n Notifie
 	return i
 }
 
-func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns string, resync time.Duration) *scope {
+func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, ns string, resync time.Duration) *scope {
 	spilo := labels.Set{cluster.LabelApplication: cluster.ApplicationSpilo}.String()
 	// Only Warnings explain stuck pods; the Normal SuccessfulCreate and
 	// SuccessfulDelete of every pod would be most of the cache otherwise.
@@ -176,22 +177,15 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg client.Interface, ns 
 		namespaced: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
 			kubeinformers.WithTransform(slim)),
+		pgloop: pginformers.NewSharedInformerFactoryWithOptions(pg, resync,
+			pginformers.WithNamespace(ns),
+			pginformers.WithTransform(slim)),
 	}
 
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return pg.List(ctx, ns, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return pg.Watch(ctx, ns, o)
-		},
-	}
-	// The wrapper lets a test client opt out of watch-list semantics, as
-	// client-go's fake clientset does; the real client supports them.
-	s.postgresqls = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, pg),
-		&v1.Postgresql{}, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	i.must(s.postgresqls.SetTransform(slim))
-
+	// Indexed by namespace, as every informer of a factory. Its list and
+	// watch opt out of watch-list semantics when the client does, as the
+	// fake clientset of tests does.
+	s.postgresqls = s.pgloop.Pgloop().V1().Postgresqls().Informer()
 	s.pods = s.owned.Core().V1().Pods().Informer()
 	s.statefulSets = s.owned.Apps().V1().StatefulSets().Informer()
 	s.claims = s.owned.Core().V1().PersistentVolumeClaims().Informer()
@@ -253,7 +247,7 @@ func (i *Informers) Start(ctx context.Context) {
 			s.events.Start(ctx.Done())
 			s.claimEvents.Start(ctx.Done())
 			s.namespaced.Start(ctx.Done())
-			go s.postgresqls.RunWithContext(ctx)
+			s.pgloop.Start(ctx.Done())
 		}
 	})
 }

@@ -6,14 +6,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
@@ -21,7 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
+	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
 
 func TestMain(m *testing.M) {
@@ -30,87 +29,26 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// fakePG is an in-memory client.Interface on client-go's object tracker,
-// so that informers list and watch it as they would the API. listErr, when
-// set, fails every List and Watch (a missing CRD, RBAC).
-type fakePG struct {
-	tracker k8stesting.ObjectTracker
-
-	mu      sync.Mutex
-	listErr error
-}
-
-var _ client.Interface = (*fakePG)(nil)
-
-func newFakePG(t testing.TB, pgs ...*v1.Postgresql) *fakePG {
-	t.Helper()
-	f := &fakePG{tracker: k8stesting.NewObjectTracker(client.Scheme, serializer.NewCodecFactory(client.Scheme).UniversalDecoder())}
-	for _, pg := range pgs {
-		if err := f.tracker.Add(pg); err != nil {
-			t.Fatal(err)
-		}
+// newPGClient returns a fake clientset holding pgs, on client-go's object
+// tracker, so that informers list and watch it as they would the API.
+func newPGClient(pgs ...*v1.Postgresql) *pgfake.Clientset {
+	objs := make([]runtime.Object, len(pgs))
+	for i, pg := range pgs {
+		objs[i] = pg
 	}
-	return f
+	return pgfake.NewSimpleClientset(objs...)
 }
 
-// IsWatchListSemanticsUnSupported tells the reflector to list then watch:
-// the tracker sends no initial-events bookmark.
-func (f *fakePG) IsWatchListSemanticsUnSupported() bool { return true }
-
-func (f *fakePG) failLists(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.listErr = err
-}
-
-func (f *fakePG) err() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.listErr
-}
-
-var pgGVR = v1.SchemeGroupVersionResource
-
-func (f *fakePG) Get(_ context.Context, namespace, name string) (*v1.Postgresql, error) {
-	obj, err := f.tracker.Get(pgGVR, namespace, name)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.Postgresql), nil
-}
-
-func (f *fakePG) List(_ context.Context, namespace string, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
-	if err := f.err(); err != nil {
-		return nil, err
-	}
-	obj, err := f.tracker.List(pgGVR, v1.SchemeGroupVersionKind, namespace, opts)
-	if err != nil {
-		return nil, err
-	}
-	return obj.(*v1.PostgresqlList), nil
-}
-
-func (f *fakePG) Watch(_ context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
-	if err := f.err(); err != nil {
-		return nil, err
-	}
-	return f.tracker.Watch(pgGVR, namespace, opts)
-}
-
-func (f *fakePG) Create(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return pg, f.tracker.Create(pgGVR, pg, pg.Namespace)
-}
-
-func (f *fakePG) Update(_ context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return pg, f.tracker.Update(pgGVR, pg, pg.Namespace)
-}
-
-func (f *fakePG) UpdateStatus(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
-	return f.Update(ctx, pg)
-}
-
-func (f *fakePG) Delete(_ context.Context, namespace, name string, _ metav1.DeleteOptions) error {
-	return f.tracker.Delete(pgGVR, namespace, name)
+// failLists makes every List and Watch of pg's resources fail with err (a
+// missing CRD, RBAC). Call it before pg is used: the fake's reactors are
+// not safe to change while it serves.
+func failLists(pg *pgfake.Clientset, err error) {
+	pg.PrependReactor("list", v1.PostgresqlResource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, err
+	})
+	pg.PrependWatchReactor(v1.PostgresqlResource, func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, err
+	})
 }
 
 // newPG returns a new, valid cluster.
@@ -159,7 +97,7 @@ type instance struct {
 }
 
 // start runs the operator on fake clients until the test ends or stop.
-func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *fakePG) *instance {
+func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *pgfake.Clientset) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{t: t, cancel: cancel, done: make(chan error, 1), addr: make(chan string, 1)}

@@ -16,7 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,11 +29,12 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/facts"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
+	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
 	"github.com/pgloop/pgloop/pkg/informers"
 	"github.com/pgloop/pgloop/pkg/metrics"
 	"github.com/pgloop/pgloop/pkg/version"
@@ -48,10 +52,19 @@ var ErrLeadershipLost = errors.New("lost leadership")
 // crdName is the CustomResourceDefinition the operator needs.
 var crdName = v1.PostgresqlResource + "." + v1.SchemeGroupVersion.Group
 
+// eventScheme knows the built-in types and pgloop's, so the event recorder
+// can refer to either.
+var eventScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(kubescheme.AddToScheme(s))
+	utilruntime.Must(pgscheme.AddToScheme(s))
+	return s
+}()
+
 // clients are the API clients Run uses; tests pass fakes to run.
 type clients struct {
 	kube kubernetes.Interface
-	pg   client.Interface
+	pg   pgclient.Interface
 	// election renews the Lease. Its requests time out well within the
 	// renew deadline, so that one hung request cannot cost the lease.
 	election kubernetes.Interface
@@ -112,7 +125,7 @@ func newClients(rc *rest.Config, cfg *Config) (clients, error) {
 	if err != nil {
 		return clients{}, fmt.Errorf("create kubernetes client: %w", err)
 	}
-	pg, err := client.New(rc)
+	pg, err := pgclient.NewForConfig(rc)
 	if err != nil {
 		return clients{}, fmt.Errorf("create pgloop.dev client: %w", err)
 	}
@@ -158,7 +171,7 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients) error 
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.kube.CoreV1().Events("")})
 	broadcaster.StartLogging(func(format string, args ...any) { entry.Debugf("event: "+format, args...) })
 	defer broadcaster.Shutdown()
-	rec := broadcaster.NewRecorder(client.Scheme, corev1.EventSource{Component: EventComponent})
+	rec := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: EventComponent})
 
 	lead := func(ctx context.Context) error { return runLeader(ctx, &cfg, entry, cl, rec, m, h) }
 
@@ -400,7 +413,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 // item at most) within cfg.CacheSyncTimeout, to fail at once with a clear
 // cause instead of waiting for caches that cannot sync: the API server is
 // unreachable, the CRD is not installed, or RBAC forbids the list.
-func checkAPI(ctx context.Context, cfg *Config, pg client.Interface) error {
+func checkAPI(ctx context.Context, cfg *Config, pg pgclient.Interface) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
 	defer cancel()
 	namespaces := cfg.Namespaces
@@ -408,7 +421,7 @@ func checkAPI(ctx context.Context, cfg *Config, pg client.Interface) error {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	for _, ns := range namespaces {
-		_, err := pg.List(ctx, ns, metav1.ListOptions{Limit: 1})
+		_, err := pg.PgloopV1().Postgresqls(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		where := "in all namespaces"
 		if ns != metav1.NamespaceAll {
 			where = "in namespace " + ns

@@ -153,7 +153,7 @@ func TestRunWithoutLeaderElection(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
 	kube := fake.NewClientset()
-	pg := newFakePG(t, newPG("db", "alpha"))
+	pg := newPGClient(newPG("db", "alpha"))
 	in := start(t, cfg, kube, pg)
 
 	eventually(t, 10*time.Second, "/readyz is 200", func() bool { code, _ := in.get("/readyz"); return code == 200 })
@@ -162,7 +162,7 @@ func TestRunWithoutLeaderElection(t *testing.T) {
 		return err == nil
 	})
 	eventually(t, 10*time.Second, "the status says Creating", func() bool {
-		got, err := pg.Get(context.Background(), "db", "alpha")
+		got, err := pg.PgloopV1().Postgresqls("db").Get(context.Background(), "alpha", metav1.GetOptions{})
 		return err == nil && got.Status.State == fsm.Creating
 	})
 	_, body := in.get("/metrics")
@@ -186,8 +186,8 @@ func TestRunWithoutLeaderElection(t *testing.T) {
 func TestRunFailsWithoutCRD(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
-	pg := newFakePG(t)
-	pg.failLists(apierrors.NewNotFound(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, ""))
+	pg := newPGClient()
+	failLists(pg, apierrors.NewNotFound(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, ""))
 	in := start(t, cfg, fake.NewClientset(), pg)
 	err := in.wait(5 * time.Second)
 	if err == nil || !strings.Contains(err.Error(), "CRD postgresqls.pgloop.dev not installed") {
@@ -199,8 +199,8 @@ func TestRunFailsWhenForbidden(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
 	cfg.Namespaces = []string{"db"}
-	pg := newFakePG(t)
-	pg.failLists(apierrors.NewForbidden(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, "", errors.New("no")))
+	pg := newPGClient()
+	failLists(pg, apierrors.NewForbidden(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, "", errors.New("no")))
 	in := start(t, cfg, fake.NewClientset(), pg)
 	err := in.wait(5 * time.Second)
 	if err == nil || !strings.Contains(err.Error(), "not allowed to list postgresqls.pgloop.dev in namespace db: check the operator's RBAC") {
@@ -218,7 +218,7 @@ func TestRunNamesWhatDoesNotSync(t *testing.T) {
 	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no"))
 	})
-	in := start(t, cfg, kube, newFakePG(t))
+	in := start(t, cfg, kube, newPGClient())
 	err := in.wait(10 * time.Second)
 	if err == nil || !strings.Contains(err.Error(), "informer caches did not sync within 1s: not allowed to list pods in all namespaces") {
 		t.Fatalf("error %v, want pods named", err)
@@ -293,7 +293,7 @@ func TestRunHealthAddrInUse(t *testing.T) {
 	defer ln.Close()
 	cfg := testConfig(t)
 	cfg.HealthAddr = ln.Addr().String()
-	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: newFakePG(t)})
+	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: newPGClient()})
 	if err == nil || !strings.Contains(err.Error(), "listen on health-addr") {
 		t.Fatalf("error %v, want the address named", err)
 	}
@@ -331,7 +331,7 @@ func TestLeaderElection(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElectionNamespace = "pgloop-system"
 	kube := fake.NewClientset()
-	pg := newFakePG(t, newPG("db", "alpha"))
+	pg := newPGClient(newPG("db", "alpha"))
 	// Set before the fake is used: its reactors are not safe to change
 	// while it serves. (Not a Conflict: client-go retries a conflicting
 	// release without bound on a client that ignores deadlines, as the

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 )
 
 // View is the detail view of one cluster: the resource and its pods.
@@ -46,7 +46,7 @@ type Pod struct {
 // Detail reads one cluster and its pods. When only the pods cannot be
 // listed, it returns the view (with PodsError set) and that error, so a
 // caller can show what it has and still fail.
-func Detail(ctx context.Context, pg client.Interface, kube kubernetes.Interface, ns, name string) (*View, error) {
+func Detail(ctx context.Context, pg pgclient.Interface, kube kubernetes.Interface, ns, name string) (*View, error) {
 	obj, err := Get(ctx, pg, ns, name)
 	if err != nil {
 		return nil, err
@@ -67,8 +67,8 @@ func Detail(ctx context.Context, pg client.Interface, kube kubernetes.Interface,
 
 // Get reads one cluster, with the errors explained as Detail explains
 // them (--mermaid needs the cluster, not its pods).
-func Get(ctx context.Context, pg client.Interface, ns, name string) (*v1.Postgresql, error) {
-	obj, err := pg.Get(ctx, ns, name)
+func Get(ctx context.Context, pg pgclient.Interface, ns, name string) (*v1.Postgresql, error) {
+	obj, err := pg.PgloopV1().Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, notFound(ctx, pg, err, ns, name)
 	}
@@ -81,8 +81,8 @@ func Get(ctx context.Context, pg client.Interface, ns, name string) (*v1.Postgre
 // notFound tells a missing cluster from a missing CRD. A get answers
 // NotFound for both; a list of the resource answers NotFound only when the
 // resource type itself is not served.
-func notFound(ctx context.Context, pg client.Interface, getErr error, ns, name string) error {
-	_, err := pg.List(ctx, ns, metav1.ListOptions{Limit: 1})
+func notFound(ctx context.Context, pg pgclient.Interface, getErr error, ns, name string) error {
+	_, err := pg.PgloopV1().Postgresqls(ns).List(ctx, metav1.ListOptions{Limit: 1})
 	switch {
 	case err == nil:
 		return clusterNotFound(getErr, ns, name)

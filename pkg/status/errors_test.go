@@ -35,54 +35,54 @@ var (
 )
 
 func TestErrors(t *testing.T) {
-	list := func(ns string, all bool) func(*fakePG) error {
-		return func(pg *fakePG) error { _, err := List(context.Background(), pg, ns, all); return err }
+	list := func(ns string, all bool) func(*fakeAPI) error {
+		return func(pg *fakeAPI) error { _, err := List(context.Background(), pg.client(), ns, all); return err }
 	}
-	detail := func(ns, name string) func(*fakePG) error {
-		return func(pg *fakePG) error {
-			_, err := Detail(context.Background(), pg, fake.NewClientset(), ns, name)
+	detail := func(ns, name string) func(*fakeAPI) error {
+		return func(pg *fakeAPI) error {
+			_, err := Detail(context.Background(), pg.client(), fake.NewClientset(), ns, name)
 			return err
 		}
 	}
-	watchOne := func(ns, name string) func(*fakePG) error {
-		return func(pg *fakePG) error {
-			return Watch(context.Background(), pg, &bytes.Buffer{}, WatchOptions{Namespace: ns, Name: name})
+	watchOne := func(ns, name string) func(*fakeAPI) error {
+		return func(pg *fakeAPI) error {
+			return Watch(context.Background(), pg.client(), &bytes.Buffer{}, WatchOptions{Namespace: ns, Name: name})
 		}
 	}
 	tests := []struct {
 		name string
-		pg   *fakePG
-		call func(*fakePG) error
+		pg   *fakeAPI
+		call func(*fakeAPI) error
 		kind error
 		want string
 	}{
-		{"list forbidden", &fakePG{listErrs: []error{forbidden("list", "")}}, list("x", false), ErrForbidden,
+		{"list forbidden", &fakeAPI{listErrs: []error{forbidden("list", "")}}, list("x", false), ErrForbidden,
 			`cannot list postgresqls.pgloop.dev in namespace "x": ask for list on postgresqls (API group pgloop.dev)`},
-		{"list all forbidden", &fakePG{listErrs: []error{forbidden("list", "")}}, list("x", true), ErrForbidden,
+		{"list all forbidden", &fakeAPI{listErrs: []error{forbidden("list", "")}}, list("x", true), ErrForbidden,
 			`cannot list postgresqls.pgloop.dev in all namespaces: ask for list on postgresqls (API group pgloop.dev) in a ClusterRole`},
-		{"list without the CRD", &fakePG{listErrs: []error{noSuchResource}}, list("x", false), ErrCRDNotInstalled,
+		{"list without the CRD", &fakeAPI{listErrs: []error{noSuchResource}}, list("x", false), ErrCRDNotInstalled,
 			`the Postgresql CRD (postgresqls.pgloop.dev) is not installed in this cluster`},
-		{"list refused", &fakePG{listErrs: []error{refused}}, list("x", false), ErrUnreachable,
+		{"list refused", &fakeAPI{listErrs: []error{refused}}, list("x", false), ErrUnreachable,
 			`cannot reach the Kubernetes API at https://10.0.0.1:6443: dial tcp: connect: connection refused`},
-		{"list timed out", &fakePG{listErrs: []error{timedOut}}, list("x", true), ErrUnreachable,
+		{"list timed out", &fakeAPI{listErrs: []error{timedOut}}, list("x", true), ErrUnreachable,
 			`cannot reach the Kubernetes API at https://api.example.com:443: context deadline exceeded`},
-		{"list other error", &fakePG{listErrs: []error{apierrors.NewInternalError(errors.New("etcd is sad"))}}, list("x", false), nil,
+		{"list other error", &fakeAPI{listErrs: []error{apierrors.NewInternalError(errors.New("etcd is sad"))}}, list("x", false), nil,
 			`list postgresqls.pgloop.dev in namespace "x": Internal error occurred: etcd is sad`},
-		{"get forbidden", &fakePG{getErr: forbidden("get", "db")}, detail("x", "db"), ErrForbidden,
+		{"get forbidden", &fakeAPI{getErr: forbidden("get", "db")}, detail("x", "db"), ErrForbidden,
 			`cannot get postgresqls.pgloop.dev "db" in namespace "x": ask for get on postgresqls (API group pgloop.dev)`},
-		{"no such cluster", &fakePG{}, detail("x", "db"), ErrClusterNotFound,
+		{"no such cluster", &fakeAPI{}, detail("x", "db"), ErrClusterNotFound,
 			`postgresql x/db not found`},
-		{"no such cluster, list forbidden", &fakePG{listErrs: []error{forbidden("list", "")}}, detail("x", "db"), ErrClusterNotFound,
+		{"no such cluster, list forbidden", &fakeAPI{listErrs: []error{forbidden("list", "")}}, detail("x", "db"), ErrClusterNotFound,
 			`postgresql x/db not found`},
-		{"get without the CRD", &fakePG{getErr: noSuchResource, listErrs: []error{noSuchResource}}, detail("x", "db"), ErrCRDNotInstalled,
+		{"get without the CRD", &fakeAPI{getErr: noSuchResource, listErrs: []error{noSuchResource}}, detail("x", "db"), ErrCRDNotInstalled,
 			`the Postgresql CRD (postgresqls.pgloop.dev) is not installed in this cluster`},
-		{"get refused", &fakePG{getErr: refused}, detail("x", "db"), ErrUnreachable,
+		{"get refused", &fakeAPI{getErr: refused}, detail("x", "db"), ErrUnreachable,
 			`cannot reach the Kubernetes API at https://10.0.0.1:6443: dial tcp: connect: connection refused`},
-		{"watch forbidden", &fakePG{watchErr: forbidden("watch", "")}, watchOne("x", ""), ErrForbidden,
+		{"watch forbidden", &fakeAPI{watchErr: forbidden("watch", "")}, watchOne("x", ""), ErrForbidden,
 			`cannot watch postgresqls.pgloop.dev in namespace "x": ask for watch on postgresqls (API group pgloop.dev)`},
-		{"watch without the CRD", &fakePG{listErrs: []error{noSuchResource}}, watchOne("x", ""), ErrCRDNotInstalled,
+		{"watch without the CRD", &fakeAPI{listErrs: []error{noSuchResource}}, watchOne("x", ""), ErrCRDNotInstalled,
 			`the Postgresql CRD (postgresqls.pgloop.dev) is not installed in this cluster`},
-		{"watch a missing cluster", &fakePG{}, watchOne("x", "db"), ErrClusterNotFound,
+		{"watch a missing cluster", &fakeAPI{}, watchOne("x", "db"), ErrClusterNotFound,
 			`postgresql x/db not found`},
 	}
 	for _, tc := range tests {
@@ -110,8 +110,8 @@ func TestPodsForbidden(t *testing.T) {
 	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no"))
 	})
-	pg := &fakePG{items: items(clusters())}
-	v, err := Detail(context.Background(), pg, kube, "default", "db-running")
+	pg := &fakeAPI{items: items(clusters())}
+	v, err := Detail(context.Background(), pg.client(), kube, "default", "db-running")
 	want := `cannot list pods in namespace "default": ask for list on pods`
 	if err == nil || err.Error() != want || !errors.Is(err, ErrForbidden) {
 		t.Fatalf("error %v, want %q", err, want)

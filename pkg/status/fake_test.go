@@ -1,22 +1,22 @@
 package status
 
 import (
-	"context"
-	"errors"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
+	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 )
 
-// fakePG is an in-memory client.Interface: it serves items, or the error
-// set for a verb, and hands out the watchers it was given in order.
-type fakePG struct {
+// fakeAPI is what the fake clientset of client serves: items, or the error
+// set for a verb, and the watchers it was given, in order.
+type fakeAPI struct {
 	items []v1.Postgresql
 	rv    string
 
@@ -34,36 +34,45 @@ type fakePG struct {
 	watchOpts []metav1.ListOptions
 }
 
-var _ client.Interface = (*fakePG)(nil)
-
-var errNotImplemented = errors.New("not implemented by fakePG")
-
-func (f *fakePG) Get(_ context.Context, ns, name string) (*v1.Postgresql, error) {
-	if f.getErr != nil {
-		return nil, f.getErr
-	}
-	for i := range f.items {
-		if f.items[i].Namespace == ns && f.items[i].Name == name {
-			return f.items[i].DeepCopy(), nil
-		}
-	}
-	return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
+// client returns a fake clientset whose reactors answer from f. Its object
+// tracker is never reached: every get, list and watch of postgresqls is
+// handled here.
+func (f *fakeAPI) client() *pgfake.Clientset {
+	cs := pgfake.NewSimpleClientset()
+	cs.PrependReactor("get", v1.PostgresqlResource, f.get)
+	cs.PrependReactor("list", v1.PostgresqlResource, f.list)
+	cs.PrependWatchReactor(v1.PostgresqlResource, f.watch)
+	return cs
 }
 
-func (f *fakePG) List(_ context.Context, ns string, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
+func (f *fakeAPI) get(a k8stesting.Action) (bool, runtime.Object, error) {
+	if f.getErr != nil {
+		return true, nil, f.getErr
+	}
+	ns, name := a.GetNamespace(), a.(k8stesting.GetAction).GetName()
+	for i := range f.items {
+		if f.items[i].Namespace == ns && f.items[i].Name == name {
+			return true, f.items[i].DeepCopy(), nil
+		}
+	}
+	return true, nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
+}
+
+func (f *fakeAPI) list(a k8stesting.Action) (bool, runtime.Object, error) {
+	ns, opts := a.GetNamespace(), a.(k8stesting.ListActionImpl).ListOptions
 	f.listOpts = append(f.listOpts, opts)
 	if len(f.listErrs) > 0 {
 		err := f.listErrs[0]
 		f.listErrs = f.listErrs[1:]
 		if err != nil {
-			return nil, err
+			return true, nil, err
 		}
 	}
 	sel := fields.Everything()
 	if opts.FieldSelector != "" {
 		var err error
 		if sel, err = fields.ParseSelector(opts.FieldSelector); err != nil {
-			return nil, err
+			return true, nil, err
 		}
 	}
 	out := &v1.PostgresqlList{ListMeta: metav1.ListMeta{ResourceVersion: f.rv}}
@@ -73,37 +82,21 @@ func (f *fakePG) List(_ context.Context, ns string, opts metav1.ListOptions) (*v
 			out.Items = append(out.Items, *p.DeepCopy())
 		}
 	}
-	return out, nil
+	return true, out, nil
 }
 
-func (f *fakePG) Watch(_ context.Context, _ string, opts metav1.ListOptions) (watch.Interface, error) {
-	f.watchOpts = append(f.watchOpts, opts)
+func (f *fakeAPI) watch(a k8stesting.Action) (bool, watch.Interface, error) {
+	f.watchOpts = append(f.watchOpts, a.(k8stesting.WatchActionImpl).ListOptions)
 	if f.watchErr != nil {
-		return nil, f.watchErr
+		return true, nil, f.watchErr
 	}
 	if len(f.watchers) == 0 {
 		if f.exhausted != nil {
 			f.exhausted()
 		}
-		return watch.NewEmptyWatch(), nil
+		return true, watch.NewEmptyWatch(), nil
 	}
 	w := f.watchers[0]
 	f.watchers = slices.Delete(f.watchers, 0, 1)
-	return w, nil
-}
-
-func (f *fakePG) Create(context.Context, *v1.Postgresql) (*v1.Postgresql, error) {
-	return nil, errNotImplemented
-}
-
-func (f *fakePG) Update(context.Context, *v1.Postgresql) (*v1.Postgresql, error) {
-	return nil, errNotImplemented
-}
-
-func (f *fakePG) UpdateStatus(context.Context, *v1.Postgresql) (*v1.Postgresql, error) {
-	return nil, errNotImplemented
-}
-
-func (f *fakePG) Delete(context.Context, string, string, metav1.DeleteOptions) error {
-	return errNotImplemented
+	return true, w, nil
 }

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 )
 
 // Row is one cluster of the list view. It holds values, not text: the
@@ -38,11 +38,11 @@ type Row struct {
 
 // List returns one row per Postgresql in namespace, or in every namespace
 // when all is set, sorted by namespace and name.
-func List(ctx context.Context, pg client.Interface, namespace string, all bool) ([]Row, error) {
+func List(ctx context.Context, pg pgclient.Interface, namespace string, all bool) ([]Row, error) {
 	if all {
 		namespace = metav1.NamespaceAll
 	}
-	list, err := pg.List(ctx, namespace, metav1.ListOptions{})
+	list, err := pg.PgloopV1().Postgresqls(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, explain(err, pgRequest("list", namespace, ""))
 	}

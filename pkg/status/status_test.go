@@ -34,7 +34,7 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestListGolden(t *testing.T) {
-	pg := &fakePG{items: items(clusters())}
+	pg := &fakeAPI{items: items(clusters())}
 	tests := []struct {
 		golden string
 		ns     string
@@ -48,7 +48,7 @@ func TestListGolden(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {
-			rows, err := List(context.Background(), pg, tc.ns, tc.o.AllNamespaces)
+			rows, err := List(context.Background(), pg.client(), tc.ns, tc.o.AllNamespaces)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -63,7 +63,7 @@ func TestListGolden(t *testing.T) {
 }
 
 func TestDetailGolden(t *testing.T) {
-	pg := &fakePG{items: items(clusters())}
+	pg := &fakeAPI{items: items(clusters())}
 	kube := fake.NewClientset(pods()...)
 	for _, c := range clusters() {
 		for _, color := range []bool{false, true} {
@@ -75,7 +75,7 @@ func TestDetailGolden(t *testing.T) {
 				name += "-color"
 			}
 			t.Run(name, func(t *testing.T) {
-				v, err := Detail(context.Background(), pg, kube, c.Namespace, c.Name)
+				v, err := Detail(context.Background(), pg.client(), kube, c.Namespace, c.Name)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -90,8 +90,8 @@ func TestDetailGolden(t *testing.T) {
 }
 
 func TestDetailPods(t *testing.T) {
-	pg := &fakePG{items: items(clusters())}
-	v, err := Detail(context.Background(), pg, fake.NewClientset(pods()...), "default", "db-running")
+	pg := &fakeAPI{items: items(clusters())}
+	v, err := Detail(context.Background(), pg.client(), fake.NewClientset(pods()...), "default", "db-running")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,12 +106,12 @@ func TestDetailPods(t *testing.T) {
 }
 
 func TestMachineOutput(t *testing.T) {
-	pg := &fakePG{items: items(clusters())}
-	rows, err := List(context.Background(), pg, "", true)
+	pg := &fakeAPI{items: items(clusters())}
+	rows, err := List(context.Background(), pg.client(), "", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := Detail(context.Background(), pg, fake.NewClientset(pods()...), "team-b", "db-degraded")
+	v, err := Detail(context.Background(), pg.client(), fake.NewClientset(pods()...), "team-b", "db-degraded")
 	if err != nil {
 		t.Fatal(err)
 	}

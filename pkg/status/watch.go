@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 )
 
 // WatchOptions say what Watch follows and how it prints.
@@ -41,7 +41,7 @@ type WatchOptions struct {
 // come from a watch, never from polling; a watch the server closes is
 // resumed from the last resourceVersion, and an expired one (410 Gone)
 // starts over from a fresh list.
-func Watch(ctx context.Context, pg client.Interface, w io.Writer, o WatchOptions) error {
+func Watch(ctx context.Context, pg pgclient.Interface, w io.Writer, o WatchOptions) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -61,7 +61,7 @@ func Watch(ctx context.Context, pg client.Interface, w io.Writer, o WatchOptions
 	rv, err := s.list(ctx, pg, ns, sel)
 	for err == nil {
 		var wi watch.Interface
-		wi, err = pg.Watch(ctx, ns, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
+		wi, err = pg.PgloopV1().Postgresqls(ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv, AllowWatchBookmarks: true})
 		if err != nil {
 			err = explain(err, pgRequest("watch", ns, ""))
 			break
@@ -101,8 +101,8 @@ type watchState struct {
 // list prints every cluster that is new or changed since last seen, and
 // every one that disappeared, and returns the list's resourceVersion to
 // watch from.
-func (s *watchState) list(ctx context.Context, pg client.Interface, ns, sel string) (string, error) {
-	list, err := pg.List(ctx, ns, metav1.ListOptions{FieldSelector: sel})
+func (s *watchState) list(ctx context.Context, pg pgclient.Interface, ns, sel string) (string, error) {
+	list, err := pg.PgloopV1().Postgresqls(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil {
 		return "", explain(err, pgRequest("list", ns, ""))
 	}

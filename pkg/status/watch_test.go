@@ -59,7 +59,7 @@ func (w *lineWriter) wait(n int) {
 
 // runWatch runs Watch over pg until the fake runs out of watchers, while
 // feed sends events; it returns the output and Watch's error.
-func runWatch(t *testing.T, pg *fakePG, o WatchOptions, feed func(*lineWriter)) (string, error) {
+func runWatch(t *testing.T, pg *fakeAPI, o WatchOptions, feed func(*lineWriter)) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -67,7 +67,7 @@ func runWatch(t *testing.T, pg *fakePG, o WatchOptions, feed func(*lineWriter)) 
 	out := &lineWriter{lines: make(chan struct{}, 100)}
 	done := make(chan struct{})
 	go func() { defer close(done); feed(out) }()
-	err := Watch(ctx, pg, out, o)
+	err := Watch(ctx, pg.client(), out, o)
 	cancel()
 	<-done
 	out.mu.Lock()
@@ -80,7 +80,7 @@ func TestWatchGolden(t *testing.T) {
 	old := newPG("default", "db-old", 1, time.Hour)
 	setStatus(old, fsm.Running, time.Hour, 2, fsm.ReasonReady, "1/1 instances ready, primary db-old-0", 1, 1, "db-old-0")
 	w := watch.NewFake()
-	pg := &fakePG{items: items([]*v1.Postgresql{running, old}), rv: "10", watchers: []watch.Interface{w}}
+	pg := &fakeAPI{items: items([]*v1.Postgresql{running, old}), rv: "10", watchers: []watch.Interface{w}}
 	clock := &fakeClock{t: now}
 	min := func(m int) time.Time { return now.Add(time.Duration(m) * time.Minute) }
 
@@ -164,7 +164,7 @@ func TestWatchGolden(t *testing.T) {
 func TestWatchResumes(t *testing.T) {
 	running := clusters()[3]
 	w1, w2 := watch.NewFake(), watch.NewFake()
-	pg := &fakePG{items: items([]*v1.Postgresql{running}), rv: "10", watchers: []watch.Interface{w1, w2}}
+	pg := &fakeAPI{items: items([]*v1.Postgresql{running}), rv: "10", watchers: []watch.Interface{w1, w2}}
 	out, err := runWatch(t, pg, WatchOptions{Namespace: "default", Name: "db-running", Now: func() time.Time { return now }}, func(*lineWriter) {
 		p := withRV(running, "11")
 		p.Status.ReadyInstances = 2
@@ -202,7 +202,7 @@ func TestWatchResumes(t *testing.T) {
 
 func TestWatchErrorEvent(t *testing.T) {
 	w := watch.NewFake()
-	pg := &fakePG{rv: "1", watchers: []watch.Interface{w}}
+	pg := &fakeAPI{rv: "1", watchers: []watch.Interface{w}}
 	_, err := runWatch(t, pg, WatchOptions{Namespace: "x", Now: func() time.Time { return now }}, func(*lineWriter) {
 		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
 			Details: &metav1.StatusDetails{Group: v1.GroupName, Kind: v1.PostgresqlResource}})

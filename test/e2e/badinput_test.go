@@ -28,7 +28,7 @@ func TestBadInput(t *testing.T) {
 	// operator to see.
 	bad := NewCluster(ns, "refused", 2)
 	bad.Spec.NumberOfInstances = 100
-	if _, err := env.PG.Create(ctx, bad); !apierrors.IsInvalid(err) {
+	if _, err := env.PG.Postgresqls(bad.Namespace).Create(ctx, bad, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
 		t.Fatalf("create with numberOfInstances 100: %v, want Invalid", err)
 	}
 
@@ -65,7 +65,7 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("StatefulSet %s: %v, want NotFound", name, err)
 		}
 	}
-	if _, err := env.PG.Get(ctx, ns, "refused"); !apierrors.IsNotFound(err) {
+	if _, err := env.PG.Postgresqls(ns).Get(ctx, "refused", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("cluster refused: %v, want NotFound", err)
 	}
 	if n := op.LogCount("cluster=" + ns + "/refused"); n != 0 {
@@ -83,7 +83,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := testbed.WaitForStatefulSet(ctx, env.Kube, ns, cluster.StatefulSetName("owned-port"), testbed.StatefulSetReady); err != nil {
 		t.Error(err)
 	}
-	few, err := env.PG.Get(ctx, ns, "few-senders")
+	few, err := env.PG.Postgresqls(ns).Get(ctx, "few-senders", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

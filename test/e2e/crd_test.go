@@ -44,7 +44,7 @@ func TestCRDAcceptsSamples(t *testing.T) {
 				}
 				// Read back through the typed client: the stored object
 				// decodes into pgloop's types.
-				pg, err := env.PG.Get(ctx, ns, created.GetName())
+				pg, err := env.PG.Postgresqls(ns).Get(ctx, created.GetName(), metav1.GetOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -73,7 +73,7 @@ func TestCRDDefaultsInstances(t *testing.T) {
 	if _, err := env.Dyn.Resource(v1.SchemeGroupVersionResource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pg, err := env.PG.Get(ctx, ns, "defaults")
+	pg, err := env.PG.Postgresqls(ns).Get(ctx, "defaults", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestCRDRejectsInvalidSpecs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pg := NewCluster(ns, "db", 2)
 			tc.mutate(pg)
-			_, err := env.PG.Create(ctx, pg)
+			_, err := env.PG.Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{})
 			if err == nil {
 				t.Fatalf("accepted; want an error mentioning %q", tc.want)
 			}
@@ -150,7 +150,7 @@ func TestCRDRejectsInvalidSpecs(t *testing.T) {
 					t.Errorf("error does not mention %q:\n%v", w, err)
 				}
 			}
-			if _, err := env.PG.Get(ctx, ns, pg.Name); !apierrors.IsNotFound(err) {
+			if _, err := env.PG.Postgresqls(ns).Get(ctx, pg.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("after the refusal, Get = %v, want NotFound", err)
 			}
 		})
@@ -195,13 +195,13 @@ func TestCRDUpdateRules(t *testing.T) {
 			if tc.create != nil {
 				tc.create(pg)
 			}
-			created, err := env.PG.Create(ctx, pg)
+			created, err := env.PG.Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			changed := created.DeepCopy()
 			tc.update(changed)
-			updated, err := env.PG.Update(ctx, changed)
+			updated, err := env.PG.Postgresqls(changed.Namespace).Update(ctx, changed, metav1.UpdateOptions{})
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("update refused: %v", err)
@@ -222,7 +222,7 @@ func TestCRDUpdateRules(t *testing.T) {
 					t.Errorf("error does not mention %q:\n%v", w, err)
 				}
 			}
-			stored, err := env.PG.Get(ctx, ns, name)
+			stored, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,7 @@ func testbedName(s string) string {
 func TestCRDStatusSubresource(t *testing.T) {
 	t.Parallel()
 	ctx, ns := Context(t, crdDeadline), env.Namespace(t)
-	created, err := env.PG.Create(ctx, NewCluster(ns, "db", 2))
+	created, err := env.PG.Postgresqls(ns).Create(ctx, NewCluster(ns, "db", 2), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestCRDStatusSubresource(t *testing.T) {
 	withStatus.Status.Ready = "2/2"
 	withStatus.Status.Timers = []v1.Timer{{Name: "resync", Deadline: metav1.NewTime(time.Now().Add(time.Minute).Truncate(time.Second)), Epoch: 3}}
 	withStatus.Spec.NumberOfInstances = 5
-	afterStatus, err := env.PG.UpdateStatus(ctx, withStatus)
+	afterStatus, err := env.PG.Postgresqls(withStatus.Namespace).UpdateStatus(ctx, withStatus, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestCRDStatusSubresource(t *testing.T) {
 	withSpec := afterStatus.DeepCopy()
 	withSpec.Spec.NumberOfInstances = 3
 	withSpec.Status.State = "Degraded"
-	afterSpec, err := env.PG.Update(ctx, withSpec)
+	afterSpec, err := env.PG.Postgresqls(withSpec.Namespace).Update(ctx, withSpec, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,14 +290,14 @@ func TestCRDStatusSubresource(t *testing.T) {
 	// 3. A stale resourceVersion is a Conflict, on both endpoints.
 	stale := afterStatus.DeepCopy() // older than afterSpec
 	stale.Spec.NumberOfInstances = 4
-	if _, err := env.PG.Update(ctx, stale); !apierrors.IsConflict(err) {
+	if _, err := env.PG.Postgresqls(stale.Namespace).Update(ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 		t.Errorf("Update with a stale resourceVersion: %v, want Conflict", err)
 	}
 	stale.Status.State = "Creating"
-	if _, err := env.PG.UpdateStatus(ctx, stale); !apierrors.IsConflict(err) {
+	if _, err := env.PG.Postgresqls(stale.Namespace).UpdateStatus(ctx, stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 		t.Errorf("UpdateStatus with a stale resourceVersion: %v, want Conflict", err)
 	}
-	final, err := env.PG.Get(ctx, ns, "db")
+	final, err := env.PG.Postgresqls(ns).Get(ctx, "db", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestCRDStatusSubresource(t *testing.T) {
 	// 4. The status schema holds too: timers are a map keyed by name.
 	bad := final.DeepCopy()
 	bad.Status.Timers = []v1.Timer{{Name: "timeout", Deadline: metav1.Now()}, {Name: "timeout", Deadline: metav1.Now()}}
-	if _, err := env.PG.UpdateStatus(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.timers") {
+	if _, err := env.PG.Postgresqls(bad.Namespace).UpdateStatus(ctx, bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.timers") {
 		t.Errorf("UpdateStatus with two timers named timeout: %v, want Invalid naming status.timers", err)
 	}
 }
@@ -349,12 +349,12 @@ func TestCRDPrinterColumns(t *testing.T) {
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Skipf("no %s to check the output: %v", kubectl, err)
 	}
-	created, err := env.PG.Create(ctx, NewCluster(ns, "shown", 2))
+	created, err := env.PG.Postgresqls(ns).Create(ctx, NewCluster(ns, "shown", 2), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	created.Status.State, created.Status.Ready, created.Status.Reason = "Creating", "1/2", "Unschedulable"
-	if _, err := env.PG.UpdateStatus(ctx, created); err != nil {
+	if _, err := env.PG.Postgresqls(created.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := runKubectl(ctx, kubectl, "get", "pg", "-n", ns, "-o", "wide")

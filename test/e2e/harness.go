@@ -44,8 +44,9 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
+	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 	"github.com/pgloop/pgloop/test/labeller"
 	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
@@ -56,8 +57,10 @@ import (
 type Env struct {
 	Plane *testbed.Plane
 	Kube  kubernetes.Interface
-	PG    *client.Client
-	Dyn   dynamic.Interface
+	// PG is the typed client of the pgloop.dev/v1 group, from the
+	// generated clientset.
+	PG  pgclientv1.PgloopV1Interface
+	Dyn dynamic.Interface
 	// Repo is the root of the repository (where go.mod names
 	// github.com/pgloop/pgloop).
 	Repo string
@@ -90,10 +93,11 @@ func Setup(ctx context.Context, opts testbed.Options) (*Env, error) {
 }
 
 func (e *Env) init(ctx context.Context) error {
-	var err error
-	if e.PG, err = client.New(e.Plane.Config); err != nil {
+	pg, err := pgclient.NewForConfig(e.Plane.Config)
+	if err != nil {
 		return err
 	}
+	e.PG = pg.PgloopV1()
 	if e.Dyn, err = dynamic.NewForConfig(e.Plane.Config); err != nil {
 		return err
 	}
@@ -261,7 +265,7 @@ const cleanupDeadline = 90 * time.Second
 func (e *Env) deleteClusters(t testing.TB, o *Operator, namespace string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupDeadline)
 	defer cancel()
-	list, err := e.PG.List(ctx, namespace, metav1.ListOptions{})
+	list, err := e.PG.Postgresqls(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Errorf("cleanup: while listing the clusters of %s: %v", namespace, err)
 		return
@@ -270,7 +274,7 @@ func (e *Env) deleteClusters(t testing.TB, o *Operator, namespace string) {
 		return
 	}
 	for _, pg := range list.Items {
-		if err := e.PG.Delete(ctx, namespace, pg.Name, metav1.DeleteOptions{}); IgnoreNotFound(err) != nil {
+		if err := e.PG.Postgresqls(namespace).Delete(ctx, pg.Name, metav1.DeleteOptions{}); IgnoreNotFound(err) != nil {
 			t.Errorf("cleanup: while deleting cluster %s/%s: %v", namespace, pg.Name, err)
 		}
 	}
@@ -295,12 +299,12 @@ func (e *Env) dropFinalizers(t testing.TB, namespace, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pg, err := e.PG.Get(ctx, namespace, name)
+		pg, err := e.PG.Postgresqls(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		pg.Finalizers = nil
-		_, err = e.PG.Update(ctx, pg)
+		_, err = e.PG.Postgresqls(pg.Namespace).Update(ctx, pg, metav1.UpdateOptions{})
 		return err
 	})
 	if IgnoreNotFound(err) != nil {
@@ -448,25 +452,11 @@ func (e *Env) CreateCluster(t testing.TB, ns, name string, instances int32, muta
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	created, err := e.PG.Create(ctx, pg)
+	created, err := e.PG.Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("while creating cluster %s/%s: %v", ns, name, err)
 	}
 	return created
-}
-
-// pgLister adapts the pgloop client to testbed.ListWatch for one namespace.
-type pgLister struct {
-	c  *client.Client
-	ns string
-}
-
-func (l pgLister) List(ctx context.Context, opts metav1.ListOptions) (*v1.PostgresqlList, error) {
-	return l.c.List(ctx, l.ns, opts)
-}
-
-func (l pgLister) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return l.c.Watch(ctx, l.ns, opts)
 }
 
 // Clusters lists and watches the cluster ns/name (every cluster of ns when
@@ -476,7 +466,7 @@ func (e *Env) Clusters(ns, name string) *cache.ListWatch {
 	if name != "" {
 		sel = ByName(name)
 	}
-	return testbed.ListWatch(pgLister{e.PG, ns}, sel)
+	return testbed.ListWatch(e.PG.Postgresqls(ns), sel)
 }
 
 // Summary renders the part of a cluster's status a failure message needs.
@@ -569,12 +559,12 @@ func (e *Env) WaitGone(ctx context.Context, ns, name string) error {
 func (e *Env) UpdateCluster(ctx context.Context, ns, name string, change func(*v1.Postgresql)) (*v1.Postgresql, error) {
 	var out *v1.Postgresql
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pg, err := e.PG.Get(ctx, ns, name)
+		pg, err := e.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		change(pg)
-		out, err = e.PG.Update(ctx, pg)
+		out, err = e.PG.Postgresqls(pg.Namespace).Update(ctx, pg, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {

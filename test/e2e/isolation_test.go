@@ -169,7 +169,7 @@ func TestIsolation(t *testing.T) {
 		}
 		ctx := Context(t, stepDeadline)
 		began := time.Now()
-		if err := env.PG.Delete(ctx, s.ns, s.name, metav1.DeleteOptions{}); err != nil {
+		if err := env.PG.Postgresqls(s.ns).Delete(ctx, s.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := env.WaitGone(ctx, s.ns, s.name); err != nil {

@@ -109,7 +109,7 @@ func TestLifecycle(t *testing.T) {
 	// 4. Delete: the resource goes, and with it everything it owned.
 	ctx = Context(t, stepDeadline)
 	began = time.Now()
-	if err := env.PG.Delete(ctx, ns, name, metav1.DeleteOptions{}); err != nil {
+	if err := env.PG.Postgresqls(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := env.WaitGone(ctx, ns, name); err != nil {
@@ -131,7 +131,7 @@ func kubectlMergePatch(ctx context.Context, t *testing.T, ns, name, patch string
 		if _, err := runKubectl(ctx, kubectl, "patch", "pg", name, "-n", ns, "--type", "merge", "-p", patch); err != nil {
 			t.Fatal(err)
 		}
-		pg, err := env.PG.Get(ctx, ns, name)
+		pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -117,7 +117,7 @@ func TestRestartResumesFromStatus(t *testing.T) {
 	}
 	for name := range before {
 		// What the dead operator left is what the new one starts from.
-		pg, err := env.PG.Get(ctx, ns, name)
+		pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestRestartResumesFromStatus(t *testing.T) {
 	// 3. The new operator took each cluster up where it was: same state,
 	// same epoch, same deadline.
 	for name, old := range before {
-		pg, err := env.PG.Get(ctx, ns, name)
+		pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,13 +209,13 @@ func TestRestartResumesFromStatus(t *testing.T) {
 // assertQuiet watches the clusters of ns for d and returns an error if any
 // of them changes.
 func assertQuiet(ctx context.Context, ns string, d time.Duration) error {
-	list, err := env.PG.List(ctx, ns, metav1.ListOptions{})
+	list, err := env.PG.Postgresqls(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	w, err := env.PG.Watch(wctx, ns, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	w, err := env.PG.Postgresqls(ns).Watch(wctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		return err
 	}

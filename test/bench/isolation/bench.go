@@ -29,13 +29,14 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	"github.com/pgloop/pgloop/test/labeller"
 	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
@@ -255,7 +256,7 @@ type bench struct {
 	out     io.Writer
 	began   time.Time
 	kube    kubernetes.Interface
-	pg      *client.Client
+	pg      pgclient.Interface
 	tracker *tracker
 	metrics *scraper
 
@@ -483,7 +484,7 @@ func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
 	if b.kube, err = kubernetes.NewForConfig(rc); err != nil {
 		return err
 	}
-	if b.pg, err = client.New(rc); err != nil {
+	if b.pg, err = pgclient.NewForConfig(rc); err != nil {
 		return err
 	}
 	crds, err := testbed.ReadManifests(filepath.Join(b.cfg.Repo, "manifests", "crds"))
@@ -525,7 +526,7 @@ func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
 			w := i % len(stuckWays)
 			pg := pgtest.Cluster(b.stuckNS[w], fmt.Sprintf("stuck-%03d", i), 1)
 			stuckWays[w].mutate(pg)
-			if _, err := b.pg.Create(ctx, pg); err != nil {
+			if _, err := b.pg.PgloopV1().Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
 				return p, fmt.Errorf("while creating stuck cluster %s/%s: %w", pg.Namespace, pg.Name, err)
 			}
 			b.stuck = append(b.stuck, pg.Namespace+"/"+pg.Name)
@@ -666,7 +667,7 @@ func (b *bench) healthy(ctx context.Context, name string) (Healthy, error) {
 	if err != nil {
 		return h, err
 	}
-	if _, err := b.pg.Create(ctx, pgtest.Cluster(b.healthyNS, name, int32(b.cfg.Instances))); err != nil {
+	if _, err := b.pg.PgloopV1().Postgresqls(b.healthyNS).Create(ctx, pgtest.Cluster(b.healthyNS, name, int32(b.cfg.Instances)), metav1.CreateOptions{}); err != nil {
 		return h, fmt.Errorf("while creating healthy cluster %s: %w", key, err)
 	}
 	created := time.Now()

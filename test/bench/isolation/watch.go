@@ -16,9 +16,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/client"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -177,13 +177,13 @@ func (t *tracker) snapshot(key string) seen {
 
 // start runs the informers until ctx ends and returns once all have
 // listed, or syncCtx ends first.
-func (t *tracker) start(ctx, syncCtx context.Context, kube kubernetes.Interface, pg *client.Client, podNamespace string) error {
+func (t *tracker) start(ctx, syncCtx context.Context, kube kubernetes.Interface, pg pgclient.Interface, podNamespace string) error {
 	clusters := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return pg.List(ctx, metav1.NamespaceAll, opts)
+			return pg.PgloopV1().Postgresqls(metav1.NamespaceAll).List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return pg.Watch(ctx, metav1.NamespaceAll, opts)
+			return pg.PgloopV1().Postgresqls(metav1.NamespaceAll).Watch(ctx, opts)
 		},
 	}, &v1.Postgresql{}, 0, cache.Indexers{})
 	selector := labels.SelectorFromSet(labels.Set{cluster.LabelApplication: cluster.ApplicationSpilo}).String()

@@ -35,6 +35,7 @@ const (
 // what the user asks for; the status is the operator's persisted state
 // machine for the cluster.
 //
+// +genclient
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=postgresqls,singular=postgresql,shortName=pg,scope=Namespaced,categories=all
 // +kubebuilder:subresource:status
