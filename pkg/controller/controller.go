@@ -1,10 +1,11 @@
 // Package controller connects the generic event loop to the clusters' state
 // machines: it implements eventloop.Handler by keeping one fsm.Machine per
-// cluster, reading each cluster's facts from an Observer (the informers'
-// caches) and turning the machine's plans into executable steps through
-// Effects. The Handler runs on the loop goroutine only, so it needs no
-// locks. NewEffects is the glue between the machine and pkg/effects: it
-// makes a plan's steps out of the calls of an Actor (*effects.Effects).
+// cluster, reading each cluster's facts from an Observer (pkg/facts, over
+// the informers' caches) and turning the machine's plans into executable
+// steps through Effects. The Handler runs on the loop goroutine only, so it
+// needs no locks. NewEffects is the glue between the machine and
+// pkg/effects: it makes a plan's steps out of the calls of an Actor
+// (*effects.Effects).
 package controller
 
 import (

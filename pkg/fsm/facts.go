@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Facts are what pgloop observed about a cluster when an input arrives, read
-// from the informers' caches by the caller: observations only. Guards decide
+// Facts are what pgloop observed about a cluster when an input arrives,
+// derived from the informers' caches by pkg/facts: observations only. Guards decide
 // on them, the status and what the machine remembers (Memory).
 type Facts struct {
 	// Generation is the custom resource's metadata.generation.

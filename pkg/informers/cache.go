@@ -60,24 +60,36 @@ func (i *Informers) PersistentVolumeClaims(key string) []*corev1.PersistentVolum
 	if s == nil {
 		return nil
 	}
-	objs, _ := s.claims.GetIndexer().ByIndex(byCluster, key)
-	claims := make([]*corev1.PersistentVolumeClaim, 0, len(objs))
-	for _, o := range objs {
-		if c, ok := o.(*corev1.PersistentVolumeClaim); ok {
-			claims = append(claims, c)
-		}
-	}
+	claims := indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key)
 	slices.SortFunc(claims, func(a, b *corev1.PersistentVolumeClaim) int { return strings.Compare(a.Name, b.Name) })
 	return claims
 }
 
 // byKey returns the object namespace/name of an informer's cache.
 func byKey[T any](inf cache.SharedIndexInformer, namespace, name string) (T, bool) {
+	return byCacheKey[T](inf, namespace+"/"+name)
+}
+
+// byCacheKey returns the object of an informer's cache whose key is key.
+func byCacheKey[T any](inf cache.SharedIndexInformer, key string) (T, bool) {
 	var zero T
-	obj, ok, err := inf.GetStore().GetByKey(namespace + "/" + name)
+	obj, ok, err := inf.GetStore().GetByKey(key)
 	if err != nil || !ok {
 		return zero, false
 	}
 	t, ok := obj.(T)
 	return t, ok
+}
+
+// indexed returns the objects of an informer's cache whose index value is
+// value, in no particular order.
+func indexed[T any](inf cache.SharedIndexInformer, index, value string) []T {
+	objs, _ := inf.GetIndexer().ByIndex(index, value)
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		if t, ok := o.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // Handlers only map an object to its cluster and call Notify: no API call,
-// no blocking, no work that Observe can do later on the loop goroutine.
+// no blocking, no work that can be done later on the loop goroutine.
 
 // specHandler notifies SignalSpec for the Postgresql resources.
 func (i *Informers) specHandler() cache.ResourceEventHandler {
@@ -95,7 +95,7 @@ func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
 // leaderHandler notifies SignalLeader when Patroni's leader record of a
 // cluster (cluster.LeaderConfigMapName) appears, goes, or names another
 // member. The holder renews the record every loop_wait seconds (renewTime,
-// optime): those updates change nothing Observe reads, and dropping them
+// optime): those updates change nothing the facts read, and dropping them
 // here keeps a thousand idle clusters from waking the loop every few
 // seconds. Patroni's other ConfigMaps (config, failover, sync) are not read
 // at all. A resync (the same object as old and new) notifies, as for the
@@ -192,8 +192,8 @@ func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandl
 
 // quotaHandler notifies SignalQuota to every cluster of the namespace of a
 // ResourceQuota that was added, changed (its limits, or what is used) or
-// deleted: one of them whose pods the quota refused may fit now. Observe
-// decides whether a cluster needs its StatefulSet nudged.
+// deleted: one of them whose pods the quota refused may fit now. Its facts
+// (pkg/facts) say whether it needs its StatefulSet nudged.
 func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 	notify := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {

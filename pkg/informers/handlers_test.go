@@ -168,8 +168,8 @@ func TestHandlers(t *testing.T) {
 		})
 	}
 
-	if f, _ := inf.Observe("db/c1"); !f.Gone {
-		t.Errorf("db/c1 after deletion: %+v", f)
+	if objs, ok := inf.Objects("db/c1"); ok {
+		t.Errorf("db/c1 after deletion: %+v", objs)
 	}
 	cached, err := inf.all.owned.Core().V1().Secrets().Lister().Secrets(ns).Get(secret.Name)
 	if err != nil || cached.Data != nil {
@@ -297,7 +297,7 @@ func TestSpecChanged(t *testing.T) {
 // each.
 func TestSelectors(t *testing.T) {
 	kube := fake.NewClientset()
-	inf := New(kube, newPGClient(), Options{Namespaces: []string{"db"}, Now: func() time.Time { return now }}, discard{})
+	inf := New(kube, newPGClient(), Options{Namespaces: []string{"db"}}, discard{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	inf.Start(ctx)

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -139,33 +138,9 @@ func lock(pg *v1.Postgresql, leader string) *corev1.ConfigMap {
 	return cm
 }
 
-func notReady(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }
-
 func terminating(p *corev1.Pod) {
 	t := ago(time.Second)
 	p.DeletionTimestamp = &t
-}
-
-func outdated(p *corev1.Pod) { p.Annotations[cluster.AnnotationPodTemplateHash] = "0ld" }
-
-func unschedulable(msg string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg},
-			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
-		}
-		p.Status.ContainerStatuses = nil
-	}
-}
-
-func waiting(reason, msg string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		notReady(p)
-		p.Status.ContainerStatuses[0].Ready = false
-		p.Status.ContainerStatuses[0].State = corev1.ContainerState{
-			Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
-	}
 }
 
 func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase, mods ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
@@ -179,10 +154,6 @@ func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase
 		m(c)
 	}
 	return c
-}
-
-func withClass(class string) func(*corev1.PersistentVolumeClaim) {
-	return func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = &class }
 }
 
 // claimEvent returns a Warning of the persistent volume controller about
@@ -203,23 +174,6 @@ func resourceQuota(name, version string) *corev1.ResourceQuota {
 	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: version}}
 }
 
-// quotaVersionOf is quotaVersion of a namespace holding quotas.
-func quotaVersionOf(quotas ...*corev1.ResourceQuota) string {
-	s := &scope{quotas: cache.NewSharedIndexInformer(nil, &corev1.ResourceQuota{}, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})}
-	for _, q := range quotas {
-		_ = s.quotas.GetStore().Add(q)
-	}
-	return quotaVersion(s, ns)
-}
-
-// nudged returns a copy of sts nudged for the quota version v.
-func nudged(sts *appsv1.StatefulSet, v string) *appsv1.StatefulSet {
-	out := sts.DeepCopy()
-	out.Annotations = map[string]string{cluster.AnnotationQuotaSeen: v}
-	return out
-}
-
 // event returns an Event of the StatefulSet controller about sts.
 func event(sts *appsv1.StatefulSet, name, typ, reason, msg string, last time.Duration) *corev1.Event {
 	return &corev1.Event{
@@ -238,9 +192,6 @@ func start(t testing.TB, opts Options, n Notifier, pgs []*v1.Postgresql, objs ..
 	t.Helper()
 	kube := fake.NewClientset(objs...)
 	pgc := newPGClient(pgs...)
-	if opts.Now == nil {
-		opts.Now = func() time.Time { return now }
-	}
 	inf := New(kube, pgc, opts, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -1,11 +1,13 @@
 // Package informers keeps pgloop's view of the cluster: informer caches of
-// the Postgresql resources and of the objects pgloop owns, handlers that turn
-// every watch event into a Notify of the event loop, and Observe, which reads
-// a cluster's fsm.Facts from those caches on the loop goroutine.
+// the Postgresql resources and of the objects pgloop owns, and handlers that
+// turn every watch event into a Notify of the event loop. It derives
+// nothing: the loop reads a cluster's objects from the caches (Objects) and
+// pkg/facts derives its fsm.Facts from them; the effects read the same
+// caches (effects.Cache).
 //
 // Handlers never call the API and never block: they map an object to the
 // cluster it belongs to and notify. Everything else is read from the caches
-// when the loop asks, so a burst of pod updates costs one Observe once the
+// when the loop asks, so a burst of pod updates costs one read once the
 // loop's inbox has coalesced it.
 package informers
 
@@ -74,12 +76,6 @@ type Options struct {
 	// Log receives debug lines about objects that map to no cluster. Nil
 	// means the standard logger.
 	Log *logrus.Entry
-	// Now tells the time for Event age checks. Nil means time.Now.
-	Now func() time.Time
-	// Cluster are the operator-wide settings the desired StatefulSet is
-	// built with. They must be the ones the effects build with, or Observe
-	// sees a difference that is not there and ObjectsCurrent stays false.
-	Cluster cluster.Options
 }
 
 // Index names of the caches.
@@ -131,32 +127,16 @@ type Informers struct {
 
 	notifier Notifier
 	log      *logrus.Entry
-	now      func() time.Time
-	opts     cluster.Options
 
 	startOnce sync.Once
-
-	// mu guards derived: Observe runs on the loop goroutine, but other
-	// readers (a status endpoint, tests) may call it too.
-	mu      sync.Mutex
-	derived map[string]*derived
 }
 
 // New sets up the informers and registers their handlers; nothing runs
 // until Start. n is notified of every change, keyed by cluster.
 func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notifier) *Informers {
-	i := &Informers{
-		notifier: n,
-		log:      opts.Log,
-		now:      opts.Now,
-		opts:     opts.Cluster,
-		derived:  map[string]*derived{},
-	}
+	i := &Informers{notifier: n, log: opts.Log}
 	if i.log == nil {
 		i.log = logrus.NewEntry(logrus.StandardLogger())
-	}
-	if i.now == nil {
-		i.now = time.Now
 	}
 	namespaces := slices.Clone(opts.Namespaces)
 	slices.Sort(namespaces)
@@ -226,7 +206,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	i.must(s.warnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
 	i.must(s.claimWarnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
 	// The factory's informers come with the namespace index, which
-	// quotaVersion reads.
+	// Objects reads the quotas by.
 
 	s.addHandler(i, s.postgresqls, i.specHandler())
 	s.addHandler(i, s.pods, i.ownedHandler(SignalPods))
@@ -337,15 +317,7 @@ func (i *Informers) Pods(key string) []*corev1.Pod {
 	if s == nil {
 		return nil
 	}
-	objs, _ := s.pods.GetIndexer().ByIndex(byCluster, key)
-	pods := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			pods = append(pods, p)
-		}
-	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	return pods
+	return sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key))
 }
 
 // clusterIndex indexes an object under the key of the cluster its

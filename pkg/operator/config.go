@@ -219,8 +219,8 @@ func (c *Config) fsmConfig() fsm.Config {
 	}
 }
 
-// clusterOptions are the builders' options; the informers and the effects
-// must build with the same ones.
+// clusterOptions are the builders' options. runLeader hands the one value
+// to the facts and to the effects, which must build with the same ones.
 func (c *Config) clusterOptions() cluster.Options {
 	return cluster.Options{Image: c.SpiloImage}
 }

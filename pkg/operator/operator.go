@@ -32,6 +32,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/facts"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
 	"github.com/pgloop/pgloop/pkg/informers"
@@ -336,8 +337,9 @@ func identity() (string, error) {
 
 // loopNotifier forwards the informers' notifications to the loop. The
 // informers need a Notifier when they are built, the loop needs the
-// controller, and the controller the informers (its Observer): the loop is
-// set here before the informers start, so no notification can miss it.
+// controller, and the controller the informers (its Observer reads them):
+// the loop is set here before the informers start, so no notification can
+// miss it.
 type loopNotifier struct{ loop *eventloop.Loop }
 
 func (n *loopNotifier) Notify(key, signal string) { n.loop.Notify(key, signal) }
@@ -356,17 +358,18 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	}
 
 	clk := clock.RealClock{}
-	build := cfg.clusterOptions()
 	notifier := &loopNotifier{}
 	inf := informers.New(cl.kube, cl.pg, informers.Options{
 		Namespaces: cfg.Namespaces,
 		Log:        log,
-		Now:        clk.Now,
-		Cluster:    build,
 	}, notifier)
+	// One builder configuration for the facts and the effects: the facts
+	// compare the StatefulSet with the one the effects would build.
+	build := cfg.clusterOptions()
+	obs := facts.NewObserver(inf, facts.NewDeriver(build), clk.Now)
 	// The effects read the informers' caches and only write to the API.
 	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf})
-	ctrl := controller.New(cfg.fsmConfig(), inf, metrics.InstrumentEffects(controller.NewEffects(eff), m), clk, log)
+	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(controller.NewEffects(eff), m), clk, log)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:       clk,

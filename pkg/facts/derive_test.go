@@ -1,4 +1,4 @@
-package informers
+package facts
 
 import (
 	"reflect"
@@ -8,8 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -17,7 +17,9 @@ import (
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
-func TestObserve(t *testing.T) {
+// TestFacts feeds a cluster's objects to a Deriver and checks the facts it
+// derives.
+func TestFacts(t *testing.T) {
 	pg := newPG("c1", 3)
 	sts := statefulSet(pg)
 	// healthy is the StatefulSet, the leader record naming c1-0 and three
@@ -295,62 +297,37 @@ func TestObserve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{tt.pg}, tt.objs...)
-			got, status := inf.Observe("db/c1")
+			objs := objects(tt.pg, tt.objs...)
+			got := NewDeriver(cluster.Options{}).Facts(objs, now)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("facts\n got %+v\nwant %+v", got, tt.want)
 			}
-			cached, _ := inf.Postgresql("db/c1")
-			if status != &cached.Status {
-				t.Errorf("status is not the cache's: %p, want %p", status, &cached.Status)
-			}
-			if status.State != "Running" || status.Epoch != 4 {
-				t.Errorf("status %+v", status)
+			// The pods come in any order: the facts are the same.
+			slices.Reverse(objs.Pods)
+			if got := NewDeriver(cluster.Options{}).Facts(objs, now); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("facts of the pods in reverse order\n got %+v\nwant %+v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestObserveGone(t *testing.T) {
-	pg := newPG("c1", 1)
-	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg}, statefulSet(pg), pod(pg, 0, master))
-	if f, _ := inf.Observe("db/c1"); f.Gone || !f.ObjectsCurrent {
-		t.Fatalf("c1 %+v", f)
-	}
-	if _, ok := inf.derived["db/c1"]; !ok {
-		t.Fatal("nothing derived for c1")
-	}
-	// Pods of a cluster whose resource is gone are no reason to resurrect it.
-	other := newPG("other", 1)
-	inf2, _, _ := start(t, Options{}, discard{}, nil, pod(other, 0, master))
-	for _, tt := range []struct {
-		inf *Informers
-		key string
-	}{{inf, "db/nope"}, {inf2, "db/other"}, {inf, "no-slash"}} {
-		f, status := tt.inf.Observe(tt.key)
-		if !reflect.DeepEqual(f, fsm.Facts{Gone: true}) || status != nil {
-			t.Errorf("%s: facts %+v status %v, want gone", tt.key, f, status)
-		}
 	}
 }
 
 // TestDeriveCached checks that the spec is validated and the desired
 // StatefulSet built once per (UID, generation), not per pod event.
 func TestDeriveCached(t *testing.T) {
-	i := &Informers{derived: map[string]*derived{}}
+	d := NewDeriver(cluster.Options{})
 	pg := newPG("c1", 3)
-	d1 := i.derive("db/c1", pg)
-	sts1 := i.desiredStatefulSet(d1, pg)
+	d1 := d.derive(pg)
+	sts1 := d.desiredStatefulSet(d1, pg)
 
 	same := pg.DeepCopy()
 	same.Spec.PostgreSQL.Version = "9" // not how specs change, but shows no re-validation
-	if d := i.derive("db/c1", same); d != d1 || d.specError != "" || i.desiredStatefulSet(d, same) != sts1 {
+	if s := d.derive(same); s != d1 || s.specError != "" || d.desiredStatefulSet(s, same) != sts1 {
 		t.Errorf("re-derived at the same generation")
 	}
 
 	next := same.DeepCopy()
 	next.Generation = 2
-	d2 := i.derive("db/c1", next)
+	d2 := d.derive(next)
 	if d2 == d1 || d2.specError == "" || !strings.Contains(d2.specError, "spec.postgresql.version") {
 		t.Errorf("generation 2: %+v", d2)
 	}
@@ -358,83 +335,36 @@ func TestDeriveCached(t *testing.T) {
 	recreated := pg.DeepCopy()
 	recreated.UID = "new"
 	recreated.Generation = 2
-	if d := i.derive("db/c1", recreated); d == d2 || d.specError != "" {
+	if s := d.derive(recreated); s == d2 || s.specError != "" {
 		t.Errorf("a new UID reused the old derivation")
 	}
 
-	i.forget("db/c1")
-	if len(i.derived) != 0 {
-		t.Errorf("forget left %v", i.derived)
+	other := newPG("c2", 3)
+	if s := d.derive(other); s == d1 || s == d2 {
+		t.Errorf("another cluster reused c1's derivation")
+	}
+	d.Forget("db/c1")
+	if len(d.memo) != 1 || d.memo[types.NamespacedName{Namespace: "db", Name: "c2"}] == nil {
+		t.Errorf("forget of db/c1 left %v", d.memo)
 	}
 }
 
-func TestPodsAndKeys(t *testing.T) {
-	a, b := newPG("b", 2), newPG("a", 1)
-	c := newPG("c", 1)
-	c.Namespace = "other"
-	objs := []runtime.Object{pod(a, 1), pod(a, 0, terminating), pod(b, 0), pod(c, 0)}
-
-	t.Run("all namespaces", func(t *testing.T) {
-		inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
-		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b,other/c"; got != want {
-			t.Errorf("keys %s, want %s", got, want)
-		}
-		var names []string
-		for _, p := range inf.Pods("db/b") {
-			names = append(names, p.Name)
-		}
-		if got, want := strings.Join(names, ","), "b-0,b-1"; got != want {
-			t.Errorf("pods %s, want %s", got, want)
-		}
-		if _, ok := inf.Postgresql("other/c"); !ok {
-			t.Error("other/c not found")
-		}
-	})
-	t.Run("one namespace", func(t *testing.T) {
-		inf, _, _ := start(t, Options{Namespaces: []string{"db", "db"}}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
-		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b"; got != want {
-			t.Errorf("keys %s, want %s", got, want)
-		}
-		if _, ok := inf.Postgresql("other/c"); ok {
-			t.Error("other/c found outside the watched namespace")
-		}
-		if got := inf.Pods("other/c"); got != nil {
-			t.Errorf("pods of other/c: %v", got)
-		}
-		if f, _ := inf.Observe("other/c"); !f.Gone {
-			t.Errorf("other/c not gone: %+v", f)
-		}
-	})
-	t.Run("several namespaces", func(t *testing.T) {
-		inf, _, _ := start(t, Options{Namespaces: []string{"other", "db"}}, discard{}, []*v1.Postgresql{a, b, c}, objs...)
-		if got, want := strings.Join(inf.Keys(), ","), "db/a,db/b,other/c"; got != want {
-			t.Errorf("keys %s, want %s", got, want)
-		}
-		if got := inf.Pods("other/c"); len(got) != 1 {
-			t.Errorf("pods of other/c: %v", got)
-		}
-	})
-}
-
-func TestSlim(t *testing.T) {
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-		Data:       map[string][]byte{"password": []byte("hunter2")},
-		StringData: map[string]string{"password": "hunter2"},
+// TestDesiredWithBuildOptions checks that the desired StatefulSet is built
+// with the Deriver's options: a StatefulSet the effects built with other
+// options than the defaults is current.
+func TestDesiredWithBuildOptions(t *testing.T) {
+	build := cluster.Options{Image: "registry.example/spilo:custom"}
+	pg := newPG("c1", 1)
+	sts := cluster.StatefulSet(pg, build)
+	sts.Generation, sts.Status.ObservedGeneration = 1, 1
+	p := pod(pg, 0, master)
+	p.Annotations[cluster.AnnotationPodTemplateHash] = cluster.PodTemplateHash(sts)
+	objs := objects(pg, sts, lock(pg, "c1-0"), p)
+	if f := NewDeriver(build).Facts(objs, now); !f.ObjectsCurrent {
+		t.Errorf("built with the effects' options: not current: %+v", f)
 	}
-	if _, err := slim(s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Data != nil || s.StringData != nil || s.ManagedFields != nil {
-		t.Errorf("secret kept %+v", s)
-	}
-	cm := lock(newPG("c1", 1), "c1-0")
-	cm.Data, cm.BinaryData = map[string]string{"big": "x"}, map[string][]byte{"blob": {1}}
-	if _, err := slim(cm); err != nil {
-		t.Fatal(err)
-	}
-	if cm.Data != nil || cm.BinaryData != nil || cm.Annotations[cluster.AnnotationLeader] != "c1-0" {
-		t.Errorf("configmap kept %+v: want its annotations only", cm)
+	if f := NewDeriver(cluster.Options{}).Facts(objs, now); f.ObjectsCurrent {
+		t.Errorf("built with other options than the effects': current: %+v", f)
 	}
 }
 
@@ -454,3 +384,18 @@ func TestTruncate(t *testing.T) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+// BenchmarkFacts measures the facts of a healthy 3-pod cluster, the loop's
+// hot path: every event of every cluster starts with them.
+func BenchmarkFacts(b *testing.B) {
+	pg := newPG("c1", 3)
+	objs := objects(pg, statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
+	d := NewDeriver(cluster.Options{})
+	if f := d.Facts(objs, now); !f.ObjectsCurrent || f.Primary != "c1-0" {
+		b.Fatalf("not a healthy cluster: %+v", f)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Facts(objs, now)
+	}
+}

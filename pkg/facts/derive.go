@@ -1,0 +1,323 @@
+package facts
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// Deriver turns a cluster's Objects into its fsm.Facts. The facts are a
+// function of the objects and the time only; the Deriver remembers what the
+// spec alone says, which only changes with the generation, so that it is
+// computed once per (UID, generation) and not again for every pod event.
+// It is safe for concurrent use: Observe runs on the loop goroutine, but
+// other readers (a status endpoint, tests) may call it too.
+type Deriver struct {
+	// build are the settings the desired StatefulSet is built with: the
+	// effects' own, or ObjectsCurrent stays false.
+	build cluster.Options
+
+	mu   sync.Mutex
+	memo map[types.NamespacedName]*derived
+}
+
+// derived is what the spec of one cluster says, for one (UID, generation).
+type derived struct {
+	uid        types.UID
+	generation int64
+	specError  string
+	// desired is the StatefulSet the spec asks for, built on first need.
+	desired *appsv1.StatefulSet
+}
+
+// NewDeriver returns a Deriver that builds the desired StatefulSet with
+// build, which must be the cluster.Options the effects build it with.
+func NewDeriver(build cluster.Options) *Deriver {
+	return &Deriver{build: build, memo: map[types.NamespacedName]*derived{}}
+}
+
+// Facts returns the facts of the cluster objs describe; now ages its
+// Warning Events. objs are not modified.
+func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
+	pg := objs.Postgresql
+	spec := d.derive(pg)
+	f := fsm.Facts{
+		Generation: pg.Generation,
+		Deleting:   pg.DeletionTimestamp != nil,
+		Desired:    pg.Spec.NumberOfInstances,
+		SpecError:  spec.specError,
+	}
+
+	stsName := cluster.StatefulSetName(pg.Name)
+	sts := objs.StatefulSet
+	// Name order makes "the first cause found" the same on every call.
+	pods := objs.Pods
+	if !slices.IsSortedFunc(pods, byName) {
+		pods = slices.SortedFunc(slices.Values(pods), byName)
+	}
+
+	leader, recorded := leaderRecord(objs.Leader, pg.Name)
+	// A never-bound claim of another StorageClass than the StatefulSet's
+	// is replaced with its pod, once the StatefulSet asks for the spec's
+	// class (it was re-created): before that, its controller would make
+	// the claim anew with the old class.
+	claimClass, replaceClaims := "", false
+	if sts != nil {
+		claimClass = cluster.ClaimTemplateClass(sts)
+		replaceClaims = claimClass == pg.Spec.Volume.StorageClass
+	}
+	var (
+		existing    int32
+		leaderPod   *corev1.Pod // the pod the leader record names, terminating or not
+		lastCreated time.Time
+		// next is the outdated pod that runs PostgreSQL to replace first:
+		// replicas before the leader, then the lowest ordinal.
+		next       *corev1.Pod
+		nextLeader bool
+		nextOrd    int
+		// idle are the outdated pods that run nothing, replaced at once.
+		idle []fsm.PodRef
+		// The first pod-level causes, by kind.
+		unschedulable        *corev1.Pod
+		unschedulableMessage string
+		waiting              *corev1.Pod
+		waitingState         *corev1.ContainerStateWaiting
+	)
+	for _, p := range pods {
+		if t := p.CreationTimestamp.Time; t.After(lastCreated) {
+			lastCreated = t
+		}
+		isLeader := leader != "" && p.Name == leader
+		if isLeader {
+			leaderPod = p
+		}
+		// A terminating pod is on its way out: it counts for nothing, not
+		// even as outdated, or a rollout would pick it again.
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		existing++
+		if podReady(p) {
+			f.Ready++
+		}
+		var claim *corev1.PersistentVolumeClaim
+		if replaceClaims && runsNothing(p) {
+			claim = wrongClassClaim(objs, p, claimClass)
+		}
+		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
+			f.Outdated++
+			ord := ordinal(p.Name, stsName)
+			switch {
+			case ord < 0 || ord >= int(f.Desired):
+				// Scaled away: the StatefulSet controller deletes it.
+			case runsNothing(p):
+				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
+				if claim != nil {
+					ref.Claim, ref.ClaimUID = claim.Name, string(claim.UID)
+				}
+				idle = append(idle, ref)
+			case next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd):
+				next, nextLeader, nextOrd = p, isLeader, ord
+			}
+		}
+		if unschedulable == nil {
+			if msg, ok := schedulingFailure(p); ok {
+				unschedulable, unschedulableMessage = p, msg
+			}
+		}
+		if waiting == nil {
+			if w := stuckContainer(p); w != nil {
+				waiting, waitingState = p, w
+			}
+		}
+	}
+
+	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
+	switch {
+	case len(idle) > 0:
+		f.Replace = idle
+	case f.Ready == f.Desired && next != nil:
+		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
+	}
+	// Cheapest checks first: the desired StatefulSet is built (once per
+	// generation) only when everything else already holds.
+	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
+		sts.Status.ObservedGeneration >= sts.Generation &&
+		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
+		f.Outdated == 0 && existing == f.Desired &&
+		cluster.Compare(sts, d.desiredStatefulSet(spec, pg)) == cluster.NoChange
+
+	// Stuck causes, the first found in this order. Claims and Events are
+	// looked at only while pods are missing or not Ready, which keeps the
+	// healthy path free of them. A claim that cannot bind comes first when
+	// its Warning says why: the scheduler's words for its pod ("pod has
+	// unbound immediate PersistentVolumeClaims") do not.
+	if existing < f.Desired || f.Ready < f.Desired {
+		claim, warning := pendingClaim(objs, stsName, f.Desired)
+		switch {
+		case claim != nil && warning != nil:
+			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, warning)
+		case unschedulable != nil:
+			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
+		case waiting != nil:
+			msg := waitingState.Message
+			if msg == "" {
+				msg = waitingState.Reason
+			}
+			f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
+		case claim != nil:
+			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, nil)
+		case sts != nil && existing < f.Desired:
+			f.StuckReason, f.Stuck = failedCreate(objs.StatefulSetWarnings, sts, lastCreated, now)
+			if f.StuckReason == ReasonQuotaExceeded {
+				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
+					f.Nudge = v
+				}
+			}
+		}
+	}
+	return f
+}
+
+// Forget drops what was remembered of cluster key ("namespace/name"), once
+// its resource is gone.
+func (d *Deriver) Forget(key string) {
+	ns, name, _ := strings.Cut(key, "/")
+	d.mu.Lock()
+	delete(d.memo, types.NamespacedName{Namespace: ns, Name: name})
+	d.mu.Unlock()
+}
+
+// derive returns what the spec of pg says, computed once per (UID,
+// generation).
+func (d *Deriver) derive(pg *v1.Postgresql) *derived {
+	key := types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s := d.memo[key]; s != nil && s.uid == pg.UID && s.generation == pg.Generation {
+		return s
+	}
+	s := &derived{uid: pg.UID, generation: pg.Generation}
+	if errs := pg.Validate(); len(errs) > 0 {
+		s.specError = errs.ToAggregate().Error()
+	}
+	d.memo[key] = s
+	return s
+}
+
+// desiredStatefulSet returns the StatefulSet pg asks for; s must be pg's.
+// Building it hashes the pod template, so it is done once per generation.
+func (d *Deriver) desiredStatefulSet(s *derived, pg *v1.Postgresql) *appsv1.StatefulSet {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.desired == nil {
+		s.desired = cluster.StatefulSet(pg, d.build)
+	}
+	return s.desired
+}
+
+// runsNothing reports whether pod p runs no PostgreSQL: not Ready, and
+// not scheduled, not started (waiting on a volume, an image, its
+// configuration), or with no container running (a crash loop between two
+// tries). Replacing such a pod interrupts nothing.
+func runsNothing(p *corev1.Pod) bool {
+	if podReady(p) {
+		return false
+	}
+	if !scheduled(p) || p.Status.Phase == corev1.PodPending {
+		return true
+	}
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].State.Running != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// scheduled reports whether p was bound to a node.
+func scheduled(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" {
+		return true
+	}
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodScheduled {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// wrongClassClaim returns the data volume claim of pod p when it never
+// bound (it holds no data) and asks for another StorageClass than class,
+// the StatefulSet's ("" for the default): replacing it with the pod gives
+// it the StatefulSet's class. With the default class, whose name the
+// StatefulSet does not say, a claim is replaced only when its own class
+// does not exist (its ProvisioningFailed Warning says so), so a claim of
+// the default class that waits for its provisioner is left alone.
+func wrongClassClaim(objs Objects, p *corev1.Pod, class string) *corev1.PersistentVolumeClaim {
+	c := claimNamed(objs.Claims, p.Namespace, cluster.DataVolumeName+"-"+p.Name)
+	if c == nil || c.DeletionTimestamp != nil || c.Status.Phase != corev1.ClaimPending || c.Spec.VolumeName != "" {
+		return nil
+	}
+	have := ptr.Deref(c.Spec.StorageClassName, "")
+	switch {
+	case have == class:
+		return nil
+	case class != "":
+		return c
+	}
+	if w := claimWarning(objs.ClaimWarnings, c); w != nil && strings.Contains(w.Message, `storageclass.storage.k8s.io "`+have+`" not found`) {
+		return c
+	}
+	return nil
+}
+
+// claimNamed returns the claim namespace/name of claims, nil when none.
+func claimNamed(claims []*corev1.PersistentVolumeClaim, namespace, name string) *corev1.PersistentVolumeClaim {
+	for _, c := range claims {
+		if c.Name == name && c.Namespace == namespace {
+			return c
+		}
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func byName(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) }
+
+// ordinal returns n of a name "<stsName>-<n>", -1 for any other name.
+func ordinal(name, stsName string) int {
+	rest, ok := strings.CutPrefix(name, stsName)
+	if !ok {
+		return -1
+	}
+	rest, ok = strings.CutPrefix(rest, "-")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}

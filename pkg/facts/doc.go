@@ -1,0 +1,18 @@
+// Package facts turns a cluster and its objects, as the informers' caches
+// hold them, into the fsm.Facts its state machine decides on: who the
+// primary is (Patroni's leader record), which pods a rollout replaces next,
+// why the cluster is stuck (its pods, claims and Warning Events), whether a
+// ResourceQuota changed since the StatefulSet was nudged, and whether the
+// owned objects match the spec.
+//
+// The derivation is a pure function of plain values (Objects and "now"):
+// no informer, no API, no clock of its own, so it is tested by feeding it
+// objects. Deriver only remembers what the spec alone says (its validation,
+// the desired StatefulSet) per (UID, generation), which a pod event never
+// changes. Observer is the controller's Observer: it reads a cluster's
+// Objects from a Reader (the informers' caches) and derives their facts.
+//
+// The StatefulSet a cluster should have is built with the same
+// cluster.Options as the effects build it with: the operator hands one value
+// to both, or a difference that is not there would keep ObjectsCurrent false.
+package facts

@@ -1,0 +1,34 @@
+package facts
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Objects are what is known of one cluster: its resource and the objects
+// its facts are derived from. They are read from shared caches, so
+// derivation never modifies them. A nil or empty field means there is none.
+type Objects struct {
+	// Postgresql is the cluster's resource; it is never nil.
+	Postgresql *v1.Postgresql
+	// StatefulSet is the cluster's StatefulSet.
+	StatefulSet *appsv1.StatefulSet
+	// Pods are the cluster's pods, terminating ones included, in any order.
+	Pods []*corev1.Pod
+	// Claims are the cluster's PersistentVolumeClaims.
+	Claims []*corev1.PersistentVolumeClaim
+	// Leader is the ConfigMap named as Patroni's leader record of the
+	// cluster (cluster.LeaderConfigMapName), whoever labelled it.
+	Leader *corev1.ConfigMap
+	// StatefulSetWarnings are the Warning Events about the StatefulSet,
+	// including those of a former StatefulSet of the same name.
+	StatefulSetWarnings []*corev1.Event
+	// ClaimWarnings are the Warning Events about the Pending claims among
+	// Claims. Those about other claims are never read, so a reader may
+	// leave them out.
+	ClaimWarnings []*corev1.Event
+	// Quotas are the ResourceQuotas of the cluster's namespace.
+	Quotas []*corev1.ResourceQuota
+}

@@ -1,0 +1,232 @@
+package facts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// Reasons of fsm.Facts.StuckReason that pgloop names itself. A container
+// that cannot start reports the kubelet's own reason instead
+// (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
+// CreateContainerConfigError).
+const (
+	// ReasonUnschedulable: the scheduler found no node for a pod.
+	ReasonUnschedulable = corev1.PodReasonUnschedulable
+	// ReasonVolumePending: a data volume claim of the cluster is not bound.
+	ReasonVolumePending = "VolumePending"
+	// ReasonQuotaExceeded: the StatefulSet controller could not create a
+	// pod because a ResourceQuota is exhausted.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonFailedCreate: the StatefulSet controller could not create a pod
+	// for another reason (admission, a missing ServiceAccount...).
+	ReasonFailedCreate = "FailedCreate"
+)
+
+// failedCreateWindow is how long a FailedCreate Event counts while pods are
+// missing even though a pod was created after it: the StatefulSet
+// controller retries with a backoff and refreshes the Event while the cause
+// lasts, so one older than this is from a cause that went away.
+const failedCreateWindow = 10 * time.Minute
+
+// maxMessage bounds a Stuck message: it ends up in the status, a condition
+// and a Kubernetes Event.
+const maxMessage = 300
+
+// schedulingFailure returns the scheduler's message when it found no
+// node for p.
+func schedulingFailure(p *corev1.Pod) (string, bool) {
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.Type == corev1.PodScheduled {
+			ok := c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+			return c.Message, ok
+		}
+	}
+	return "", false
+}
+
+// stuckContainer returns the waiting state of the first container of p
+// (init containers first) that waits for a reason that does not go away by
+// itself.
+func stuckContainer(p *corev1.Pod) *corev1.ContainerStateWaiting {
+	for _, statuses := range [2][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range statuses {
+			w := statuses[i].State.Waiting
+			if w == nil {
+				continue
+			}
+			switch w.Reason {
+			case "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError":
+				return w
+			}
+		}
+	}
+	return nil
+}
+
+// pendingClaim returns the first data volume claim of the cluster's
+// current ordinals that is Pending, by name, and its newest Warning: the
+// first with a Warning if any has one. It returns nil when none is
+// Pending. Claims kept from a scale-down (ordinals >= desired) are not
+// waited for.
+func pendingClaim(objs Objects, stsName string, desired int32) (*corev1.PersistentVolumeClaim, *corev1.Event) {
+	var first, firstWarned *corev1.PersistentVolumeClaim
+	var warning *corev1.Event
+	for _, c := range objs.Claims {
+		if c.Status.Phase != corev1.ClaimPending || c.DeletionTimestamp != nil {
+			continue
+		}
+		rest, ok := strings.CutPrefix(c.Name, cluster.DataVolumeName+"-")
+		if ord := ordinal(rest, stsName); !ok || ord < 0 || ord >= int(desired) {
+			continue
+		}
+		if first == nil || c.Name < first.Name {
+			first = c
+		}
+		if w := claimWarning(objs.ClaimWarnings, c); w != nil && (firstWarned == nil || c.Name < firstWarned.Name) {
+			firstWarned, warning = c, w
+		}
+	}
+	if firstWarned != nil {
+		return firstWarned, warning
+	}
+	return first, nil
+}
+
+// claimWarning returns the newest Warning Event about claim c among events,
+// nil when there is none.
+func claimWarning(events []*corev1.Event, c *corev1.PersistentVolumeClaim) *corev1.Event {
+	var newest *corev1.Event
+	var at time.Time
+	for _, ev := range events {
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != "PersistentVolumeClaim" ||
+			!about(ev, c.Namespace, c.Name) {
+			continue
+		}
+		// Events outlive their object: those of a former claim of the
+		// same name do not count.
+		if ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != c.UID {
+			continue
+		}
+		if t := eventTime(ev); newest == nil || t.After(at) {
+			newest, at = ev, t
+		}
+	}
+	return newest
+}
+
+// claimMessage says why claim c is Pending: its class, and its newest
+// Warning (nil when none), such as the persistent volume controller's
+// ProvisioningFailed naming a StorageClass that does not exist.
+func claimMessage(c *corev1.PersistentVolumeClaim, warning *corev1.Event) string {
+	class := "the default storage class"
+	if sc := ptr.Deref(c.Spec.StorageClassName, ""); sc != "" {
+		class = "storage class " + strconv.Quote(sc)
+	}
+	msg := "persistentvolumeclaim " + c.Name + " (" + class + ") is Pending"
+	if warning != nil {
+		msg += ": " + warning.Reason + ": " + warning.Message
+	}
+	return truncate(msg)
+}
+
+// failedCreate returns the reason and message of the newest FailedCreate
+// Event of sts among events that still explains missing pods at time now:
+// newer than the last pod created, or within failedCreateWindow.
+func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, now time.Time) (string, string) {
+	var newest *corev1.Event
+	var at time.Time
+	for _, ev := range events {
+		if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonFailedCreate ||
+			ev.InvolvedObject.Kind != "StatefulSet" || !about(ev, sts.Namespace, sts.Name) {
+			continue
+		}
+		// Events outlive their object: those of a former StatefulSet of
+		// the same name do not count.
+		if ev.InvolvedObject.UID != "" && sts.UID != "" && ev.InvolvedObject.UID != sts.UID {
+			continue
+		}
+		if t := eventTime(ev); newest == nil || t.After(at) {
+			newest, at = ev, t
+		}
+	}
+	if newest == nil || (!at.After(lastCreated) && now.Sub(at) > failedCreateWindow) {
+		return "", ""
+	}
+	reason := ReasonFailedCreate
+	if strings.Contains(newest.Message, "exceeded quota") {
+		reason = ReasonQuotaExceeded
+	}
+	return reason, truncate(newest.Message)
+}
+
+// about reports whether ev is about the object namespace/name. An Event
+// that names no namespace for its object is about one of its own.
+func about(ev *corev1.Event, namespace, name string) bool {
+	ns := ev.InvolvedObject.Namespace
+	if ns == "" {
+		ns = ev.Namespace
+	}
+	return ev.InvolvedObject.Name == name && ns == namespace
+}
+
+// eventTime is when an Event was last seen, whichever of the core/v1 and
+// events.k8s.io fields its recorder filled in.
+func eventTime(ev *corev1.Event) time.Time {
+	t := ev.LastTimestamp.Time
+	if ev.Series != nil && ev.Series.LastObservedTime.After(t) {
+		t = ev.Series.LastObservedTime.Time
+	}
+	if ev.EventTime.After(t) {
+		t = ev.EventTime.Time
+	}
+	if t.IsZero() {
+		t = ev.FirstTimestamp.Time
+	}
+	if t.IsZero() {
+		t = ev.CreationTimestamp.Time
+	}
+	return t
+}
+
+// quotaVersion names the state of the ResourceQuotas of namespace ns among
+// quotas: it changes whenever one is added, changed (limits or usage) or
+// deleted.
+func quotaVersion(quotas []*corev1.ResourceQuota, ns string) string {
+	parts := make([]string, 0, len(quotas))
+	for _, q := range quotas {
+		if q.Namespace == ns {
+			parts = append(parts, q.Name+"="+q.ResourceVersion)
+		}
+	}
+	slices.Sort(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
+	return hex.EncodeToString(sum[:6])
+}
+
+func podMessage(pod, msg string) string {
+	return truncate("pod " + pod + ": " + msg)
+}
+
+// truncate cuts s to maxMessage bytes, on a rune boundary.
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	n := maxMessage
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,59 @@
+package informers
+
+import (
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/facts"
+)
+
+// The informers are what the facts are read from: pkg/facts derives a
+// cluster's fsm.Facts from what Objects returns.
+var _ facts.Reader = (*Informers)(nil)
+
+// Objects returns what the facts of cluster key are derived from, read from
+// the caches only (it runs on the loop goroutine), and false when its
+// resource is not in the cache. They are the cache's own objects, shared
+// with every reader: callers must not modify them (DeepCopy first).
+func (i *Informers) Objects(key string) (facts.Objects, bool) {
+	pg, ok := i.Postgresql(key)
+	if !ok {
+		return facts.Objects{}, false
+	}
+	s := i.scopeOf(key)
+	stsName := cluster.StatefulSetName(pg.Name)
+	stsKey := key
+	if stsName != pg.Name {
+		stsKey = pg.Namespace + "/" + stsName
+	}
+	objs := facts.Objects{
+		Postgresql:          pg,
+		Pods:                sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key)),
+		Claims:              indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key),
+		StatefulSetWarnings: indexed[*corev1.Event](s.warnings, byInvolvedObject, stsKey),
+		Quotas:              indexed[*corev1.ResourceQuota](s.quotas, cache.NamespaceIndex, pg.Namespace),
+	}
+	objs.StatefulSet, _ = byCacheKey[*appsv1.StatefulSet](s.statefulSets, stsKey)
+	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	// Only the Warnings of a Pending claim say anything about the cluster
+	// (facts.Objects): a healthy cluster's claims cost no Event lookup.
+	for _, c := range objs.Claims {
+		if c.Status.Phase == corev1.ClaimPending {
+			objs.ClaimWarnings = append(objs.ClaimWarnings,
+				indexed[*corev1.Event](s.claimWarnings, byInvolvedObject, c.Namespace+"/"+c.Name)...)
+		}
+	}
+	return objs, true
+}
+
+// sortedPods sorts pods by name, which makes "the first cause found" of
+// the facts the same on every read (facts sorts them otherwise).
+func sortedPods(pods []*corev1.Pod) []*corev1.Pod {
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return pods
+}

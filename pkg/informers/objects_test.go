@@ -1,0 +1,108 @@
+package informers
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/facts"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// TestObjects checks that Objects reads a cluster's own objects from the
+// caches, and only those.
+func TestObjects(t *testing.T) {
+	pg, other := newPG("c1", 2), newPG("c2", 1)
+	sts := statefulSet(pg)
+	elsewhere := resourceQuota("q", "3")
+	elsewhere.Namespace = "elsewhere"
+	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg, other},
+		sts, lock(pg, "c1-0"), pod(pg, 1), pod(pg, 0, master), pod(pg, 2, terminating),
+		claim(pg, 0, corev1.ClaimBound), claim(pg, 1, corev1.ClaimPending),
+		claimEvent(pg, 0, "ProvisioningFailed", "a bound claim's old Warning"),
+		claimEvent(pg, 1, "ProvisioningFailed", "timeout"),
+		event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", time.Minute),
+		statefulSet(other), lock(other, "c2-0"), pod(other, 0), claim(other, 0, corev1.ClaimPending),
+		claimEvent(other, 0, "ProvisioningFailed", "not c1's"),
+		event(statefulSet(other), "e2", corev1.EventTypeWarning, "FailedCreate", "not c1's", time.Minute),
+		resourceQuota("q", "7"), elsewhere)
+
+	objs, ok := inf.Objects("db/c1")
+	if !ok {
+		t.Fatal("db/c1 not read")
+	}
+	cached, _ := inf.Postgresql("db/c1")
+	if objs.Postgresql != cached {
+		t.Errorf("resource %p, want the cache's %p", objs.Postgresql, cached)
+	}
+	got := map[string][]string{
+		"statefulSet":         names(objs.StatefulSet),
+		"leader":              names(objs.Leader),
+		"pods":                names(objs.Pods...),
+		"claims":              sorted(names(objs.Claims...)),
+		"statefulSetWarnings": names(objs.StatefulSetWarnings...),
+		"claimWarnings":       names(objs.ClaimWarnings...),
+		"quotas":              names(objs.Quotas...),
+	}
+	want := map[string][]string{
+		"statefulSet":         {"db/c1"},
+		"leader":              {"db/c1-leader"},
+		"pods":                {"db/c1-0", "db/c1-1", "db/c1-2"},
+		"claims":              {"db/pgdata-c1-0", "db/pgdata-c1-1"},
+		"statefulSetWarnings": {"db/e1"},
+		// Only a Pending claim's Warnings are read.
+		"claimWarnings": {"db/pgdata-c1-1.ProvisioningFailed"},
+		"quotas":        {"db/q"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("objects\n got %v\nwant %v", got, want)
+	}
+
+	if _, ok := inf.Objects("db/nope"); ok {
+		t.Error("db/nope read")
+	}
+	// Objects of a cluster whose resource is not cached do not make one.
+	inf2, _, _ := start(t, Options{}, discard{}, nil, pod(other, 0))
+	if _, ok := inf2.Objects("db/c2"); ok {
+		t.Error("db/c2 read without its resource")
+	}
+}
+
+// TestObserveThroughTheCaches checks the wiring of the operator: facts
+// derived from what the caches hold.
+func TestObserveThroughTheCaches(t *testing.T) {
+	pg := newPG("c1", 3)
+	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg},
+		statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
+	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}), func() time.Time { return now })
+	f, status := obs.Observe("db/c1")
+	if want := (fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true}); !reflect.DeepEqual(f, want) {
+		t.Errorf("facts\n got %+v\nwant %+v", f, want)
+	}
+	if cached, _ := inf.Postgresql("db/c1"); status != &cached.Status {
+		t.Errorf("status is not the cache's: %p, want %p", status, &cached.Status)
+	}
+	if f, status := obs.Observe("db/nope"); !f.Gone || status != nil {
+		t.Errorf("db/nope: %+v %v, want gone", f, status)
+	}
+}
+
+// names returns "namespace/name" of each object; a nil one has none.
+func names[T metav1.Object](objs ...T) []string {
+	var out []string
+	for _, o := range objs {
+		if reflect.ValueOf(o).IsNil() {
+			continue
+		}
+		out = append(out, o.GetNamespace()+"/"+o.GetName())
+	}
+	return out
+}
+
+func sorted(s []string) []string { slices.Sort(s); return s }
