@@ -11,9 +11,10 @@ import (
 )
 
 // The informers are the effects' cache (effects.Cache): the effects read
-// there and only write to the API. The readers below, like Postgresql and Pods, return the cache's own
-// objects, shared with every reader: callers must not modify them (DeepCopy
-// first). Only objects labelled application=spilo are cached.
+// there and only write to the API. The readers below, like Postgresql and
+// Pods, return the cache's own objects, shared with every reader: callers
+// must not modify them (DeepCopy first). Only objects labelled
+// application=spilo are cached.
 
 // StatefulSet returns the StatefulSet namespace/name from the cache.
 func (i *Informers) StatefulSet(namespace, name string) (*appsv1.StatefulSet, bool) {
