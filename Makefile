@@ -22,7 +22,7 @@ build: ## Build bin/pgloop.
 ##@ Test
 
 # Packages whose concurrency matters run under the race detector.
-RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/...
+RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/...
 
 .PHONY: test
 test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
@@ -34,7 +34,7 @@ test-unit: ## Unit tests; the loop, FSM and controller also under -race.
 
 .PHONY: bench
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/eventloop/ ./pkg/controller/
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/eventloop/ ./pkg/controller/ ./pkg/facts/
 
 ##@ Run
 

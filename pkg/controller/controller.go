@@ -112,14 +112,19 @@ func input(ev eventloop.Event) fsm.Input {
 	case eventloop.PlanDone:
 		return fsm.Input{Kind: fsm.PlanDone, PlanID: ev.PlanID, Err: ev.Err}
 	case eventloop.Panicked:
-		return fsm.Input{Kind: fsm.Panic, Err: ev.Err}
+		return fsm.Input{Kind: fsm.Panicked, Err: ev.Err}
 	}
-	return fsm.Input{Kind: fsm.Observe}
+	return fsm.Input{Kind: fsm.Observed}
 }
 
+// timerOps appends the machine's timer operations to dst. fsm.TimerOp and
+// eventloop.TimerOp are one shape on either side of the controller: the
+// state machine and the loop do not know each other (docs/design.md,
+// Glossary), and a conversion, not a copy by field, keeps them in step (it
+// stops compiling the day they differ).
 func timerOps(dst []eventloop.TimerOp, ops []fsm.TimerOp) []eventloop.TimerOp {
 	for _, op := range ops {
-		dst = append(dst, eventloop.TimerOp{Name: op.Name, Deadline: op.Deadline, Cancel: op.Cancel})
+		dst = append(dst, eventloop.TimerOp(op))
 	}
 	return dst
 }

@@ -72,9 +72,9 @@ func (e actorEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	if plan.Cleanup {
 		add(StepCleanup, false, func(ctx context.Context) error { return a.Cleanup(ctx, key) })
 	}
-	if len(plan.Events) > 0 {
-		events := make([]effects.Record, len(plan.Events))
-		for i, ev := range plan.Events {
+	if len(plan.Records) > 0 {
+		events := make([]effects.Record, len(plan.Records))
+		for i, ev := range plan.Records {
 			events[i] = effects.Record{Warning: ev.Warning, Reason: ev.Reason, Message: ev.Message}
 		}
 		add(StepEvents, true, func(ctx context.Context) error { return a.RecordEvents(ctx, key, events) })

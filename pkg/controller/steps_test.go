@@ -44,7 +44,7 @@ func TestStepsOrder(t *testing.T) {
 	plan := &fsm.Plan{
 		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
 		ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u", Claim: "c-0", ClaimUID: "cu"}}, Nudge: "q1",
-		Events: []fsm.KubeEvent{{Warning: true, Reason: "Running", Message: "m"}},
+		Records: []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
 	}
 	var got []string
 	for _, s := range NewEffects(a).Steps("db/acid", plan) {

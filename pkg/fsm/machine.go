@@ -107,7 +107,7 @@ type call struct {
 	reason  string
 	message string
 	res     Result
-	events  []KubeEvent
+	events  []Record
 	// lossDue: a loss in Running may go Degraded now, the lossGrace
 	// timer having fired in this call, or the grace being 0.
 	lossDue bool
@@ -196,12 +196,12 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		if !m.planDone(in.PlanID, in.Err) {
 			return m.ignore(fmt.Sprintf("stale result of plan %d (latest %d)", in.PlanID, m.out.seq))
 		}
-	case Panic:
+	case Panicked:
 		// The panic may have cut a transition short: trust nothing until
 		// the retry's effects succeed.
 		m.out.trouble()
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
-	case Observe:
+	case Observed:
 		m.out.observed(m.effects())
 	}
 	m.notePrimary()
@@ -359,7 +359,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 		if c.message != "" {
 			msg += ": " + c.message
 		}
-		c.events = append(c.events, KubeEvent{Warning: warning, Reason: e.Dst, Message: msg})
+		c.events = append(c.events, Record{Warning: warning, Reason: e.Dst, Message: msg})
 	}
 }
 
@@ -577,7 +577,7 @@ func (m *Machine) primaryChanged(from, to string) {
 	msg := fmt.Sprintf("primary changed from %s to %s", from, to)
 	m.addHistory(v1.Transition{From: st.State, To: st.State, Event: EventPrimaryChanged, Time: metav1.NewTime(c.now),
 		Reason: ReasonPrimaryChanged, Message: msg})
-	c.events = append(c.events, KubeEvent{Reason: ReasonPrimaryChanged, Message: msg})
+	c.events = append(c.events, Record{Reason: ReasonPrimaryChanged, Message: msg})
 	c.res.Fired = append(c.res.Fired, Fired{Event: EventPrimaryChanged, From: st.State, To: st.State})
 	if st.State == Running && st.Reason == ReasonReady {
 		_, st.Message = m.observeReason(EventPodsReady)
@@ -817,7 +817,7 @@ func (m *Machine) finish(epoch int64) Result {
 		return res
 	}
 	if len(c.events) > 0 {
-		p.Events = append([]KubeEvent(nil), c.events...)
+		p.Records = append([]Record(nil), c.events...)
 	}
 	if status {
 		// A shallow copy is a snapshot: st is copy-on-write.

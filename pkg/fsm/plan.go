@@ -11,15 +11,15 @@ import (
 type InputKind uint8
 
 const (
-	// Observe: something about the cluster changed (spec, pods, owned
+	// Observed: something about the cluster changed (spec, pods, owned
 	// objects); only the facts matter.
-	Observe InputKind = iota
+	Observed InputKind = iota
 	// TimerFired: the timer Input.Timer set in Input.Epoch fired.
 	TimerFired
 	// PlanDone: the plan Input.PlanID finished with Input.Err.
 	PlanDone
-	// Panic: pgloop panicked handling the cluster; Input.Err describes it.
-	Panic
+	// Panicked: pgloop panicked handling the cluster; Input.Err describes it.
+	Panicked
 )
 
 // Input is one thing that happened to a cluster.
@@ -62,12 +62,12 @@ type Plan struct {
 	// its controller retries a pod creation a ResourceQuota refused: the
 	// quota changed (Facts.Nudge).
 	Nudge string
-	// Events are Kubernetes Events to record on the resource.
-	Events []KubeEvent
+	// Records are the Kubernetes Events to record on the resource.
+	Records []Record
 }
 
-// KubeEvent is a Kubernetes Event to record on the custom resource.
-type KubeEvent struct {
+// Record is a Kubernetes Event to record on the custom resource.
+type Record struct {
 	Warning bool
 	Reason  string
 	Message string

@@ -205,7 +205,7 @@ func (r *runner) run(line string) ([]string, error) {
 	if cmd == "restart" {
 		return r.restart(rest)
 	}
-	in := Input{Kind: Observe}
+	in := Input{Kind: Observed}
 	switch cmd {
 	case "observe":
 	case "fire":
@@ -233,7 +233,7 @@ func (r *runner) run(line string) ([]string, error) {
 			in.Err = fmt.Errorf("%s (%w)", w, ErrWaiting)
 		}
 	case "panic":
-		in = Input{Kind: Panic, Err: errors.New(args["error"])}
+		in = Input{Kind: Panicked, Err: errors.New(args["error"])}
 	default:
 		return nil, fmt.Errorf("unknown command %s", cmd)
 	}
@@ -365,7 +365,7 @@ func (r *runner) output() []string {
 			parts = append(parts, "nudge "+p.Nudge)
 		}
 		out = append(out, strings.TrimSpace(fmt.Sprintf("plan %d: %s", p.ID, strings.Join(parts, ", "))))
-		for _, ev := range p.Events {
+		for _, ev := range p.Records {
 			kind := "Normal"
 			if ev.Warning {
 				kind = "Warning"

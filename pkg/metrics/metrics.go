@@ -75,7 +75,7 @@ var (
 	descTransitions = Desc{"pgloop_transitions_total", "counter", []string{"from", "to", "event"},
 		"State machine events fired, by state left, state entered (the same for a self-transition) and event."}
 	descStepDuration = Desc{"pgloop_effect_step_duration_seconds", "histogram", []string{"step"},
-		"How long each effect step took, failed or not, by step name (status, ensure, replacePod, cleanup, events)."}
+		"How long each effect step took, failed or not, by step name (status, ensure, replacePod, nudge, cleanup, events)."}
 	descStepFailures = Desc{"pgloop_effect_step_failures_total", "counter", []string{"step"},
 		"Effect steps that returned an error or panicked, by step name. Steps cancelled because their cluster was deleted, or the operator is stopping, do not count."}
 	descLeader = Desc{"pgloop_leader", "gauge", nil,
