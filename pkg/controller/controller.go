@@ -114,7 +114,7 @@ func input(ev eventloop.Event) fsm.Input {
 	case eventloop.Panicked:
 		return fsm.Input{Kind: fsm.Panicked, Err: ev.Err}
 	}
-	return fsm.Input{Kind: fsm.Observed}
+	return fsm.Input{Kind: fsm.Signal}
 }
 
 // timerOps appends the machine's timer operations to dst. fsm.TimerOp and

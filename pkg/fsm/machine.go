@@ -201,7 +201,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		// the retry's effects succeed.
 		m.out.trouble()
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
-	case Observed:
+	case Signal:
 		m.out.observed(m.effects())
 	}
 	m.notePrimary()

@@ -72,7 +72,7 @@ func firedEvents(fired []Fired) []string {
 func TestEpochAndTimersOnStateChange(t *testing.T) {
 	cfg := DefaultConfig()
 	m := NewEngine(cfg).New(nil)
-	res := m.Handle(Input{Kind: Observed}, starting(1), t0.Add(300*time.Millisecond))
+	res := m.Handle(Input{Kind: Signal}, starting(1), t0.Add(300*time.Millisecond))
 	if res.Epoch != 1 || m.Status().Epoch != 1 {
 		t.Fatalf("epoch %d, want 1", res.Epoch)
 	}
@@ -106,7 +106,7 @@ func TestEpochAndTimersOnStateChange(t *testing.T) {
 func TestStatusProjection(t *testing.T) {
 	cfg := DefaultConfig()
 	m := NewEngine(cfg).New(nil)
-	m.Handle(Input{Kind: Observed}, unschedulable(1), t0)
+	m.Handle(Input{Kind: Signal}, unschedulable(1), t0)
 	st := m.Status()
 	if st.Ready != "0/2" || st.DesiredInstances != 2 {
 		t.Errorf("ready %q desired %d", st.Ready, st.DesiredInstances)
@@ -115,7 +115,7 @@ func TestStatusProjection(t *testing.T) {
 	if prog == nil || prog.Status != metav1.ConditionTrue || !strings.Contains(prog.Message, "0/3 nodes") {
 		t.Errorf("progressing condition %+v: want True with the stuck message", prog)
 	}
-	res := m.Handle(Input{Kind: Observed}, ready(1), t0.Add(time.Second))
+	res := m.Handle(Input{Kind: Signal}, ready(1), t0.Add(time.Second))
 	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, ready(1), t0.Add(time.Second))
 	st = m.Status()
 	if c := meta.FindStatusCondition(st.Conditions, v1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
@@ -133,13 +133,13 @@ func TestStatusProjection(t *testing.T) {
 	// The snapshot is a copy: later transitions do not change it.
 	snap := res.Plan.Status
 	frozen := snap.DeepCopy()
-	res = m.Handle(Input{Kind: Observed}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
+	res = m.Handle(Input{Kind: Signal}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
 	if !equality.Semantic.DeepEqual(snap, frozen) {
 		t.Errorf("snapshot changed by a later transition:\n%+v\nwas\n%+v", snap, frozen)
 	}
 	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(2*time.Second))
 	// Nothing changed and every plan is done: nothing to do.
-	res = m.Handle(Input{Kind: Observed}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(3*time.Second))
+	res = m.Handle(Input{Kind: Signal}, with(ready(1), func(f *Facts) { f.Ready = 1 }), t0.Add(3*time.Second))
 	if res.Plan != nil {
 		t.Errorf("unchanged facts planned %+v", res.Plan)
 	}
@@ -148,10 +148,10 @@ func TestStatusProjection(t *testing.T) {
 func TestStatusSurvivesSupersededPlans(t *testing.T) {
 	cfg := DefaultConfig()
 	m := NewEngine(cfg).New(nil)
-	first := m.Handle(Input{Kind: Observed}, starting(1), t0).Plan
+	first := m.Handle(Input{Kind: Signal}, starting(1), t0).Plan
 	// While the first plan runs, more pod events: each later plan still
 	// carries the ensure (not confirmed yet) and the newest status.
-	second := m.Handle(Input{Kind: Observed}, with(starting(1), func(f *Facts) { f.Ready = 1 }), t0.Add(time.Second)).Plan
+	second := m.Handle(Input{Kind: Signal}, with(starting(1), func(f *Facts) { f.Ready = 1 }), t0.Add(time.Second)).Plan
 	if second == nil || !second.Ensure || second.Status == nil || second.Status.Ready != "1/2" {
 		t.Fatalf("second plan %+v", second)
 	}
@@ -176,8 +176,8 @@ func TestHistoryIsBounded(t *testing.T) {
 	now := t0
 	for i := 0; i < 3*v1.MaxHistory; i++ {
 		now = now.Add(time.Second)
-		m.Handle(Input{Kind: Observed}, ready(1), now)
-		m.Handle(Input{Kind: Observed}, with(ready(1), func(f *Facts) { f.Ready = 1 }), now)
+		m.Handle(Input{Kind: Signal}, ready(1), now)
+		m.Handle(Input{Kind: Signal}, with(ready(1), func(f *Facts) { f.Ready = 1 }), now)
 	}
 	h := m.Status().History
 	if len(h) != v1.MaxHistory {
@@ -200,7 +200,7 @@ func TestResumeKeepsDeadlines(t *testing.T) {
 		t.Fatalf("resume %+v", res)
 	}
 	// The previous process's last plan may not have run: ensure again.
-	res = m.Handle(Input{Kind: Observed}, starting(1), t0)
+	res = m.Handle(Input{Kind: Signal}, starting(1), t0)
 	if res.Plan == nil || !res.Plan.Ensure {
 		t.Fatalf("no ensure after resume: %+v", res.Plan)
 	}
@@ -232,10 +232,10 @@ func TestEngineSurvivesPanickingCallback(t *testing.T) {
 		}()
 		// A nil config makes enter_Creating's timer arithmetic panic.
 		bad.cfg = nil
-		bad.Handle(Input{Kind: Observed}, starting(1), t0)
+		bad.Handle(Input{Kind: Signal}, starting(1), t0)
 	}()
 	good := e.New(nil)
-	if res := good.Handle(Input{Kind: Observed}, starting(1), t0); res.To != Creating {
+	if res := good.Handle(Input{Kind: Signal}, starting(1), t0); res.To != Creating {
 		t.Fatalf("after a panic elsewhere the engine took %s to %s", Pending, res.To)
 	}
 }
@@ -361,7 +361,7 @@ func TestPrimaryChanged(t *testing.T) {
 					m = NewEngine(cfg).New(m.Status())
 					m.Resume()
 				}
-				res = m.Handle(Input{Kind: Observed}, s.facts, now)
+				res = m.Handle(Input{Kind: Signal}, s.facts, now)
 				if res.Plan == nil {
 					continue
 				}
@@ -426,8 +426,8 @@ func TestNoPrimaryReason(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.LossGrace = grace
 			m := NewEngine(cfg).New(nil)
-			m.Handle(Input{Kind: Observed}, ready(1), t0)
-			m.Handle(Input{Kind: Observed}, noPrimary, t0.Add(time.Second))
+			m.Handle(Input{Kind: Signal}, ready(1), t0)
+			m.Handle(Input{Kind: Signal}, noPrimary, t0.Add(time.Second))
 			if grace > 0 {
 				m.Handle(Input{Kind: TimerFired, Timer: TimerLossGrace, Epoch: m.Status().Epoch}, noPrimary, t0.Add(time.Second+grace))
 			}
@@ -583,7 +583,7 @@ func TestLossGrace(t *testing.T) {
 				cfg.LossGrace = 0
 			}
 			m := NewEngine(cfg).New(nil)
-			if res := m.Handle(Input{Kind: Observed}, ready(1), t0); res.To != Running {
+			if res := m.Handle(Input{Kind: Signal}, ready(1), t0); res.To != Running {
 				t.Fatalf("start: %s, want Running", res.To)
 			}
 			var (
@@ -604,7 +604,7 @@ func TestLossGrace(t *testing.T) {
 				if s.fire {
 					res = m.Handle(Input{Kind: TimerFired, Timer: TimerLossGrace, Epoch: graceEpoch}, s.facts, now)
 				} else {
-					res = m.Handle(Input{Kind: Observed}, s.facts, now)
+					res = m.Handle(Input{Kind: Signal}, s.facts, now)
 				}
 				st, after := m.Status(), lossGrace(m)
 				if after != nil {
@@ -770,7 +770,7 @@ func TestFailedStatusWriteBacksOff(t *testing.T) {
 				t.Helper()
 				n++
 				now = now.Add(100 * time.Millisecond)
-				return m.Handle(Input{Kind: Observed}, tc.facts(n), now)
+				return m.Handle(Input{Kind: Signal}, tc.facts(n), now)
 			}
 			// fail reports the plan failed and checks the write is held:
 			// a retry timer is armed (and handed to the loop), and no

@@ -11,9 +11,9 @@ import (
 type InputKind uint8
 
 const (
-	// Observed: something about the cluster changed (spec, pods, owned
+	// Signal: something about the cluster changed (spec, pods, owned
 	// objects); only the facts matter.
-	Observed InputKind = iota
+	Signal InputKind = iota
 	// TimerFired: the timer Input.Timer set in Input.Epoch fired.
 	TimerFired
 	// PlanDone: the plan Input.PlanID finished with Input.Err.

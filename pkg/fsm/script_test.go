@@ -205,7 +205,7 @@ func (r *runner) run(line string) ([]string, error) {
 	if cmd == "restart" {
 		return r.restart(rest)
 	}
-	in := Input{Kind: Observed}
+	in := Input{Kind: Signal}
 	switch cmd {
 	case "observe":
 	case "fire":
