@@ -2,163 +2,39 @@ package facts
 
 import (
 	"fmt"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
-// now is the fixed time of every test.
-var now = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+// The cluster fixtures are shared with the other package that derives or
+// caches facts (pkg/internal/fixtures).
+var (
+	now           = fixtures.Now
+	ago           = fixtures.Ago
+	newPG         = fixtures.NewPG
+	statefulSet   = fixtures.StatefulSet
+	pod           = fixtures.Pod
+	master        = fixtures.Master
+	lock          = fixtures.Lock
+	notReady      = fixtures.NotReady
+	terminating   = fixtures.Terminating
+	outdated      = fixtures.Outdated
+	unschedulable = fixtures.Unschedulable
+	waiting       = fixtures.Waiting
+	claim         = fixtures.Claim
+	withClass     = fixtures.WithClass
+	claimEvent    = fixtures.ClaimEvent
+	resourceQuota = fixtures.ResourceQuota
+	event         = fixtures.Event
+)
 
-func ago(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d)) }
-
-const ns = "db"
-
-// newPG returns a valid cluster of instances pods at generation 1.
-func newPG(name string, instances int32) *v1.Postgresql {
-	return &v1.Postgresql{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"), Generation: 1},
-		Spec: v1.PostgresqlSpec{
-			TeamID:            "acid",
-			NumberOfInstances: instances,
-			PostgreSQL:        v1.PostgresqlParam{Version: "17"},
-			Volume:            v1.Volume{Size: resource.MustParse("10Gi")},
-		},
-		Status: v1.PostgresqlStatus{State: "Running", Epoch: 4},
-	}
-}
-
-// statefulSet returns pg's StatefulSet as the apiserver holds it once the
-// StatefulSet controller has seen it.
-func statefulSet(pg *v1.Postgresql) *appsv1.StatefulSet {
-	sts := cluster.StatefulSet(pg, cluster.Options{})
-	sts.UID = types.UID(pg.Name + "-sts-uid")
-	sts.Generation = 1
-	sts.Status.ObservedGeneration = 1
-	return sts
-}
-
-// pod returns the Ready, up-to-date replica of ordinal ord of pg; mods
-// change it.
-func pod(pg *v1.Postgresql, ord int32, mods ...func(*corev1.Pod)) *corev1.Pod {
-	name := cluster.PodName(pg.Name, ord)
-	labels := cluster.Labels(pg)
-	labels[cluster.LabelRole] = cluster.RoleReplica
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid"), Labels: labels,
-			Annotations:       map[string]string{cluster.AnnotationPodTemplateHash: cluster.PodTemplateHash(statefulSet(pg))},
-			CreationTimestamp: ago(time.Hour),
-		},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning,
-			Conditions: []corev1.PodCondition{
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue},
-			},
-			ContainerStatuses: []corev1.ContainerStatus{{Name: cluster.ContainerName, Ready: true,
-				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
-		},
-	}
-	for _, m := range mods {
-		m(p)
-	}
-	return p
-}
-
-func master(p *corev1.Pod) { p.Labels[cluster.LabelRole] = cluster.RoleMaster }
-
-// lock returns Patroni's leader record of pg naming leader ("" for a
-// record that names none), as Patroni 3 writes it.
-func lock(pg *v1.Postgresql, leader string) *corev1.ConfigMap {
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: cluster.LeaderConfigMapName(pg.Name),
-			Labels: cluster.Selector(pg.Name),
-			Annotations: map[string]string{
-				cluster.AnnotationAcquireTime: "2030-01-02T02:04:05.000000+00:00",
-				cluster.AnnotationRenewTime:   "2030-01-02T03:04:00.000000+00:00",
-				cluster.AnnotationTTL:         "30",
-				cluster.AnnotationTransitions: "0",
-				"optime":                      "67108960",
-			}},
-	}
-	if leader != "" {
-		cm.Annotations[cluster.AnnotationLeader] = leader
-	}
-	return cm
-}
-
-func notReady(p *corev1.Pod) { p.Status.Conditions[1].Status = corev1.ConditionFalse }
-
-func terminating(p *corev1.Pod) {
-	t := ago(time.Second)
-	p.DeletionTimestamp = &t
-}
-
-func outdated(p *corev1.Pod) { p.Annotations[cluster.AnnotationPodTemplateHash] = "0ld" }
-
-func unschedulable(msg string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg},
-			{Type: corev1.PodReady, Status: corev1.ConditionFalse},
-		}
-		p.Status.ContainerStatuses = nil
-	}
-}
-
-func waiting(reason, msg string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		notReady(p)
-		p.Status.ContainerStatuses[0].Ready = false
-		p.Status.ContainerStatuses[0].State = corev1.ContainerState{
-			Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
-	}
-}
-
-func claim(pg *v1.Postgresql, ord int32, phase corev1.PersistentVolumeClaimPhase, mods ...func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
-	name := cluster.PersistentVolumeClaimName(pg.Name, ord)
-	c := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid"),
-			Labels: cluster.Labels(pg)},
-		Status: corev1.PersistentVolumeClaimStatus{Phase: phase},
-	}
-	for _, m := range mods {
-		m(c)
-	}
-	return c
-}
-
-func withClass(class string) func(*corev1.PersistentVolumeClaim) {
-	return func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = &class }
-}
-
-// claimEvent returns a Warning of the persistent volume controller about
-// the claim of ordinal ord of pg.
-func claimEvent(pg *v1.Postgresql, ord int32, reason, msg string) *corev1.Event {
-	name := cluster.PersistentVolumeClaimName(pg.Name, ord)
-	return &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: name + "." + reason},
-		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1",
-			Namespace: pg.Namespace, Name: name, UID: types.UID(name + "-uid")},
-		Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
-		FirstTimestamp: ago(time.Minute), LastTimestamp: ago(time.Second),
-		Source: corev1.EventSource{Component: "persistentvolume-controller"},
-	}
-}
-
-func resourceQuota(name, version string) *corev1.ResourceQuota {
-	return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: version}}
-}
+const ns = fixtures.Namespace
 
 // quotaVersionOf is quotaVersion of a namespace holding quotas.
 func quotaVersionOf(quotas ...*corev1.ResourceQuota) string { return quotaVersion(quotas, ns) }
@@ -168,18 +44,6 @@ func nudged(sts *appsv1.StatefulSet, v string) *appsv1.StatefulSet {
 	out := sts.DeepCopy()
 	out.Annotations = map[string]string{cluster.AnnotationQuotaSeen: v}
 	return out
-}
-
-// event returns an Event of the StatefulSet controller about sts.
-func event(sts *appsv1.StatefulSet, name, typ, reason, msg string, last time.Duration) *corev1.Event {
-	return &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Namespace: sts.Namespace, Name: name},
-		InvolvedObject: corev1.ObjectReference{Kind: "StatefulSet", APIVersion: "apps/v1",
-			Namespace: sts.Namespace, Name: sts.Name, UID: sts.UID},
-		Type: typ, Reason: reason, Message: msg,
-		FirstTimestamp: ago(last + time.Minute), LastTimestamp: ago(last),
-		Source: corev1.EventSource{Component: "statefulset-controller"},
-	}
 }
 
 // objects sorts objs into the Objects of cluster pg, as a cache would hold
