@@ -31,4 +31,7 @@ type Objects struct {
 	ClaimWarnings []*corev1.Event
 	// Quotas are the ResourceQuotas of the cluster's namespace.
 	Quotas []*corev1.ResourceQuota
+	// Claims, StatefulSetWarnings, ClaimWarnings and Quotas only explain
+	// missing or unready pods: a reader may leave them out when at least
+	// the desired number of pods exist, none terminating, all Ready.
 }

@@ -32,14 +32,20 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 		stsKey = pg.Namespace + "/" + stsName
 	}
 	objs := facts.Objects{
-		Postgresql:          pg,
-		Pods:                sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key)),
-		Claims:              indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key),
-		StatefulSetWarnings: indexed[*corev1.Event](s.warnings, byInvolvedObject, stsKey),
-		Quotas:              indexed[*corev1.ResourceQuota](s.quotas, cache.NamespaceIndex, pg.Namespace),
+		Postgresql: pg,
+		Pods:       sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key)),
 	}
 	objs.StatefulSet, _ = byCacheKey[*appsv1.StatefulSet](s.statefulSets, stsKey)
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	if allReady(objs.Pods, pg.Spec.NumberOfInstances) {
+		// Claims, Warnings and quotas only explain missing or unready
+		// pods (facts.Objects): the healthy path, most observations,
+		// reads none of them.
+		return objs, true
+	}
+	objs.Claims = indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key)
+	objs.StatefulSetWarnings = indexed[*corev1.Event](s.warnings, byInvolvedObject, stsKey)
+	objs.Quotas = indexed[*corev1.ResourceQuota](s.quotas, cache.NamespaceIndex, pg.Namespace)
 	// Only the Warnings of a Pending claim say anything about the cluster
 	// (facts.Objects): a healthy cluster's claims cost no Event lookup.
 	for _, c := range objs.Claims {
@@ -49,6 +55,28 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 		}
 	}
 	return objs, true
+}
+
+// allReady reports whether at least desired pods exist, none terminating,
+// and every one is Ready.
+func allReady(pods []*corev1.Pod, desired int32) bool {
+	n := int32(0)
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			return false
+		}
+		ready := false
+		for i := range p.Status.Conditions {
+			if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady {
+				ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		if !ready {
+			return false
+		}
+		n++
+	}
+	return n >= desired
 }
 
 // sortedPods sorts pods by name, which makes "the first cause found" of
