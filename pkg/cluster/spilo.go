@@ -62,89 +62,57 @@ var spiloLocalParameters = map[string]bool{
 
 // spiloConfiguration is the SPILO_CONFIGURATION document. Spilo deep-merges
 // it over the Patroni configuration it generates: maps merge key by key
-// with these values winning, lists (pg_hba) replace Spilo's. Structs, not
-// maps, give its fixed keys a fixed order; encoding/json sorts map keys.
+// with these values winning, lists (pg_hba) replace Spilo's. It holds only
+// what each instance reads at start (the local postgresql section): the
+// dynamic configuration, shared by all members, is not in the pod template
+// at all, so a change of it rolls no pod. pgloop applies it to the running
+// cluster through Patroni's PATCH /config (DynamicConfig); Patroni would
+// read a bootstrap.dcs section once, when it initialises the cluster, and
+// ignore it ever after.
 type spiloConfiguration struct {
-	Bootstrap  spiloBootstrap   `json:"bootstrap"`
 	PostgreSQL *localPostgreSQL `json:"postgresql,omitempty"`
 }
 
-type spiloBootstrap struct {
-	DCS patroniDCS `json:"dcs"`
-}
-
-// patroniDCS is Patroni's dynamic configuration. Patroni writes it to the
-// DCS when it bootstraps the cluster and ignores it afterwards: a later
-// change reaches a running cluster only through Patroni's PATCH /config.
-type patroniDCS struct {
-	TTL                  int32          `json:"ttl"`
-	LoopWait             int32          `json:"loop_wait"`
-	RetryTimeout         int32          `json:"retry_timeout"`
-	MaximumLagOnFailover int64          `json:"maximum_lag_on_failover"`
-	SynchronousMode      bool           `json:"synchronous_mode"`
-	PostgreSQL           *dcsPostgreSQL `json:"postgresql,omitempty"`
-}
-
-type dcsPostgreSQL struct {
-	Parameters map[string]string `json:"parameters"`
-}
-
 // localPostgreSQL is the per-instance postgresql section; Patroni reads it
-// at every start.
+// at every start. pg_hba is here, not in the dynamic configuration, because
+// Spilo's own template sets postgresql.pg_hba per instance, and Patroni lets
+// a local pg_hba win over the dynamic one: a change of it needs new pods.
 type localPostgreSQL struct {
 	Parameters map[string]string `json:"parameters,omitempty"`
 	PgHba      []string          `json:"pg_hba,omitempty"`
 }
 
 // SpiloConfiguration returns the SPILO_CONFIGURATION of the cluster: the
-// Patroni timings, the PostgreSQL parameters split between the DCS and the
-// instances (see spiloLocalParameters) and pg_hba. Parameter names are
-// lower-cased, as PostgreSQL treats them, so that Patroni recognises the
-// settings it manages; should two names differ only in case, the one that
-// sorts last wins. The output is deterministic.
+// PostgreSQL parameters Spilo sets per instance (see spiloLocalParameters)
+// and pg_hba. Parameter names are lower-cased, as PostgreSQL treats them,
+// so that Patroni recognises the settings it manages; should two names
+// differ only in case, the one that sorts last wins. The output is
+// deterministic.
 func SpiloConfiguration(pg *v1.Postgresql) string {
-	p := pg.Spec.Patroni
-	ttl, loopWait, retryTimeout := p.EffectiveTimings()
-	dcs := patroniDCS{
-		TTL:                  ttl,
-		LoopWait:             loopWait,
-		RetryTimeout:         retryTimeout,
-		MaximumLagOnFailover: v1.DefaultPatroniMaximumLagOnFailover,
-	}
 	local := localPostgreSQL{}
-	if p != nil {
-		// 0 is what an omitted maximum_lag_on_failover decodes to: the
-		// field is omitempty, so an explicit 0 cannot be stored either.
-		if p.MaximumLagOnFailover != 0 {
-			dcs.MaximumLagOnFailover = p.MaximumLagOnFailover
-		}
-		dcs.SynchronousMode = p.SynchronousMode
-		if len(p.PgHba) > 0 {
-			local.PgHba = append([]string(nil), p.PgHba...)
-		}
+	if p := pg.Spec.Patroni; p != nil && len(p.PgHba) > 0 {
+		local.PgHba = append([]string(nil), p.PgHba...)
 	}
-	shared := map[string]string{}
 	perInstance := map[string]string{}
 	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
-		lower := strings.ToLower(name)
-		if spiloLocalParameters[lower] {
+		if lower := strings.ToLower(name); spiloLocalParameters[lower] {
 			perInstance[lower] = pg.Spec.PostgreSQL.Parameters[name]
-		} else {
-			shared[lower] = pg.Spec.PostgreSQL.Parameters[name]
 		}
-	}
-	if len(shared) > 0 {
-		dcs.PostgreSQL = &dcsPostgreSQL{Parameters: shared}
 	}
 	if len(perInstance) > 0 {
 		local.Parameters = perInstance
 	}
-	cfg := spiloConfiguration{Bootstrap: spiloBootstrap{DCS: dcs}}
+	cfg := spiloConfiguration{}
 	if local.Parameters != nil || local.PgHba != nil {
 		cfg.PostgreSQL = &local
 	}
 	return mustJSON(cfg)
 }
+
+// LocalParameter reports whether the PostgreSQL parameter name (any case)
+// is set per instance, in the pod template: a change of it replaces the
+// pods. Every other parameter is in Patroni's dynamic configuration.
+func LocalParameter(name string) bool { return spiloLocalParameters[strings.ToLower(name)] }
 
 // spiloEnv is the environment of the Spilo container, in a fixed order.
 // Spilo turns the KUBERNETES_* variables into Patroni's kubernetes section

@@ -97,21 +97,21 @@ func TestSpiloConfiguration(t *testing.T) {
 		want       string
 	}{
 		{
-			name: "nothing set: Patroni's defaults, written out",
-			want: `{"bootstrap":{"dcs":{"ttl":30,"loop_wait":10,"retry_timeout":10,"maximum_lag_on_failover":33554432,"synchronous_mode":false}}}`,
+			name: "nothing set: Spilo's own configuration",
+			want: `{}`,
 		},
 		{
-			name:    "patroni set, zero fields take defaults",
-			patroni: &v1.Patroni{SynchronousMode: true},
-			want:    `{"bootstrap":{"dcs":{"ttl":30,"loop_wait":10,"retry_timeout":10,"maximum_lag_on_failover":33554432,"synchronous_mode":true}}}`,
+			name:    "Patroni's timings are dynamic: not in the pod template",
+			patroni: &v1.Patroni{TTL: 60, LoopWait: 5, RetryTimeout: 20, MaximumLagOnFailover: 1048576, SynchronousMode: true},
+			want:    `{}`,
 		},
 		{
-			name:    "every patroni field",
-			patroni: &v1.Patroni{TTL: 60, LoopWait: 5, RetryTimeout: 20, MaximumLagOnFailover: 1048576, PgHba: []string{"local all all trust", "host all all 0.0.0.0/0 md5"}},
-			want:    `{"bootstrap":{"dcs":{"ttl":60,"loop_wait":5,"retry_timeout":20,"maximum_lag_on_failover":1048576,"synchronous_mode":false}},"postgresql":{"pg_hba":["local all all trust","host all all 0.0.0.0/0 md5"]}}`,
+			name:    "pg_hba is local",
+			patroni: &v1.Patroni{PgHba: []string{"local all all trust", "host all all 0.0.0.0/0 md5"}},
+			want:    `{"postgresql":{"pg_hba":["local all all trust","host all all 0.0.0.0/0 md5"]}}`,
 		},
 		{
-			name: "cluster-wide parameters go to the DCS, Spilo's local ones stay local, names lower-cased",
+			name: "Spilo's local parameters stay local, names lower-cased; shared ones are dynamic",
 			parameters: map[string]string{
 				"max_connections":          "100",
 				"Work_Mem":                 "8MB",
@@ -119,14 +119,12 @@ func TestSpiloConfiguration(t *testing.T) {
 				"SHARED_PRELOAD_LIBRARIES": "pg_stat_statements",
 				"pg_stat_statements.max":   "5000",
 			},
-			want: `{"bootstrap":{"dcs":{"ttl":30,"loop_wait":10,"retry_timeout":10,"maximum_lag_on_failover":33554432,"synchronous_mode":false,` +
-				`"postgresql":{"parameters":{"max_connections":"100","pg_stat_statements.max":"5000","work_mem":"8MB"}}}},` +
-				`"postgresql":{"parameters":{"shared_buffers":"1GB","shared_preload_libraries":"pg_stat_statements"}}}`,
+			want: `{"postgresql":{"parameters":{"shared_buffers":"1GB","shared_preload_libraries":"pg_stat_statements"}}}`,
 		},
 		{
 			name:       "names equal but for case: the one sorting last wins",
-			parameters: map[string]string{"work_mem": "4MB", "WORK_MEM": "8MB"},
-			want:       `{"bootstrap":{"dcs":{"ttl":30,"loop_wait":10,"retry_timeout":10,"maximum_lag_on_failover":33554432,"synchronous_mode":false,"postgresql":{"parameters":{"work_mem":"4MB"}}}}}`,
+			parameters: map[string]string{"shared_buffers": "4MB", "SHARED_BUFFERS": "8MB"},
+			want:       `{"postgresql":{"parameters":{"shared_buffers":"4MB"}}}`,
 		},
 	}
 	for _, c := range cases {
@@ -143,20 +141,69 @@ func TestSpiloConfiguration(t *testing.T) {
 	}
 }
 
-// TestSpiloConfigurationFullSample checks the structure Spilo reads from the
-// full sample, decoded rather than as a string.
+func TestDynamic(t *testing.T) {
+	cases := []struct {
+		name       string
+		patroni    *v1.Patroni
+		parameters map[string]string
+		want       string
+		bootstrap  bool
+	}{
+		{
+			name:      "nothing set: Spilo's bootstrap values",
+			want:      `{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
+			bootstrap: true,
+		},
+		{
+			name:    "every timing",
+			patroni: &v1.Patroni{TTL: 60, LoopWait: 5, RetryTimeout: 20, MaximumLagOnFailover: 1048576, SynchronousMode: true},
+			want:    `{"loop_wait":5,"maximum_lag_on_failover":1048576,"retry_timeout":20,"synchronous_mode":true,"ttl":60}`,
+		},
+		{
+			name:       "shared parameters, lower-cased; local ones left out",
+			parameters: map[string]string{"max_connections": "100", "Work_Mem": "8MB", "shared_buffers": "1GB"},
+			want: `{"loop_wait":10,"maximum_lag_on_failover":33554432,"postgresql":{"parameters":{"max_connections":"100","work_mem":"8MB"}},` +
+				`"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
+		},
+		{
+			name:       "only local parameters: still the bootstrap",
+			parameters: map[string]string{"shared_buffers": "1GB"},
+			want:       `{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
+			bootstrap:  true,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pg := &v1.Postgresql{Spec: v1.PostgresqlSpec{Patroni: c.patroni, PostgreSQL: v1.PostgresqlParam{Version: "17", Parameters: c.parameters}}}
+			d := Dynamic(pg)
+			got, err := json.Marshal(d.Settings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != c.want {
+				t.Errorf("got  %s\nwant %s", got, c.want)
+			}
+			if d.Bootstrap != c.bootstrap {
+				t.Errorf("Bootstrap = %v, want %v", d.Bootstrap, c.bootstrap)
+			}
+			if d.Hash == "" || d.Hash != Dynamic(pg).Hash {
+				t.Errorf("hash %q is not stable", d.Hash)
+			}
+		})
+	}
+	a := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "8MB"}}}})
+	b := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "16MB"}}}})
+	if a.Hash == b.Hash {
+		t.Errorf("a parameter change must change the hash")
+	}
+}
+
+// TestSpiloConfigurationFullSample checks the full sample's parameters end
+// up in the pod template (local) or in the dynamic configuration (shared),
+// never both, and nothing is lost.
 func TestSpiloConfigurationFullSample(t *testing.T) {
 	pg := loadSample(t, "full")
 	var cfg struct {
-		Bootstrap struct {
-			DCS struct {
-				TTL, LoopWait, RetryTimeout int
-				SynchronousMode             bool `json:"synchronous_mode"`
-				PostgreSQL                  struct {
-					Parameters map[string]string `json:"parameters"`
-				} `json:"postgresql"`
-			} `json:"dcs"`
-		} `json:"bootstrap"`
 		PostgreSQL struct {
 			Parameters map[string]string `json:"parameters"`
 			PgHba      []string          `json:"pg_hba"`
@@ -165,29 +212,32 @@ func TestSpiloConfigurationFullSample(t *testing.T) {
 	if err := json.Unmarshal([]byte(SpiloConfiguration(pg)), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	dyn := Dynamic(pg)
+	shared, _ := dyn.Settings[ConfigPostgreSQL].(map[string]any)[ConfigParameters].(map[string]string)
 	all := map[string]string{}
-	for k, v := range cfg.Bootstrap.DCS.PostgreSQL.Parameters {
+	for k, v := range shared {
 		all[k] = v
 	}
 	for k, v := range cfg.PostgreSQL.Parameters {
 		if _, dup := all[k]; dup {
-			t.Errorf("parameter %s is both in the DCS and local", k)
+			t.Errorf("parameter %s is both dynamic and local", k)
 		}
 		all[k] = v
 	}
 	if !apiequality.Semantic.DeepEqual(all, pg.Spec.PostgreSQL.Parameters) {
 		t.Errorf("parameters = %v, want %v", all, pg.Spec.PostgreSQL.Parameters)
 	}
-	if cfg.Bootstrap.DCS.PostgreSQL.Parameters["max_connections"] != "200" {
-		t.Errorf("max_connections must be in the DCS: Patroni keeps it equal on every member")
+	if shared["max_connections"] != "200" {
+		t.Errorf("max_connections must be dynamic: Patroni keeps it equal on every member")
 	}
 	if cfg.PostgreSQL.Parameters["shared_preload_libraries"] != "pg_stat_statements" {
 		t.Errorf("shared_preload_libraries must be local, or Spilo's local default overrides it")
 	}
-	if !cfg.Bootstrap.DCS.SynchronousMode {
+	if dyn.Settings[ConfigSynchronousMode] != true {
 		t.Errorf("synchronous_mode lost")
 	}
 	if !slices.Equal(cfg.PostgreSQL.PgHba, pg.Spec.Patroni.PgHba) {
 		t.Errorf("pg_hba = %v, want %v", cfg.PostgreSQL.PgHba, pg.Spec.Patroni.PgHba)
 	}
 }
+

@@ -185,8 +185,14 @@ func TestPodTemplateHash(t *testing.T) {
 		{"an unrelated label on the cluster", func(pg *v1.Postgresql, _ *Options) { pg.Labels["x"] = "y" }, false},
 		{"image", func(pg *v1.Postgresql, _ *Options) { pg.Spec.DockerImage = "example.com/spilo:2" }, true},
 		{"version", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Version = "18" }, true},
-		{"a parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["work_mem"] = "8MB" }, true},
-		{"patroni ttl", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.TTL = 40 }, true},
+		// Patroni applies shared parameters and its timings to running
+		// members (PATCH /config): no new pods.
+		{"a shared parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["work_mem"] = "8MB" }, false},
+		{"a restart-only shared parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["max_connections"] = "300" }, false},
+		{"patroni ttl", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.TTL = 40 }, false},
+		{"synchronous mode", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.SynchronousMode = !pg.Spec.Patroni.SynchronousMode }, false},
+		// Spilo sets these per instance: new pods.
+		{"a local parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["shared_buffers"] = "512MB" }, true},
 		{"pg_hba", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.PgHba = pg.Spec.Patroni.PgHba[1:] }, true},
 		{"resources", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Resources.Limits.CPU = ptr.To(resource.MustParse("3")) }, true},
 		{"tolerations", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Tolerations = nil }, true},

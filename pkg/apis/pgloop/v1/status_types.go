@@ -17,6 +17,29 @@ const (
 	// shape; its message carries the concrete cause (unschedulable pod,
 	// quota, pending volume, crash loop, failed API call).
 	ConditionDegraded = "Degraded"
+	// ConditionRolesSynced is True when the roles and databases of the
+	// spec, with their Secrets' passwords, are what PostgreSQL has; False
+	// with the failure ("role app: permission denied", "primary
+	// 127.64.1.2:5432 did not answer within 5s") or what it waits for.
+	ConditionRolesSynced = "RolesSynced"
+	// ConditionConfigApplied is True when Patroni's dynamic configuration
+	// holds the spec's settings and every member runs them (no restart
+	// pending); False with what is pending and why.
+	ConditionConfigApplied = "ConfigApplied"
+)
+
+// Annotations users set to ask pgloop for something.
+const (
+	// AnnotationSyncRequestedAt on a Postgresql asks for its roles,
+	// databases and Patroni configuration to be synced again now, even
+	// though nothing changed (`pgloop sync NAME` sets it to the time). Each
+	// new value is one sync; status.database.syncRequest records the last
+	// value handled.
+	AnnotationSyncRequestedAt = "pgloop.dev/sync-requested-at"
+	// AnnotationRotatePassword on a user's Secret asks for a new password:
+	// pgloop generates one, sets it in PostgreSQL, then writes it to the
+	// Secret and removes the annotation (docs/user-guide.md).
+	AnnotationRotatePassword = "pgloop.dev/rotate-password"
 )
 
 // MaxHistory bounds Status.History so the object stays small however long a
@@ -85,6 +108,79 @@ type PostgresqlStatus struct {
 	// restart of the operator.
 	// +optional
 	LastPrimary string `json:"lastPrimary,omitempty"`
+	// Database is what pgloop last applied inside PostgreSQL: the roles
+	// and databases of the spec. Nil until the first sync.
+	// +optional
+	Database *DatabaseStatus `json:"database,omitempty"`
+	// Config is the Patroni dynamic configuration pgloop last applied, and
+	// the members waiting for a restart to run it.
+	// +optional
+	Config *ConfigStatus `json:"config,omitempty"`
+}
+
+// DatabaseStatus is what the last successful sync of roles and databases
+// applied.
+type DatabaseStatus struct {
+	// Hash identifies what was applied: the users with their flags, the
+	// databases with their owners, the version of each password's Secret
+	// and the sync request. A cluster whose hash is current makes no SQL
+	// call.
+	// +optional
+	Hash string `json:"hash,omitempty"`
+	// SyncedAt is when the last sync succeeded; unset when Patroni's
+	// bootstrap made everything there is (no users, no databases).
+	// +optional
+	SyncedAt *metav1.Time `json:"syncedAt,omitempty"`
+	// Roles are the roles of spec.users, each with when it was last synced.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Roles []RoleStatus `json:"roles,omitempty"`
+	// Databases are the databases of spec.databases as last synced.
+	// +optional
+	// +listType=set
+	Databases []string `json:"databases,omitempty"`
+	// Retained are roles and databases pgloop made that the spec no longer
+	// lists ("role old", "database legacy"): pgloop never drops them.
+	// +optional
+	// +listType=set
+	Retained []string `json:"retained,omitempty"`
+	// SyncRequest is the last value of the pgloop.dev/sync-requested-at
+	// annotation handled.
+	// +optional
+	SyncRequest string `json:"syncRequest,omitempty"`
+}
+
+// RoleStatus is one role and when it was last synced.
+type RoleStatus struct {
+	// Name is the role.
+	Name string `json:"name"`
+	// SyncedAt is when its flags and password were last set.
+	SyncedAt metav1.Time `json:"syncedAt"`
+}
+
+// ConfigStatus is the Patroni dynamic configuration pgloop last applied.
+type ConfigStatus struct {
+	// Hash identifies the settings applied: the Patroni timings and the
+	// PostgreSQL parameters kept in Patroni's dynamic configuration.
+	// +optional
+	Hash string `json:"hash,omitempty"`
+	// AppliedAt is when every member was last seen running them; unset
+	// when they are Spilo's bootstrap defaults and nothing was sent.
+	// +optional
+	AppliedAt *metav1.Time `json:"appliedAt,omitempty"`
+	// Parameters are the postgresql.parameters pgloop keeps in Patroni's
+	// dynamic configuration; one removed from the spec is removed from it
+	// (reset to PostgreSQL's or Patroni's default) on the next apply.
+	// +optional
+	// +listType=set
+	Parameters []string `json:"parameters,omitempty"`
+	// PendingRestart are the members whose Patroni reports a setting that
+	// takes effect only after a restart; pgloop restarts them one at a
+	// time, replicas first.
+	// +optional
+	// +listType=set
+	PendingRestart []string `json:"pendingRestart,omitempty"`
 }
 
 // Timer is a pending timer: when Deadline passes, the operator delivers the

@@ -1,0 +1,88 @@
+package cluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Keys of Patroni's dynamic configuration that pgloop manages.
+const (
+	ConfigTTL                  = "ttl"
+	ConfigLoopWait             = "loop_wait"
+	ConfigRetryTimeout         = "retry_timeout"
+	ConfigMaximumLagOnFailover = "maximum_lag_on_failover"
+	ConfigSynchronousMode      = "synchronous_mode"
+	ConfigPostgreSQL           = "postgresql"
+	ConfigParameters           = "parameters"
+)
+
+// DynamicConfig is the part of Patroni's dynamic configuration (GET
+// /config) that the spec decides: the Patroni timings and the PostgreSQL
+// parameters shared by all members (every parameter Spilo does not set per
+// instance). pgloop applies it with PATCH /config, which every member
+// applies within a loop_wait: a reload, or a restart that Patroni reports
+// as pending_restart.
+type DynamicConfig struct {
+	// Settings are the top-level keys (ttl, loop_wait, retry_timeout,
+	// maximum_lag_on_failover, synchronous_mode) and, when the spec has
+	// shared parameters, postgresql.parameters (name to value, names lower
+	// case).
+	Settings map[string]any
+	// Parameters are the names of the shared parameters, sorted (the
+	// spec's keys are, and lower-casing keeps their order but for case).
+	Parameters []string
+	// Hash identifies Settings.
+	Hash string
+	// Bootstrap is true when Settings are exactly what Spilo's bootstrap
+	// writes (the default timings and no parameter of the spec): a new
+	// cluster already runs them, and nothing needs sending.
+	Bootstrap bool
+}
+
+// Dynamic returns the dynamic configuration pg asks for.
+func Dynamic(pg *v1.Postgresql) DynamicConfig {
+	p := pg.Spec.Patroni
+	ttl, loopWait, retryTimeout := p.EffectiveTimings()
+	lag, syncMode := int64(v1.DefaultPatroniMaximumLagOnFailover), false
+	if p != nil {
+		// 0 is what an omitted maximum_lag_on_failover decodes to: the
+		// field is omitempty, so an explicit 0 cannot be stored either.
+		if p.MaximumLagOnFailover != 0 {
+			lag = p.MaximumLagOnFailover
+		}
+		syncMode = p.SynchronousMode
+	}
+	settings := map[string]any{
+		ConfigTTL:                  ttl,
+		ConfigLoopWait:             loopWait,
+		ConfigRetryTimeout:         retryTimeout,
+		ConfigMaximumLagOnFailover: lag,
+		ConfigSynchronousMode:      syncMode,
+	}
+	shared := map[string]string{}
+	var names []string
+	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
+		lower := strings.ToLower(name)
+		if spiloLocalParameters[lower] {
+			continue
+		}
+		if _, dup := shared[lower]; !dup {
+			names = append(names, lower)
+		}
+		shared[lower] = pg.Spec.PostgreSQL.Parameters[name]
+	}
+	if len(shared) > 0 {
+		settings[ConfigPostgreSQL] = map[string]any{ConfigParameters: shared}
+	}
+	sum := sha256.Sum256([]byte(mustJSON(settings)))
+	return DynamicConfig{
+		Settings:   settings,
+		Parameters: names,
+		Hash:       hex.EncodeToString(sum[:8]),
+		Bootstrap: len(shared) == 0 && ttl == v1.DefaultPatroniTTL && loopWait == v1.DefaultPatroniLoopWait &&
+			retryTimeout == v1.DefaultPatroniRetryTimeout && lag == v1.DefaultPatroniMaximumLagOnFailover && !syncMode,
+	}
+}
