@@ -113,8 +113,13 @@ func TestCompare(t *testing.T) {
 			want:    ReplacePods,
 		},
 		{
-			name:    "new parameter",
+			name:    "new shared parameter: Patroni applies it, no pod replaced",
 			desired: func(pg *v1.Postgresql) { pg.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB"} },
+			want:    NoChange,
+		},
+		{
+			name:    "new local parameter",
+			desired: func(pg *v1.Postgresql) { pg.Spec.PostgreSQL.Parameters = map[string]string{"shared_buffers": "1GB"} },
 			want:    ReplacePods,
 		},
 		{
