@@ -3,6 +3,8 @@ package fsm
 import (
 	"slices"
 	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
 // Facts are what pgloop observed about a cluster when an input arrives,
@@ -51,6 +53,53 @@ type Facts struct {
 	// CrashLoopBackOff...): a CamelCase reason and a message.
 	StuckReason string
 	Stuck       string
+
+	// What pgloop applies inside PostgreSQL and Patroni, derived only
+	// while every desired pod is Ready (otherwise zero).
+
+	// Sync is the roles-and-databases sync the spec asks for: the users
+	// with their flags, the databases with their owners, the version of
+	// every password's Secret and the sync request.
+	Sync Want
+	// Config is the Patroni dynamic configuration the spec asks for.
+	Config Want
+	// ConfigParameters are the PostgreSQL parameters of Config.
+	ConfigParameters []string
+	// Users and Databases are the names in the spec, sorted.
+	Users, Databases []string
+	// SyncRequest is the cluster's pgloop.dev/sync-requested-at annotation.
+	SyncRequest string
+	// Target is the pod in-database work goes to: the primary, once its
+	// Patroni publishes its member data (addresses). NoTarget says why
+	// there is none.
+	Target   string
+	NoTarget string
+	// PendingRestart are the pods whose Patroni reports a setting pending
+	// a restart, sorted.
+	PendingRestart []string
+	// Restart is the next member to restart (replicas first, the primary
+	// last), when every desired pod is Ready and none is outdated.
+	Restart *PodRef
+	// Switchover, when set, hands the primary's role to an up-to-date
+	// replica before the primary's pod is replaced in a rollout: Replace
+	// then lists no pod, and lists the former primary once it is a replica.
+	Switchover *Switchover
+}
+
+// Want is what the spec asks to be applied inside PostgreSQL or Patroni.
+type Want struct {
+	// Hash identifies it; empty when it cannot be known yet (a password's
+	// Secret is missing from the cache).
+	Hash string
+	// Bootstrap is true when Patroni's bootstrap already applied it (no
+	// users nor databases; Spilo's default configuration): a cluster that
+	// never had anything applied records it without a call.
+	Bootstrap bool
+}
+
+// Switchover asks Patroni to hand the leadership from one pod to another.
+type Switchover struct {
+	From, To string
 }
 
 // PodRef names one pod; the UID makes its deletion a precondition on that
@@ -76,6 +125,15 @@ func (f *Facts) toReplace(replaced []string) []PodRef {
 		}
 	}
 	return out
+}
+
+// toRestart returns f.Restart unless the machine asked to restart it and
+// its Patroni still reports the restart pending.
+func (f *Facts) toRestart(restarted []string) *PodRef {
+	if f.Restart == nil || slices.Contains(restarted, f.Restart.Name) {
+		return nil
+	}
+	return f.Restart
 }
 
 // converged is the podsReady guard: every desired pod Ready, a primary known
@@ -104,6 +162,30 @@ type Memory struct {
 	// LossDue: a loss in Running may go Degraded now, the lossGrace timer
 	// having fired in this input, or the grace being 0.
 	LossDue bool
+	// Restarted are the UIDs of the pods the machine asked to restart
+	// whose Patroni may still report the restart pending; SwitchedFrom is
+	// the UID of the primary it asked to hand its role over, while it is
+	// still the primary.
+	Restarted    []string
+	SwitchedFrom string
+}
+
+// SyncDue reports whether the roles and databases the spec asks for are
+// not the ones last applied.
+func SyncDue(st *v1.PostgresqlStatus, f *Facts) bool {
+	return f.Sync.Hash != "" && (st.Database == nil || st.Database.Hash != f.Sync.Hash)
+}
+
+// ConfigDue reports whether the dynamic configuration the spec asks for
+// is not the one last applied.
+func ConfigDue(st *v1.PostgresqlStatus, f *Facts) bool {
+	return f.Config.Hash != "" && (st.Config == nil || st.Config.Hash != f.Config.Hash)
+}
+
+// applied is what "in effect" adds to converged pods: roles, databases and
+// configuration applied, no member pending a restart.
+func applied(st *v1.PostgresqlStatus, f *Facts) bool {
+	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0
 }
 
 // Config holds the machine's timeouts and backoff. The zero value is not

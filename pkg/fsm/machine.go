@@ -56,6 +56,8 @@ func (e *Engine) compile() {
 		"after_" + EventResync:           on((*Machine).afterResync),
 		"after_" + EventLossGrace:        on((*Machine).afterLossGrace),
 		"after_" + EventReplacePod:       on((*Machine).afterReplacePod),
+		"after_" + EventRestartMember:    on((*Machine).afterRestartMember),
+		"after_" + EventSwitchover:       on((*Machine).afterSwitchover),
 		"after_" + EventEffectsSucceeded: on((*Machine).afterEffectsSucceeded),
 		"after_" + EventEffectsFailed:    on((*Machine).afterTrouble),
 		"after_" + EventPanicked:         on((*Machine).afterTrouble),
@@ -116,7 +118,8 @@ type call struct {
 // memory is the read-only view of what the machine remembers that guards
 // decide on.
 func (m *Machine) memory() Memory {
-	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.call.lossDue}
+	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.call.lossDue,
+		Restarted: m.out.restarted, SwitchedFrom: m.out.switchedFrom}
 }
 
 // effects are the state's own effects: the cleanup in Deleting, the ensure
@@ -204,9 +207,13 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	case Signal:
 		m.out.observed(m.effects())
 	}
+	m.out.keep(c.facts.PendingRestart, c.facts.Primary)
+	m.adoptBootstrap()
 	m.notePrimary()
 	m.observe()
+	m.adoptBootstrap()
 	m.noteNudge()
+	m.noteInDatabase()
 	m.graceLoss()
 	m.project()
 	return m.finish(epoch)
@@ -223,13 +230,26 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		// Invalid retries nothing but the status write.
 		m.resetRetry()
 	}
+	var part *PartError
+	if r.outcome == waiting || r.outcome == failed {
+		errors.As(err, &part)
+	}
 	switch r.outcome {
 	case waiting:
 		m.st.Message = err.Error()
 		m.setTimer(TimerRetry, m.cfg.RetryBase)
+		if part != nil {
+			m.partCondition(part, ReasonSyncPending, ReasonConfigPending)
+		}
 	case failed:
+		if part != nil {
+			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
+		}
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
 	case succeeded:
+		if r.inDatabase != nil {
+			m.recordInDatabase(r.inDatabase)
+		}
 		m.fire(EventEffectsSucceeded, "", "")
 	}
 	return true
@@ -308,6 +328,8 @@ func (m *Machine) observeReason(event string) (string, string) {
 		return ReasonUpdating, fmt.Sprintf("applying generation %d", f.Generation)
 	case EventPodsReady:
 		return ReasonReady, fmt.Sprintf("%d/%d instances ready, primary %s", f.Ready, f.Desired, f.Primary)
+	case EventOutOfSync:
+		return ReasonOutOfSync, m.outOfSync()
 	}
 	return stuck(f)
 }
@@ -465,6 +487,27 @@ func (m *Machine) afterReplacePod(e *lfsm.Event) {
 	m.out.changed()
 }
 
+// afterRestartMember asks Patroni to restart one member whose settings
+// wait for a restart. Its member data drive the next step.
+func (m *Machine) afterRestartMember(_ *lfsm.Event) {
+	f := &m.call.facts
+	ref := f.toRestart(m.out.restarted)
+	m.out.restartPod(ref)
+	m.st.Reason = ReasonRestarting
+	m.st.Message = fmt.Sprintf("restarting pod %s: settings pending a restart on %s", ref.Name, strings.Join(f.PendingRestart, ", "))
+	m.out.changed()
+}
+
+// afterSwitchover asks Patroni to hand the primary's role over before the
+// rollout replaces the primary's pod.
+func (m *Machine) afterSwitchover(_ *lfsm.Event) {
+	s := m.call.facts.Switchover
+	m.out.askSwitchover(s)
+	m.st.Reason = ReasonSwitchover
+	m.st.Message = fmt.Sprintf("switching over from %s to %s before replacing %s", s.From, s.To, s.From)
+	m.out.changed()
+}
+
 // noteNudge asks for the StatefulSet to be nudged once per change of the
 // namespace's quotas while a quota keeps its pods from being created
 // (Facts.Nudge). It is no transition: the state stays, and the nudge rides
@@ -474,6 +517,217 @@ func (m *Machine) noteNudge() {
 	case Creating, Running, Updating, Degraded:
 		m.out.askNudge(m.call.facts.Nudge)
 	}
+}
+
+// --- inside PostgreSQL and Patroni ---
+
+// adoptBootstrap records as applied what Patroni's bootstrap made, when
+// nothing was ever applied: no users nor databases, Spilo's default
+// configuration. Such a cluster never needs an SQL or Patroni call.
+func (m *Machine) adoptBootstrap() {
+	st, f := &m.st, &m.call.facts
+	switch st.State {
+	case Creating, Running, Updating, Degraded:
+	default:
+		return
+	}
+	if st.Database == nil && f.Sync.Bootstrap && f.Sync.Hash != "" {
+		st.Database = &v1.DatabaseStatus{Hash: f.Sync.Hash}
+		m.out.changed()
+	}
+	if st.Config == nil && f.Config.Bootstrap && f.Config.Hash != "" {
+		st.Config = &v1.ConfigStatus{Hash: f.Config.Hash}
+		m.out.changed()
+	}
+}
+
+// inDatabaseWork is the in-database work a plan of ensure effects carries
+// now: what is due, once every pod is Ready and the primary's Patroni
+// publishes where to reach it.
+func (m *Machine) inDatabaseWork() *InDatabase {
+	st, f := &m.st, &m.call.facts
+	if f.Target == "" || !f.converged() {
+		return nil
+	}
+	var w InDatabase
+	if SyncDue(st, f) {
+		w.Sync = f.Sync.Hash
+	}
+	if ConfigDue(st, f) {
+		w.Config = f.Config.Hash
+		if st.Config != nil {
+			for _, p := range st.Config.Parameters {
+				if !slices.Contains(f.ConfigParameters, p) {
+					w.RemoveParameters = append(w.RemoveParameters, p)
+				}
+			}
+		}
+	}
+	if w.Sync == "" && w.Config == "" {
+		return nil
+	}
+	return &w
+}
+
+// noteInDatabase asks for the ensure effects, which carry the in-database
+// work, when it is due and nothing else is on its way: not while a plan of
+// effects is wanted or in flight, nor after a failure (the retry timer asks,
+// with backoff), nor while waiting (the next observation asks).
+func (m *Machine) noteInDatabase() {
+	switch m.st.State {
+	case Creating, Updating, Degraded:
+	default:
+		return
+	}
+	o := &m.out
+	if o.want != noEffects || o.effectsPlan != 0 || o.troubled || o.again || m.inDatabaseWork() == nil {
+		return
+	}
+	o.ask(ensureEffects)
+}
+
+// recordInDatabase records the in-database work of a plan whose effects
+// succeeded as applied.
+func (m *Machine) recordInDatabase(w *InDatabase) {
+	st, f := &m.st, &m.call.facts
+	now := metav1.NewTime(m.call.now)
+	if w.Sync != "" {
+		db := &v1.DatabaseStatus{Hash: w.Sync, SyncedAt: &now, SyncRequest: f.SyncRequest}
+		for _, u := range f.Users {
+			db.Roles = append(db.Roles, v1.RoleStatus{Name: u, SyncedAt: now})
+		}
+		db.Databases = slices.Clone(f.Databases)
+		db.Retained = retained(st.Database, f)
+		st.Database = db
+	}
+	if w.Config != "" {
+		cfg := &v1.ConfigStatus{Hash: w.Config, AppliedAt: &now, Parameters: slices.Clone(f.ConfigParameters)}
+		if st.Config != nil {
+			cfg.PendingRestart = st.Config.PendingRestart
+		}
+		st.Config = cfg
+	}
+	m.out.changed()
+}
+
+// retained lists the roles and databases applied before (or retained
+// before) that the spec no longer has: pgloop never drops them.
+func retained(prev *v1.DatabaseStatus, f *Facts) []string {
+	if prev == nil {
+		return nil
+	}
+	var out []string
+	add := func(kind, name string, current []string) {
+		item := kind + " " + name
+		if !slices.Contains(current, name) && !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	for _, r := range prev.Roles {
+		add("role", r.Name, f.Users)
+	}
+	for _, d := range prev.Databases {
+		add("database", d, f.Databases)
+	}
+	for _, item := range prev.Retained {
+		kind, name, _ := strings.Cut(item, " ")
+		current := f.Users
+		if kind == "database" {
+			current = f.Databases
+		}
+		add(kind, name, current)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// outOfSync says what a Running cluster applies inside PostgreSQL.
+func (m *Machine) outOfSync() string {
+	st, f := &m.st, &m.call.facts
+	var what []string
+	if SyncDue(st, f) {
+		what = append(what, "roles and databases to sync")
+	}
+	if ConfigDue(st, f) {
+		what = append(what, "Patroni configuration to apply")
+	}
+	if len(f.PendingRestart) > 0 {
+		what = append(what, "restart pending on "+strings.Join(f.PendingRestart, ", "))
+	}
+	msg := strings.Join(what, "; ")
+	if f.NoTarget != "" {
+		msg += " (waiting: " + f.NoTarget + ")"
+	}
+	return msg
+}
+
+// inDatabaseConditions keeps RolesSynced and ConfigApplied in line with
+// what is applied. A failure or a wait reported by a plan (partCondition)
+// stays until what was due is applied, or a new cause is known.
+func (m *Machine) inDatabaseConditions() {
+	st, f := &m.st, &m.call.facts
+	why := f.NoTarget
+	if !f.converged() {
+		why = "waiting for every instance to be Ready"
+	} else if why == "" {
+		why = "applying"
+	}
+	switch {
+	case SyncDue(st, f):
+		m.pendingCondition(v1.ConditionRolesSynced, ReasonSyncPending, "roles and databases not synced yet: "+why)
+	case st.Database != nil:
+		m.condition(v1.ConditionRolesSynced, true, ReasonSynced, synced(st.Database))
+	}
+	switch {
+	case ConfigDue(st, f):
+		m.pendingCondition(v1.ConditionConfigApplied, ReasonConfigPending, "Patroni configuration not applied yet: "+why)
+	case len(f.PendingRestart) > 0:
+		m.condition(v1.ConditionConfigApplied, false, ReasonRestartPending,
+			"settings pending a restart on "+strings.Join(f.PendingRestart, ", ")+": restarting one member at a time, replicas first")
+	case st.Config != nil:
+		msg := "Spilo's bootstrap configuration"
+		if st.Config.AppliedAt != nil {
+			msg = "applied to every member at " + st.Config.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		m.condition(v1.ConditionConfigApplied, true, ReasonApplied, msg)
+	}
+	if st.Config != nil && !slices.Equal(st.Config.PendingRestart, f.PendingRestart) {
+		cfg := *st.Config
+		cfg.PendingRestart = slices.Clone(f.PendingRestart)
+		st.Config = &cfg
+		m.out.changed()
+	}
+}
+
+// pendingCondition sets a condition False with a pending reason, unless a
+// plan reported a failure or a wait on it that still stands.
+func (m *Machine) pendingCondition(typ, reason, message string) {
+	if c := meta.FindStatusCondition(m.st.Conditions, typ); c != nil && c.Status == metav1.ConditionFalse && c.Reason != reason {
+		return
+	}
+	m.condition(typ, false, reason, message)
+}
+
+// partCondition reports a failure or a wait of the in-database work on its
+// condition.
+func (m *Machine) partCondition(e *PartError, rolesReason, configReason string) {
+	switch e.Part {
+	case PartRoles:
+		m.condition(v1.ConditionRolesSynced, false, rolesReason, e.Err.Error())
+	case PartConfig:
+		m.condition(v1.ConditionConfigApplied, false, configReason, e.Err.Error())
+	}
+}
+
+func synced(db *v1.DatabaseStatus) string {
+	if db.SyncedAt == nil {
+		return "no users nor databases: Patroni's bootstrap made the system roles"
+	}
+	msg := fmt.Sprintf("%d roles and %d databases synced at %s", len(db.Roles), len(db.Databases), db.SyncedAt.UTC().Format(time.RFC3339))
+	if len(db.Retained) > 0 {
+		msg += "; left in place, no longer in the spec: " + strings.Join(db.Retained, ", ")
+	}
+	return msg
 }
 
 func (m *Machine) afterResync(_ *lfsm.Event) {
@@ -724,6 +978,9 @@ func (m *Machine) project() {
 	if st.State == Creating || st.State == Updating {
 		m.showCause()
 	}
+	if st.State != Pending && st.State != Invalid && st.State != Deleting {
+		m.inDatabaseConditions()
+	}
 	state := st.State
 	m.condition(v1.ConditionReady, state == Running && !m.hasTimer(TimerLossGrace), st.Reason, st.Message)
 	m.condition(v1.ConditionProgressing, state == Creating || state == Updating || state == Deleting, st.Reason, st.Message)
@@ -741,11 +998,17 @@ func (m *Machine) project() {
 //  4. once that cause is gone, the state's own words come back.
 func (m *Machine) showCause() {
 	st, f := &m.st, &m.call.facts
-	if m.out.troubled || len(m.out.replace) > 0 {
+	o := &m.out
+	if o.troubled || len(o.replace) > 0 || len(o.restarted) > 0 || o.switchedFrom != "" {
 		return
 	}
 	reason, msg := f.StuckReason, f.Stuck
-	if f.Stuck == "" {
+	switch {
+	case f.Stuck == "" && f.converged() && !applied(st, f):
+		// The pods are there; what runs inside PostgreSQL is not yet.
+		reason, msg = m.progress()
+		msg = m.outOfSync()
+	case f.Stuck == "":
 		// The state's own reason ("replacing pod ..." included) stays.
 		if st.State == Creating && st.Reason == ReasonCreating || st.State == Updating && st.Reason == ReasonUpdating {
 			return
@@ -818,6 +1081,10 @@ func (m *Machine) finish(epoch int64) Result {
 	}
 	if len(c.events) > 0 {
 		p.Records = append([]Record(nil), c.events...)
+	}
+	if p.Ensure {
+		p.InDatabase = m.inDatabaseWork()
+		m.out.inDatabase = p.InDatabase
 	}
 	if status {
 		// A shallow copy is a snapshot: st is copy-on-write.

@@ -59,6 +59,13 @@ type outbox struct {
 	dirty   bool     // the status changed since the last snapshot was sent
 	replace []PodRef // pods the next plans delete (copy-on-write)
 	nudge   string   // the quota version the next plans record
+	// restart and switchover ride on every plan like replace: members
+	// to restart, a switchover to ask Patroni for.
+	restart    []PodRef
+	switchover *Switchover
+	// inDatabase is the in-database work of the latest plan carrying
+	// effects, until it reports: succeeded, it is applied.
+	inDatabase *InDatabase
 
 	// What is in flight.
 	effectsPlan uint64 // latest plan carrying effects, 0 once reported
@@ -67,6 +74,11 @@ type outbox struct {
 	// What was acknowledged.
 	replaced []string // UIDs of the pods asked to be replaced (copy-on-write)
 	nudged   string   // the quota version last asked for
+	// restarted are the members asked to restart whose Patroni may
+	// still report the restart pending; switchedFrom is the primary
+	// asked to hand its role over, while it is still the primary. Both are forgotten with replaced after a failure.
+	restarted    []string
+	switchedFrom string
 	// forget: the latest replacement failed; replaced is forgotten when
 	// the next input begins.
 	forget      bool
@@ -97,8 +109,39 @@ const (
 // begin is called when an input begins.
 func (o *outbox) begin() {
 	if o.forget {
-		o.replaced, o.forget = nil, false
+		o.replaced, o.restarted, o.switchedFrom, o.forget = nil, nil, "", false
 	}
+}
+
+// restartPod asks for ref to be restarted by the next plans, and
+// remembers it while its Patroni reports the restart pending.
+func (o *outbox) restartPod(ref *PodRef) {
+	o.restarted = append(slices.Clone(o.restarted), ref.Name)
+	o.restart = []PodRef{*ref}
+}
+
+// keep forgets the members asked to restart whose Patroni no longer
+// reports a restart pending (pending), and the switchover asked once the
+// primary is another pod.
+func (o *outbox) keep(pending []string, primary string) {
+	if len(o.restarted) > 0 {
+		var restarted []string
+		for _, name := range o.restarted {
+			if slices.Contains(pending, name) {
+				restarted = append(restarted, name)
+			}
+		}
+		o.restarted = restarted
+	}
+	if primary != "" && primary != o.switchedFrom {
+		o.switchedFrom = ""
+	}
+}
+
+// askSwitchover asks for s by the next plans, remembering the primary it
+// moves away from.
+func (o *outbox) askSwitchover(s *Switchover) {
+	o.switchover, o.switchedFrom = s, s.From
 }
 
 // ask wants the state's effects e (noEffects drops them) until a plan
@@ -162,11 +205,12 @@ func (o *outbox) askNudge(v string) {
 // timer is pending (retryPending).
 func (o *outbox) next(events, retryPending bool) (p *Plan, status bool) {
 	status = o.dirty || o.statusPlan != 0
-	if o.want == noEffects && !events && len(o.replace) == 0 && o.nudge == "" && (!status || o.held && retryPending) {
+	if o.want == noEffects && !events && !o.carries() && (!status || o.held && retryPending) {
 		return nil, false
 	}
 	o.seq++
-	p = &Plan{ID: o.seq, Ensure: o.want == ensureEffects, Cleanup: o.want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge}
+	p = &Plan{ID: o.seq, Ensure: o.want == ensureEffects, Cleanup: o.want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge,
+		Restart: o.restart, Switchover: o.switchover}
 	if status {
 		o.statusPlan, o.dirty = p.ID, false
 	}
@@ -174,6 +218,12 @@ func (o *outbox) next(events, retryPending bool) (p *Plan, status bool) {
 		o.effectsPlan = p.ID
 	}
 	return p, status
+}
+
+// carries reports whether there is a replacement, a nudge, a restart or a
+// switchover to carry on the next plans.
+func (o *outbox) carries() bool {
+	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil
 }
 
 // receipt is what the result of a plan means to the machine.
@@ -184,6 +234,8 @@ type receipt struct {
 	written bool
 	// outcome of the effects, or of the whole plan when it failed.
 	outcome outcome
+	// inDatabase is the in-database work of the effects that succeeded.
+	inDatabase *InDatabase
 }
 
 type outcome uint8
@@ -208,12 +260,12 @@ func (o *outbox) report(id uint64, err error) receipt {
 	// Replacements and a nudge ride on every plan: the latest one's
 	// result is theirs. After a failure they are asked again when the
 	// retry comes.
-	carried := latest && (len(o.replace) > 0 || o.nudge != "")
+	carried := latest && o.carries()
 	if carried {
 		if err != nil {
 			o.forget = true
 		}
-		o.replace, o.nudge = nil, ""
+		o.replace, o.nudge, o.restart, o.switchover = nil, "", nil, nil
 	}
 	accounted := latest
 	if o.statusPlan != 0 && id == o.statusPlan {
@@ -238,8 +290,8 @@ func (o *outbox) report(id uint64, err error) receipt {
 	switch {
 	case o.effectsPlan != 0 && id == o.effectsPlan:
 		o.effectsPlan = 0
-		done := o.want
-		o.want = noEffects
+		done, db := o.want, o.inDatabase
+		o.want, o.inDatabase = noEffects, nil
 		switch {
 		case errors.Is(err, ErrWaiting):
 			o.again, r.outcome = true, waiting
@@ -247,7 +299,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 			// Not again at once: the retry timer asks, with backoff.
 			o.troubled, r.outcome = true, failed
 		default:
-			o.troubled, r.outcome = false, succeeded
+			o.troubled, r.outcome, r.inDatabase = false, succeeded, db
 			if done == cleanupEffects {
 				o.cleanupDone = true
 			}

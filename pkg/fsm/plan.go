@@ -62,9 +62,47 @@ type Plan struct {
 	// its controller retries a pod creation a ResourceQuota refused: the
 	// quota changed (Facts.Nudge).
 	Nudge string
+	// InDatabase, with Ensure, is the work inside PostgreSQL and Patroni
+	// to do once the objects are ensured.
+	InDatabase *InDatabase
+	// Restart are members to restart through Patroni (POST /restart of
+	// what is pending): one at a time.
+	Restart []PodRef
+	// Switchover asks Patroni to hand the primary's role to a replica.
+	Switchover *Switchover
 	// Records are the Kubernetes Events to record on the resource.
 	Records []Record
 }
+
+// InDatabase is the work of a plan inside PostgreSQL and Patroni, on the
+// primary. The machine records Sync and Config as applied when the plan's
+// effects succeed.
+type InDatabase struct {
+	// Sync, when set, is the hash of the roles and databases to sync.
+	Sync string
+	// Config, when set, is the hash of the dynamic configuration to
+	// apply; RemoveParameters are parameters to remove from it (the spec
+	// no longer sets them).
+	Config           string
+	RemoveParameters []string
+}
+
+// PartError is an effect failure inside PostgreSQL or Patroni: Part says
+// which (PartRoles or PartConfig), so the machine reports it on that
+// condition.
+type PartError struct {
+	Part string
+	Err  error
+}
+
+// Parts of the in-database work.
+const (
+	PartRoles  = "roles"
+	PartConfig = "config"
+)
+
+func (e *PartError) Error() string { return e.Err.Error() }
+func (e *PartError) Unwrap() error { return e.Err }
 
 // Record is a Kubernetes Event to record on the custom resource.
 type Record struct {

@@ -38,9 +38,10 @@ import (
 //	observe [facts]
 //	fire TIMER [epoch=N] [facts]
 //	    The timer fires, in the current epoch unless given.
-//	done [plan=N] [error="..." | waiting="..."] [facts]
+//	done [plan=N] [error="..." | waiting="..."] [part=roles|config] [facts]
 //	    The plan (by default the latest) reports: ok, failed, or waiting
-//	    (an error wrapping ErrWaiting).
+//	    (an error wrapping ErrWaiting); with part, the error is a
+//	    PartError of the in-database work.
 //	panic error="..." [facts]
 //
 // Every input may say at=D; by default it comes 1s after the one before
@@ -50,6 +51,9 @@ import (
 //	gen=N desired=N ready=N primary=POD no-primary="why" current
 //	outdated=N replace=POD/UID[/CLAIM/CLAIMUID],... nudge=VERSION
 //	stuck="Reason: message" spec-error="..." deleting gone
+//	sync=HASH sync-boot config=HASH config-boot params=P,... users=U,...
+//	databases=D,... sync-request=V target=POD no-target="why"
+//	pending=POD,... restart=POD/UID switchover=FROM>TO
 //
 // The output of an input: what was ignored, the events fired, the plan
 // (ensure, cleanup, status, pods to replace, nudge, then its Events), the
@@ -190,7 +194,7 @@ func (r *runner) run(line string) ([]string, error) {
 	for _, w := range words[1:] {
 		k, v, _ := strings.Cut(w, "=")
 		switch k {
-		case "state", "loss-grace", "epoch", "plan", "error", "waiting", "at":
+		case "state", "loss-grace", "epoch", "plan", "error", "waiting", "at", "part":
 			args[k] = v
 		default:
 			rest = append(rest, w)
@@ -231,6 +235,9 @@ func (r *runner) run(line string) ([]string, error) {
 		}
 		if w, ok := args["waiting"]; ok {
 			in.Err = fmt.Errorf("%s (%w)", w, ErrWaiting)
+		}
+		if part, ok := args["part"]; ok && in.Err != nil {
+			in.Err = &PartError{Part: part, Err: in.Err}
 		}
 	case "panic":
 		in = Input{Kind: Panicked, Err: errors.New(args["error"])}
@@ -364,6 +371,25 @@ func (r *runner) output() []string {
 		if p.Nudge != "" {
 			parts = append(parts, "nudge "+p.Nudge)
 		}
+		if db := p.InDatabase; db != nil {
+			w := "in-database"
+			if db.Sync != "" {
+				w += " sync=" + db.Sync
+			}
+			if db.Config != "" {
+				w += " config=" + db.Config
+			}
+			if len(db.RemoveParameters) > 0 {
+				w += " remove=" + strings.Join(db.RemoveParameters, ",")
+			}
+			parts = append(parts, w)
+		}
+		for _, pod := range p.Restart {
+			parts = append(parts, "restart "+podString(pod))
+		}
+		if sw := p.Switchover; sw != nil {
+			parts = append(parts, "switchover "+sw.From+"->"+sw.To)
+		}
 		out = append(out, strings.TrimSpace(fmt.Sprintf("plan %d: %s", p.ID, strings.Join(parts, ", "))))
 		for _, ev := range p.Records {
 			kind := "Normal"
@@ -426,12 +452,49 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 	for _, c := range st.Conditions {
 		conds = append(conds, c.Type+"="+string(c.Status))
 	}
+	database, config := `""`, `""`
+	if db := st.Database; db != nil {
+		database = "hash=" + db.Hash
+		if db.SyncedAt != nil {
+			database += " synced@" + since(db.SyncedAt.Time)
+		}
+		for _, r := range db.Roles {
+			database += " role:" + r.Name
+		}
+		for _, d := range db.Databases {
+			database += " db:" + d
+		}
+		if len(db.Retained) > 0 {
+			database += " retained:" + strings.Join(db.Retained, ",")
+		}
+		if db.SyncRequest != "" {
+			database += " request:" + db.SyncRequest
+		}
+	}
+	if c := st.Config; c != nil {
+		config = "hash=" + c.Hash
+		if c.AppliedAt != nil {
+			config += " applied@" + since(c.AppliedAt.Time)
+		}
+		if len(c.Parameters) > 0 {
+			config += " params:" + strings.Join(c.Parameters, ",")
+		}
+		if len(c.PendingRestart) > 0 {
+			config += " pending:" + strings.Join(c.PendingRestart, ",")
+		}
+	}
+	for _, typ := range []string{v1.ConditionRolesSynced, v1.ConditionConfigApplied} {
+		if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
+			conds = append(conds, typ+"."+c.Reason+": "+c.Message)
+		}
+	}
 	return [][2]string{
 		{"state", str(st.State)}, {"stateSince", stateSince}, {"epoch", fmt.Sprint(st.Epoch)},
 		{"observedGeneration", fmt.Sprint(st.ObservedGeneration)}, {"reason", str(st.Reason)}, {"message", str(st.Message)},
 		{"attempt", fmt.Sprint(st.Attempt)}, {"ready", str(st.Ready)}, {"primary", str(st.Primary)},
 		{"lastPrimary", str(st.LastPrimary)}, {"timers", str(strings.Join(timers, " "))},
 		{"conditions", str(strings.Join(conds, " "))},
+		{"database", database}, {"config", config},
 	}
 }
 
@@ -629,6 +692,40 @@ func parseFacts(words []string) (Facts, error) {
 			}
 		case "spec-error":
 			f.SpecError = v
+		case "sync":
+			f.Sync.Hash = v
+		case "sync-boot":
+			f.Sync.Bootstrap = true
+		case "config":
+			f.Config.Hash = v
+		case "config-boot":
+			f.Config.Bootstrap = true
+		case "params":
+			f.ConfigParameters = strings.Split(v, ",")
+		case "users":
+			f.Users = strings.Split(v, ",")
+		case "databases":
+			f.Databases = strings.Split(v, ",")
+		case "sync-request":
+			f.SyncRequest = v
+		case "target":
+			f.Target = v
+		case "no-target":
+			f.NoTarget = v
+		case "pending":
+			f.PendingRestart = strings.Split(v, ",")
+		case "restart":
+			name, uid, ok := strings.Cut(v, "/")
+			if !ok {
+				return f, fmt.Errorf("restart %s: want POD/UID", v)
+			}
+			f.Restart = &PodRef{Name: name, UID: uid}
+		case "switchover":
+			from, to, ok := strings.Cut(v, ">")
+			if !ok {
+				return f, fmt.Errorf("switchover %s: want FROM>TO", v)
+			}
+			f.Switchover = &Switchover{From: from, To: to}
 		case "deleting":
 			f.Deleting = true
 		case "gone":

@@ -63,6 +63,17 @@ const (
 	// EventReplacePod: outdated pods replaced: every one that runs
 	// nothing at once, or one step of a rollout.
 	EventReplacePod = "replacePod"
+	// EventOutOfSync: a Running cluster's pods are converged, but what
+	// runs inside PostgreSQL and Patroni is not what the spec asks: roles,
+	// databases or configuration to apply, a password to rotate, a sync
+	// requested, or a member pending a restart.
+	EventOutOfSync = "outOfSync"
+	// EventRestartMember: a member whose Patroni reports a setting pending
+	// a restart is restarted through Patroni, one at a time.
+	EventRestartMember = "restartMember"
+	// EventSwitchover: before a rollout replaces the primary's pod, Patroni
+	// hands its role to an up-to-date replica.
+	EventSwitchover = "switchover"
 	// EventTimeout: the state's deadline passed without convergence.
 	EventTimeout = "timeout"
 	// EventRetry: the retry timer fired; the ensure effects are planned again.
@@ -115,6 +126,17 @@ const (
 	ReasonCleanupFinished = "CleanupFinished"
 	ReasonNoPrimary       = "NoPrimary"
 	ReasonPrimaryChanged  = "PrimaryChanged"
+	ReasonOutOfSync       = "OutOfSync"
+	ReasonRestarting      = "RestartingMember"
+	ReasonSwitchover      = "Switchover"
+	// Reasons of the RolesSynced and ConfigApplied conditions.
+	ReasonSynced         = "Synced"
+	ReasonSyncPending    = "SyncPending"
+	ReasonSyncFailed     = "SyncFailed"
+	ReasonApplied        = "Applied"
+	ReasonConfigPending  = "ConfigPending"
+	ReasonConfigFailed   = "ConfigFailed"
+	ReasonRestartPending = "RestartPending"
 )
 
 // stateDocs and eventDocs are the documentation `pgloop fsm --markdown`
@@ -134,10 +156,13 @@ var eventDocs = map[string]string{
 	EventCreate:           "A new cluster whose spec is valid.",
 	EventInvalidSpec:      "The spec cannot be served (guard: the validation error is not empty).",
 	EventSpecChanged:      "The spec's generation is newer than status.observedGeneration and the spec is valid.",
-	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready) and the objects converged.",
+	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready), the objects converged, and what runs inside PostgreSQL is the spec: roles and databases synced, Patroni's dynamic configuration applied, no member pending a restart.",
 	EventPodsLost:         "Guard, while Running: fewer Ready instances than desired, or no primary, or objects not matching the spec, and either the `lossGrace` timer fired, or the grace is 0 (`--loss-grace=0`), or a concrete cause is known (an unschedulable pod, a crash loop...). The reason and message name the cause (`PodsNotReady`, `NoPrimary`, `NotConverged` or the concrete one).",
 	EventLossGrace:        "The `lossGrace` timer fired in Running: the loss has lasted the whole grace (`--loss-grace`), and `podsLost` fires if it still holds. The timer is armed when a loss is first seen in Running, and cancelled (no history entry, no Event) when the cluster recovers before it fires.",
 	EventReplacePod:       "Outdated pods are deleted (UID precondition) so the StatefulSet controller recreates them from the current template. (1) Pods that run no PostgreSQL (not scheduled, waiting on a volume, a container that cannot start) serve nothing: every outdated one is replaced at once, in Creating, Updating or Degraded, without waiting for the other pods or for a timeout; this is how an edit fixes a stuck cluster. A never-bound claim of such a pod that asks for another StorageClass than the StatefulSet's is deleted with it. (2) A pod that runs PostgreSQL is replaced alone, once every desired pod is Ready and no idle pod is outdated: replicas first, the primary last; the next step waits for the pod events that show the new pod Ready.",
+	EventOutOfSync:        "Guard, while Running: the pods are converged, but the roles and databases (users, databases, a password's Secret, a sync request) or Patroni's dynamic configuration are not the ones last applied (status.database.hash, status.config.hash), or a member's Patroni reports a restart pending. Updating then applies them.",
+	EventRestartMember:    "A member whose Patroni reports `pending_restart` is restarted through Patroni's `POST /restart` (only what is pending), once the configuration is applied and every pod is Ready: replicas first, the primary last, one at a time; the next waits for the member data that shows the restart done.",
+	EventSwitchover:       "In a rollout, when the next pod to replace is the primary and a replica is Ready, Patroni is asked for a switchover (`POST /switchover`) to the most up-to-date replica first; the former primary is then replaced as a replica. Off with `--switchover=false`.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects (in Deleting the cleanup, in Invalid the status write alone) are planned again, with the latest status, and, in Degraded, the next retry is armed with a doubled delay.",
 	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",

@@ -71,9 +71,25 @@ var Table = []Transition{
 	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return len(f.toReplace(mem.Replaced)) > 0 },
 		When:  "outdated pods that run nothing, or all pods Ready and one outdated"},
+	{Event: EventOutOfSync, From: []string{Running}, To: Updating,
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.converged() && !applied(st, f) },
+		When:  "roles, databases or configuration to apply, or a restart pending"},
+	// A rollout hands the primary's role over before replacing its pod.
+	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return f.Switchover != nil && f.Switchover.From != mem.SwitchedFrom
+		},
+		When: "the primary's pod is next to replace, a replica Ready"},
+	{Event: EventRestartMember, From: []string{Creating, Updating, Degraded},
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return !ConfigDue(st, f) && f.toRestart(mem.Restarted) != nil
+		},
+		When: "configuration applied, a member pending a restart, all pods Ready"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return f.converged() && !mem.Troubled },
-		When:  "all pods Ready, primary elected, objects converged, last ensure succeeded"},
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return f.converged() && applied(st, f) && !mem.Troubled
+		},
+		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, last ensure succeeded"},
 	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
 	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
@@ -136,7 +152,8 @@ var events = func() lfsm.Events {
 // observeOrder is the order in which fact-driven events are tried after every
 // input: deletion first, then the spec, then the pods.
 var observeOrder = []string{
-	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventReplacePod, EventPodsReady, EventPodsLost,
+	EventCleanedUp, EventDelete, EventInvalidSpec, EventCreate, EventSpecChanged, EventOutOfSync,
+	EventReplacePod, EventSwitchover, EventRestartMember, EventPodsReady, EventPodsLost,
 }
 
 // candidate is a fact-driven event a state takes, with its guard.
