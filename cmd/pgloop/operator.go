@@ -109,6 +109,20 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"longest delay between retries")
 	f.StringVar(&cfg.SpiloImage, "spilo-image", cfg.SpiloImage,
 		"Spilo image of clusters that set no spec.dockerImage")
+	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
+		"deadline of a connection to PostgreSQL (dial, authentication)")
+	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,
+		"deadline of one SQL statement (also the session's statement_timeout)")
+	f.DurationVar(&cfg.PatroniTimeout, "patroni-timeout", cfg.PatroniTimeout,
+		"deadline of one call of Patroni's REST API (GET and PATCH /config)")
+	f.DurationVar(&cfg.RestartTimeout, "restart-timeout", cfg.RestartTimeout,
+		"deadline of a member's restart through Patroni (POST /restart)")
+	f.DurationVar(&cfg.SwitchoverTimeout, "switchover-timeout", cfg.SwitchoverTimeout,
+		"deadline of a switchover through Patroni (POST /switchover)")
+	f.DurationVar(&cfg.InDatabaseTimeout, "in-database-timeout", cfg.InDatabaseTimeout,
+		"deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included")
+	f.BoolVar(&cfg.Switchover, "switchover", cfg.Switchover,
+		"in a rollout, hand the primary's role to an up-to-date replica (Patroni's switchover) before replacing the primary's pod")
 	f.Float32Var(&cfg.KubeQPS, "kube-qps", cfg.KubeQPS,
 		"queries per second to the Kubernetes API, shared by all clusters")
 	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,

@@ -18,7 +18,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newFSMCmd(), newVersionCmd())
 	root.AddCommand(newOperatorCmd())
-	root.AddCommand(newStatusCmd())
+	root.AddCommand(newStatusCmd(), newSyncCmd())
 	return root
 }
 

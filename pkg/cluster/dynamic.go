@@ -62,7 +62,8 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 		ConfigMaximumLagOnFailover: lag,
 		ConfigSynchronousMode:      syncMode,
 	}
-	shared := map[string]string{}
+	// map[string]any, as the JSON of GET /config decodes.
+	shared := map[string]any{}
 	var names []string
 	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
 		lower := strings.ToLower(name)

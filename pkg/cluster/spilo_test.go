@@ -213,10 +213,10 @@ func TestSpiloConfigurationFullSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	dyn := Dynamic(pg)
-	shared, _ := dyn.Settings[ConfigPostgreSQL].(map[string]any)[ConfigParameters].(map[string]string)
+	shared, _ := dyn.Settings[ConfigPostgreSQL].(map[string]any)[ConfigParameters].(map[string]any)
 	all := map[string]string{}
 	for k, v := range shared {
-		all[k] = v
+		all[k] = v.(string)
 	}
 	for k, v := range cfg.PostgreSQL.Parameters {
 		if _, dup := all[k]; dup {
@@ -240,4 +240,3 @@ func TestSpiloConfigurationFullSample(t *testing.T) {
 		t.Errorf("pg_hba = %v, want %v", cfg.PostgreSQL.PgHba, pg.Spec.Patroni.PgHba)
 	}
 }
-

@@ -190,7 +190,9 @@ func TestPodTemplateHash(t *testing.T) {
 		{"a shared parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["work_mem"] = "8MB" }, false},
 		{"a restart-only shared parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["max_connections"] = "300" }, false},
 		{"patroni ttl", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.TTL = 40 }, false},
-		{"synchronous mode", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.SynchronousMode = !pg.Spec.Patroni.SynchronousMode }, false},
+		{"synchronous mode", func(pg *v1.Postgresql, _ *Options) {
+			pg.Spec.Patroni.SynchronousMode = !pg.Spec.Patroni.SynchronousMode
+		}, false},
 		// Spilo sets these per instance: new pods.
 		{"a local parameter", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PostgreSQL.Parameters["shared_buffers"] = "512MB" }, true},
 		{"pg_hba", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Patroni.PgHba = pg.Spec.Patroni.PgHba[1:] }, true},

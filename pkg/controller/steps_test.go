@@ -47,7 +47,7 @@ func TestStepsOrder(t *testing.T) {
 		Records: []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
 	}
 	var got []string
-	for _, s := range NewEffects(a).Steps("db/acid", plan) {
+	for _, s := range NewEffects(a, Timeouts{}).Steps("db/acid", plan) {
 		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
 		if err := s.Run(context.Background()); err != nil {
 			t.Errorf("%s: %v", s.Name, err)
@@ -68,7 +68,7 @@ func TestStepsOrder(t *testing.T) {
 	if !slices.Equal(a.calls, wantCalls) {
 		t.Errorf("calls:\n got %q\nwant %q", a.calls, wantCalls)
 	}
-	if n := len(NewEffects(a).Steps("db/acid", &fsm.Plan{})); n != 0 {
+	if n := len(NewEffects(a, Timeouts{}).Steps("db/acid", &fsm.Plan{})); n != 0 {
 		t.Errorf("empty plan: %d steps, want none", n)
 	}
 }
@@ -91,7 +91,7 @@ func TestStepsErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &actor{fail: map[string]error{"cleanup": tt.err}}
-			steps := NewEffects(a).Steps("db/acid", &fsm.Plan{Cleanup: true})
+			steps := NewEffects(a, Timeouts{}).Steps("db/acid", &fsm.Plan{Cleanup: true})
 			err := steps[0].Run(context.Background())
 			if tt.err == nil {
 				if err != nil {

@@ -22,6 +22,8 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/patroni"
+	"github.com/pgloop/pgloop/pkg/pgsql"
 )
 
 // FieldManager names pgloop in the managedFields of what it writes: every
@@ -83,6 +85,17 @@ type Options struct {
 	// the clusters: the informers' caches. Nil means every read is a GET
 	// or LIST from the API.
 	Cache Cache
+	// SQL bounds the connections and statements to PostgreSQL.
+	SQL pgsql.Options
+	// ObserveSQL, when set, counts SQL statements by cluster key and
+	// outcome (ok, error, timeout).
+	ObserveSQL func(key, outcome string)
+	// Patroni is the client of Patroni's REST API; nil means one with
+	// the default timeout.
+	Patroni *patroni.Client
+	// RestartTimeout bounds a member's restart (Patroni waits for
+	// PostgreSQL to come back up that long).
+	RestartTimeout time.Duration
 }
 
 // Effects are the client-go calls that carry out the state machine's plans,
@@ -105,6 +118,11 @@ type Effects struct {
 	shared   sharedMemo
 	statuses statusMemo
 	now      func() time.Time
+
+	sql            pgsql.Options
+	observeSQL     func(key, outcome string)
+	patroni        *patroni.Client
+	restartTimeout time.Duration
 }
 
 // New returns the Effects that act through kube (built-in objects),
@@ -118,8 +136,13 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 	if opts.Random != nil {
 		random = &lockedReader{r: opts.Random}
 	}
+	pc := opts.Patroni
+	if pc == nil {
+		pc = &patroni.Client{}
+	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, now: time.Now}
+		cache: opts.Cache, now: time.Now,
+		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
 }
 
 // lockedReader serialises the reads of a random source shared by the

@@ -27,6 +27,9 @@ type Deriver struct {
 	// build are the settings the desired StatefulSet is built with: the
 	// effects' own, or ObjectsCurrent stays false.
 	build cluster.Options
+	// switchover: a rollout hands the primary's role to a replica before
+	// it replaces the primary's pod (Facts.Switchover).
+	switchover bool
 
 	mu   sync.Mutex
 	memo map[types.NamespacedName]*derived
@@ -39,12 +42,20 @@ type derived struct {
 	specError  string
 	// desired is the StatefulSet the spec asks for, built on first need.
 	desired *appsv1.StatefulSet
+	// dynamic is the Patroni dynamic configuration the spec asks for.
+	dynamic cluster.DynamicConfig
+	// users and databases are the spec's names, sorted; roles are the
+	// users and the system roles, whose Secrets hold the passwords.
+	users, databases, roles []string
+	// specSync hashes what the spec alone says of the sync.
+	specSync []byte
 }
 
 // NewDeriver returns a Deriver that builds the desired StatefulSet with
 // build, which must be the cluster.Options the effects build it with.
-func NewDeriver(build cluster.Options) *Deriver {
-	return &Deriver{build: build, memo: map[types.NamespacedName]*derived{}}
+// With switchover, a rollout switches over before it replaces the primary.
+func NewDeriver(build cluster.Options, switchover bool) *Deriver {
+	return &Deriver{build: build, switchover: switchover, memo: map[types.NamespacedName]*derived{}}
 }
 
 // Facts returns the facts of the cluster objs describe; now ages its
@@ -144,12 +155,22 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 	}
 
 	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
+	members := d.members(pods)
 	switch {
 	case len(idle) > 0:
 		f.Replace = idle
+	case f.Ready == f.Desired && next != nil && nextLeader && d.switchover && f.Primary == next.Name:
+		// Hand the role to the most up-to-date replica first; the
+		// former primary is replaced once it is a replica.
+		if to := switchoverCandidate(pods, members, next.Name); to != "" {
+			f.Switchover = &fsm.Switchover{From: next.Name, To: to}
+			break
+		}
+		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 	case f.Ready == f.Desired && next != nil:
 		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 	}
+	d.inDatabase(&f, spec, objs, pods, members, stsName)
 	// Cheapest checks first: the desired StatefulSet is built (once per
 	// generation) only when everything else already holds.
 	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&

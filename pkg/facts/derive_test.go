@@ -298,13 +298,13 @@ func TestFacts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			objs := objects(tt.pg, tt.objs...)
-			got := NewDeriver(cluster.Options{}).Facts(objs, now)
+			got := podFacts(NewDeriver(cluster.Options{}, true).Facts(objs, now))
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("facts\n got %+v\nwant %+v", got, tt.want)
 			}
 			// The pods come in any order: the facts are the same.
 			slices.Reverse(objs.Pods)
-			if got := NewDeriver(cluster.Options{}).Facts(objs, now); !reflect.DeepEqual(got, tt.want) {
+			if got := podFacts(NewDeriver(cluster.Options{}, true).Facts(objs, now)); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("facts of the pods in reverse order\n got %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -314,7 +314,7 @@ func TestFacts(t *testing.T) {
 // TestDeriveCached checks that the spec is validated and the desired
 // StatefulSet built once per (UID, generation), not per pod event.
 func TestDeriveCached(t *testing.T) {
-	d := NewDeriver(cluster.Options{})
+	d := NewDeriver(cluster.Options{}, true)
 	pg := newPG("c1", 3)
 	d1 := d.derive(pg)
 	sts1 := d.desiredStatefulSet(d1, pg)
@@ -360,10 +360,10 @@ func TestDesiredWithBuildOptions(t *testing.T) {
 	p := pod(pg, 0, master)
 	p.Annotations[cluster.AnnotationPodTemplateHash] = cluster.PodTemplateHash(sts)
 	objs := objects(pg, sts, lock(pg, "c1-0"), p)
-	if f := NewDeriver(build).Facts(objs, now); !f.ObjectsCurrent {
+	if f := NewDeriver(build, true).Facts(objs, now); !f.ObjectsCurrent {
 		t.Errorf("built with the effects' options: not current: %+v", f)
 	}
-	if f := NewDeriver(cluster.Options{}).Facts(objs, now); f.ObjectsCurrent {
+	if f := NewDeriver(cluster.Options{}, true).Facts(objs, now); f.ObjectsCurrent {
 		t.Errorf("built with other options than the effects': current: %+v", f)
 	}
 }
@@ -390,7 +390,7 @@ func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 func BenchmarkFacts(b *testing.B) {
 	pg := newPG("c1", 3)
 	objs := objects(pg, statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
-	d := NewDeriver(cluster.Options{})
+	d := NewDeriver(cluster.Options{}, true)
 	if f := d.Facts(objs, now); !f.ObjectsCurrent || f.Primary != "c1-0" {
 		b.Fatalf("not a healthy cluster: %+v", f)
 	}

@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
@@ -56,6 +57,8 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
 			out.StatefulSet = o
 		case *corev1.Pod:
 			out.Pods = append(out.Pods, o)
+		case *corev1.Secret:
+			out.Secrets = append(out.Secrets, o)
 		case *corev1.PersistentVolumeClaim:
 			out.Claims = append(out.Claims, o)
 		case *corev1.ConfigMap:
@@ -73,4 +76,12 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
 		}
 	}
 	return out
+}
+
+// podFacts are f without what the in-database facts add (TestInDatabase
+// checks those).
+func podFacts(f fsm.Facts) fsm.Facts {
+	f.Sync, f.Config, f.ConfigParameters, f.Users, f.Databases = fsm.Want{}, fsm.Want{}, nil, nil, nil
+	f.SyncRequest, f.Target, f.NoTarget, f.PendingRestart, f.Restart = "", "", "", nil, nil
+	return f
 }

@@ -31,6 +31,10 @@ type Objects struct {
 	ClaimWarnings []*corev1.Event
 	// Quotas are the ResourceQuotas of the cluster's namespace.
 	Quotas []*corev1.ResourceQuota
+	// Secrets are the credentials Secrets of the cluster's roles
+	// (cluster.SecretName) that exist, their data left out: their
+	// versions say when a password changed.
+	Secrets []*corev1.Secret
 	// Claims, StatefulSetWarnings, ClaimWarnings and Quotas only explain
 	// missing or unready pods: a reader may leave them out when at least
 	// the desired number of pods exist, none terminating, all Ready.

@@ -25,7 +25,7 @@ func (r reader) Objects(key string) (Objects, bool) {
 func TestObserver(t *testing.T) {
 	pg := newPG("c1", 1)
 	r := reader{"db/c1": objects(pg, statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master))}
-	d := NewDeriver(cluster.Options{})
+	d := NewDeriver(cluster.Options{}, true)
 	asked := 0
 	o := NewObserver(r, d, func() time.Time { asked++; return now })
 

@@ -16,7 +16,7 @@ func BenchmarkObserve(b *testing.B) {
 	pg := newPG("c1", 3)
 	inf, _, _ := start(b, Options{}, discard{}, []*v1.Postgresql{pg},
 		statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
-	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}), func() time.Time { return now })
+	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}, true), func() time.Time { return now })
 	if f, _ := obs.Observe("db/c1"); !f.ObjectsCurrent || f.Primary != "c1-0" {
 		b.Fatalf("not a healthy cluster: %+v", f)
 	}

@@ -37,6 +37,12 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 	}
 	objs.StatefulSet, _ = byCacheKey[*appsv1.StatefulSet](s.statefulSets, stsKey)
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	secrets := s.owned.Core().V1().Secrets().Informer()
+	for _, name := range facts.SecretNames(pg) {
+		if sec, ok := byKey[*corev1.Secret](secrets, pg.Namespace, name); ok {
+			objs.Secrets = append(objs.Secrets, sec)
+		}
+	}
 	if allReady(objs.Pods, pg.Spec.NumberOfInstances) {
 		// Claims, Warnings and quotas only explain missing or unready
 		// pods (facts.Objects): the healthy path, most observations,

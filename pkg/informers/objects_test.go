@@ -80,7 +80,7 @@ func TestObserveThroughTheCaches(t *testing.T) {
 	pg := newPG("c1", 3)
 	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg},
 		statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
-	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}), func() time.Time { return now })
+	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}, true), func() time.Time { return now })
 	f, status := obs.Observe("db/c1")
 	if want := (fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true}); !reflect.DeepEqual(f, want) {
 		t.Errorf("facts\n got %+v\nwant %+v", f, want)

@@ -78,6 +78,10 @@ var (
 		"How long each effect step took, failed or not, by step name (status, ensure, replacePod, nudge, cleanup, events)."}
 	descStepFailures = Desc{"pgloop_effect_step_failures_total", "counter", []string{"step"},
 		"Effect steps that returned an error or panicked, by step name. Steps cancelled because their cluster was deleted, or the operator is stopping, do not count."}
+	descSQL = Desc{"pgloop_sql_statements_total", "counter", []string{"cluster", "outcome"},
+		"SQL statements (and failed connection attempts) sent to a cluster's PostgreSQL, by cluster (namespace/name) and outcome (ok, error, timeout). An idle cluster sends none: its roles and databases are synced only when they change."}
+	descPatroni = Desc{"pgloop_patroni_calls_total", "counter", []string{"call", "outcome"},
+		"Calls of Patroni's REST API, by call (config, patch_config, restart, switchover, status) and outcome (ok, error, timeout)."}
 	descLeader = Desc{"pgloop_leader", "gauge", nil,
 		"Whether this process is the leader and runs the clusters (1) or stands by (0)."}
 	descBuildInfo = Desc{"pgloop_build_info", "gauge", []string{"version"},
@@ -90,7 +94,7 @@ func Descs() []Desc {
 	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descStepDuration, descStepFailures, descLeader, descBuildInfo}
+		descStepDuration, descStepFailures, descSQL, descPatroni, descLeader, descBuildInfo}
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -105,6 +109,8 @@ type Metrics struct {
 	transitions  *prometheus.CounterVec
 	stepDuration *prometheus.HistogramVec
 	stepFailures *prometheus.CounterVec
+	sql          *prometheus.CounterVec
+	patroni      *prometheus.CounterVec
 	leader       prometheus.Gauge
 	loop         *loopCollector
 
@@ -134,6 +140,8 @@ func New() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, descStepDuration.Labels),
 		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
+		sql:          prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
+		patroni:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loop:         &loopCollector{},
 		states:       map[string]string{},
@@ -149,7 +157,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.stepDuration, m.stepFailures,
-		m.leader, buildInfo, m.loop,
+		m.sql, m.patroni, m.leader, buildInfo, m.loop,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -171,6 +179,19 @@ func (m *Metrics) ObserveLag(kind eventloop.Kind, lag time.Duration) {
 	}
 	m.lag.WithLabelValues(kind.String()).Observe(lag.Seconds())
 }
+
+// ObserveSQL counts one SQL statement of cluster key with its outcome. It
+// is the effects' Options.ObserveSQL.
+func (m *Metrics) ObserveSQL(key, outcome string) { m.sql.WithLabelValues(key, outcome).Inc() }
+
+// ObservePatroni counts one call of Patroni's REST API with its outcome.
+// It is the Patroni client's Observe.
+func (m *Metrics) ObservePatroni(call, outcome string) {
+	m.patroni.WithLabelValues(call, outcome).Inc()
+}
+
+// forgetSQL drops the SQL series of a cluster that is gone.
+func (m *Metrics) forgetSQL(key string) { m.sql.DeletePartialMatch(prometheus.Labels{"cluster": key}) }
 
 // SetLeader records whether this process leads.
 func (m *Metrics) SetLeader(leading bool) {
@@ -209,6 +230,7 @@ func (m *Metrics) transition(key string, res *fsm.Result) {
 }
 
 func (m *Metrics) clusterForgotten(key, _ string) {
+	m.forgetSQL(key)
 	if old, ok := m.states[key]; ok {
 		m.clusters.WithLabelValues(old).Dec()
 		delete(m.states, key)

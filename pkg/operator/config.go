@@ -45,6 +45,15 @@ const (
 	// DefaultCacheSyncTimeout bounds the wait for the informers' initial
 	// lists; a healthy API server lists thousands of objects in seconds.
 	DefaultCacheSyncTimeout = 2 * time.Minute
+	// Deadlines of the calls to PostgreSQL and Patroni (docs/user-guide.md):
+	// a primary that does not answer costs its cluster a retry, and
+	// holds an executor worker at most InDatabaseTimeout.
+	DefaultSQLConnectTimeout   = 5 * time.Second
+	DefaultSQLStatementTimeout = 10 * time.Second
+	DefaultPatroniTimeout      = 5 * time.Second
+	DefaultRestartTimeout      = 60 * time.Second
+	DefaultSwitchoverTimeout   = 30 * time.Second
+	DefaultInDatabaseTimeout   = 30 * time.Second
 )
 
 // Config is everything Run needs. Start from DefaultConfig: Validate
@@ -89,6 +98,24 @@ type Config struct {
 	// SpiloImage is the image of clusters that set no spec.dockerImage.
 	SpiloImage string
 
+	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
+	// authentication); SQLStatementTimeout each statement (and is sent as
+	// the session's statement_timeout).
+	SQLConnectTimeout, SQLStatementTimeout time.Duration
+	// PatroniTimeout bounds each call of Patroni's REST API but restarts
+	// and switchovers.
+	PatroniTimeout time.Duration
+	// RestartTimeout bounds a member's restart through Patroni;
+	// SwitchoverTimeout a switchover.
+	RestartTimeout, SwitchoverTimeout time.Duration
+	// InDatabaseTimeout bounds one step of in-database work (the roles
+	// sync, or the configuration's apply and check), all its calls
+	// included: no step holds an executor worker longer.
+	InDatabaseTimeout time.Duration
+	// Switchover makes a rollout hand the primary's role to an
+	// up-to-date replica before it replaces the primary's pod.
+	Switchover bool
+
 	// KubeQPS and KubeBurst rate-limit the Kubernetes client.
 	KubeQPS   float32
 	KubeBurst int
@@ -128,6 +155,13 @@ func DefaultConfig() Config {
 		ResyncPeriod:            f.ResyncPeriod,
 		LossGrace:               f.LossGrace,
 		SpiloImage:              cluster.DefaultImage,
+		SQLConnectTimeout:       DefaultSQLConnectTimeout,
+		SQLStatementTimeout:     DefaultSQLStatementTimeout,
+		PatroniTimeout:          DefaultPatroniTimeout,
+		RestartTimeout:          DefaultRestartTimeout,
+		SwitchoverTimeout:       DefaultSwitchoverTimeout,
+		InDatabaseTimeout:       DefaultInDatabaseTimeout,
+		Switchover:              true,
 		KubeQPS:                 DefaultKubeQPS,
 		KubeBurst:               DefaultKubeBurst,
 		CacheSyncTimeout:        DefaultCacheSyncTimeout,
@@ -183,6 +217,12 @@ func (c *Config) Validate() error {
 	positive("retry-max", c.RetryMax)
 	positive("resync-period", c.ResyncPeriod)
 	positive("cache-sync-timeout", c.CacheSyncTimeout)
+	positive("sql-connect-timeout", c.SQLConnectTimeout)
+	positive("sql-statement-timeout", c.SQLStatementTimeout)
+	positive("patroni-timeout", c.PatroniTimeout)
+	positive("restart-timeout", c.RestartTimeout)
+	positive("switchover-timeout", c.SwitchoverTimeout)
+	positive("in-database-timeout", c.InDatabaseTimeout)
 	if c.LossGrace < 0 {
 		bad("loss-grace must not be negative, got %s", c.LossGrace)
 	}

@@ -37,6 +37,8 @@ import (
 	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
 	"github.com/pgloop/pgloop/pkg/informers"
 	"github.com/pgloop/pgloop/pkg/metrics"
+	"github.com/pgloop/pgloop/pkg/patroni"
+	"github.com/pgloop/pgloop/pkg/pgsql"
 	"github.com/pgloop/pgloop/pkg/version"
 )
 
@@ -366,10 +368,22 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	// One builder configuration for the facts and the effects: the facts
 	// compare the StatefulSet with the one the effects would build.
 	build := cfg.clusterOptions()
-	obs := facts.NewObserver(inf, facts.NewDeriver(build), clk.Now)
+	obs := facts.NewObserver(inf, facts.NewDeriver(build, cfg.Switchover), clk.Now)
 	// The effects read the informers' caches and only write to the API.
-	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf})
-	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(controller.NewEffects(eff), m), clk, log)
+	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf,
+		SQL:            pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
+		ObserveSQL:     m.ObserveSQL,
+		Patroni:        &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},
+		RestartTimeout: cfg.RestartTimeout,
+	})
+	steps := controller.NewEffects(eff, controller.Timeouts{
+		InDatabase: cfg.InDatabaseTimeout,
+		// Patroni answers a restart once PostgreSQL is up again, within
+		// its own timeout; the step allows a little more for the call.
+		Restart:    cfg.RestartTimeout + cfg.PatroniTimeout,
+		Switchover: cfg.SwitchoverTimeout,
+	})
+	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(steps, m), clk, log)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:       clk,

@@ -110,6 +110,8 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 		p.table(&t, "  ")
 	}
 
+	p.inDatabase(st, o.Now)
+
 	p.section("Timers")
 	if len(st.Timers) == 0 {
 		p.none()
@@ -158,6 +160,59 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 	p.section(fmt.Sprintf("State machine (events available from %s; --mermaid for a diagram)", state))
 	p.diagram(state, o.Color)
 	return p.err
+}
+
+// inDatabase writes what pgloop applied inside PostgreSQL and Patroni:
+// each role with when it was last synced, the databases, what the spec no
+// longer lists, the configuration and the members pending a restart.
+func (p *printer) inDatabase(st *v1.PostgresqlStatus, now time.Time) {
+	p.section("Inside PostgreSQL")
+	db, cfg := st.Database, st.Config
+	if db == nil && cfg == nil {
+		p.none()
+		return
+	}
+	var fields table
+	if db != nil {
+		synced := "by Patroni's bootstrap (no users, no databases)"
+		if db.SyncedAt != nil {
+			synced = fmt.Sprintf("%s ago (%s)", age(db.SyncedAt.Time, now), clock(db.SyncedAt.Time, now))
+		}
+		fields.add("Roles synced:", synced)
+		if len(db.Databases) > 0 {
+			fields.add("Databases:", strings.Join(db.Databases, ", "))
+		}
+		if len(db.Retained) > 0 {
+			fields.add("Left in place:", strings.Join(db.Retained, ", ")+" (no longer in the spec; pgloop never drops them)")
+		}
+		if db.SyncRequest != "" {
+			fields.add("Sync request:", db.SyncRequest)
+		}
+	}
+	if cfg != nil {
+		applied := "Spilo's bootstrap configuration"
+		if cfg.AppliedAt != nil {
+			applied = fmt.Sprintf("%s ago (%s)", age(cfg.AppliedAt.Time, now), clock(cfg.AppliedAt.Time, now))
+		}
+		fields.add("Configuration:", applied)
+		if len(cfg.Parameters) > 0 {
+			fields.add("Parameters:", strings.Join(cfg.Parameters, ", ")+" (in Patroni's dynamic configuration)")
+		}
+		pending := "none"
+		if len(cfg.PendingRestart) > 0 {
+			pending = strings.Join(cfg.PendingRestart, ", ")
+		}
+		fields.add("Restart pending:", pending)
+	}
+	p.table(&fields, "  ")
+	if db != nil && len(db.Roles) > 0 {
+		var t table
+		t.add("ROLE", "SYNCED")
+		for _, r := range db.Roles {
+			t.add(r.Name, fmt.Sprintf("%s ago (%s)", age(r.SyncedAt.Time, now), clock(r.SyncedAt.Time, now)))
+		}
+		p.table(&t, "  ")
+	}
 }
 
 // printer writes the sections of the detail view and keeps the first

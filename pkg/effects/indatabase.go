@@ -1,0 +1,445 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/patroni"
+	"github.com/pgloop/pgloop/pkg/pgsql"
+)
+
+// SecretNextPasswordKey holds, during a rotation, the new password of a
+// role's Secret: set before PostgreSQL's, moved to "password" after, so a
+// rotation cut short is finished by the next sync and never loses the
+// password PostgreSQL has.
+const SecretNextPasswordKey = "next-password"
+
+// Part is the in-database work a failure concerns: "roles" or "config".
+// Errors of SyncRoles and Configure are *PartError.
+type PartError struct {
+	Part string
+	Err  error
+}
+
+// Parts of the in-database work.
+const (
+	PartRoles  = "roles"
+	PartConfig = "config"
+)
+
+func (e *PartError) Error() string { return e.Err.Error() }
+func (e *PartError) Unwrap() error { return e.Err }
+
+// member is one pod of a cluster with its Patroni member data.
+type member struct {
+	pod *corev1.Pod
+	patroni.Member
+}
+
+// members returns the cluster's pods that run, with their Patroni member
+// data, and the primary among them: the one whose member data say it
+// leads. A pod without member data is left out.
+func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, primary *member, err error) {
+	var pods []*corev1.Pod
+	if r.cache != nil {
+		pods = r.cache.Pods(r.key)
+	} else {
+		list, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{
+			LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String()})
+		if err != nil {
+			return nil, nil, fmt.Errorf("list pods: %w", err)
+		}
+		for i := range list.Items {
+			pods = append(pods, &list.Items[i])
+		}
+	}
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		m, ok, err := patroni.ParseMember(p.Annotations[patroni.StatusAnnotation])
+		if !ok || err != nil {
+			continue
+		}
+		all = append(all, member{pod: p, Member: m})
+	}
+	slices.SortFunc(all, func(a, b member) int { return strings.Compare(a.pod.Name, b.pod.Name) })
+	for i := range all {
+		if all[i].IsLeaderRole() {
+			primary = &all[i]
+		}
+	}
+	if primary == nil {
+		return all, nil, fmt.Errorf("no pod of %s publishes Patroni member data as the primary yet (%w)", r.key, ErrWaiting)
+	}
+	return all, primary, nil
+}
+
+// endpoint is where PostgreSQL of m listens, as the superuser.
+func (m *member) endpoint(passwords []string) (pgsql.Endpoint, error) {
+	host, port, err := m.PostgresHostPort()
+	if err != nil {
+		return pgsql.Endpoint{}, fmt.Errorf("pod %s: %w", m.pod.Name, err)
+	}
+	return pgsql.Endpoint{Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}, nil
+}
+
+// secret reads a role's Secret from the API: the cache holds no data.
+func (r *run) secret(ctx context.Context, pg *v1.Postgresql, role string) (*corev1.Secret, error) {
+	name := cluster.SecretName(role, pg.Name)
+	s, err := r.kube.CoreV1().Secrets(r.ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("secret %s of role %s does not exist yet (%w)", name, role, ErrWaiting)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get secret %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// passwords are the passwords of a role's Secret: the one it holds, then
+// the one a rotation is setting, if any.
+func passwords(s *corev1.Secret) []string {
+	out := []string{string(s.Data[cluster.SecretPasswordKey])}
+	if next, ok := s.Data[SecretNextPasswordKey]; ok {
+		out = append(out, string(next))
+	}
+	return out
+}
+
+// SyncRoles makes PostgreSQL's roles and databases those of the spec, on
+// the primary, as the superuser: every user with its flags and its
+// Secret's password, the replication role's password, every database with
+// its owner. A role or database no longer in the spec is left alone. A
+// user's Secret that asks for a rotation (v1.AnnotationRotatePassword) gets
+// a new password: written to the Secret as next-password first, then set
+// in PostgreSQL, then moved to password, the annotation removed.
+func (e *Effects) SyncRoles(ctx context.Context, key string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	if err := r.syncRoles(ctx); err != nil {
+		return &PartError{Part: PartRoles, Err: err}
+	}
+	return nil
+}
+
+func (r *run) syncRoles(ctx context.Context) error {
+	pg, err := r.getCluster(ctx, false)
+	if pg == nil || err != nil {
+		return err
+	}
+	_, primary, err := r.members(ctx, pg)
+	if err != nil {
+		return err
+	}
+	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	if err != nil {
+		return err
+	}
+	super, err = r.startRotation(ctx, super)
+	if err != nil {
+		return err
+	}
+	ep, err := primary.endpoint(passwords(super))
+	if err != nil {
+		return err
+	}
+	var d pgsql.Desired
+	rotating := []*corev1.Secret{}
+	if _, ok := super.Data[SecretNextPasswordKey]; ok {
+		d.Roles = append(d.Roles, pgsql.Role{Name: cluster.SuperuserName, Flags: []string{"SUPERUSER"},
+			Password: string(super.Data[SecretNextPasswordKey])})
+		rotating = append(rotating, super)
+	}
+	standby, err := r.secret(ctx, pg, cluster.ReplicationUserName)
+	if err != nil {
+		return err
+	}
+	d.Roles = append(d.Roles, pgsql.Role{Name: cluster.ReplicationUserName, Flags: []string{"REPLICATION"},
+		Password: string(standby.Data[cluster.SecretPasswordKey])})
+	for _, user := range sortedKeys(pg.Spec.Users) {
+		s, err := r.secret(ctx, pg, user)
+		if err != nil {
+			return err
+		}
+		if s, err = r.startRotation(ctx, s); err != nil {
+			return err
+		}
+		password := string(s.Data[cluster.SecretPasswordKey])
+		if next, ok := s.Data[SecretNextPasswordKey]; ok {
+			password = string(next)
+			rotating = append(rotating, s)
+		}
+		flags := make([]string, 0, len(pg.Spec.Users[user]))
+		for _, f := range pg.Spec.Users[user] {
+			flags = append(flags, strings.ToUpper(string(f)))
+		}
+		d.Roles = append(d.Roles, pgsql.Role{Name: user, Flags: flags, Password: password})
+	}
+	for _, db := range sortedKeys(pg.Spec.Databases) {
+		d.Databases = append(d.Databases, pgsql.Database{Name: db, Owner: pg.Spec.Databases[db]})
+	}
+	res, err := pgsql.Sync(ctx, ep, d, r.sqlOptions())
+	// A rotation is finished for every role PostgreSQL took the new
+	// password of, whatever else failed.
+	for _, s := range rotating {
+		role := string(s.Data[cluster.SecretUsernameKey])
+		if slices.ContainsFunc(res.Errors, func(ie pgsql.ItemError) bool { return ie.Kind == "role" && ie.Name == role }) {
+			continue
+		}
+		if err == nil || len(res.Errors) > 0 {
+			if ferr := r.finishRotation(ctx, s); ferr != nil {
+				return ferr
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Created) > 0 || len(res.Altered) > 0 {
+		r.log.WithField("created", res.Created).Debug("roles and databases synced")
+	}
+	return nil
+}
+
+// startRotation writes a new password into a Secret that asks for a
+// rotation and has none pending yet, and returns the Secret as written.
+func (r *run) startRotation(ctx context.Context, s *corev1.Secret) (*corev1.Secret, error) {
+	if _, ok := s.Annotations[v1.AnnotationRotatePassword]; !ok {
+		return s, nil
+	}
+	if _, ok := s.Data[SecretNextPasswordKey]; ok {
+		return s, nil
+	}
+	password, err := pgsql.NewPassword(r.random)
+	if err != nil {
+		return nil, err
+	}
+	s = s.DeepCopy()
+	s.Data[SecretNextPasswordKey] = []byte(password)
+	out, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: store the new password: %w", s.Name, err)
+	}
+	r.log.WithField("secret", s.Name).Info("password rotation started")
+	return out, nil
+}
+
+// finishRotation moves the new password, which PostgreSQL now has, to the
+// Secret's password key and removes the rotation request.
+func (r *run) finishRotation(ctx context.Context, s *corev1.Secret) error {
+	s = s.DeepCopy()
+	s.Data[cluster.SecretPasswordKey] = s.Data[SecretNextPasswordKey]
+	delete(s.Data, SecretNextPasswordKey)
+	delete(s.Annotations, v1.AnnotationRotatePassword)
+	if _, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("secret %s: store the rotated password: %w", s.Name, err)
+	}
+	r.log.WithField("secret", s.Name).Info("password rotated")
+	return nil
+}
+
+// Configure makes Patroni's dynamic configuration hold the spec's settings
+// (PATCH /config on the primary, only what differs; remove lists
+// parameters the spec no longer sets) and checks that every member runs
+// them: the value in its postgresql.conf, applied or pending a restart
+// that its Patroni reports. It waits (ErrWaiting) while a member has not
+// reloaded yet.
+func (e *Effects) Configure(ctx context.Context, key string, remove []string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	if err := r.configure(ctx, remove); err != nil {
+		return &PartError{Part: PartConfig, Err: err}
+	}
+	return nil
+}
+
+func (r *run) configure(ctx context.Context, remove []string) error {
+	pg, err := r.getCluster(ctx, false)
+	if pg == nil || err != nil {
+		return err
+	}
+	all, primary, err := r.members(ctx, pg)
+	if err != nil {
+		return err
+	}
+	base, err := primary.APIBase()
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", primary.pod.Name, err)
+	}
+	dyn := cluster.Dynamic(pg)
+	current, err := r.patroni.Config(ctx, base)
+	if err != nil {
+		return err
+	}
+	if patch := patroni.ConfigPatch(current, dyn.Settings, remove); patch != nil {
+		if _, err := r.patroni.PatchConfig(ctx, base, patch); err != nil {
+			return err
+		}
+		r.log.WithField("patch", patch).Info("patroni configuration patched")
+	}
+	if len(dyn.Parameters) == 0 {
+		return nil
+	}
+	if int32(len(all)) < pg.Spec.NumberOfInstances {
+		return fmt.Errorf("%d of %d members publish Patroni member data (%w)", len(all), pg.Spec.NumberOfInstances, ErrWaiting)
+	}
+	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	if err != nil {
+		return err
+	}
+	want := dyn.Settings[cluster.ConfigPostgreSQL].(map[string]any)[cluster.ConfigParameters].(map[string]any)
+	var waiting []string
+	for i := range all {
+		m := &all[i]
+		ep, err := m.endpoint(passwords(super))
+		if err != nil {
+			return err
+		}
+		got, err := pgsql.Settings(ctx, ep, dyn.Parameters, r.sqlOptions())
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", m.pod.Name, err)
+		}
+		for _, name := range dyn.Parameters {
+			s, value := got[name], want[name].(string)
+			switch {
+			case !s.Known:
+				return fmt.Errorf("parameter %s: PostgreSQL does not know it (unrecognized configuration parameter)", name)
+			case s.Error != "" && s.InFile && strings.EqualFold(s.File, value):
+				return fmt.Errorf("pod %s: parameter %s = %q: %s", m.pod.Name, name, value, s.Error)
+			case sameSetting(s.Current, value):
+			case s.InFile && strings.EqualFold(s.File, value) && s.Applied:
+			case s.InFile && strings.EqualFold(s.File, value) && s.PendingRestart:
+				if !m.PendingRestart {
+					waiting = append(waiting, fmt.Sprintf("pod %s: %s waits for a restart its Patroni does not report yet", m.pod.Name, name))
+				}
+			default:
+				waiting = append(waiting, fmt.Sprintf("pod %s: %s is %s, want %s", m.pod.Name, name, s.Current, value))
+			}
+		}
+	}
+	if len(waiting) > 0 {
+		return fmt.Errorf("waiting for Patroni to apply the configuration (within loop_wait): %s (%w)", strings.Join(waiting, "; "), ErrWaiting)
+	}
+	return nil
+}
+
+// sameSetting compares a current_setting value with the spec's value as
+// PostgreSQL would: case aside, and on/off spelt as true/false or 1/0.
+func sameSetting(current, want string) bool {
+	if strings.EqualFold(current, want) {
+		return true
+	}
+	norm := func(s string) string {
+		switch strings.ToLower(s) {
+		case "on", "true", "yes", "1":
+			return "on"
+		case "off", "false", "no", "0":
+			return "off"
+		}
+		return s
+	}
+	return norm(current) == norm(want)
+}
+
+// RestartMembers restarts pods' PostgreSQL through their Patroni, what is
+// pending only (POST /restart with restart_pending): a member with nothing
+// pending any more is left alone.
+func (e *Effects) RestartMembers(ctx context.Context, key string, pods []string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	pg, err := r.getCluster(ctx, false)
+	if pg == nil || err != nil {
+		return err
+	}
+	all, _, err := r.members(ctx, pg)
+	if err != nil && !errors.Is(err, ErrWaiting) {
+		return err
+	}
+	for _, name := range pods {
+		i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == name })
+		if i < 0 {
+			return fmt.Errorf("pod %s publishes no Patroni member data (%w)", name, ErrWaiting)
+		}
+		base, err := all[i].APIBase()
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
+		}
+		err = r.patroni.Restart(ctx, base, true, r.restartTimeout)
+		switch {
+		case errors.Is(err, patroni.ErrNothingToRestart):
+			r.log.WithField("pod", name).Info("nothing pending a restart any more")
+		case err != nil:
+			return fmt.Errorf("restart pod %s: %w", name, err)
+		default:
+			r.log.WithField("pod", name).Info("member restarted")
+		}
+	}
+	return nil
+}
+
+// Switchover asks the primary's Patroni to hand its role to the pod to
+// (POST /switchover); Patroni answers once it is done.
+func (e *Effects) Switchover(ctx context.Context, key, from, to string) error {
+	r, err := e.run(key)
+	if err != nil {
+		return err
+	}
+	pg, err := r.getCluster(ctx, false)
+	if pg == nil || err != nil {
+		return err
+	}
+	_, primary, err := r.members(ctx, pg)
+	if err != nil {
+		return err
+	}
+	if primary.pod.Name != from {
+		// Patroni moved the role already: the rollout goes on.
+		return nil
+	}
+	base, err := primary.APIBase()
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", from, err)
+	}
+	if err := r.patroni.Switchover(ctx, base, from, to); err != nil {
+		return err
+	}
+	r.log.WithField("from", from).WithField("to", to).Info("switched over")
+	return nil
+}
+
+// sqlOptions are the SQL options of a run, counting statements for the
+// cluster.
+func (r *run) sqlOptions() pgsql.Options {
+	o := r.sql
+	if r.observeSQL != nil {
+		key := r.key
+		o.Observe = func(outcome string) { r.observeSQL(key, outcome) }
+	}
+	return o
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

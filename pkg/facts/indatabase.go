@@ -1,0 +1,174 @@
+package facts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/patroni"
+)
+
+// members parses the Patroni member data of pods (the pod annotation
+// "status" Patroni's Kubernetes store writes each HA loop), by pod name.
+// A pod without it, or with data that do not parse, has none.
+func (d *Deriver) members(pods []*corev1.Pod) map[string]patroni.Member {
+	var out map[string]patroni.Member
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		m, ok, err := patroni.ParseMember(p.Annotations[patroni.StatusAnnotation])
+		if !ok || err != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]patroni.Member{}
+		}
+		out[p.Name] = m
+	}
+	return out
+}
+
+// switchoverCandidate returns the Ready replica with member data, not
+// tagged nofailover, that has received the most WAL: the one a switchover
+// from primary loses nothing to. "" when there is none.
+func switchoverCandidate(pods []*corev1.Pod, members map[string]patroni.Member, primary string) string {
+	best, bestLSN := "", int64(-1)
+	for _, p := range pods {
+		m, ok := members[p.Name]
+		if p.Name == primary || p.DeletionTimestamp != nil || !podReady(p) || !ok || m.NoFailover() || m.IsLeaderRole() || m.State != "running" {
+			continue
+		}
+		if m.XLogLocation > bestLSN {
+			best, bestLSN = p.Name, m.XLogLocation
+		}
+	}
+	return best
+}
+
+// inDatabase derives what pgloop applies inside PostgreSQL and Patroni: the
+// sync and configuration the spec asks for, where to send them, and the
+// members pending a restart.
+func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs Objects, pods []*corev1.Pod, members map[string]patroni.Member, stsName string) {
+	if f.SpecError != "" || f.Deleting {
+		return
+	}
+	pg := objs.Postgresql
+	d.deriveInDatabase(spec, pg)
+	f.Users, f.Databases = spec.users, spec.databases
+	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
+	f.Sync = syncWant(spec, pg.Name, objs.Secrets, f.SyncRequest)
+	f.Config = fsm.Want{Hash: spec.dynamic.Hash, Bootstrap: spec.dynamic.Bootstrap && f.SyncRequest == ""}
+	if f.SyncRequest != "" {
+		f.Config.Hash += "+" + f.SyncRequest
+	}
+	f.ConfigParameters = spec.dynamic.Parameters
+
+	for _, p := range pods {
+		if m, ok := members[p.Name]; ok && m.PendingRestart {
+			f.PendingRestart = append(f.PendingRestart, p.Name)
+		}
+	}
+	switch m, ok := members[f.Primary]; {
+	case f.Primary == "":
+		f.NoTarget = "no primary"
+		if f.NoPrimary != "" {
+			f.NoTarget += ": " + f.NoPrimary
+		}
+	case !ok || m.ConnURL == "" || m.APIURL == "":
+		f.NoTarget = "pod " + f.Primary + " has no Patroni member data (conn_url, api_url) yet"
+	default:
+		f.Target = f.Primary
+	}
+	// Restarts go one at a time, replicas first, while nothing else moves.
+	if len(f.PendingRestart) == 0 || f.Ready < f.Desired || f.Outdated > 0 || f.Primary == "" {
+		return
+	}
+	var next *corev1.Pod
+	for _, p := range pods {
+		if !slices.Contains(f.PendingRestart, p.Name) || p.DeletionTimestamp != nil {
+			continue
+		}
+		if next == nil || next.Name == f.Primary || (p.Name != f.Primary && ordinal(p.Name, stsName) < ordinal(next.Name, stsName)) {
+			next = p
+		}
+	}
+	if next != nil {
+		f.Restart = &fsm.PodRef{Name: next.Name, UID: string(next.UID)}
+	}
+}
+
+// deriveInDatabase fills what the spec alone says of the in-database work,
+// once per generation.
+func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.specSync != nil {
+		return
+	}
+	s.dynamic = cluster.Dynamic(pg)
+	s.users = sortedKeys(pg.Spec.Users)
+	s.databases = sortedKeys(pg.Spec.Databases)
+	s.roles = append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, s.users...)
+	h := sha256.New()
+	for _, u := range s.users {
+		flags := make([]string, 0, len(pg.Spec.Users[u]))
+		for _, fl := range pg.Spec.Users[u] {
+			flags = append(flags, strings.ToUpper(string(fl)))
+		}
+		slices.Sort(flags)
+		h.Write([]byte("user\x00" + u + "\x00" + strings.Join(flags, ",") + "\n"))
+	}
+	for _, db := range s.databases {
+		h.Write([]byte("database\x00" + db + "\x00" + pg.Spec.Databases[db] + "\n"))
+	}
+	s.specSync = h.Sum(nil)
+}
+
+// syncWant is the sync the spec asks for, with the versions of the roles'
+// Secrets: a password changed, or a rotation asked for, is a new sync. Its
+// hash is empty while a Secret is missing from the cache (the ensure
+// effects make it).
+func syncWant(s *derived, clusterName string, secrets []*corev1.Secret, request string) fsm.Want {
+	h := sha256.New()
+	h.Write(s.specSync)
+	for _, role := range s.roles {
+		name := cluster.SecretName(role, clusterName)
+		i := slices.IndexFunc(secrets, func(sec *corev1.Secret) bool { return sec.Name == name })
+		if i < 0 {
+			return fsm.Want{}
+		}
+		sec := secrets[i]
+		h.Write([]byte(name + "\x00" + string(sec.UID) + "\x00" + sec.ResourceVersion + "\n"))
+	}
+	h.Write([]byte("request\x00" + request))
+	return fsm.Want{
+		Hash:      hex.EncodeToString(h.Sum(nil)[:8]),
+		Bootstrap: len(s.users) == 0 && len(s.databases) == 0 && request == "",
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SecretNames are the names of the credentials Secrets of pg's roles: the
+// system roles' and the users'.
+func SecretNames(pg *v1.Postgresql) []string {
+	names := []string{cluster.SecretName(cluster.SuperuserName, pg.Name), cluster.SecretName(cluster.ReplicationUserName, pg.Name)}
+	for _, u := range sortedKeys(pg.Spec.Users) {
+		names = append(names, cluster.SecretName(u, pg.Name))
+	}
+	return names
+}
