@@ -152,14 +152,27 @@ func Streaming(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 // SetHold sets or clears the process kubelet's hold annotation on a pod:
 // set, its Patroni and PostgreSQL are killed (a crash) and not restarted.
 func (e *Env) SetHold(ctx context.Context, ns, pod string, hold bool) error {
+	return e.setKubeletAnnotation(ctx, ns, pod, kubelet.HoldAnnotation, hold)
+}
+
+// SetFreeze sets or clears the process kubelet's freeze annotation on a
+// pod: set, its Patroni and PostgreSQL are stopped (SIGSTOP), a hung
+// instance whose ports accept connections that nothing answers, its pod not
+// ready but Running; cleared, they resume where they were.
+func (e *Env) SetFreeze(ctx context.Context, ns, pod string, freeze bool) error {
+	return e.setKubeletAnnotation(ctx, ns, pod, kubelet.FreezeAnnotation, freeze)
+}
+
+// setKubeletAnnotation sets annotation to "true" on pod, or removes it.
+func (e *Env) setKubeletAnnotation(ctx context.Context, ns, pod, annotation string, on bool) error {
 	value := `null`
-	if hold {
+	if on {
 		value = `"true"`
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kubelet.HoldAnnotation, value)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, annotation, value)
 	_, err := e.Kube.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
-		return fmt.Errorf("while setting hold=%v on pod %s/%s: %w", hold, ns, pod, err)
+		return fmt.Errorf("while setting %s=%v on pod %s/%s: %w", annotation, on, ns, pod, err)
 	}
 	return nil
 }

@@ -30,7 +30,8 @@ const dataDirDepth = 3
 //     already gone), except this process and its ancestors;
 //
 // waits until they are gone, and removes the socket directories of the pods
-// under root. The kubelet calls it at start and after its last instance has
+// under root. SIGKILL ends processes stopped by FreezeAnnotation too: none
+// needs a SIGCONT first. The kubelet calls it at start and after its last instance has
 // stopped; the plane calls it before removing a stale directory. A missing
 // root is not an error.
 func Cleanup(root string) error {

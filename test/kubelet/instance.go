@@ -53,6 +53,7 @@ type instance struct {
 	// Owned by run.
 	state     instanceState
 	proc      *process
+	frozen    bool // freeze stopped proc and its PostgreSQL; thaw, kill or a crash ends it
 	back      backoff
 	restartAt time.Time
 	timer     *time.Timer
@@ -202,7 +203,9 @@ func (in *instance) run(ctx context.Context) {
 func held(pod *corev1.Pod) bool { return pod.Annotations[HoldAnnotation] == "true" }
 
 // reconcile brings the process in line with the pod: killed while held,
-// started when it should run and does not, unless its back-off runs.
+// stopped while frozen and resumed after, started when it should run and
+// does not, unless its back-off runs. A frozen container stays Running: its
+// readiness probe fails, which makes it not ready, nothing more.
 func (in *instance) reconcile(ctx context.Context, pod *corev1.Pod) {
 	now := time.Now()
 	switch {
@@ -214,7 +217,10 @@ func (in *instance) reconcile(ctx context.Context, pod *corev1.Pod) {
 		in.restartAt = time.Time{}
 		in.setTimer(0)
 		in.setWaiting(ReasonHeld, "the "+HoldAnnotation+" annotation keeps the instance down")
+	case in.proc != nil && frozen(pod):
+		in.freeze()
 	case in.proc != nil:
+		in.thaw("freeze annotation removed")
 	case now.Before(in.restartAt):
 	default:
 		if err := in.start(ctx, pod); err != nil {
@@ -430,6 +436,7 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 func (in *instance) crashed(ex exitStatus) {
 	in.exited(ex)
 	in.killPostmasters()
+	in.frozen = false // SIGKILL ends stopped processes too
 	delay := in.back.crashed(ex.at.Sub(in.state.StartedAt))
 	in.restartAt = time.Now().Add(delay)
 	in.setTimer(delay)
@@ -474,6 +481,7 @@ func (in *instance) kill() {
 		}
 	}
 	in.killPostmasters()
+	in.frozen = false // SIGKILL ends stopped processes too
 }
 
 // killPostmasters kills the PostgreSQL servers running on the instance's
@@ -494,9 +502,9 @@ func (in *instance) killPostmasters() {
 	}
 }
 
-// stop ends the instance gracefully: SIGTERM to Patroni, which stops
-// PostgreSQL (a leader hands over or releases its key), then SIGKILL for
-// whatever is left after grace.
+// stop ends the instance gracefully: SIGCONT if frozen, SIGTERM to Patroni,
+// which stops PostgreSQL (a leader hands over or releases its key), then
+// SIGKILL for whatever is left after grace.
 func (in *instance) stop(grace time.Duration) {
 	began := time.Now()
 	if in.proc != nil {
@@ -504,6 +512,10 @@ func (in *instance) stop(grace time.Duration) {
 		case ex := <-in.proc.exits:
 			in.exited(ex)
 		default:
+			// A stopped process keeps SIGTERM pending until SIGCONT (a
+			// handled one: Patroni's and PostgreSQL's are): a frozen
+			// instance is resumed first, to stop as any other does.
+			in.thaw("stopping a frozen instance")
 			_ = syscall.Kill(in.proc.pid, syscall.SIGTERM)
 			timer := time.NewTimer(grace)
 			select {

@@ -12,7 +12,8 @@
 // process, restart it after a crash with a back-off, report the status
 // (Running, Ready from Patroni's /readiness, restarts), and stop it on
 // deletion within the grace period before removing the pod. HoldAnnotation
-// kills an instance and keeps it down, for failover tests.
+// kills an instance and keeps it down, for failover tests; FreezeAnnotation
+// stops its processes without killing them, for tests of a hung instance.
 //
 // Run belongs in a process of its own (test/cmd/pgkubelet): it makes the
 // whole process a child subreaper, adopting every orphan of its descendants,
@@ -56,6 +57,16 @@ import (
 // there: the container waits with reason Held. Removing the annotation, or
 // setting it to anything else, starts the instance again at once.
 const HoldAnnotation = "pgloop.dev/test-hold"
+
+// FreezeAnnotation set to "true" on a pod makes the kubelet SIGSTOP its
+// Patroni and PostgreSQL, backends included, without killing them: a hung
+// instance, not a crashed one. The kernel still accepts connections on the
+// pod's ports, but nothing answers them, so the pod turns not ready while
+// its container stays Running (a stopped process has not exited). Removing
+// the annotation, or setting it to anything else, resumes them (SIGCONT).
+// A frozen pod's deletion resumes its processes before SIGTERM, so they
+// stop as any others would.
+const FreezeAnnotation = "pgloop.dev/test-freeze"
 
 // Defaults of Options, the paths of Debian's packages.
 const (

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,18 +36,21 @@ const (
 	taintVal  = "process"
 	clusterNm = "demo"
 	// testDeadline bounds the whole test: a plane (~5 s), a build, two
-	// elections, one failover (~20 s), a delete and a stop.
+	// elections, one failover (~20 s), a freeze (~6 s), a delete and a stop.
 	testDeadline = 5 * time.Minute
 	// kubeletStopGrace bounds the kubelet's own shutdown.
 	kubeletStopGrace = 60 * time.Second
+	// frozenTimeout is how long a frozen instance is given to answer.
+	frozenTimeout = 2 * time.Second
 )
 
 // TestKubelet runs the process kubelet against the local control plane with
 // the StatefulSet pgloop builds, and shows a real Patroni cluster behind it:
 // pods Running and Ready on loopback IPs, a leader labelled by Patroni, the
-// hold annotation taking an instance down and back, a deleted pod replaced
-// on the same data, a crashed Patroni restarted, and nothing left running
-// once the kubelet stops.
+// hold annotation taking an instance down and back, the freeze annotation
+// hanging one (not ready, still Running) and resuming it, a deleted pod
+// replaced on the same data, a crashed Patroni restarted, and nothing left
+// running once the kubelet stops.
 func TestKubelet(t *testing.T) {
 	for _, bin := range []string{kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres")} {
 		if _, err := os.Stat(bin); err != nil {
@@ -118,7 +124,7 @@ func TestKubelet(t *testing.T) {
 
 	// Hold: the leader is killed, its pod waits with reason Held, and the
 	// replica takes over once the leader key expires.
-	setHold(ctx, t, cs, ns, leader, true)
+	setAnnotation(ctx, t, cs, ns, leader, kubelet.HoldAnnotation, true)
 	held := time.Now()
 	if _, err := testbed.WaitForPod(ctx, cs, ns, leader, func(p *corev1.Pod) (bool, error) {
 		s := containerStatus(p)
@@ -131,7 +137,7 @@ func TestKubelet(t *testing.T) {
 		t.Fatalf("leader after the hold = %s, want %s", got, replica)
 	}
 	step("failover: %s leads %v after the hold", replica, time.Since(held).Round(time.Millisecond))
-	setHold(ctx, t, cs, ns, leader, false)
+	setAnnotation(ctx, t, cs, ns, leader, kubelet.HoldAnnotation, false)
 	released := time.Now()
 	back, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)
 	if err != nil {
@@ -141,6 +147,62 @@ func TestKubelet(t *testing.T) {
 		t.Errorf("container status after the hold = %+v, want a restart and a last termination", s)
 	}
 	step("%s released: Ready again %v later", leader, time.Since(released).Round(time.Millisecond))
+
+	// Freeze: the processes of a replica (the old leader) are stopped, not
+	// killed. Its ports still accept connections but nothing answers, its
+	// pod turns not ready with its container still Running, and once
+	// thawed the same processes answer again.
+	frozen, err := cs.CoreV1().Pods(ns).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeFreeze, ip := containerStatus(frozen), frozen.Status.PodIP
+	password := superuserPassword(ctx, t, cs, ns)
+	setAnnotation(ctx, t, cs, ns, leader, kubelet.FreezeAnnotation, true)
+	froze := time.Now()
+	notReady, err := testbed.WaitForPod(ctx, cs, ns, leader, func(p *corev1.Pod) (bool, error) {
+		s := containerStatus(p)
+		return s != nil && !s.Ready && s.State.Running != nil, nil
+	})
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	if s := containerStatus(notReady); s.ContainerID != beforeFreeze.ContainerID || s.RestartCount != beforeFreeze.RestartCount {
+		t.Errorf("container status while frozen = %+v, want %s still running, %d restarts", s, beforeFreeze.ContainerID, beforeFreeze.RestartCount)
+	}
+	step("%s frozen: not ready, still Running, %v after the annotation", leader, time.Since(froze).Round(time.Millisecond))
+	for _, port := range []int{cluster.PostgresPort, cluster.PatroniPort} {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, strconv.Itoa(port)), time.Second)
+		if err != nil {
+			t.Fatalf("TCP connect to frozen %s:%d: %v", ip, port, err)
+		}
+		c.Close()
+	}
+	if err := selectOne(ctx, ip, password, frozenTimeout); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("query to frozen %s = %v, want a timeout after %v", ip, err, frozenTimeout)
+	}
+	readiness := fmt.Sprintf("http://%s/readiness", net.JoinHostPort(ip, strconv.Itoa(cluster.PatroniPort)))
+	client := &http.Client{Timeout: frozenTimeout, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	if resp, err := client.Get(readiness); err == nil {
+		resp.Body.Close()
+		t.Errorf("GET %s answered %s while frozen", readiness, resp.Status)
+	} else if !os.IsTimeout(err) {
+		t.Errorf("GET %s = %v, want a timeout", readiness, err)
+	}
+	step("%s frozen: TCP connects, but PostgreSQL and Patroni do not answer within %v", leader, frozenTimeout)
+	setAnnotation(ctx, t, cs, ns, leader, kubelet.FreezeAnnotation, false)
+	thawed := time.Now()
+	if err := selectOne(ctx, ip, password, 10*time.Second); err != nil {
+		t.Errorf("query to thawed %s: %v", ip, err)
+	}
+	ready, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	if s := containerStatus(ready); s.ContainerID != beforeFreeze.ContainerID || s.RestartCount != beforeFreeze.RestartCount {
+		t.Errorf("container status after the thaw = %+v, want %s, %d restarts", s, beforeFreeze.ContainerID, beforeFreeze.RestartCount)
+	}
+	step("%s thawed: answers and Ready again %v later, not restarted", leader, time.Since(thawed).Round(time.Millisecond))
 
 	// Delete: the kubelet stops the instance and removes the pod; the
 	// StatefulSet controller re-creates it, on the same claim and data.
@@ -446,16 +508,47 @@ func waitLeader(ctx context.Context, t *testing.T, k *runningKubelet, cs kuberne
 	return leader
 }
 
-func setHold(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, pod string, on bool) {
+// setAnnotation sets one of the kubelet's test annotations on pod to "true",
+// or removes it.
+func setAnnotation(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, pod, annotation string, on bool) {
 	t.Helper()
 	value := "null"
 	if on {
 		value = `"true"`
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, kubelet.HoldAnnotation, value)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, annotation, value)
 	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// superuserPassword is the password of the cluster's superuser.
+func superuserPassword(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) string {
+	t.Helper()
+	s, err := cs.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(cluster.SuperuserName, clusterNm), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(s.Data[cluster.SecretPasswordKey])
+}
+
+// selectOne connects to the PostgreSQL at ip as the superuser and runs
+// SELECT 1, all within timeout.
+func selectOne(ctx context.Context, ip, password string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", ip, cluster.PostgresPort, cluster.SuperuserName))
+	if err != nil {
+		return err
+	}
+	cfg.Password = password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var one int
+	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
 func containerStatus(p *corev1.Pod) *corev1.ContainerStatus {

@@ -121,21 +121,32 @@ func waitGone(pids []int, timeout time.Duration) []int {
 // its own: they are found by parentage. Children are killed first, so none
 // is left attached to the shared memory a new postmaster checks.
 func killPostmaster(dataDir string) (killed bool, err error) {
-	pid, dir, err := readPostmasterPID(dataDir)
+	pid, err := livePostmaster(dataDir)
 	if err != nil || pid == 0 {
 		return false, err
-	}
-	if !isPostmaster(cmdline(pid), dir) {
-		return false, nil // stale file
 	}
 	victims := append(descendants(pid), pid)
 	for _, p := range victims {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	if left := waitGone(victims, goneTimeout); len(left) > 0 {
-		return true, fmt.Errorf("postmaster %d of %s or its children %v survived SIGKILL for %v", pid, dir, left, goneTimeout)
+		return true, fmt.Errorf("postmaster %d of %s or its children %v survived SIGKILL for %v", pid, dataDir, left, goneTimeout)
 	}
 	return true, nil
+}
+
+// livePostmaster returns the pid of the PostgreSQL server of dataDir if
+// postmaster.pid names a live one, 0 if there is none: stopped, or a stale
+// file whose pid now belongs to something else.
+func livePostmaster(dataDir string) (int, error) {
+	pid, dir, err := readPostmasterPID(dataDir)
+	if err != nil || pid == 0 {
+		return 0, err
+	}
+	if !isPostmaster(cmdline(pid), dir) {
+		return 0, nil
+	}
+	return pid, nil
 }
 
 // descendants returns the live descendants of pid, from one scan of /proc.

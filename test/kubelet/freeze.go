@@ -1,0 +1,122 @@
+package kubelet
+
+import (
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// stoppedTimeout bounds the wait for a SIGSTOPped postmaster to stop: one in
+// uninterruptible sleep (disk I/O) stops only once it wakes.
+const stoppedTimeout = time.Second
+
+// frozen reports whether FreezeAnnotation asks for the pod's processes to be
+// stopped.
+func frozen(pod *corev1.Pod) bool { return pod.Annotations[FreezeAnnotation] == "true" }
+
+// freeze SIGSTOPs the instance's processes: Patroni's process group first,
+// so that Patroni does not see its PostgreSQL hang and act on it, then each
+// postmaster with its children (stopPostmaster). It is sent again on every
+// pass while the annotation stays: a stopped process ignores a second
+// SIGSTOP, and a postmaster that was starting when the first one went out
+// (not in postmaster.pid yet) is caught by a later one.
+func (in *instance) freeze() {
+	select {
+	case ex := <-in.proc.exits: // exited: do not signal a reused pid
+		in.crashed(ex)
+		return
+	default:
+	}
+	_ = syscall.Kill(-in.proc.pid, syscall.SIGSTOP)
+	for _, pid := range in.postmasters() {
+		if !stopPostmaster(pid) {
+			in.log.WithField("pid", pid).Warn("freeze annotation: the postmaster has not stopped yet; its children are stopped on the next pass")
+		}
+	}
+	if !in.frozen {
+		in.frozen = true
+		in.log.WithField("pid", in.proc.pid).Info("freeze annotation: stopped Patroni and PostgreSQL (SIGSTOP)")
+	}
+}
+
+// thaw SIGCONTs what freeze stopped, in the reverse order: each postmaster's
+// children, the postmaster, then Patroni, which finds its PostgreSQL
+// answering again. It does nothing unless the instance is frozen; why is
+// logged.
+func (in *instance) thaw(why string) {
+	if !in.frozen {
+		return
+	}
+	in.frozen = false
+	for _, pid := range in.postmasters() {
+		contPostmaster(pid)
+	}
+	if in.proc != nil {
+		_ = syscall.Kill(-in.proc.pid, syscall.SIGCONT)
+	}
+	in.log.Info(why + ": resumed Patroni and PostgreSQL (SIGCONT)")
+}
+
+// postmasters returns the pids of the PostgreSQL servers running on the
+// instance's claims.
+func (in *instance) postmasters() []int {
+	if in.prep == nil {
+		return nil
+	}
+	var pids []int
+	for _, vol := range in.prep.dataDirs {
+		for _, dir := range postmasterDirs(vol, dataDirDepth) {
+			pid, err := livePostmaster(dir)
+			if err != nil {
+				in.log.WithError(err).WithField("dataDir", dir).Warn("looking for PostgreSQL")
+			}
+			if pid != 0 {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// stopPostmaster SIGSTOPs a PostgreSQL server and its children, and reports
+// whether they all were. Patroni setsid()s the postmaster and each child of
+// the postmaster has a session of its own: no process group holds them, so
+// the children are found by parentage. The postmaster goes first and is
+// waited for: stopped, it forks no more, so one scan of /proc then finds
+// every child (a backend, a parallel worker, an archive command).
+func stopPostmaster(pid int) bool {
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	if !waitStopped(pid, stoppedTimeout) {
+		return false
+	}
+	for _, p := range descendants(pid) {
+		_ = syscall.Kill(p, syscall.SIGSTOP)
+	}
+	return true
+}
+
+// contPostmaster SIGCONTs a PostgreSQL server's children, then the server,
+// so that it finds them where it left them.
+func contPostmaster(pid int) {
+	for _, p := range descendants(pid) {
+		_ = syscall.Kill(p, syscall.SIGCONT)
+	}
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+}
+
+// waitStopped waits until pid is stopped by a signal (state T), or gone,
+// or timeout, and reports whether it is stopped or gone.
+func waitStopped(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		switch procState(pid) {
+		case 'T', 0, 'Z', 'X':
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
