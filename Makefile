@@ -22,7 +22,7 @@ build: ## Build bin/pgloop.
 ##@ Test
 
 # Packages whose concurrency matters run under the race detector.
-RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/...
+RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/...
 
 .PHONY: test
 test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
