@@ -163,6 +163,17 @@ func (e *Env) SetFreeze(ctx context.Context, ns, pod string, freeze bool) error 
 	return e.setKubeletAnnotation(ctx, ns, pod, kubelet.FreezeAnnotation, freeze)
 }
 
+// FreezePostgres stops only the PostgreSQL of a pod (kubelet.FreezePostgres):
+// Patroni keeps the pod Ready while no SQL statement is answered, a hung
+// primary as pgloop sees it. SetFreeze(..., false) resumes it.
+func (e *Env) FreezePostgres(ctx context.Context, ns, pod string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, kubelet.FreezeAnnotation, kubelet.FreezePostgres)
+	if _, err := e.Kube.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("while freezing PostgreSQL of pod %s/%s: %w", ns, pod, err)
+	}
+	return nil
+}
+
 // setKubeletAnnotation sets annotation to "true" on pod, or removes it.
 func (e *Env) setKubeletAnnotation(ctx context.Context, ns, pod, annotation string, on bool) error {
 	value := `null`

@@ -12,8 +12,15 @@ import (
 const stoppedTimeout = time.Second
 
 // frozen reports whether FreezeAnnotation asks for the pod's processes to be
-// stopped.
-func frozen(pod *corev1.Pod) bool { return pod.Annotations[FreezeAnnotation] == "true" }
+// stopped: "true" (Patroni and PostgreSQL) or FreezePostgres (PostgreSQL
+// only).
+func frozen(pod *corev1.Pod) bool {
+	v := pod.Annotations[FreezeAnnotation]
+	return v == "true" || v == FreezePostgres
+}
+
+// onlyPostgres reports whether the freeze spares Patroni.
+func onlyPostgres(pod *corev1.Pod) bool { return pod.Annotations[FreezeAnnotation] == FreezePostgres }
 
 // freeze SIGSTOPs the instance's processes: Patroni's process group first,
 // so that Patroni does not see its PostgreSQL hang and act on it, then each
@@ -21,14 +28,20 @@ func frozen(pod *corev1.Pod) bool { return pod.Annotations[FreezeAnnotation] == 
 // pass while the annotation stays: a stopped process ignores a second
 // SIGSTOP, and a postmaster that was starting when the first one went out
 // (not in postmaster.pid yet) is caught by a later one.
-func (in *instance) freeze() {
+//
+// With postgresOnly, Patroni is left running: it keeps answering its REST
+// API (GET /readiness from its cached state, so the pod stays Ready) while
+// every SQL connection hangs, as with a PostgreSQL stuck on its disk.
+func (in *instance) freeze(postgresOnly bool) {
 	select {
 	case ex := <-in.proc.exits: // exited: do not signal a reused pid
 		in.crashed(ex)
 		return
 	default:
 	}
-	_ = syscall.Kill(-in.proc.pid, syscall.SIGSTOP)
+	if !postgresOnly {
+		_ = syscall.Kill(-in.proc.pid, syscall.SIGSTOP)
+	}
 	for _, pid := range in.postmasters() {
 		if !stopPostmaster(pid) {
 			in.log.WithField("pid", pid).Warn("freeze annotation: the postmaster has not stopped yet; its children are stopped on the next pass")
@@ -36,7 +49,11 @@ func (in *instance) freeze() {
 	}
 	if !in.frozen {
 		in.frozen = true
-		in.log.WithField("pid", in.proc.pid).Info("freeze annotation: stopped Patroni and PostgreSQL (SIGSTOP)")
+		what := "Patroni and PostgreSQL"
+		if postgresOnly {
+			what = "PostgreSQL only"
+		}
+		in.log.WithField("pid", in.proc.pid).Info("freeze annotation: stopped " + what + " (SIGSTOP)")
 	}
 }
 

@@ -218,7 +218,7 @@ func (in *instance) reconcile(ctx context.Context, pod *corev1.Pod) {
 		in.setTimer(0)
 		in.setWaiting(ReasonHeld, "the "+HoldAnnotation+" annotation keeps the instance down")
 	case in.proc != nil && frozen(pod):
-		in.freeze()
+		in.freeze(onlyPostgres(pod))
 	case in.proc != nil:
 		in.thaw("freeze annotation removed")
 	case now.Before(in.restartAt):

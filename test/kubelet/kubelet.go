@@ -68,6 +68,11 @@ const HoldAnnotation = "pgloop.dev/test-hold"
 // stop as any others would.
 const FreezeAnnotation = "pgloop.dev/test-freeze"
 
+// FreezePostgres as the value of FreezeAnnotation stops PostgreSQL only:
+// Patroni keeps running and answering its REST API, GET /readiness from its
+// cached state, so the pod stays Ready while no SQL statement is answered.
+const FreezePostgres = "postgres"
+
 // Defaults of Options, the paths of Debian's packages.
 const (
 	DefaultPatroni = "/usr/bin/patroni"
