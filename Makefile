@@ -28,7 +28,7 @@ RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/inform
 test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
 
 .PHONY: test-unit
-test-unit: ## Unit tests; the loop, FSM and controller also under -race.
+test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 

@@ -1,0 +1,85 @@
+package pgsql
+
+import (
+	"context"
+	"fmt"
+)
+
+// Setting is one parameter on one server, as PostgreSQL has it.
+type Setting struct {
+	Name  string
+	Known bool // pg_settings has it; false for a name it does not know
+	// Current is current_setting(name), with its unit ("4MB").
+	Current string
+	// File is the value in the configuration files, as Patroni wrote it:
+	// the last row of pg_file_settings for the name (postgresql.conf,
+	// or postgresql.auto.conf after ALTER SYSTEM); "" when InFile is false.
+	File   string
+	InFile bool
+	// Applied is pg_file_settings.applied of that row: false while a reload
+	// is due, or a restart for a parameter that needs one.
+	Applied bool
+	// PendingRestart is pg_settings.pending_restart: the file has a value
+	// the server takes only when it restarts.
+	PendingRestart bool
+	// Error is pg_file_settings.error of that row, if any.
+	Error string
+}
+
+// settingsQuery reads every name in $1 in one go: pg_settings knows names
+// in lower case, as PostgreSQL compares them; the last row of
+// pg_file_settings for a name is the one that wins.
+const settingsQuery = `SELECT n.name,
+	s.name IS NOT NULL,
+	coalesce(current_setting(s.name, true), ''),
+	coalesce(s.pending_restart, false),
+	f.setting IS NOT NULL,
+	coalesce(f.setting, ''),
+	coalesce(f.applied, false),
+	coalesce(f.error, '')
+FROM unnest($1::text[]) AS n(name)
+LEFT JOIN pg_settings s ON s.name = lower(n.name)
+LEFT JOIN LATERAL (
+	SELECT setting, applied, error FROM pg_file_settings
+	WHERE name = lower(n.name) ORDER BY seqno DESC LIMIT 1
+) f ON true`
+
+// Settings reads the named parameters on ep, in one query. The map has an
+// entry for every name, under the name as given.
+func Settings(ctx context.Context, ep Endpoint, names []string, opts Options) (map[string]Setting, error) {
+	if len(names) == 0 {
+		return map[string]Setting{}, nil
+	}
+	opts = opts.withDefaults()
+	s, err := connect(ctx, ep, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close(ctx)
+
+	ctx, cancel, bound := s.statement(ctx)
+	defer cancel()
+	rows, err := s.conn.Query(ctx, settingsQuery, names)
+	if err != nil {
+		opts.observe(err)
+		return nil, fmt.Errorf("%s: read settings: %w", ep, brief(err, bound))
+	}
+	defer rows.Close()
+	out := make(map[string]Setting, len(names))
+	for rows.Next() {
+		var st Setting
+		if err := rows.Scan(&st.Name, &st.Known, &st.Current, &st.PendingRestart,
+			&st.InFile, &st.File, &st.Applied, &st.Error); err != nil {
+			rows.Close()
+			opts.observe(err)
+			return nil, fmt.Errorf("%s: read settings: %w", ep, brief(err, bound))
+		}
+		out[st.Name] = st
+	}
+	err = rows.Err()
+	opts.observe(err)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read settings: %w", ep, brief(err, bound))
+	}
+	return out, nil
+}
