@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"encoding/json"
+
+	appsv1 "k8s.io/api/apps/v1"
 	"strconv"
 	"strings"
 
@@ -62,15 +64,22 @@ var spiloLocalParameters = map[string]bool{
 
 // spiloConfiguration is the SPILO_CONFIGURATION document. Spilo deep-merges
 // it over the Patroni configuration it generates: maps merge key by key
-// with these values winning, lists (pg_hba) replace Spilo's. It holds only
-// what each instance reads at start (the local postgresql section): the
-// dynamic configuration, shared by all members, is not in the pod template
-// at all, so a change of it rolls no pod. pgloop applies it to the running
-// cluster through Patroni's PATCH /config (DynamicConfig); Patroni would
-// read a bootstrap.dcs section once, when it initialises the cluster, and
-// ignore it ever after.
+// with these values winning, lists (pg_hba) replace Spilo's.
+//
+// Its bootstrap.dcs is the dynamic configuration (Dynamic), which Patroni
+// writes to its store once, when it initialises the cluster, and ignores
+// ever after: a new cluster starts with the spec's settings, and pgloop
+// applies later changes to the running cluster through Patroni's PATCH
+// /config. So the bootstrap section is left out of the pod template's hash
+// (StatefulSet): a change of it replaces no pod, and the StatefulSet keeps
+// the one it was created with until something else changes its template.
 type spiloConfiguration struct {
+	Bootstrap  *spiloBootstrap  `json:"bootstrap,omitempty"`
 	PostgreSQL *localPostgreSQL `json:"postgresql,omitempty"`
+}
+
+type spiloBootstrap struct {
+	DCS map[string]any `json:"dcs"`
 }
 
 // localPostgreSQL is the per-instance postgresql section; Patroni reads it
@@ -83,12 +92,18 @@ type localPostgreSQL struct {
 }
 
 // SpiloConfiguration returns the SPILO_CONFIGURATION of the cluster: the
-// PostgreSQL parameters Spilo sets per instance (see spiloLocalParameters)
-// and pg_hba. Parameter names are lower-cased, as PostgreSQL treats them,
-// so that Patroni recognises the settings it manages; should two names
-// differ only in case, the one that sorts last wins. The output is
-// deterministic.
+// dynamic configuration to bootstrap with (Dynamic), the PostgreSQL
+// parameters Spilo sets per instance (see spiloLocalParameters) and pg_hba.
+// Parameter names are lower-cased, as PostgreSQL treats them, so that
+// Patroni recognises the settings it manages; should two names differ only
+// in case, the one that sorts last wins. The output is deterministic.
 func SpiloConfiguration(pg *v1.Postgresql) string {
+	return spiloConfigurationJSON(pg, true)
+}
+
+// spiloConfigurationJSON is SpiloConfiguration, without the bootstrap
+// section unless bootstrap: what the pod template hash covers.
+func spiloConfigurationJSON(pg *v1.Postgresql, bootstrap bool) string {
 	local := localPostgreSQL{}
 	if p := pg.Spec.Patroni; p != nil && len(p.PgHba) > 0 {
 		local.PgHba = append([]string(nil), p.PgHba...)
@@ -103,10 +118,43 @@ func SpiloConfiguration(pg *v1.Postgresql) string {
 		local.Parameters = perInstance
 	}
 	cfg := spiloConfiguration{}
+	if bootstrap {
+		cfg.Bootstrap = &spiloBootstrap{DCS: Dynamic(pg).Settings}
+	}
 	if local.Parameters != nil || local.PgHba != nil {
 		cfg.PostgreSQL = &local
 	}
 	return mustJSON(cfg)
+}
+
+// BootstrapConfig returns the dynamic configuration the StatefulSet's pod
+// template bootstraps a new cluster with (its SPILO_CONFIGURATION's
+// bootstrap.dcs), as JSON with sorted keys; "" when it has none.
+func BootstrapConfig(sts *appsv1.StatefulSet) string {
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name != "SPILO_CONFIGURATION" {
+				continue
+			}
+			var cfg struct {
+				Bootstrap struct {
+					DCS map[string]any `json:"dcs"`
+				} `json:"bootstrap"`
+			}
+			if json.Unmarshal([]byte(e.Value), &cfg) != nil || cfg.Bootstrap.DCS == nil {
+				return ""
+			}
+			return mustJSON(cfg.Bootstrap.DCS)
+		}
+	}
+	return ""
+}
+
+// JSON returns the dynamic configuration as BootstrapConfig does.
+func (d DynamicConfig) JSON() string {
+	var m map[string]any
+	_ = json.Unmarshal([]byte(mustJSON(d.Settings)), &m)
+	return mustJSON(m)
 }
 
 // LocalParameter reports whether the PostgreSQL parameter name (any case)

@@ -97,21 +97,21 @@ func TestSpiloConfiguration(t *testing.T) {
 		want       string
 	}{
 		{
-			name: "nothing set: Spilo's own configuration",
-			want: `{}`,
+			name: "nothing set: Spilo's defaults, written out",
+			want: `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}}}`,
 		},
 		{
-			name:    "Patroni's timings are dynamic: not in the pod template",
+			name:    "Patroni's timings: bootstrap only",
 			patroni: &v1.Patroni{TTL: 60, LoopWait: 5, RetryTimeout: 20, MaximumLagOnFailover: 1048576, SynchronousMode: true},
-			want:    `{}`,
+			want:    `{"bootstrap":{"dcs":{"loop_wait":5,"maximum_lag_on_failover":1048576,"retry_timeout":20,"synchronous_mode":true,"ttl":60}}}`,
 		},
 		{
 			name:    "pg_hba is local",
 			patroni: &v1.Patroni{PgHba: []string{"local all all trust", "host all all 0.0.0.0/0 md5"}},
-			want:    `{"postgresql":{"pg_hba":["local all all trust","host all all 0.0.0.0/0 md5"]}}`,
+			want:    `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}},"postgresql":{"pg_hba":["local all all trust","host all all 0.0.0.0/0 md5"]}}`,
 		},
 		{
-			name: "Spilo's local parameters stay local, names lower-cased; shared ones are dynamic",
+			name: "shared parameters bootstrap the DCS, Spilo's local ones stay local, names lower-cased",
 			parameters: map[string]string{
 				"max_connections":          "100",
 				"Work_Mem":                 "8MB",
@@ -119,12 +119,13 @@ func TestSpiloConfiguration(t *testing.T) {
 				"SHARED_PRELOAD_LIBRARIES": "pg_stat_statements",
 				"pg_stat_statements.max":   "5000",
 			},
-			want: `{"postgresql":{"parameters":{"shared_buffers":"1GB","shared_preload_libraries":"pg_stat_statements"}}}`,
+			want: `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"postgresql":{"parameters":{"max_connections":"100","pg_stat_statements.max":"5000","work_mem":"8MB"}},"retry_timeout":10,"synchronous_mode":false,"ttl":30}},` +
+				`"postgresql":{"parameters":{"shared_buffers":"1GB","shared_preload_libraries":"pg_stat_statements"}}}`,
 		},
 		{
 			name:       "names equal but for case: the one sorting last wins",
 			parameters: map[string]string{"shared_buffers": "4MB", "SHARED_BUFFERS": "8MB"},
-			want:       `{"postgresql":{"parameters":{"shared_buffers":"4MB"}}}`,
+			want:       `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}},"postgresql":{"parameters":{"shared_buffers":"4MB"}}}`,
 		},
 	}
 	for _, c := range cases {
@@ -138,6 +139,24 @@ func TestSpiloConfiguration(t *testing.T) {
 				t.Errorf("not JSON: %s", got)
 			}
 		})
+	}
+}
+
+// TestBootstrapConfig checks that the dynamic configuration a StatefulSet
+// bootstraps with reads back as Dynamic writes it.
+func TestBootstrapConfig(t *testing.T) {
+	pg := loadSample(t, "full")
+	sts := StatefulSet(pg, Options{})
+	if got, want := BootstrapConfig(sts), Dynamic(pg).JSON(); got != want || got == "" {
+		t.Errorf("BootstrapConfig = %s, want %s", got, want)
+	}
+	edited := pg.DeepCopy()
+	edited.Spec.PostgreSQL.Parameters["work_mem"] = "64MB"
+	if BootstrapConfig(sts) == Dynamic(edited).JSON() {
+		t.Errorf("an edited parameter must differ from the StatefulSet's bootstrap")
+	}
+	if PodTemplateHash(StatefulSet(edited, Options{})) != PodTemplateHash(sts) {
+		t.Errorf("a shared parameter must not change the pod template hash")
 	}
 }
 

@@ -113,8 +113,14 @@ func (o Options) withDefaults() Options {
 //     0 stops the cluster and keeps its data.
 func StatefulSet(pg *v1.Postgresql, opts Options) *appsv1.StatefulSet {
 	opts = opts.withDefaults()
+	// The hash leaves the bootstrap configuration out: a change of it
+	// reaches a running cluster through Patroni, not new pods
+	// (spiloConfiguration).
 	template := podTemplate(pg, opts)
-	template.Annotations[AnnotationPodTemplateHash] = podTemplateHash(template)
+	setSpiloConfiguration(&template, spiloConfigurationJSON(pg, false))
+	hash := podTemplateHash(template)
+	setSpiloConfiguration(&template, SpiloConfiguration(pg))
+	template.Annotations[AnnotationPodTemplateHash] = hash
 
 	return &appsv1.StatefulSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "StatefulSet"},
@@ -287,6 +293,17 @@ func dataVolumeClaim(pg *v1.Postgresql) corev1.PersistentVolumeClaim {
 		pvc.Spec.StorageClassName = ptr.To(pg.Spec.Volume.StorageClass)
 	}
 	return pvc
+}
+
+// setSpiloConfiguration sets the SPILO_CONFIGURATION of t's containers.
+func setSpiloConfiguration(t *corev1.PodTemplateSpec, value string) {
+	for i := range t.Spec.Containers {
+		for j := range t.Spec.Containers[i].Env {
+			if e := &t.Spec.Containers[i].Env[j]; e.Name == "SPILO_CONFIGURATION" {
+				e.Value = value
+			}
+		}
+	}
 }
 
 // podTemplateHash hashes the template as pgloop built it. JSON encoding of

@@ -42,8 +42,13 @@ type derived struct {
 	specError  string
 	// desired is the StatefulSet the spec asks for, built on first need.
 	desired *appsv1.StatefulSet
-	// dynamic is the Patroni dynamic configuration the spec asks for.
-	dynamic cluster.DynamicConfig
+	// dynamic is the Patroni dynamic configuration the spec asks for,
+	// and its JSON as cluster.BootstrapConfig reads it.
+	dynamic     cluster.DynamicConfig
+	dynamicJSON string
+	// stsBootstrap is the dynamic configuration the StatefulSet of
+	// resourceVersion stsVersion bootstraps with.
+	stsVersion, stsBootstrap string
 	// users and databases are the spec's names, sorted; roles are the
 	// users and the system roles, whose Secrets hold the passwords.
 	users, databases, roles []string

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -64,7 +65,8 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs Objects, pods []*
 	f.Users, f.Databases = spec.users, spec.databases
 	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
 	f.Sync = syncWant(spec, pg.Name, objs.Secrets, f.SyncRequest)
-	f.Config = fsm.Want{Hash: spec.dynamic.Hash, Bootstrap: spec.dynamic.Bootstrap && f.SyncRequest == ""}
+	f.Config = fsm.Want{Hash: spec.dynamic.Hash,
+		Bootstrap: f.SyncRequest == "" && objs.StatefulSet != nil && d.bootstrapConfig(spec, objs.StatefulSet) == spec.dynamicJSON}
 	if f.SyncRequest != "" {
 		f.Config.Hash += "+" + f.SyncRequest
 	}
@@ -113,6 +115,7 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 		return
 	}
 	s.dynamic = cluster.Dynamic(pg)
+	s.dynamicJSON = s.dynamic.JSON()
 	s.users = sortedKeys(pg.Spec.Users)
 	s.databases = sortedKeys(pg.Spec.Databases)
 	s.roles = append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, s.users...)
@@ -129,6 +132,17 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 		h.Write([]byte("database\x00" + db + "\x00" + pg.Spec.Databases[db] + "\n"))
 	}
 	s.specSync = h.Sum(nil)
+}
+
+// bootstrapConfig returns the dynamic configuration sts bootstraps a new
+// cluster with, read once per version of it.
+func (d *Deriver) bootstrapConfig(s *derived, sts *appsv1.StatefulSet) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.stsVersion != sts.ResourceVersion || s.stsVersion == "" {
+		s.stsVersion, s.stsBootstrap = sts.ResourceVersion, cluster.BootstrapConfig(sts)
+	}
+	return s.stsBootstrap
 }
 
 // syncWant is the sync the spec asks for, with the versions of the roles'

@@ -91,9 +91,12 @@ type Want struct {
 	// Hash identifies it; empty when it cannot be known yet (a password's
 	// Secret is missing from the cache).
 	Hash string
-	// Bootstrap is true when Patroni's bootstrap already applied it (no
-	// users nor databases; Spilo's default configuration): a cluster that
-	// never had anything applied records it without a call.
+	// Bootstrap is true when Patroni's bootstrap applies it: no users nor
+	// databases (the system roles are made from their Secrets), or the
+	// configuration the StatefulSet bootstraps the cluster with. A cluster
+	// that never had anything applied records it without a call: the
+	// sync in any state, the configuration while Creating (a cluster
+	// Running before pgloop managed its configuration may have lost edits).
 	Bootstrap bool
 }
 

@@ -521,9 +521,10 @@ func (m *Machine) noteNudge() {
 
 // --- inside PostgreSQL and Patroni ---
 
-// adoptBootstrap records as applied what Patroni's bootstrap made, when
-// nothing was ever applied: no users nor databases, Spilo's default
-// configuration. Such a cluster never needs an SQL or Patroni call.
+// adoptBootstrap records as applied what Patroni's bootstrap makes, when
+// nothing was ever applied (Facts.Want.Bootstrap): no users nor databases,
+// and, while Creating, the configuration the StatefulSet bootstraps with.
+// Such a cluster needs no SQL or Patroni call.
 func (m *Machine) adoptBootstrap() {
 	st, f := &m.st, &m.call.facts
 	switch st.State {
@@ -535,7 +536,7 @@ func (m *Machine) adoptBootstrap() {
 		st.Database = &v1.DatabaseStatus{Hash: f.Sync.Hash}
 		m.out.changed()
 	}
-	if st.Config == nil && f.Config.Bootstrap && f.Config.Hash != "" {
+	if st.Config == nil && st.State == Creating && f.Config.Bootstrap && f.Config.Hash != "" {
 		st.Config = &v1.ConfigStatus{Hash: f.Config.Hash}
 		m.out.changed()
 	}
@@ -685,7 +686,7 @@ func (m *Machine) inDatabaseConditions() {
 		m.condition(v1.ConditionConfigApplied, false, ReasonRestartPending,
 			"settings pending a restart on "+strings.Join(f.PendingRestart, ", ")+": restarting one member at a time, replicas first")
 	case st.Config != nil:
-		msg := "Spilo's bootstrap configuration"
+		msg := "the spec's configuration, which the cluster was bootstrapped with"
 		if st.Config.AppliedAt != nil {
 			msg = "applied to every member at " + st.Config.AppliedAt.UTC().Format(time.RFC3339)
 		}

@@ -26,11 +26,12 @@ import (
 //
 // Commands (times are durations since t0, 2026-11-30 12:00:00 UTC):
 //
-//	start [state=S] [loss-grace=D]
+//	start [state=S] [loss-grace=D] [applied-sync=H] [applied-config=H]
 //	    A new machine. With a state, one resumed in it at epoch 5, having
 //	    acted on generation 1, with the timer it would hold there, due at
 //	    1m (timeout in Creating and Updating, resync in Running, retry in
-//	    Degraded); Resume is not called, as if the machine had been
+//	    Degraded), and the sync and configuration given recorded as
+//	    applied; Resume is not called, as if the machine had been
 //	    running. Without, a cluster never seen (no status).
 //	restart
 //	    A new operator process: a machine made from the persisted status,
@@ -194,7 +195,7 @@ func (r *runner) run(line string) ([]string, error) {
 	for _, w := range words[1:] {
 		k, v, _ := strings.Cut(w, "=")
 		switch k {
-		case "state", "loss-grace", "epoch", "plan", "error", "waiting", "at", "part":
+		case "state", "loss-grace", "epoch", "plan", "error", "waiting", "at", "part", "applied-sync", "applied-config":
 			args[k] = v
 		default:
 			rest = append(rest, w)
@@ -282,6 +283,12 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 			return nil, fmt.Errorf("unknown state %s", s)
 		}
 		st = statusIn(s)
+		if h, ok := args["applied-sync"]; ok {
+			st.Database = &v1.DatabaseStatus{Hash: h}
+		}
+		if h, ok := args["applied-config"]; ok {
+			st.Config = &v1.ConfigStatus{Hash: h}
+		}
 	}
 	r.m = NewEngine(r.cfg).New(st)
 	r.facts, r.at, r.inputs, r.latest, r.handled = Facts{}, 0, 0, 0, false

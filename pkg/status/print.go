@@ -190,7 +190,7 @@ func (p *printer) inDatabase(st *v1.PostgresqlStatus, now time.Time) {
 		}
 	}
 	if cfg != nil {
-		applied := "Spilo's bootstrap configuration"
+		applied := "bootstrapped with it"
 		if cfg.AppliedAt != nil {
 			applied = fmt.Sprintf("%s ago (%s)", age(cfg.AppliedAt.Time, now), clock(cfg.AppliedAt.Time, now))
 		}
