@@ -79,8 +79,16 @@ func TestInDatabase(t *testing.T) {
 	full.Spec.Databases = map[string]string{"appdb": "app"}
 	full.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB", "shared_buffers": "1GB"}
 	f = facts(full, healthy(full)...)
-	if f.Sync.Bootstrap || f.Config.Bootstrap {
-		t.Errorf("users, databases and a shared parameter are no bootstrap: %+v %+v", f.Sync, f.Config)
+	if f.Sync.Bootstrap || !f.Config.Bootstrap {
+		t.Errorf("users and databases are no bootstrap; the StatefulSet bootstraps the spec's configuration: %+v %+v", f.Sync, f.Config)
+	}
+	// A parameter edited since the StatefulSet was made: not what the
+	// cluster bootstrapped with.
+	later := full.DeepCopy()
+	later.Generation = 2
+	later.Spec.PostgreSQL.Parameters["work_mem"] = "16MB"
+	if l := facts(later, healthy(full)...); l.Config.Bootstrap || l.Config.Hash == f.Config.Hash {
+		t.Errorf("an edited parameter: %+v", l.Config)
 	}
 	if !reflect.DeepEqual(f.Users, []string{"app", "reader"}) || !reflect.DeepEqual(f.Databases, []string{"appdb"}) ||
 		!reflect.DeepEqual(f.ConfigParameters, []string{"work_mem"}) {
