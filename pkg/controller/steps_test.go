@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/effects"
@@ -34,7 +35,17 @@ func (a *actor) ReplacePods(_ context.Context, key string, pods []effects.Pod) e
 func (a *actor) Nudge(_ context.Context, key, version string) error {
 	return a.call("nudge", key, version)
 }
-func (a *actor) Cleanup(_ context.Context, key string) error { return a.call("cleanup", key, "") }
+func (a *actor) Cleanup(_ context.Context, key string) error   { return a.call("cleanup", key, "") }
+func (a *actor) SyncRoles(_ context.Context, key string) error { return a.call("syncRoles", key, "") }
+func (a *actor) Configure(_ context.Context, key string, remove []string) error {
+	return a.call("configure", key, remove)
+}
+func (a *actor) Switchover(_ context.Context, key, from, to string) error {
+	return a.call("switchover", key, from+"->"+to)
+}
+func (a *actor) RestartMembers(_ context.Context, key string, pods []string) error {
+	return a.call("restart", key, pods)
+}
 func (a *actor) RecordEvents(_ context.Context, key string, events []effects.Record) error {
 	return a.call("events", key, events)
 }
@@ -44,23 +55,36 @@ func TestStepsOrder(t *testing.T) {
 	plan := &fsm.Plan{
 		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
 		ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u", Claim: "c-0", ClaimUID: "cu"}}, Nudge: "q1",
-		Records: []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
+		Records:    []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
+		InDatabase: &fsm.InDatabase{Sync: "s1", Config: "c1", RemoveParameters: []string{"work_mem"}},
+		Switchover: &fsm.Switchover{From: "p-0", To: "p-1"},
+		Restart:    []fsm.PodRef{{Name: "p-1", UID: "u1"}},
 	}
 	var got []string
-	for _, s := range NewEffects(a, Timeouts{}).Steps("db/acid", plan) {
+	timeouts := Timeouts{InDatabase: 30 * time.Second, Restart: time.Minute, Switchover: 20 * time.Second}
+	for _, s := range NewEffects(a, timeouts).Steps("db/acid", plan) {
 		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
+		if want := map[string]time.Duration{StepSyncRoles: 30 * time.Second, StepConfigure: 30 * time.Second,
+			StepRestart: time.Minute, StepSwitchover: 20 * time.Second}[s.Name]; s.Timeout != want {
+			t.Errorf("%s: timeout %v, want %v", s.Name, s.Timeout, want)
+		}
 		if err := s.Run(context.Background()); err != nil {
 			t.Errorf("%s: %v", s.Name, err)
 		}
 	}
-	want := []string{"status:true", "ensure:false", "replacePod:false", "nudge:false", "cleanup:false", "events:true"}
+	want := []string{"status:true", "ensure:false", "syncRoles:false", "configure:false", "replacePod:false",
+		"switchover:false", "restartMember:false", "nudge:false", "cleanup:false", "events:true"}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
 	}
 	wantCalls := []string{
 		"status db/acid Running",
 		"ensure db/acid ",
+		"syncRoles db/acid ",
+		"configure db/acid [work_mem]",
 		"replacePods db/acid [{p-0 u c-0 cu}]",
+		"switchover db/acid p-0->p-1",
+		"restart db/acid [p-1]",
 		"nudge db/acid q1",
 		"cleanup db/acid ",
 		"events db/acid [{true Running m}]",

@@ -85,13 +85,14 @@ func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, pri
 	return all, primary, nil
 }
 
-// endpoint is where PostgreSQL of m listens, as the superuser.
-func (m *member) endpoint(passwords []string) (pgsql.Endpoint, error) {
+// endpoint is where PostgreSQL of m listens, as the superuser; label names
+// it in errors ("primary", "pod db-1").
+func (m *member) endpoint(label string, passwords []string) (pgsql.Endpoint, error) {
 	host, port, err := m.PostgresHostPort()
 	if err != nil {
 		return pgsql.Endpoint{}, fmt.Errorf("pod %s: %w", m.pod.Name, err)
 	}
-	return pgsql.Endpoint{Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}, nil
+	return pgsql.Endpoint{Label: label, Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}, nil
 }
 
 // secret reads a role's Secret from the API: the cache holds no data.
@@ -152,7 +153,7 @@ func (r *run) syncRoles(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ep, err := primary.endpoint(passwords(super))
+	ep, err := primary.endpoint("primary", passwords(super))
 	if err != nil {
 		return err
 	}
@@ -306,13 +307,13 @@ func (r *run) configure(ctx context.Context, remove []string) error {
 	var waiting []string
 	for i := range all {
 		m := &all[i]
-		ep, err := m.endpoint(passwords(super))
+		ep, err := m.endpoint("pod "+m.pod.Name, passwords(super))
 		if err != nil {
 			return err
 		}
 		got, err := pgsql.Settings(ctx, ep, dyn.Parameters, r.sqlOptions())
 		if err != nil {
-			return fmt.Errorf("pod %s: %w", m.pod.Name, err)
+			return err
 		}
 		for _, name := range dyn.Parameters {
 			s, value := got[name], want[name].(string)
