@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -108,6 +109,8 @@ func TestCRDRejectsInvalidSpecs(t *testing.T) {
 			[]string{"spec.users", "reserved"}},
 		{"reserved user prefix pg_", func(pg *v1.Postgresql) { pg.Spec.Users["pg_monitor"] = v1.UserFlags{} },
 			[]string{"spec.users", "reserved"}},
+		{"a role name PostgreSQL reserves", func(pg *v1.Postgresql) { pg.Spec.Users["public"] = v1.UserFlags{} },
+			[]string{"spec.users", "reserved"}},
 		{"bad user name", func(pg *v1.Postgresql) { pg.Spec.Users["Bad User"] = v1.UserFlags{} },
 			[]string{"spec.users", "user names must be"}},
 		{"bad user flag", func(pg *v1.Postgresql) { pg.Spec.Users["app"] = v1.UserFlags{"superduper"} },
@@ -136,6 +139,7 @@ func TestCRDRejectsInvalidSpecs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pg := NewCluster(ns, "db", 2)
+			pgtest.WithApp(pg)
 			tc.mutate(pg)
 			_, err := env.PG.Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{})
 			if err == nil {

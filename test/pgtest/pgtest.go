@@ -16,8 +16,8 @@ import (
 )
 
 // Cluster returns a small valid cluster: team acid, PostgreSQL 17, a 1Gi
-// volume, small requests so many fit on the plane's nodes, one user owning
-// one database.
+// volume, small requests so many fit on the plane's nodes, and no users nor
+// databases (WithApp adds them).
 func Cluster(ns, name string, instances int32) *v1.Postgresql {
 	cpu, mem := resource.MustParse("10m"), resource.MustParse("32Mi")
 	cpuLimit, memLimit := resource.MustParse("500m"), resource.MustParse("256Mi")
@@ -33,10 +33,17 @@ func Cluster(ns, name string, instances int32) *v1.Postgresql {
 				Requests: &v1.ResourceDescription{CPU: &cpu, Memory: &mem},
 				Limits:   &v1.ResourceDescription{CPU: &cpuLimit, Memory: &memLimit},
 			},
-			Users:     map[string]v1.UserFlags{"app": {v1.FlagCreateDB}},
-			Databases: map[string]string{"appdb": "app"},
 		},
 	}
+}
+
+// WithApp adds a user app (createdb) owning a database appdb, as the
+// zalando operator's minimal manifest has. A cluster on KWOK's nodes must
+// not have them: no PostgreSQL runs there to make them, and pgloop does not
+// call a cluster Running before they exist.
+func WithApp(pg *v1.Postgresql) {
+	pg.Spec.Users = map[string]v1.UserFlags{"app": {v1.FlagCreateDB}}
+	pg.Spec.Databases = map[string]string{"appdb": "app"}
 }
 
 // RepoRoot walks up from the working directory to pgloop's go.mod.

@@ -129,7 +129,7 @@ func TestCRDBasics(t *testing.T) {
 		".spec.teamId":             {"self == oldSelf"},
 		".spec.postgresql.version": {"int(self) >= int(oldSelf)"},
 		".spec.volume.size":        {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
-		".spec.users":              {"u.matches(", "u.startsWith('pg_')"},
+		".spec.users":              {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
 		".spec.databases":          {"db.matches(", "'template0'"},
 		".spec.patroni":            {"<= (has(self.ttl) ? self.ttl : 30)"},
 		".spec.resources":          {"self.limits.cpu)", "self.limits.memory)"},

@@ -116,11 +116,14 @@ type PostgresqlSpec struct {
 	// flags; each gets a generated password in a Secret. Write `name: []`
 	// for a role without flags: a null value is dropped by the apiserver.
 	// Names are lower case letters, digits, '_', '-' and '.', at most 63
-	// characters; postgres, standby and the pg_ prefix are reserved.
+	// characters; postgres, standby and the pg_ prefix are reserved, and so
+	// are the names PostgreSQL refuses for a role (public, none,
+	// current_user, current_role, session_user).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	// +kubebuilder:validation:XValidation:rule="self.all(u, size(u) <= 63 && u.matches('^[a-z0-9]([-_a-z0-9]*[a-z0-9])?([.][a-z0-9]([-_a-z0-9]*[a-z0-9])?)*$'))",message="user names must be at most 63 lower case letters, digits, '_', '-' or '.', starting and ending with a letter or digit"
 	// +kubebuilder:validation:XValidation:rule="self.all(u, u != 'postgres' && u != 'standby' && !u.startsWith('pg_'))",message="user names postgres and standby, and the prefix pg_, are reserved"
+	// +kubebuilder:validation:XValidation:rule="self.all(u, !(u in ['public', 'none', 'current_user', 'current_role', 'session_user']))",message="user names public, none, current_user, current_role and session_user are reserved by PostgreSQL"
 	Users map[string]UserFlags `json:"users,omitempty"`
 
 	// Databases maps each database to create to its owner, which must be

@@ -44,6 +44,9 @@ var (
 // reservedUsers are the roles Spilo creates and manages itself.
 var reservedUsers = []string{"postgres", "standby"}
 
+// postgresReservedRoles are names PostgreSQL refuses for a role.
+var postgresReservedRoles = []string{"public", "none", "current_user", "current_role", "session_user"}
+
 // reservedDatabases exist in every cluster and are not pgloop's to create.
 var reservedDatabases = []string{"postgres", "template0", "template1"}
 
@@ -253,6 +256,8 @@ func validateUsers(users map[string]UserFlags, path *field.Path) field.ErrorList
 				"must be lower case letters, digits, '_', '-' or '.', starting and ending with a letter or digit"))
 		case slices.Contains(reservedUsers, name) || strings.HasPrefix(name, "pg_"):
 			errs = append(errs, field.Forbidden(fp, "is reserved: postgres and standby are Spilo's own roles, and PostgreSQL reserves the pg_ prefix"))
+		case slices.Contains(postgresReservedRoles, name):
+			errs = append(errs, field.Forbidden(fp, "is reserved: PostgreSQL refuses it as a role name"))
 		}
 		errs = append(errs, validateFlags(users[name], fp)...)
 	}

@@ -218,6 +218,11 @@ func TestValidate(t *testing.T) {
 			want:   []string{"spec.users[standby]: Forbidden: is reserved"},
 		},
 		{
+			name:   "a role name PostgreSQL reserves",
+			mutate: func(p *Postgresql) { p.Spec.Users["current_user"] = UserFlags{} },
+			want:   []string{"spec.users[current_user]: Forbidden: is reserved: PostgreSQL refuses it as a role name"},
+		},
+		{
 			name:   "pg_ prefix",
 			mutate: func(p *Postgresql) { p.Spec.Users["pg_app"] = UserFlags{} },
 			want:   []string{"spec.users[pg_app]: Forbidden"},
