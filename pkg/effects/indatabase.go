@@ -317,17 +317,20 @@ func (r *run) configure(ctx context.Context, remove []string) error {
 		}
 		for _, name := range dyn.Parameters {
 			s, value := got[name], want[name].(string)
+			written := s.InFile && strings.EqualFold(s.File, value)
 			switch {
 			case !s.Known:
 				return fmt.Errorf("parameter %s: PostgreSQL does not know it (unrecognized configuration parameter)", name)
-			case s.Error != "" && s.InFile && strings.EqualFold(s.File, value):
-				return fmt.Errorf("pod %s: parameter %s = %q: %s", m.pod.Name, name, value, s.Error)
 			case sameSetting(s.Current, value):
-			case s.InFile && strings.EqualFold(s.File, value) && s.Applied:
-			case s.InFile && strings.EqualFold(s.File, value) && s.PendingRestart:
+			case written && s.Applied:
+			case written && s.PendingRestart:
+				// pg_file_settings says "setting could not be applied"
+				// for these: it takes a restart, which Patroni reports.
 				if !m.PendingRestart {
 					waiting = append(waiting, fmt.Sprintf("pod %s: %s waits for a restart its Patroni does not report yet", m.pod.Name, name))
 				}
+			case written && s.Error != "":
+				return fmt.Errorf("pod %s: parameter %s = %q: %s", m.pod.Name, name, value, s.Error)
 			default:
 				waiting = append(waiting, fmt.Sprintf("pod %s: %s is %s, want %s", m.pod.Name, name, s.Current, value))
 			}

@@ -156,7 +156,7 @@ func syncWant(s *derived, clusterName string, secrets []*corev1.Secret, request 
 		name := cluster.SecretName(role, clusterName)
 		i := slices.IndexFunc(secrets, func(sec *corev1.Secret) bool { return sec.Name == name })
 		if i < 0 {
-			return fsm.Want{}
+			return fsm.Want{Missing: true}
 		}
 		sec := secrets[i]
 		h.Write([]byte(name + "\x00" + string(sec.UID) + "\x00" + sec.ResourceVersion + "\n"))

@@ -91,6 +91,10 @@ type Want struct {
 	// Hash identifies it; empty when it cannot be known yet (a password's
 	// Secret is missing from the cache).
 	Hash string
+	// Missing is true when what is asked cannot be known yet because
+	// something it is made of is missing (a user's Secret, which the
+	// ensure effects make): it is pending, and not ready to be sent.
+	Missing bool
 	// Bootstrap is true when Patroni's bootstrap applies it: no users nor
 	// databases (the system roles are made from their Secrets), or the
 	// configuration the StatefulSet bootstraps the cluster with. A cluster
@@ -176,7 +180,7 @@ type Memory struct {
 // SyncDue reports whether the roles and databases the spec asks for are
 // not the ones last applied.
 func SyncDue(st *v1.PostgresqlStatus, f *Facts) bool {
-	return f.Sync.Hash != "" && (st.Database == nil || st.Database.Hash != f.Sync.Hash)
+	return f.Sync.Missing || f.Sync.Hash != "" && (st.Database == nil || st.Database.Hash != f.Sync.Hash)
 }
 
 // ConfigDue reports whether the dynamic configuration the spec asks for

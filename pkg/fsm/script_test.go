@@ -52,7 +52,7 @@ import (
 //	gen=N desired=N ready=N primary=POD no-primary="why" current
 //	outdated=N replace=POD/UID[/CLAIM/CLAIMUID],... nudge=VERSION
 //	stuck="Reason: message" spec-error="..." deleting gone
-//	sync=HASH sync-boot config=HASH config-boot params=P,... users=U,...
+//	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
 //	pending=POD,... restart=POD/UID switchover=FROM>TO
 //
@@ -703,6 +703,8 @@ func parseFacts(words []string) (Facts, error) {
 			f.Sync.Hash = v
 		case "sync-boot":
 			f.Sync.Bootstrap = true
+		case "sync-missing":
+			f.Sync.Missing = true
 		case "config":
 			f.Config.Hash = v
 		case "config-boot":

@@ -321,7 +321,7 @@ func resyncDeadline(pg *v1.Postgresql) string {
 	return ""
 }
 
-var metricsAddr = regexp.MustCompile(`serving /healthz, /readyz and /metrics.*addr=([0-9.:]+)`)
+var metricsAddr = regexp.MustCompile(`serving /healthz, /readyz and /metrics.*addr="?([0-9.:]+)`)
 
 // sqlStatements sums pgloop_sql_statements_total of cluster key, every
 // outcome, from the operator's /metrics.
