@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// TestRolloutSwitchover rolls a two-instance cluster's pods (a new pod
+// annotation) twice while a client inserts a row every 10ms on whichever
+// pod is the primary: once as pgloop does by default, handing the primary's
+// role to the replica (Patroni's switchover) before replacing its pod, and
+// once with --switchover=false, where the primary's pod is deleted and
+// Patroni fails over. The longest gap between two committed inserts is the
+// write outage of each (docs/testbed.md).
+func TestRolloutSwitchover(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := Context(t, 10*time.Minute)
+	const name = "roll"
+
+	op := env.StartOperator(t, "switchover", []string{ns})
+	env.CreateCluster(t, ns, name, 2, OnProcessNode)
+	pg := inEffect(ctx, t, ns, name, 2)
+	conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
+	if _, err := conn.Exec(ctx, "CREATE TABLE writes (at timestamptz NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+
+	withSwitchover := rollout(ctx, t, ns, name, "1")
+	if n := op.LogCount("switched over", "from="+withSwitchover.primary); n != 1 {
+		t.Errorf("%d switchovers from %s logged, want 1", n, withSwitchover.primary)
+	}
+	t.Logf("rollout with a switchover first: longest write gap %v, %d inserts in %v",
+		withSwitchover.gap.Round(time.Millisecond), withSwitchover.inserts, withSwitchover.took.Round(time.Millisecond))
+
+	if err := op.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	op = env.StartOperator(t, "failover", []string{ns}, "--switchover=false")
+	inEffect(ctx, t, ns, name, 2)
+	withFailover := rollout(ctx, t, ns, name, "2")
+	if n := op.LogCount("switched over"); n != 0 {
+		t.Errorf("%d switchovers logged with --switchover=false", n)
+	}
+	t.Logf("rollout replacing the primary's pod (failover): longest write gap %v, %d inserts in %v",
+		withFailover.gap.Round(time.Millisecond), withFailover.inserts, withFailover.took.Round(time.Millisecond))
+}
+
+type rolloutResult struct {
+	primary string // the primary before the rollout
+	gap     time.Duration
+	inserts int
+	took    time.Duration
+}
+
+// rollout changes a pod annotation of the cluster, which replaces every
+// pod, while a writer inserts on the primary every 10ms; it returns once
+// the cluster runs the new pods, with the longest gap between two
+// committed inserts.
+func rollout(ctx context.Context, t *testing.T, ns, name, round string) rolloutResult {
+	t.Helper()
+	pg := inEffect(ctx, t, ns, name, 2)
+	old := podUIDs(ctx, t, ns, name)
+	w := startWriter(ctx, t, ns, name)
+	began := time.Now()
+	if _, err := env.MergePatchCluster(ctx, ns, name, fmt.Sprintf(`{"spec":{"podAnnotations":{"rollout":%q}}}`, round)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
+		if !ReadyPods(2)(pods) {
+			return false
+		}
+		for _, p := range pods {
+			for _, o := range old {
+				if p.UID == o.uid {
+					return false
+				}
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	inEffect(ctx, t, ns, name, 2)
+	took := time.Since(began)
+	// A last insert after the rollout closes the last gap.
+	gap, n := w.stop(ctx, t)
+	return rolloutResult{primary: pg.Status.Primary, gap: gap, inserts: n, took: took}
+}
+
+// writer inserts a row every 10ms on the cluster's primary, found by asking
+// each pod whether it is in recovery, and remembers the commit times.
+type writer struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	at     []time.Time
+}
+
+func startWriter(ctx context.Context, t *testing.T, ns, name string) *writer {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	w := &writer{cancel: cancel, done: make(chan struct{})}
+	password := password(ctx, t, ns, cluster.SecretName(cluster.SuperuserName, name))
+	go func() {
+		defer close(w.done)
+		var conn *pgx.Conn
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				if conn != nil {
+					_ = conn.Close(context.Background())
+				}
+				return
+			case <-tick.C:
+			}
+			if conn == nil {
+				conn = primaryConn(wctx, ns, name, password)
+				if conn == nil {
+					continue
+				}
+			}
+			ictx, cancel := context.WithTimeout(wctx, time.Second)
+			_, err := conn.Exec(ictx, "INSERT INTO writes VALUES (clock_timestamp())")
+			cancel()
+			if err != nil {
+				_ = conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+			w.mu.Lock()
+			w.at = append(w.at, time.Now())
+			w.mu.Unlock()
+		}
+	}()
+	// Writing before the rollout starts.
+	if err := Eventually(ctx, "the writer's first insert", func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.at) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// stop waits for one more insert, stops the writer and returns the longest
+// gap between two inserts and their number.
+func (w *writer) stop(ctx context.Context, t *testing.T) (time.Duration, int) {
+	t.Helper()
+	w.mu.Lock()
+	n := len(w.at)
+	w.mu.Unlock()
+	if err := Eventually(ctx, "an insert after the rollout", func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.at) > n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.cancel()
+	<-w.done
+	var gap time.Duration
+	for i := 1; i < len(w.at); i++ {
+		gap = max(gap, w.at[i].Sub(w.at[i-1]))
+	}
+	return gap, len(w.at)
+}
+
+// primaryConn connects to the pod of the cluster that is not in recovery,
+// nil when none answers as a primary now.
+func primaryConn(ctx context.Context, ns, name, password string) *pgx.Conn {
+	pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: cluster.LabelClusterName + "=" + name})
+	if err != nil {
+		return nil
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", p.Status.PodIP, cluster.PostgresPort))
+		if err != nil {
+			continue
+		}
+		cfg.Password = password
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		conn, err := pgx.ConnectConfig(cctx, cfg)
+		if err != nil {
+			cancel()
+			continue
+		}
+		var recovery bool
+		err = conn.QueryRow(cctx, "SELECT pg_is_in_recovery()").Scan(&recovery)
+		cancel()
+		if err == nil && !recovery {
+			return conn
+		}
+		_ = conn.Close(context.Background())
+	}
+	return nil
+}
+
