@@ -283,6 +283,25 @@ func (r *run) configure(ctx context.Context, remove []string) error {
 		return fmt.Errorf("pod %s: %w", primary.pod.Name, err)
 	}
 	dyn := cluster.Dynamic(pg)
+	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	if err != nil {
+		return err
+	}
+	// A value PostgreSQL refuses is refused here, before Patroni writes it
+	// to every member.
+	if len(dyn.Parameters) > 0 {
+		ep, err := primary.endpoint("primary", passwords(super))
+		if err != nil {
+			return err
+		}
+		params := map[string]string{}
+		for k, v := range dyn.Settings[cluster.ConfigPostgreSQL].(map[string]any)[cluster.ConfigParameters].(map[string]any) {
+			params[k] = v.(string)
+		}
+		if err := pgsql.CheckParameters(ctx, ep, params, r.sqlOptions()); err != nil {
+			return err
+		}
+	}
 	current, err := r.patroni.Config(ctx, base)
 	if err != nil {
 		return err
@@ -298,10 +317,6 @@ func (r *run) configure(ctx context.Context, remove []string) error {
 	}
 	if int32(len(all)) < pg.Spec.NumberOfInstances {
 		return fmt.Errorf("%d of %d members publish Patroni member data (%w)", len(all), pg.Spec.NumberOfInstances, ErrWaiting)
-	}
-	super, err := r.secret(ctx, pg, cluster.SuperuserName)
-	if err != nil {
-		return err
 	}
 	want := dyn.Settings[cluster.ConfigPostgreSQL].(map[string]any)[cluster.ConfigParameters].(map[string]any)
 	var waiting []string

@@ -2,7 +2,10 @@ package pgsql
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Setting is one parameter on one server, as PostgreSQL has it.
@@ -82,4 +85,73 @@ func Settings(ctx context.Context, ep Endpoint, names []string, opts Options) (m
 		return nil, fmt.Errorf("%s: read settings: %w", ep, brief(err, bound))
 	}
 	return out, nil
+}
+
+// CheckParameters asks the server on ep whether it would take each
+// parameter's value, before it is sent to Patroni (which writes it to
+// every member's postgresql.conf, where a bad line keeps a reload from
+// applying and a restart from starting):
+//   - a name PostgreSQL does not know is refused, unless it is an
+//     extension's (a dotted name, which PostgreSQL keeps as a placeholder);
+//   - a value is tried with set_config, in a transaction rolled back, for
+//     the parameters a session may set (context user or superuser), which
+//     validates it as PostgreSQL would; others are checked by their
+//     member when Patroni writes them.
+//
+// It returns one error per refused parameter, joined, each naming it with
+// the server's words; nil when all are acceptable.
+func CheckParameters(ctx context.Context, ep Endpoint, params map[string]string, opts Options) error {
+	if len(params) == 0 {
+		return nil
+	}
+	opts = opts.withDefaults()
+	s, err := connect(ctx, ep, opts)
+	if err != nil {
+		return err
+	}
+	defer s.close(ctx)
+	var problems []error
+	for _, name := range sortedNames(params) {
+		var context string
+		found, err := s.queryRow(ctx, "SELECT context FROM pg_settings WHERE name = lower($1)", []any{name}, &context)
+		if err != nil {
+			return fmt.Errorf("%s: parameter %s: %w", ep, name, err)
+		}
+		switch {
+		case !found && !strings.Contains(name, "."):
+			problems = append(problems, fmt.Errorf("parameter %s: unrecognized configuration parameter", name))
+		case found && (context == "user" || context == "superuser"):
+			if err := s.tryValue(ctx, name, params[name]); err != nil {
+				problems = append(problems, fmt.Errorf("parameter %s = %q: %w", name, params[name], err))
+			}
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// tryValue sets name to value for a transaction that is rolled back.
+func (s *session) tryValue(ctx context.Context, name, value string) error {
+	ctx, cancel, bound := s.statement(ctx)
+	defer cancel()
+	tx, err := s.conn.Begin(ctx)
+	if err != nil {
+		s.opts.observe(err)
+		return brief(err, bound)
+	}
+	_, err = tx.Exec(ctx, "SELECT set_config($1, $2, true)", name, value)
+	s.opts.observe(err)
+	_ = tx.Rollback(ctx)
+	if err != nil {
+		return brief(err, bound)
+	}
+	return nil
+}
+
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -2,6 +2,7 @@ package pgsql
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +61,31 @@ func TestSettingsPendingRestart(t *testing.T) {
 		Error: "setting could not be applied"}
 	if got != want {
 		t.Errorf("max_connections: %+v, want %+v", got, want)
+	}
+}
+
+// TestCheckParameters: what PostgreSQL would refuse is refused by name, with
+// its words; what it takes, or cannot tell before a reload, passes.
+func TestCheckParameters(t *testing.T) {
+	srv := startServer(t)
+	ctx := context.Background()
+	ok := map[string]string{"work_mem": "8MB", "max_connections": "200", "pg_stat_statements.max": "5000", "Statement_Timeout": "5s"}
+	if err := CheckParameters(ctx, srv.endpoint(), ok, Options{}); err != nil {
+		t.Errorf("acceptable parameters refused: %v", err)
+	}
+	err := CheckParameters(ctx, srv.endpoint(), map[string]string{
+		"work_mem": "lots", "no_such_setting": "1", "statement_timeout": "5s",
+	}, Options{})
+	if err == nil {
+		t.Fatal("bad parameters accepted")
+	}
+	for _, want := range []string{`parameter no_such_setting: unrecognized configuration parameter`,
+		`parameter work_mem = "lots": invalid value for parameter "work_mem": "lots"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "statement_timeout") {
+		t.Errorf("error %q names an acceptable parameter", err)
 	}
 }
