@@ -164,14 +164,19 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 	switch {
 	case len(idle) > 0:
 		f.Replace = idle
-	case f.Ready == f.Desired && next != nil && nextLeader && d.switchover && f.Primary == next.Name:
+	case f.Ready == f.Desired && next != nil && nextLeader && d.switchover && f.Primary == next.Name && hasMember(members, next.Name):
+		// The primary's Patroni publishes its member data: it can be
+		// asked to switch over.
 		// Hand the role to the most up-to-date replica first; the
 		// former primary is replaced once it is a replica.
-		if to := switchoverCandidate(pods, members, next.Name); to != "" {
+		switch to, wait := switchoverCandidate(pods, members, next.Name); {
+		case to != "":
 			f.Switchover = &fsm.Switchover{From: next.Name, To: to}
-			break
+		case !wait:
+			// No replica can take over (all tagged nofailover):
+			// Patroni fails over as it can.
+			f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 		}
-		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 	case f.Ready == f.Desired && next != nil:
 		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
 	}

@@ -36,21 +36,34 @@ func (d *Deriver) members(pods []*corev1.Pod) map[string]patroni.Member {
 	return out
 }
 
+// hasMember reports whether pod publishes Patroni member data.
+func hasMember(members map[string]patroni.Member, pod string) bool {
+	_, ok := members[pod]
+	return ok
+}
+
 // switchoverCandidate returns the Ready replica with member data, not
 // tagged nofailover, that has received the most WAL: the one a switchover
-// from primary loses nothing to. "" when there is none.
-func switchoverCandidate(pods []*corev1.Pod, members map[string]patroni.Member, primary string) string {
-	best, bestLSN := "", int64(-1)
+// from primary loses nothing to. "" when there is none; then wait is true
+// when a Ready replica may become one shortly: its Patroni has not
+// published it runs as a replica yet (it writes its member data once per
+// HA loop, after the pod turned Ready).
+func switchoverCandidate(pods []*corev1.Pod, members map[string]patroni.Member, primary string) (best string, wait bool) {
+	bestLSN := int64(-1)
 	for _, p := range pods {
-		m, ok := members[p.Name]
-		if p.Name == primary || p.DeletionTimestamp != nil || !podReady(p) || !ok || m.NoFailover() || m.IsLeaderRole() || m.State != "running" {
+		if p.Name == primary || p.DeletionTimestamp != nil || !podReady(p) {
 			continue
 		}
-		if m.XLogLocation > bestLSN {
+		m, ok := members[p.Name]
+		switch {
+		case !ok || m.State != patroni.StateRunning || m.IsLeaderRole():
+			wait = true
+		case m.NoFailover():
+		case m.XLogLocation > bestLSN:
 			best, bestLSN = p.Name, m.XLogLocation
 		}
 	}
-	return best
+	return best, wait && best == ""
 }
 
 // inDatabase derives what pgloop applies inside PostgreSQL and Patroni: the

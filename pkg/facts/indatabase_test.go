@@ -3,6 +3,7 @@ package facts
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,9 +157,20 @@ func TestInDatabase(t *testing.T) {
 	if f := NewDeriver(cluster.Options{}, false).Facts(objects(three, objs...), now); f.Switchover != nil || len(f.Replace) != 1 {
 		t.Errorf("switchover off: %+v, replace %v", f.Switchover, f.Replace)
 	}
-	// No replica to hand over to (none publishes member data): replaced.
+	// The replicas are Ready but their Patroni has not published its
+	// member data yet: wait for it rather than fail over.
 	objs[3], objs[4] = pod(three, 1), pod(three, 2)
-	if f := facts(three, objs...); f.Switchover != nil || len(f.Replace) != 1 {
-		t.Errorf("no candidate: %+v, replace %v", f.Switchover, f.Replace)
+	if f := facts(three, objs...); f.Switchover != nil || len(f.Replace) != 0 {
+		t.Errorf("replicas without member data yet: switchover %+v, replace %v; want to wait", f.Switchover, f.Replace)
+	}
+	// No replica may take over (tagged nofailover): the primary is
+	// replaced, and Patroni fails over as it can.
+	noFailover := func(p *corev1.Pod) {
+		memberData("replica", 250, false)(p)
+		p.Annotations[patroni.StatusAnnotation] = strings.Replace(p.Annotations[patroni.StatusAnnotation], `"version"`, `"tags":{"nofailover":true},"version"`, 1)
+	}
+	objs[3], objs[4] = pod(three, 1, noFailover), pod(three, 2, noFailover)
+	if f := facts(three, objs...); f.Switchover != nil || len(f.Replace) != 1 || f.Replace[0].Name != "c1-0" {
+		t.Errorf("no candidate: switchover %+v, replace %v; want c1-0 replaced", f.Switchover, f.Replace)
 	}
 }
