@@ -108,9 +108,14 @@ func TestClusterRole(t *testing.T) {
 			}
 		}
 	}
-	for _, verb := range []string{"update", "patch", "deletecollection"} {
+	// Credentials are updated only by a password rotation (update, with
+	// the resourceVersion read): never patched, never deleted in bulk.
+	if !allows(role.Rules, "", "secrets", "update") {
+		t.Errorf("the ClusterRole does not allow update on secrets: a password rotation writes them")
+	}
+	for _, verb := range []string{"patch", "deletecollection"} {
 		if allows(role.Rules, "", "secrets", verb) {
-			t.Errorf("the ClusterRole allows %s on secrets: credentials are created once and never changed", verb)
+			t.Errorf("the ClusterRole allows %s on secrets", verb)
 		}
 	}
 }
