@@ -233,6 +233,12 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	var part *PartError
 	if r.outcome == waiting || r.outcome == failed {
 		errors.As(err, &part)
+		// The roles are synced before the configuration is applied: a
+		// configuration that failed or waits comes after a sync that
+		// succeeded.
+		if part != nil && part.Part == PartConfig && r.inDatabase != nil && r.inDatabase.Sync != "" {
+			m.recordInDatabase(&InDatabase{Sync: r.inDatabase.Sync})
+		}
 	}
 	switch r.outcome {
 	case waiting:

@@ -234,7 +234,9 @@ type receipt struct {
 	written bool
 	// outcome of the effects, or of the whole plan when it failed.
 	outcome outcome
-	// inDatabase is the in-database work of the effects that succeeded.
+	// inDatabase is the in-database work of the effects that reported:
+	// all of it applied when they succeeded, the part before the one
+	// that failed or waits otherwise (PartError).
 	inDatabase *InDatabase
 }
 
@@ -292,6 +294,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 		o.effectsPlan = 0
 		done, db := o.want, o.inDatabase
 		o.want, o.inDatabase = noEffects, nil
+		r.inDatabase = db
 		switch {
 		case errors.Is(err, ErrWaiting):
 			o.again, r.outcome = true, waiting
@@ -299,7 +302,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 			// Not again at once: the retry timer asks, with backoff.
 			o.troubled, r.outcome = true, failed
 		default:
-			o.troubled, r.outcome, r.inDatabase = false, succeeded, db
+			o.troubled, r.outcome = false, succeeded
 			if done == cleanupEffects {
 				o.cleanupDone = true
 			}

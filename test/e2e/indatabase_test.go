@@ -157,6 +157,42 @@ func TestInDatabase(t *testing.T) {
 		samePods(ctx, t, ns, name, pods)
 	})
 
+	t.Run("a value PostgreSQL refuses, fixed by an edit", func(t *testing.T) {
+		// With a new user in the same edit: the roles are synced all the
+		// same, the configuration is refused with PostgreSQL's words.
+		if _, err := env.MergePatchCluster(ctx, ns, name,
+			`{"spec":{"users":{"edited":[]},"postgresql":{"parameters":{"work_mem":"lots","no_such_setting":"1"}}}}`); err != nil {
+			t.Fatal(err)
+		}
+		refused, err := env.WaitCluster(ctx, ns, name, "refuses the parameters", func(pg *v1.Postgresql) bool {
+			c := condition(pg, v1.ConditionConfigApplied)
+			return pg.Status.ObservedGeneration == pg.Generation && c != nil && c.Status == metav1.ConditionFalse &&
+				strings.Contains(c.Message, `invalid value for parameter "work_mem": "lots"`) &&
+				strings.Contains(c.Message, "no_such_setting: unrecognized configuration parameter") &&
+				conditionTrue(pg, v1.ConditionRolesSynced)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %s; %s", refused.Status.State, condition(refused, v1.ConditionConfigApplied).Message, condition(refused, v1.ConditionRolesSynced).Message)
+		if refused.Status.State == fsm.Running {
+			t.Errorf("Running with parameters PostgreSQL refuses")
+		}
+		mustLogin(ctx, t, ns, name, refused.Status.Primary, "edited", "postgres")
+		for _, p := range pods {
+			if got := show(ctx, t, ns, p.name, "work_mem"); got != "12MB" {
+				t.Errorf("pod %s: SHOW work_mem = %s, want 12MB still: nothing refused may reach a member", p.name, got)
+			}
+		}
+		fixed := time.Now()
+		if _, err := env.MergePatchCluster(ctx, ns, name,
+			`{"spec":{"postgresql":{"parameters":{"work_mem":"12MB","no_such_setting":null}}}}`); err != nil {
+			t.Fatal(err)
+		}
+		pg = inEffect(ctx, t, ns, name, 2)
+		t.Logf("fixed by an edit: Running %v later", time.Since(fixed).Round(time.Millisecond))
+	})
+
 	t.Run("a parameter that needs a restart: one member at a time", func(t *testing.T) {
 		started := map[string]time.Time{}
 		for _, p := range pods {
