@@ -2,7 +2,6 @@ package pgsql
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,8 +97,9 @@ func Settings(ctx context.Context, ep Endpoint, names []string, opts Options) (m
 //     validates it as PostgreSQL would; others are checked by their
 //     member when Patroni writes them.
 //
-// It returns one error per refused parameter, joined, each naming it with
-// the server's words; nil when all are acceptable.
+// It returns an error naming every refused parameter with the server's
+// words, on one line ("parameter a: ...; parameter b: ..."), wrapping each;
+// nil when all are acceptable.
 func CheckParameters(ctx context.Context, ep Endpoint, params map[string]string, opts Options) error {
 	if len(params) == 0 {
 		return nil
@@ -126,8 +126,25 @@ func CheckParameters(ctx context.Context, ep Endpoint, params map[string]string,
 			}
 		}
 	}
-	return errors.Join(problems...)
+	if len(problems) == 0 {
+		return nil
+	}
+	return parameterErrors(problems)
 }
+
+// parameterErrors are the refused parameters of CheckParameters, on one
+// line: the message goes to a status.
+type parameterErrors []error
+
+func (e parameterErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e parameterErrors) Unwrap() []error { return e }
 
 // tryValue sets name to value for a transaction that is rolled back.
 func (s *session) tryValue(ctx context.Context, name, value string) error {

@@ -85,6 +85,9 @@ func TestCheckParameters(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
+	if strings.Contains(err.Error(), "\n") {
+		t.Errorf("error %q is not one line", err)
+	}
 	if strings.Contains(err.Error(), "statement_timeout") {
 		t.Errorf("error %q names an acceptable parameter", err)
 	}

@@ -137,6 +137,30 @@ func TestInDatabase(t *testing.T) {
 		}
 	})
 
+	t.Run("a sync requested by hand", func(t *testing.T) {
+		before := sqlStatements(ctx, t, op, ns+"/"+name)
+		at := time.Now().UTC().Format(time.RFC3339Nano)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1.AnnotationSyncRequestedAt, at)
+		if _, err := env.MergePatchCluster(ctx, ns, name, patch); err != nil {
+			t.Fatal(err)
+		}
+		pg = inEffect(ctx, t, ns, name, 2)
+		if pg.Status.Database == nil || pg.Status.Database.SyncRequest != at {
+			pg, _ = env.WaitCluster(ctx, ns, name, "handled the sync request", func(pg *v1.Postgresql) bool {
+				return pg.Status.Database != nil && pg.Status.Database.SyncRequest == at && pg.Status.State == fsm.Running
+			})
+		}
+		if pg == nil {
+			t.Fatal("the sync request was never handled")
+		}
+		if after := sqlStatements(ctx, t, op, ns+"/"+name); after <= before {
+			t.Errorf("SQL statements %v -> %v: the requested sync made none", before, after)
+		}
+		if !slices.ContainsFunc(pg.Status.History, func(h v1.Transition) bool { return h.Event == fsm.EventOutOfSync }) {
+			t.Errorf("history %v has no outOfSync transition", pg.Status.History)
+		}
+	})
+
 	t.Run("Patroni's ttl and a reloadable parameter, no pod replaced", func(t *testing.T) {
 		patched := time.Now()
 		if _, err := env.MergePatchCluster(ctx, ns, name,
