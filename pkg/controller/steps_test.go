@@ -138,3 +138,21 @@ func TestStepsErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestMachineErrorPart: an in-database failure reaches the machine as an
+// fsm.PartError of the same part, a wait still a wait.
+func TestMachineErrorPart(t *testing.T) {
+	waiting := fmt.Errorf("pod x has not reloaded (%w)", effects.ErrWaiting)
+	err := machineError(&effects.PartError{Part: effects.PartConfig, Err: waiting})
+	var part *fsm.PartError
+	if !errors.As(err, &part) || part.Part != fsm.PartConfig || !errors.Is(err, fsm.ErrWaiting) {
+		t.Errorf("%v: part %+v, fsm.ErrWaiting %v", err, part, errors.Is(err, fsm.ErrWaiting))
+	}
+	if err.Error() != waiting.Error() {
+		t.Errorf("message %q, want %q", err, waiting)
+	}
+	err = machineError(&effects.PartError{Part: effects.PartRoles, Err: errors.New("role app: permission denied")})
+	if !errors.As(err, &part) || part.Part != fsm.PartRoles || errors.Is(err, fsm.ErrWaiting) {
+		t.Errorf("%v: part %+v", err, part)
+	}
+}

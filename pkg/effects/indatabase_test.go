@@ -1,0 +1,53 @@
+package effects
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+func TestSameSetting(t *testing.T) {
+	for _, c := range []struct {
+		current, want string
+		same          bool
+	}{
+		{"8MB", "8MB", true},
+		{"8MB", "8mb", true},
+		{"on", "true", true},
+		{"off", "0", true},
+		{"on", "off", false},
+		{"8MB", "16MB", false},
+		{"8192kB", "8MB", false}, // PostgreSQL shows units its own way: pg_file_settings decides then
+	} {
+		if got := sameSetting(c.current, c.want); got != c.same {
+			t.Errorf("sameSetting(%q, %q) = %v, want %v", c.current, c.want, got, c.same)
+		}
+	}
+}
+
+// TestPasswords: a Secret in the middle of a rotation offers its current
+// password first, then the one being set.
+func TestPasswords(t *testing.T) {
+	s := &corev1.Secret{Data: map[string][]byte{cluster.SecretPasswordKey: []byte("old")}}
+	if got := passwords(s); !slices.Equal(got, []string{"old"}) {
+		t.Errorf("passwords = %q", got)
+	}
+	s.Data[SecretNextPasswordKey] = []byte("new")
+	if got := passwords(s); !slices.Equal(got, []string{"old", "new"}) {
+		t.Errorf("passwords during a rotation = %q", got)
+	}
+}
+
+// TestPartError: the in-database errors say which part failed and keep
+// what they wrap (a wait stays a wait).
+func TestPartError(t *testing.T) {
+	err := error(&PartError{Part: PartConfig, Err: errors.Join(errors.New("pod x: work_mem is 4MB, want 8MB"), ErrWaiting)})
+	var part *PartError
+	if !errors.As(err, &part) || part.Part != PartConfig || !errors.Is(err, ErrWaiting) {
+		t.Errorf("%v: part %+v, waiting %v", err, part, errors.Is(err, ErrWaiting))
+	}
+}
