@@ -231,4 +231,3 @@ func primaryConn(ctx context.Context, ns, name, password string) *pgx.Conn {
 	}
 	return nil
 }
-
