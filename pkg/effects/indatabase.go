@@ -24,8 +24,9 @@ import (
 // password PostgreSQL has.
 const SecretNextPasswordKey = "next-password"
 
-// Part is the in-database work a failure concerns: "roles" or "config".
-// Errors of SyncRoles and Configure are *PartError.
+// PartError is an in-database failure: Part says which work it concerns,
+// PartRoles or PartConfig. Errors of SyncRoles and Configure are
+// *PartError.
 type PartError struct {
 	Part string
 	Err  error

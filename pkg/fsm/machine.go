@@ -1013,7 +1013,7 @@ func (m *Machine) showCause() {
 	switch {
 	case f.Stuck == "" && f.converged() && !applied(st, f):
 		// The pods are there; what runs inside PostgreSQL is not yet.
-		reason, msg = m.progress()
+		reason, _ = m.progress()
 		msg = m.outOfSync()
 	case f.Stuck == "":
 		// The state's own reason ("replacing pod ..." included) stays.
