@@ -86,6 +86,16 @@ func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, pri
 	return all, primary, nil
 }
 
+// clusterMembers reads the cluster's resource and its members (members);
+// pg is nil, with no error, when the resource is gone.
+func (r *run) clusterMembers(ctx context.Context) (pg *v1.Postgresql, all []member, primary *member, err error) {
+	if pg, err = r.getCluster(ctx, false); pg == nil || err != nil {
+		return nil, nil, nil, err
+	}
+	all, primary, err = r.members(ctx, pg)
+	return pg, all, primary, err
+}
+
 // endpoint is where PostgreSQL of m listens, as the superuser; label names
 // it in errors ("primary", "pod db-1").
 func (m *member) endpoint(label string, passwords []string) (pgsql.Endpoint, error) {
@@ -138,12 +148,8 @@ func (e *Effects) SyncRoles(ctx context.Context, key string) error {
 }
 
 func (r *run) syncRoles(ctx context.Context) error {
-	pg, err := r.getCluster(ctx, false)
+	pg, _, primary, err := r.clusterMembers(ctx)
 	if pg == nil || err != nil {
-		return err
-	}
-	_, primary, err := r.members(ctx, pg)
-	if err != nil {
 		return err
 	}
 	super, err := r.secret(ctx, pg, cluster.SuperuserName)
@@ -271,12 +277,8 @@ func (e *Effects) Configure(ctx context.Context, key string, remove []string) er
 }
 
 func (r *run) configure(ctx context.Context, remove []string) error {
-	pg, err := r.getCluster(ctx, false)
+	pg, all, primary, err := r.clusterMembers(ctx)
 	if pg == nil || err != nil {
-		return err
-	}
-	all, primary, err := r.members(ctx, pg)
-	if err != nil {
 		return err
 	}
 	base, err := primary.APIBase()
@@ -384,12 +386,9 @@ func (e *Effects) RestartMembers(ctx context.Context, key string, pods []string)
 	if err != nil {
 		return err
 	}
-	pg, err := r.getCluster(ctx, false)
-	if pg == nil || err != nil {
-		return err
-	}
-	all, _, err := r.members(ctx, pg)
-	if err != nil && !errors.Is(err, ErrWaiting) {
+	// A member restarts whichever is the primary.
+	pg, all, _, err := r.clusterMembers(ctx)
+	if pg == nil || err != nil && !errors.Is(err, ErrWaiting) {
 		return err
 	}
 	for _, name := range pods {
@@ -421,12 +420,8 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) error {
 	if err != nil {
 		return err
 	}
-	pg, err := r.getCluster(ctx, false)
+	pg, _, primary, err := r.clusterMembers(ctx)
 	if pg == nil || err != nil {
-		return err
-	}
-	_, primary, err := r.members(ctx, pg)
-	if err != nil {
 		return err
 	}
 	if primary.pod.Name != from {
