@@ -68,8 +68,8 @@ func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, pri
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		m, ok, err := patroni.ParseMember(p.Annotations[patroni.StatusAnnotation])
-		if !ok || err != nil {
+		m, ok := patroni.MemberOf(p.Annotations)
+		if !ok {
 			continue
 		}
 		all = append(all, member{pod: p, Member: m})

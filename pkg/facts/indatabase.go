@@ -24,8 +24,8 @@ func (d *Deriver) members(pods []*corev1.Pod) map[string]patroni.Member {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		m, ok, err := patroni.ParseMember(p.Annotations[patroni.StatusAnnotation])
-		if !ok || err != nil {
+		m, ok := patroni.MemberOf(p.Annotations)
+		if !ok {
 			continue
 		}
 		if out == nil {

@@ -85,6 +85,14 @@ func ParseMember(annotation string) (m Member, ok bool, err error) {
 	return m, true, nil
 }
 
+// MemberOf returns the member data of a pod with annotations: false when
+// its Patroni has published none, or what it published does not parse
+// (the pod is treated as one without member data).
+func MemberOf(annotations map[string]string) (Member, bool) {
+	m, ok, err := ParseMember(annotations[StatusAnnotation])
+	return m, ok && err == nil
+}
+
 // PostgresHostPort returns the host and port of PostgreSQL from ConnURL,
 // the port being 5432 when the URL has none. An IPv6 host comes without
 // its brackets.

@@ -195,3 +195,16 @@ func TestMemberRoleAndTags(t *testing.T) {
 		}
 	}
 }
+
+func TestMemberOf(t *testing.T) {
+	if _, ok := MemberOf(nil); ok {
+		t.Error("no annotations: a member")
+	}
+	if _, ok := MemberOf(map[string]string{StatusAnnotation: "garbage"}); ok {
+		t.Error("garbage: a member")
+	}
+	m, ok := MemberOf(map[string]string{StatusAnnotation: `{"role":"replica","state":"running"}`})
+	if !ok || m.Role != "replica" || m.State != StateRunning {
+		t.Errorf("MemberOf = %+v, %v", m, ok)
+	}
+}
