@@ -72,12 +72,15 @@ func TestLifecycle(t *testing.T) {
 
 	// 3. A merge patch, as `kubectl patch pg db --type merge -p ...` sends:
 	// a pod annotation (the pod template changes, pods are replaced) and a
-	// PostgreSQL parameter (SPILO_CONFIGURATION changes).
+	// PostgreSQL parameter Spilo sets per instance (SPILO_CONFIGURATION
+	// changes). A parameter Patroni applies to running members, such as
+	// work_mem, needs Patroni, which KWOK's pods do not run
+	// (TestInDatabase).
 	ctx = Context(t, stepDeadline)
 	began = time.Now()
-	patch := fmt.Sprintf(`{"spec":{"podAnnotations":{%q:"yes"},"postgresql":{"parameters":{"work_mem":"16MB"}}}}`, patchedAnnotation)
+	patch := fmt.Sprintf(`{"spec":{"podAnnotations":{%q:"yes"},"postgresql":{"parameters":{"shared_buffers":"256MB"}}}}`, patchedAnnotation)
 	patched := kubectlMergePatch(ctx, t, ns, name, patch)
-	if patched.Spec.PodAnnotations[patchedAnnotation] != "yes" || patched.Spec.PostgreSQL.Parameters["work_mem"] != "16MB" {
+	if patched.Spec.PodAnnotations[patchedAnnotation] != "yes" || patched.Spec.PostgreSQL.Parameters["shared_buffers"] != "256MB" {
 		t.Fatalf("patch did not reach the spec: %+v", patched.Spec)
 	}
 	env.MustState(ctx, t, ns, name, fsm.Running)
@@ -88,8 +91,8 @@ func TestLifecycle(t *testing.T) {
 	if sts.Spec.Template.Annotations[patchedAnnotation] != "yes" {
 		t.Errorf("StatefulSet pod template annotations %v lack %s", sts.Spec.Template.Annotations, patchedAnnotation)
 	}
-	if env := containerEnv(sts, "SPILO_CONFIGURATION"); !strings.Contains(env, "work_mem") || !strings.Contains(env, "16MB") {
-		t.Errorf("SPILO_CONFIGURATION %q lacks work_mem: 16MB", env)
+	if env := containerEnv(sts, "SPILO_CONFIGURATION"); !strings.Contains(env, `"shared_buffers":"256MB"`) {
+		t.Errorf("SPILO_CONFIGURATION %q lacks shared_buffers: 256MB", env)
 	}
 	hash := sts.Spec.Template.Annotations[cluster.AnnotationPodTemplateHash]
 	pods = mustPods(ctx, t, ns, name, func(pods []*corev1.Pod) bool {
