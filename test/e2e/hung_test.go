@@ -105,6 +105,28 @@ func TestHungPrimary(t *testing.T) {
 	pg = inEffect(ctx, t, ns, name, 1)
 	t.Logf("resumed: role late made and Running %v later", time.Since(resumed).Round(time.Millisecond))
 	mustLogin(ctx, t, ns, name, pg.Status.Primary, "late", "postgres")
+
+	// Deleted while its sync hangs: the deletion goes ahead, the plan in
+	// flight is cancelled, nothing is left.
+	if err := env.FreezePostgres(ctx, ns, name+"-0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"users":{"later":[]}}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitCluster(ctx, ns, name, "syncs the new user", func(pg *v1.Postgresql) bool {
+		return pg.Status.State == fsm.Updating && pg.Status.ObservedGeneration == pg.Generation
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	if err := env.PG.Postgresqls(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.WaitGone(ctx, ns, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted while hung mid-sync: gone %v later", time.Since(deleted).Round(time.Millisecond))
 }
 
 // frozenSQL checks that a pod's PostgreSQL accepts a connection but answers

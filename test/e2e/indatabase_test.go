@@ -226,8 +226,18 @@ func TestInDatabase(t *testing.T) {
 		if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"postgresql":{"parameters":{"max_connections":"120"}}}}`); err != nil {
 			t.Fatal(err)
 		}
+		// The operator is killed as soon as a restart is pending, and a
+		// new one finishes the work from the cluster's status and
+		// Patroni's member data.
+		if _, err := env.WaitCluster(ctx, ns, name, "has a restart pending", func(pg *v1.Postgresql) bool {
+			return pg.Status.Config != nil && len(pg.Status.Config.PendingRestart) > 0
+		}); err != nil {
+			t.Fatal(err)
+		}
+		op.Kill()
+		env.StartOperator(t, "indatabase-2", []string{ns})
 		pg = inEffect(ctx, t, ns, name, 2)
-		t.Logf("restarted and Running %v after the patch", time.Since(patched).Round(time.Millisecond))
+		t.Logf("restarted and Running %v after the patch, the operator killed and started again on the way", time.Since(patched).Round(time.Millisecond))
 		restarted := map[string]time.Time{}
 		for _, p := range pods {
 			if got := show(ctx, t, ns, p.name, "max_connections"); got != "120" {
