@@ -61,6 +61,8 @@ type instance struct {
 	lastErr   string
 	written   *corev1.PodStatus
 	writtenAt time.Time
+	// writeUnsure: the last status write failed, and may have landed.
+	writeUnsure bool
 }
 
 // prepared is what an instance sets up once, before its first start.
@@ -637,11 +639,11 @@ func (in *instance) writeStatus(ctx context.Context, pod *corev1.Pod) {
 	// so too (seen: a pod Ready again after a crash, then the kubelet
 	// stopped, its not-ready status never written because the cache still
 	// showed the crash).
-	if sameStatus(desired, pod.Status) && (in.written == nil || sameStatus(desired, *in.written)) {
+	if !in.writeUnsure && sameStatus(desired, pod.Status) && (in.written == nil || sameStatus(desired, *in.written)) {
 		in.written = &desired
 		return
 	}
-	if in.written != nil && sameStatus(desired, *in.written) && time.Since(in.writtenAt) < staleWrite {
+	if !in.writeUnsure && in.written != nil && sameStatus(desired, *in.written) && time.Since(in.writtenAt) < staleWrite {
 		return
 	}
 	body, err := json.Marshal(map[string]any{
@@ -658,6 +660,13 @@ func (in *instance) writeStatus(ctx context.Context, pod *corev1.Pod) {
 	defer cancel()
 	_, err = in.k.kube.CoreV1().Pods(pod.Namespace).Patch(wctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
 	if err != nil {
+		// The write may have landed all the same (the answer was lost,
+		// or its context ended after the request went out): neither the
+		// cache nor the last write say what the API has now, so the next
+		// write is made whatever they say (seen: a pod's Ready written
+		// as the kubelet stopped, its answer cancelled, then the
+		// not-ready status at the stop skipped as already there).
+		in.writeUnsure = true
 		if ctx.Err() == nil {
 			in.log.WithError(err).Warn("writing the pod status")
 		}
@@ -666,7 +675,7 @@ func (in *instance) writeStatus(ctx context.Context, pod *corev1.Pod) {
 		}
 		return
 	}
-	in.written, in.writtenAt = &desired, time.Now()
+	in.written, in.writtenAt, in.writeUnsure = &desired, time.Now(), false
 	in.log.WithFields(logrus.Fields{"phase": desired.Phase, "state": describe(in.state)}).Debug("wrote the pod status")
 }
 

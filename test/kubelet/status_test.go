@@ -1,13 +1,20 @@
 package kubelet
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestBuildStatus(t *testing.T) {
@@ -232,5 +239,49 @@ func TestStatusRoundTrip(t *testing.T) {
 		if !sameStatus(later, stored) {
 			t.Errorf("state %s: rebuilt status differs from the stored one:\nbuilt  %+v\nstored %+v", describe(s), later, stored)
 		}
+	}
+}
+
+// TestWriteStatusAfterAFailedWrite: a status write that failed may have
+// landed, so the next write is made even when the cache and the last
+// successful write both show the status wanted (the not-ready status at
+// the kubelet's stop, after a Ready write whose answer was cancelled).
+func TestWriteStatusAfterAFailedWrite(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db-0", UID: "u1"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "spilo"}}},
+	}
+	kube := fake.NewClientset(pod)
+	fail := true
+	patches := 0
+	kube.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		patches++
+		if fail {
+			return true, nil, errors.New("context canceled")
+		}
+		return false, nil, nil
+	})
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	in := &instance{k: &kubelet{kube: kube}, log: log}
+	defer in.setTimer(0)
+	notReady := instanceState{EverStarted: true, Phase: containerRunning, PID: 1, StartedAt: time.Now()}
+	in.state = notReady
+	fail = false
+	in.writeStatus(context.Background(), pod) // not ready: written
+	written := *in.written
+	pod.Status = written // the cache catches up
+	in.state.Ready = true
+	fail = true
+	in.writeStatus(context.Background(), pod) // Ready: fails, may have landed
+	in.state = notReady
+	fail = false
+	before := patches
+	in.writeStatus(context.Background(), pod) // not ready again: cache and last write agree, still written
+	if patches != before+1 {
+		t.Errorf("%d patches after a failed write, want one more", patches-before)
+	}
+	if in.writeUnsure {
+		t.Errorf("still unsure after a successful write")
 	}
 }
