@@ -138,11 +138,12 @@ func entries(r *ring[*record]) map[*record]int {
 type queueTest struct {
 	*testLoop
 	rec     *recorder
-	then    func(key string, done uint64) (next, urgent bool)
+	then    func(key string) (next, urgent bool)
 	during  func(key string)
 	started chan struct{}
 	once    sync.Once
 	held    chan struct{}
+	freed   sync.Once
 	nextID  uint64 // owned by the loop goroutine
 
 	mu     sync.Mutex
@@ -158,6 +159,7 @@ func (q *queueTest) start(t *testing.T) *queueTest {
 	q.started, q.held = make(chan struct{}), make(chan struct{})
 	q.rec = newRecorder(q.handle)
 	q.testLoop = startLoop(t, q.rec, Options{Workers: 1})
+	t.Cleanup(q.free) // before the loop stops
 	q.Notify(busyKey, "bg")
 	recv(t, q.started, "the only worker to be busy")
 	return q
@@ -168,7 +170,7 @@ func (q *queueTest) handle(ev Event) Outcome {
 	case ev.Kind == Signal:
 		return Outcome{Plan: q.plan(ev.Key, ev.Name == "urgent")}
 	case ev.Kind == PlanDone && q.then != nil:
-		if next, urgent := q.then(ev.Key, ev.PlanID); next {
+		if next, urgent := q.then(ev.Key); next {
 			return Outcome{Plan: q.plan(ev.Key, urgent)}
 		}
 	}
@@ -199,13 +201,14 @@ func (q *queueTest) plan(key string, urgent bool) *Plan {
 // handled: their plans wait for the busy worker, in the run queue.
 func (q *queueTest) queue(t *testing.T, signal string, keys ...string) {
 	t.Helper()
+	last := keys[len(keys)-1]
+	isLast := func(ev Event) bool { return ev.Key == last && ev.Name == signal }
+	n := len(only(q.rec.snapshot(), isLast))
 	for _, key := range keys {
 		q.Notify(key, signal)
 	}
-	last := keys[len(keys)-1]
-	n := len(only(q.rec.snapshot(), func(ev Event) bool { return ev.Key == last && ev.Name == signal }))
 	q.rec.waitUntil(t, last+" "+signal+" is handled", func(evs []Event) bool {
-		return len(only(evs, func(ev Event) bool { return ev.Key == last && ev.Name == signal })) > n
+		return len(only(evs, isLast)) > n
 	})
 }
 
@@ -213,12 +216,16 @@ func (q *queueTest) queue(t *testing.T, signal string, keys ...string) {
 // order in which the plans started after the busy one.
 func (q *queueTest) release(t *testing.T) []string {
 	t.Helper()
-	close(q.held)
+	q.free()
 	q.waitIdle(t)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return slices.Clone(q.starts[1:])
 }
+
+// free lets the busy cluster's plans return; start also makes it a cleanup,
+// so that a failed test still stops.
+func (q *queueTest) free() { q.freed.Do(func() { close(q.held) }) }
 
 func keys(prefix string, n int) []string {
 	out := make([]string, n)
@@ -258,7 +265,7 @@ func TestRunQueueRoundRobin(t *testing.T) {
 							aStarted.Add(1)
 						}
 					}
-					q.then = func(key string, _ uint64) (bool, bool) {
+					q.then = func(key string) (bool, bool) {
 						return key == "a" && aStarted.Load() < stream, urgent
 					}
 				}
@@ -303,7 +310,7 @@ func TestRunQueueBackgroundNotStarved(t *testing.T) {
 		bPlans     = 5
 	)
 	done := map[string]int{} // then runs on the loop goroutine
-	q := (&queueTest{then: func(key string, _ uint64) (bool, bool) {
+	q := (&queueTest{then: func(key string) (bool, bool) {
 		if key == busyKey {
 			return false, false
 		}
