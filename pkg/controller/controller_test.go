@@ -223,6 +223,34 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
+// The plans of a user's actions reach the loop urgent, the others as
+// background work.
+func TestPlanUrgency(t *testing.T) {
+	w := newWorld()
+	c := New(fsm.DefaultConfig(), w, w, clocktesting.NewFakeClock(t0), quiet())
+	deleting := ready(2)
+	deleting.Deleting = true
+	for _, step := range []struct {
+		what   string
+		facts  fsm.Facts
+		urgent bool
+	}{
+		{"created", starting(1), true},
+		{"pods Ready", ready(1), false},
+		{"spec edited", ready(2), true},
+		{"deleted", deleting, true},
+	} {
+		w.set("ns/a", step.facts)
+		out := c.Handle(eventloop.Event{Key: "ns/a", Kind: eventloop.Signal, Name: "spec", At: t0})
+		if out.Plan == nil {
+			t.Fatalf("%s: no plan", step.what)
+		}
+		if out.Plan.Urgent != step.urgent {
+			t.Errorf("%s: plan urgent %v, want %v", step.what, out.Plan.Urgent, step.urgent)
+		}
+	}
+}
+
 func TestTimeoutIsATimer(t *testing.T) {
 	w := newWorld()
 	cfg := fsm.DefaultConfig()

@@ -40,17 +40,25 @@ type job struct {
 
 // submit makes p the cluster's next plan, superseding the one waiting, and
 // starts it if the cluster has none in flight and a worker is free. It never
-// blocks.
+// blocks. A plan that supersedes an urgent one is urgent: it carries what
+// that one did. A cluster queued keeps its turn, or moves to the urgent ring
+// when its plan becomes urgent.
 func (l *Loop) submit(rec *record, p *Plan) {
+	urgent := p.Urgent
 	if rec.waiting != nil {
 		l.st.plansSuperseded.Add(1)
 		l.nWaiting--
+		urgent = urgent || rec.urgent
 	}
-	rec.waiting = p
+	rec.waiting, rec.urgent = p, urgent
 	l.nWaiting++
-	if !rec.running && !rec.queued {
-		rec.queued = true
-		l.runq.push(rec)
+	switch {
+	case rec.running:
+		// Queued by planFinished.
+	case rec.queued == notQueued:
+		l.runq.push(rec, urgent)
+	case rec.queued == inBackground && urgent:
+		l.runq.promote(rec)
 	}
 	l.schedule()
 }
@@ -61,25 +69,33 @@ func (l *Loop) dropWaiting(rec *record) {
 	if rec.waiting == nil {
 		return
 	}
-	rec.waiting = nil
+	rec.waiting, rec.urgent = nil, false
 	l.nWaiting--
 	l.st.plansCancelled.Add(1)
 }
 
-// schedule starts queued plans while workers are free. The work channel has
-// one slot per worker and at most Workers plans are in flight (counted until
-// their PlanDone is dispatched), so the send never blocks.
+// schedule starts queued plans while workers are free, in the run queue's
+// order. The work channel has one slot per worker and at most Workers plans
+// are in flight (counted until their PlanDone is dispatched), so the send
+// never blocks.
 func (l *Loop) schedule() {
-	for l.inflight < l.workers && l.runq.len() > 0 {
-		rec := l.runq.pop()
-		rec.queued = false
+	for l.inflight < l.workers {
+		rec, urgent := l.runq.pop()
+		if rec == nil {
+			return
+		}
 		p := rec.waiting
 		if p == nil { // dropped while queued
 			l.gc(rec)
 			continue
 		}
-		rec.waiting = nil
+		rec.waiting, rec.urgent = nil, false
 		l.nWaiting--
+		if urgent {
+			l.st.plansUrgent.Add(1)
+		} else {
+			l.st.plansBackground.Add(1)
+		}
 		ctx, cancel := context.WithCancel(l.runCtx)
 		rec.running, rec.cancel = true, cancel
 		l.inflight++
@@ -99,9 +115,8 @@ func (l *Loop) planFinished(key string) {
 	}
 	rec.running, rec.cancel = false, nil
 	l.inflight--
-	if rec.waiting != nil && !rec.queued {
-		rec.queued = true
-		l.runq.push(rec)
+	if rec.waiting != nil && rec.queued == notQueued {
+		l.runq.push(rec, rec.urgent)
 	}
 	l.schedule()
 }

@@ -79,7 +79,7 @@ type Loop struct {
 	timerSeq uint64
 	wake     clock.Timer
 	wakeAt   time.Time // deadline wake is armed for; zero when not armed
-	runq     ring[*record]
+	runq     runQueue
 	inflight int // plans handed to workers whose PlanDone is not dispatched
 	nWaiting int
 	batch    []Event
@@ -98,8 +98,13 @@ type record struct {
 	running bool               // a plan is in flight
 	cancel  context.CancelFunc // of the plan in flight
 	waiting *Plan              // next plan, run when the one in flight is done
-	queued  bool               // in the loop's run queue
-	forget  bool               // drop the record once no plan is in flight
+	// urgent: the waiting plan starts at urgent priority. It stays set
+	// when a background plan supersedes an urgent one, which carries what
+	// the urgent one did; it is cleared when the plan starts or is dropped.
+	urgent bool
+	queued queue // the ring of the run queue holding the record
+	stale  int   // stale entries of the record in the background ring (runQueue)
+	forget bool  // drop the record once no plan is in flight
 }
 
 // New returns a Loop that hands events to h once Run is called. Notify may
@@ -363,7 +368,7 @@ func (l *Loop) apply(key string, out *Outcome) {
 // gc drops the cluster's record when nothing is left in it, or when it is
 // forgotten and no plan is in flight or waiting.
 func (l *Loop) gc(rec *record) {
-	if rec.running || rec.waiting != nil || rec.queued || l.clusters[rec.key] != rec {
+	if rec.running || rec.waiting != nil || rec.queued != notQueued || l.clusters[rec.key] != rec {
 		return
 	}
 	switch {

@@ -50,6 +50,9 @@ type Stats struct {
 	// PlansRun and PlansFailed count plans that ran to the end, and those
 	// of them that reported an error.
 	PlansRun, PlansFailed uint64
+	// PlansUrgent and PlansBackground count plans started from the urgent
+	// and from the background ring of the run queue.
+	PlansUrgent, PlansBackground uint64
 	// PlansSuperseded counts waiting plans replaced by a newer one.
 	PlansSuperseded uint64
 	// PlansCancelled counts running plans cancelled by CancelInFlight and
@@ -71,6 +74,8 @@ type counters struct {
 	timersDropped   atomic.Uint64
 	plansRun        atomic.Uint64
 	plansFailed     atomic.Uint64
+	plansUrgent     atomic.Uint64
+	plansBackground atomic.Uint64
 	plansSuperseded atomic.Uint64
 	plansCancelled  atomic.Uint64
 	panics          atomic.Uint64
@@ -112,6 +117,8 @@ func (l *Loop) Stats() Stats {
 		TimersDropped:   l.st.timersDropped.Load(),
 		PlansRun:        l.st.plansRun.Load(),
 		PlansFailed:     l.st.plansFailed.Load(),
+		PlansUrgent:     l.st.plansUrgent.Load(),
+		PlansBackground: l.st.plansBackground.Load(),
 		PlansSuperseded: l.st.plansSuperseded.Load(),
 		PlansCancelled:  l.st.plansCancelled.Load(),
 		Panics:          l.st.panics.Load(),

@@ -62,7 +62,7 @@ type Outcome struct {
 	Timers []TimerOp
 	// Plan, when not nil, is run off the loop by the executor. If a plan of
 	// this cluster is running, this one waits for it and replaces any plan
-	// already waiting.
+	// already waiting (and is urgent if that one was).
 	Plan *Plan
 	// CancelInFlight cancels the context of the cluster's running plan at
 	// once and drops its waiting plan (before Plan, if any, is queued).
@@ -87,6 +87,12 @@ type TimerOp struct {
 type Plan struct {
 	// ID is chosen by the Handler; the PlanDone event carries it back.
 	ID uint64
+	// Urgent starts the plan ahead of the background plans (Urgent false)
+	// of other clusters waiting for a worker: a user's action (a new
+	// cluster, a spec change, a deletion) should not wait behind resyncs,
+	// retries and rollout steps. After four urgent plans in a row, one
+	// background plan goes, so background work is never starved.
+	Urgent bool
 	// Steps run one after another. The first error stops the plan, except
 	// that steps marked Always still run; the plan's error is the first one.
 	Steps []Step

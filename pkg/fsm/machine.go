@@ -1098,6 +1098,11 @@ func (m *Machine) finish(epoch int64) Result {
 		snap := m.st
 		p.Status = &snap
 	}
+	// What a user did goes ahead of other clusters' background work; so
+	// does the cleanup a deletion asked for, also when a timer retries it.
+	p.Urgent = p.Cleanup || slices.ContainsFunc(res.Fired, func(f Fired) bool {
+		return slices.Contains(userActions, f.Event)
+	})
 	res.Plan = p
 	return res
 }

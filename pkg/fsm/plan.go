@@ -43,6 +43,12 @@ var ErrWaiting = errors.New("waiting")
 type Plan struct {
 	// ID identifies the plan; its PlanDone input carries it back.
 	ID uint64
+	// Urgent says the plan answers a user's action (userActions fired: a
+	// new cluster, an edited spec, valid or not, a deletion), or carries
+	// the cleanup that a deletion asked for, retries included. It is run
+	// ahead of other clusters' background plans: those of timers (retry,
+	// resync), rollout steps, nudges and status writes.
+	Urgent bool
 	// Status, when not nil, is the status to write: a snapshot that shares
 	// its slices with other snapshots, so it must not be modified (DeepCopy
 	// it first).

@@ -57,9 +57,10 @@ import (
 //	pending=POD,... restart=POD/UID switchover=FROM>TO
 //
 // The output of an input: what was ignored, the events fired, the plan
-// (ensure, cleanup, status, pods to replace, nudge, then its Events), the
-// timer operations handed to the loop, cancel and forget, and the status
-// fields that changed, with the history entries added. After every input
+// (ensure, cleanup, status, pods to replace, nudge, in-database work,
+// restart, switchover, urgent, then its Events), the timer operations
+// handed to the loop, cancel and forget, and the status fields that
+// changed, with the history entries added. After every input
 // the runner checks what must always hold (runner.check), and after all
 // scripts that every row of Table fired from every source state.
 func TestScripts(t *testing.T) {
@@ -396,6 +397,9 @@ func (r *runner) output() []string {
 		}
 		if sw := p.Switchover; sw != nil {
 			parts = append(parts, "switchover "+sw.From+"->"+sw.To)
+		}
+		if p.Urgent {
+			parts = append(parts, "urgent")
 		}
 		out = append(out, strings.TrimSpace(fmt.Sprintf("plan %d: %s", p.ID, strings.Join(parts, ", "))))
 		for _, ev := range p.Records {

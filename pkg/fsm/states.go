@@ -97,6 +97,11 @@ const (
 	EventPrimaryChanged = "primaryChanged"
 )
 
+// userActions are the events that answer what a user did to the resource
+// (created, edited, deleted it): the plan of an input that fires one is
+// urgent (Plan.Urgent).
+var userActions = []string{EventCreate, EventSpecChanged, EventInvalidSpec, EventDelete}
+
 // recordedEvents are the events the machine records without the FSM: they
 // change no state, so they are not in Table.
 var recordedEvents = []string{EventPrimaryChanged}

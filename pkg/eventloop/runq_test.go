@@ -1,0 +1,433 @@
+package eventloop
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// The run queue against a model of it: two lists of the queued records and
+// the streak, with the stale entries of promoted records left out. Random
+// pushes, promotions and pops must take the records in the model's order,
+// and the invariants of runQueue must hold after every operation.
+func TestRunQueue(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 0))
+	recs := make([]*record, 12)
+	for i := range recs {
+		recs[i] = &record{key: fmt.Sprint(i)}
+	}
+	var (
+		q                  runQueue
+		urgent, background []*record // the model
+		streak             int
+	)
+	for n := range 20000 {
+		rec := recs[rng.IntN(len(recs))]
+		var op string
+		switch r := rng.IntN(10); {
+		case r < 4 && rec.queued == notQueued:
+			u := rng.IntN(3) == 0
+			op = fmt.Sprintf("push %s urgent=%v", rec.key, u)
+			q.push(rec, u)
+			if u {
+				urgent = append(urgent, rec)
+			} else {
+				background = append(background, rec)
+			}
+		case r < 6 && rec.queued == inBackground:
+			op = "promote " + rec.key
+			q.promote(rec)
+			background = slices.DeleteFunc(background, func(r *record) bool { return r == rec })
+			urgent = append(urgent, rec)
+		default:
+			op = "pop"
+			var want *record
+			wantUrgent := false
+			switch {
+			case len(background) > 0 && (streak >= maxUrgentStreak || len(urgent) == 0):
+				want, background, streak = background[0], background[1:], 0
+			case len(urgent) > 0:
+				want, urgent, wantUrgent = urgent[0], urgent[1:], true
+				if len(background) > 0 {
+					streak++
+				} else {
+					streak = 0
+				}
+			}
+			got, gotUrgent := q.pop()
+			if got != want || gotUrgent != wantUrgent {
+				t.Fatalf("op %d: pop = %s urgent=%v, want %s urgent=%v", n, name(got), gotUrgent, name(want), wantUrgent)
+			}
+		}
+		if err := checkRunQueue(&q, recs); err != nil {
+			t.Fatalf("op %d (%s): %v", n, op, err)
+		}
+	}
+	popped := 0
+	for rec, _ := q.pop(); rec != nil; rec, _ = q.pop() {
+		popped++
+	}
+	if want := len(urgent) + len(background); popped != want || q.len() != 0 {
+		t.Errorf("popped %d records, want %d; len %d after, want 0", popped, want, q.len())
+	}
+}
+
+func name(rec *record) string {
+	if rec == nil {
+		return "<nil>"
+	}
+	return rec.key
+}
+
+// checkRunQueue checks the invariants of runQueue for records recs.
+func checkRunQueue(q *runQueue, recs []*record) error {
+	inUrgentRing := entries(&q.urgent)
+	inBackgroundRing := entries(&q.background)
+	var errs []string
+	live := 0
+	for _, rec := range recs {
+		u, b := inUrgentRing[rec], inBackgroundRing[rec]
+		wantU, wantB := 0, rec.stale
+		switch rec.queued {
+		case inUrgent:
+			wantU = 1
+		case inBackground:
+			wantB++
+			live++
+		}
+		if u != wantU || b != wantB {
+			errs = append(errs, fmt.Sprintf("record %s (queued %d, stale %d): %d urgent and %d background entries, want %d and %d",
+				rec.key, rec.queued, rec.stale, u, b, wantU, wantB))
+		}
+	}
+	if live != q.live {
+		errs = append(errs, fmt.Sprintf("live %d, want %d", q.live, live))
+	}
+	if q.live == 0 && q.background.len() > 0 {
+		errs = append(errs, fmt.Sprintf("%d stale background entries and no live one", q.background.len()))
+	}
+	if q.streak > maxUrgentStreak {
+		errs = append(errs, fmt.Sprintf("streak %d > %d", q.streak, maxUrgentStreak))
+	}
+	if errs != nil {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// entries counts the entries of each record in r.
+func entries(r *ring[*record]) map[*record]int {
+	out := map[*record]int{}
+	for i := range r.n {
+		out[r.buf[(r.head+i)&(len(r.buf)-1)]]++
+	}
+	return out
+}
+
+// queueTest is a loop with one worker, which the cluster "busy" holds until
+// release is called, so that plans queue in a known order. A signal "bg"
+// makes a background plan, "urgent" an urgent one; then (if set) makes the
+// next plan of a cluster whose plan is done, and during (if set) runs in
+// every plan's step. Every plan logs its start as "<cluster>#<plan ID>":
+// with one worker, the log is the run queue's order.
+type queueTest struct {
+	*testLoop
+	rec     *recorder
+	then    func(key string) (next, urgent bool)
+	during  func(key string)
+	started chan struct{}
+	once    sync.Once
+	held    chan struct{}
+	freed   sync.Once
+	nextID  uint64 // owned by the loop goroutine
+
+	mu     sync.Mutex
+	starts []string
+}
+
+const busyKey = "busy"
+
+// start starts the loop and makes the busy cluster hold the worker; then
+// and during must be set before.
+func (q *queueTest) start(t *testing.T) *queueTest {
+	t.Helper()
+	q.started, q.held = make(chan struct{}), make(chan struct{})
+	q.rec = newRecorder(q.handle)
+	q.testLoop = startLoop(t, q.rec, Options{Workers: 1})
+	t.Cleanup(q.free) // before the loop stops
+	q.Notify(busyKey, "bg")
+	recv(t, q.started, "the only worker to be busy")
+	return q
+}
+
+func (q *queueTest) handle(ev Event) Outcome {
+	switch {
+	case ev.Kind == Signal:
+		return Outcome{Plan: q.plan(ev.Key, ev.Name == "urgent")}
+	case ev.Kind == PlanDone && q.then != nil:
+		if next, urgent := q.then(ev.Key); next {
+			return Outcome{Plan: q.plan(ev.Key, urgent)}
+		}
+	}
+	return Outcome{}
+}
+
+func (q *queueTest) plan(key string, urgent bool) *Plan {
+	q.nextID++
+	what := fmt.Sprintf("%s#%d", key, q.nextID)
+	p := plan(q.nextID, step("start", func(context.Context) error {
+		q.mu.Lock()
+		q.starts = append(q.starts, what)
+		q.mu.Unlock()
+		if q.during != nil {
+			q.during(key)
+		}
+		if key == busyKey {
+			q.once.Do(func() { close(q.started) })
+			<-q.held
+		}
+		return nil
+	}))
+	p.Urgent = urgent
+	return p
+}
+
+// queue notifies each of keys with signal, and waits until the last is
+// handled: their plans wait for the busy worker, in the run queue.
+func (q *queueTest) queue(t *testing.T, signal string, keys ...string) {
+	t.Helper()
+	last := keys[len(keys)-1]
+	isLast := func(ev Event) bool { return ev.Key == last && ev.Name == signal }
+	n := len(only(q.rec.snapshot(), isLast))
+	for _, key := range keys {
+		q.Notify(key, signal)
+	}
+	q.rec.waitUntil(t, last+" "+signal+" is handled", func(evs []Event) bool {
+		return len(only(evs, isLast)) > n
+	})
+}
+
+// release frees the worker, waits until the loop is idle, and returns the
+// order in which the plans started after the busy one.
+func (q *queueTest) release(t *testing.T) []string {
+	t.Helper()
+	q.free()
+	q.waitIdle(t)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.starts[1:])
+}
+
+// free lets the busy cluster's plans return; start also makes it a cleanup,
+// so that a failed test still stops.
+func (q *queueTest) free() { q.freed.Do(func() { close(q.held) }) }
+
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return out
+}
+
+func cluster(start string) string { return start[:strings.IndexByte(start, '#')] }
+
+// Fairness: a cluster whose plans follow one another without end goes to
+// the back of the queue after each, so another cluster's plan, at any
+// priority, starts after at most one of its plans. The next plan of the
+// flooding cluster is made when its last is done, or while it runs (then it
+// waits, and is queued when the running one is done).
+func TestRunQueueRoundRobin(t *testing.T) {
+	for _, urgent := range []bool{false, true} {
+		for _, whileRunning := range []bool{false, true} {
+			t.Run(fmt.Sprintf("urgent=%v/whileRunning=%v", urgent, whileRunning), func(t *testing.T) {
+				const stream = 1000
+				signal := "bg"
+				if urgent {
+					signal = "urgent"
+				}
+				var aStarted atomic.Int32 // steps run on the worker
+				q := &queueTest{}
+				if whileRunning {
+					q.during = func(key string) {
+						if key == "a" && aStarted.Add(1) < stream {
+							q.Notify(key, signal)
+						}
+					}
+				} else {
+					q.during = func(key string) {
+						if key == "a" {
+							aStarted.Add(1)
+						}
+					}
+					q.then = func(key string) (bool, bool) {
+						return key == "a" && aStarted.Load() < stream, urgent
+					}
+				}
+				q.start(t)
+				q.queue(t, signal, "a", "b")
+				starts := q.release(t)
+				if len(starts) != stream+1 {
+					t.Fatalf("%d plans started, want %d of a and 1 of b", len(starts), stream)
+				}
+				if b := slices.IndexFunc(starts, func(s string) bool { return cluster(s) == "b" }); b > 1 {
+					t.Errorf("b's plan started after %d of a's, want at most 1: %q", b, starts[:b+1])
+				}
+			})
+		}
+	}
+}
+
+// Priority: an urgent plan starts before the background plans of every
+// other cluster, however many wait.
+func TestRunQueueUrgentFirst(t *testing.T) {
+	q := (&queueTest{}).start(t)
+	waiting := keys("c", 50)
+	q.queue(t, "bg", waiting...)
+	q.queue(t, "urgent", "u")
+	starts := q.release(t)
+	want := append([]string{"u"}, waiting...)
+	if got := clustersOf(starts); !slices.Equal(got, want) {
+		t.Errorf("plans started in order %q, want %q", got, want)
+	}
+	st := q.Stats()
+	if st.PlansUrgent != 1 || st.PlansBackground != 51 || st.PlansWaiting != 0 {
+		t.Errorf("stats %+v, want 1 urgent and 51 background plans (busy's too), none waiting", st)
+	}
+}
+
+// Starvation guard: urgent plans that never stop coming (each cluster's
+// next follows its last) still let a waiting background plan start within
+// maxUrgentStreak+1 starts.
+func TestRunQueueBackgroundNotStarved(t *testing.T) {
+	const (
+		perCluster = 20 // urgent plans of each u cluster
+		bPlans     = 5
+	)
+	done := map[string]int{} // then runs on the loop goroutine
+	q := (&queueTest{then: func(key string) (bool, bool) {
+		if key == busyKey {
+			return false, false
+		}
+		done[key]++
+		if key == "b" {
+			return done[key] < bPlans, false
+		}
+		return done[key] < perCluster, true
+	}}).start(t)
+	urgent := keys("u", 10)
+	q.queue(t, "urgent", urgent...)
+	q.queue(t, "bg", "b")
+	starts := clustersOf(q.release(t))
+
+	var bAt []int
+	for i, c := range starts {
+		if c == "b" {
+			bAt = append(bAt, i)
+		}
+	}
+	if len(bAt) != bPlans {
+		t.Fatalf("b started %d plans, want %d: %q", len(bAt), bPlans, starts)
+	}
+	if last := bAt[len(bAt)-1]; !slices.Contains(starts[last:], "u00") {
+		t.Fatalf("the urgent plans stopped before b's last plan: %q", starts)
+	}
+	// b's first plan waited from the start: exactly maxUrgentStreak urgent
+	// plans go ahead of it. Each later plan of b is made when the one
+	// before is done, after the next urgent plan has started: one more.
+	if bAt[0] != maxUrgentStreak {
+		t.Errorf("b's first plan started after %d urgent plans, want %d: %q", bAt[0], maxUrgentStreak, starts[:bAt[0]+1])
+	}
+	for i := 1; i < len(bAt); i++ {
+		if gap := bAt[i] - bAt[i-1] - 1; gap > maxUrgentStreak+1 {
+			t.Errorf("b's plan %d started after %d urgent plans, want at most %d: %q",
+				i+1, gap, maxUrgentStreak+1, starts[bAt[i-1]:bAt[i]+1])
+		}
+	}
+}
+
+// A cluster's waiting plan superseded by a newer one: the cluster stays
+// queued once, and its plan runs at the higher of the two priorities (the
+// newer plan carries what the older did), keeping its turn among the
+// background plans when both are background. The same holds for a plan
+// waiting for the cluster's own plan in flight (the busy cluster's), which
+// is queued when that one is done.
+func TestRunQueueSupersede(t *testing.T) {
+	tests := []struct {
+		name   string
+		key    string // whose plan is superseded, queued between c0's and c2's
+		first  string
+		second string // after c2's
+		want   []string
+		urgent uint64
+	}{{
+		name:   "an urgent plan moves the cluster ahead",
+		key:    "c1",
+		first:  "bg",
+		second: "urgent",
+		want:   []string{"c1#5", "c0#2", "c2#4"},
+		urgent: 1,
+	}, {
+		name:   "a background plan superseding an urgent one stays urgent",
+		key:    "c1",
+		first:  "urgent",
+		second: "bg",
+		want:   []string{"c1#5", "c0#2", "c2#4"},
+		urgent: 1,
+	}, {
+		name:   "a background plan superseding a background one keeps its turn",
+		key:    "c1",
+		first:  "bg",
+		second: "bg",
+		want:   []string{"c0#2", "c1#5", "c2#4"},
+	}, {
+		name:   "behind a plan in flight, an urgent plan is queued urgent",
+		key:    busyKey,
+		first:  "bg",
+		second: "urgent",
+		want:   []string{"busy#5", "c0#2", "c2#4"},
+		urgent: 1,
+	}, {
+		name:   "behind a plan in flight, a background plan superseding an urgent one is queued urgent",
+		key:    busyKey,
+		first:  "urgent",
+		second: "bg",
+		want:   []string{"busy#5", "c0#2", "c2#4"},
+		urgent: 1,
+	}, {
+		name:   "behind a plan in flight, a background plan is queued last",
+		key:    busyKey,
+		first:  "bg",
+		second: "bg",
+		want:   []string{"c0#2", "c2#4", "busy#5"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := (&queueTest{}).start(t)
+			q.queue(t, "bg", "c0")
+			q.queue(t, tt.first, tt.key)
+			q.queue(t, "bg", "c2")
+			q.queue(t, tt.second, tt.key)
+			if got := q.release(t); !slices.Equal(got, tt.want) {
+				t.Errorf("plans started in order %q, want %q", got, tt.want)
+			}
+			st := q.Stats()
+			if st.PlansSuperseded != 1 || st.PlansUrgent != tt.urgent || st.PlansRun != 4 || st.Clusters != 0 {
+				t.Errorf("stats %+v, want 1 superseded, %d urgent, 4 run, no state left", st, tt.urgent)
+			}
+		})
+	}
+}
+
+func clustersOf(starts []string) []string {
+	out := make([]string, len(starts))
+	for i, s := range starts {
+		out[i] = cluster(s)
+	}
+	return out
+}
