@@ -134,9 +134,10 @@ type Healthy struct {
 	Steps Samples
 }
 
-// Phase is the measurement with Stuck clusters stuck.
+// Phase is the measurement next to K clusters that cannot converge: stuck
+// ones, or in the frozen mode hung primaries.
 type Phase struct {
-	Stuck int
+	K int
 	// Retries is, for a measurement during a retry round, how many retry
 	// timers had fired in the round when it began.
 	Retries int
@@ -434,7 +435,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 // once, while the round's plans run. /metrics is read every 100ms. It
 // reports false when no round came within RetryRoundTimeout.
 func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
-	p := Phase{Stuck: k}
+	p := Phase{K: k}
 	retries := func(s Samples) float64 { return s.Sum("pgloop_transitions_total", `event="retry"`) }
 	threshold := float64((k + 1) / 2)
 	b.logf("K=%d: waiting for a retry round of the stuck clusters (at least %.0f retry timers firing within 2s)", k, threshold)
@@ -519,7 +520,7 @@ func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
 // phase adds stuck clusters up to k, waits until they are all Degraded and
 // the operator is quiet, and measures the healthy clusters.
 func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
-	p := Phase{Stuck: k}
+	p := Phase{K: k}
 	if add := k - len(b.stuck); add > 0 {
 		began := time.Now()
 		for i := len(b.stuck); i < k; i++ {
@@ -577,7 +578,7 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 		}
 		p.Clusters = append(p.Clusters, h)
 		b.logf("K=%d: %s Running in %v (segments %s; last pod Ready → Running %v; operator ran %s meanwhile)",
-			p.Stuck, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
+			p.K, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
 	}
 	p.Window = time.Since(start)
 	after, err := b.metrics.scrape(ctx)

@@ -103,7 +103,7 @@ func TestSectionRenders(t *testing.T) {
 	r := &Result{Config: cfg, Start: time.Unix(0, 0), End: time.Unix(300, 0), Nproc: 2, Revision: "abc",
 		OperatorFlags: []string{"--create-timeout=15s"}}
 	for _, k := range cfg.Stuck {
-		p := Phase{Stuck: k, Quiet: true}
+		p := Phase{K: k, Quiet: true}
 		for i := range 10 {
 			d := time.Duration(1000+i+k) * time.Millisecond
 			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})

@@ -34,7 +34,7 @@ func (r *Result) Verdict() string {
 	last, first := r.Phases[len(r.Phases)-1], r.Phases[0]
 	ratio := r.Ratio()
 	what := fmt.Sprintf("ratio of the healthy median with K = %d (%v) to K = 0 (%v) is %.2f",
-		last.Stuck, ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
+		last.K, ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
 	if r.Pass() {
 		return fmt.Sprintf("PASS: %s, at most %.2f", what, r.Config.MaxRatio)
 	}
@@ -55,10 +55,10 @@ func (r *Result) WriteTable(w io.Writer) {
 		if i == 0 {
 			base = r.Phases[0].ToRunning().Median
 		}
-		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
+		row(fmt.Sprint(r.Phases[i].K), &r.Phases[i])
 	}
 	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
+		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.K), r.RetryRound)
 	}
 }
 
@@ -80,10 +80,10 @@ func (r *Result) WriteSegments(w io.Writer) {
 		fmt.Fprintf(w, " %v |\n", ms(share.Median))
 	}
 	for i := range r.Phases {
-		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
+		row(fmt.Sprint(r.Phases[i].K), &r.Phases[i])
 	}
 	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
+		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.K), r.RetryRound)
 	}
 }
 
@@ -95,10 +95,10 @@ func (r *Result) WriteDetails(w io.Writer) {
 		phases = append(slices.Clone(phases), *r.RetryRound)
 	}
 	for i, p := range phases {
-		fmt.Fprintf(w, "- K = %d: ", p.Stuck)
+		fmt.Fprintf(w, "- K = %d: ", p.K)
 		if i == len(r.Phases) {
 			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
-		} else if p.Stuck > 0 {
+		} else if p.K > 0 {
 			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", ms(p.StuckAfter))
 		}
 		switch {
@@ -158,7 +158,7 @@ func (r *Result) WriteClusters(w io.Writer) {
 	}
 	for _, p := range phases {
 		for _, h := range p.Clusters {
-			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", p.Stuck, h.Name, ms(h.Start), ms(h.ToRunning),
+			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", p.K, h.Name, ms(h.Start), ms(h.ToRunning),
 				segments(h), ms(h.ReadyToRunning), h.Via, stepCounts(h.Steps))
 		}
 	}
