@@ -1,10 +1,20 @@
 package isolation
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"math"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 func TestSummarize(t *testing.T) {
@@ -120,5 +130,191 @@ func TestSectionRenders(t *testing.T) {
 	r.Phases[1].Clusters[5].ToRunning = 2 * time.Second
 	if r.Pass() || !strings.HasPrefix(r.Verdict(), "FAIL: ") {
 		t.Errorf("a ratio of %.2f passed: %s", r.Ratio(), r.Verdict())
+	}
+}
+
+func TestParseCounts(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{in: "", want: nil},
+		{in: "  ", want: nil},
+		{in: "0,10,100", want: []int{0, 10, 100}},
+		{in: "0, 4 ,8", want: []int{0, 4, 8}},
+		{in: "0,,4", bad: true},
+		{in: "0,four", bad: true},
+	} {
+		got, err := ParseCounts(tc.in)
+		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseCounts(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		stuck, frozen []int
+		want          string // in the error; "" for none
+	}{
+		{"stuck", []int{0, 10, 100}, nil, ""},
+		{"frozen", nil, []int{0, 4, 8}, ""},
+		{"both", []int{0, 10}, []int{0, 4}, "each mode runs on a plane of its own"},
+		{"neither", nil, nil, "the stuck counts must start at 0"},
+		{"frozen not from 0", nil, []int{4, 8}, "the frozen counts must start at 0"},
+		{"frozen decreasing", nil, []int{0, 8, 4}, "the frozen counts must start at 0 and increase"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Stuck, cfg.Frozen = tc.stuck, tc.frozen
+			err := cfg.Check()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("Check() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHelpDefaults(t *testing.T) {
+	const help = `Run the operator.
+
+Flags:
+      --in-database-timeout duration           deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included (default 30s)
+      --retry-base duration                    first delay before failed effects are retried; it doubles on each retry (default 2s)
+      --spilo-image string                     Spilo image of clusters that set no spec.dockerImage (default "ghcr.io/zalando/spilo-17:4.0-p2")
+      --sql-connect-timeout duration           deadline of a connection to PostgreSQL (dial, authentication) (default 5s)
+      --workers int                            effect executor size: plans of effects running at once across all clusters (default 16)
+      --workers-extra                          no default
+`
+	got := helpDefaults(help, []string{"workers", "sql-connect-timeout", "in-database-timeout", "spilo-image", "kube-qps"})
+	want := [][2]string{{"workers", "16"}, {"sql-connect-timeout", "5s"}, {"in-database-timeout", "30s"}, {"spilo-image", "ghcr.io/zalando/spilo-17:4.0-p2"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("helpDefaults = %v, want %v", got, want)
+	}
+	flags := []string{"--create-timeout=15s", "--workers=4", "--sql-connect-timeout=2s", "--workers=8"}
+	if got, want := inEffect(flags, want[:3]), "--workers=8 --sql-connect-timeout=2s --in-database-timeout=30s"; got != want {
+		t.Errorf("inEffect = %q, want %q", got, want)
+	}
+}
+
+func TestSyncedAndHung(t *testing.T) {
+	conds := func(roles metav1.ConditionStatus, msg string, config metav1.ConditionStatus) map[string]condition {
+		return map[string]condition{
+			v1.ConditionRolesSynced:   {status: roles, message: msg},
+			v1.ConditionConfigApplied: {status: config},
+		}
+	}
+	const timedOut = "primary 127.64.1.2:5432 did not answer within 5s"
+	for _, tc := range []struct {
+		name         string
+		s            *seen
+		synced, hung bool
+	}{
+		{"not seen", nil, false, false},
+		{"running, in effect", &seen{state: fsm.Running, current: true, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, true, false},
+		{"running, an older generation", &seen{state: fsm.Running, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, false, false},
+		{"running, configuration pending", &seen{state: fsm.Running, current: true, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionFalse)}, false, false},
+		{"creating", &seen{state: fsm.Creating, current: true, conditions: conds(metav1.ConditionFalse, "roles and databases not synced yet", metav1.ConditionTrue)}, false, false},
+		{"sync timed out", &seen{state: fsm.Updating, current: true, conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, true},
+		{"sync refused", &seen{state: fsm.Updating, current: true, conditions: conds(metav1.ConditionFalse, "role bad: permission denied", metav1.ConditionTrue)}, false, false},
+		{"timed out, then deleted", &seen{state: fsm.Updating, gone: true, conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := synced(tc.s); got != tc.synced {
+				t.Errorf("synced = %v, want %v", got, tc.synced)
+			}
+			if got := hung(tc.s); got != tc.hung {
+				t.Errorf("hung = %v, want %v", got, tc.hung)
+			}
+		})
+	}
+}
+
+// TestAnswers asks a server that answers the SSLRequest as PostgreSQL does,
+// and a listener whose owner never accepts (a frozen postmaster: the kernel
+// completes the handshake, nothing reads).
+func TestAnswers(t *testing.T) {
+	ctx := context.Background()
+	answering, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer answering.Close()
+	go func() {
+		for {
+			conn, err := answering.Accept()
+			if err != nil {
+				return
+			}
+			var msg [8]byte
+			if _, err := io.ReadFull(conn, msg[:]); err == nil && bytes.Equal(msg[:], sslRequest) {
+				_, _ = conn.Write([]byte("N"))
+			}
+			conn.Close()
+		}
+	}()
+	frozen, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+
+	if ok, err := answers(ctx, answering.Addr().String(), 2*time.Second); !ok || err != nil {
+		t.Errorf("answering server: %v, %v; want true", ok, err)
+	}
+	began := time.Now()
+	if ok, err := answers(ctx, frozen.Addr().String(), 200*time.Millisecond); ok || err != nil {
+		t.Errorf("frozen server: %v, %v; want false", ok, err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("a frozen server took %v to tell, want about the timeout", took)
+	}
+	closed := frozen.Addr().String()
+	frozen.Close()
+	if _, err := answers(ctx, closed, time.Second); err == nil {
+		t.Error("no error for a port nothing listens on")
+	}
+}
+
+func TestFrozenSectionRenders(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Stuck, cfg.Frozen = nil, []int{0, 8}
+	r := &Result{Config: cfg, Start: time.Unix(0, 0), End: time.Unix(300, 0), Nproc: 2, Revision: "abc",
+		OperatorFlags: []string{"--create-timeout=15s"}, HungFlags: "--workers=16 --sql-connect-timeout=5s"}
+	for _, k := range cfg.Frozen {
+		p := Phase{K: k, Quiet: k == 0, PeakRunning: 3 + k, PeakWaiting: 0}
+		if k > 0 {
+			p.ReadyAfter, p.HungAfter, p.HungAtEnd = 40*time.Second, 7*time.Second, k
+			p.HungMessage = "primary 127.64.1.2:5432 did not answer within 5s"
+		}
+		for i := range 10 {
+			d := time.Duration(1000+i+k) * time.Millisecond
+			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
+		}
+		r.Phases = append(r.Phases, p)
+	}
+	s := r.Section()
+	for _, want := range []string{
+		`begin "frozen: defaults"`,
+		"### Hung primaries (frozen mode), operator flags: defaults",
+		"in effect for a hung primary: `--workers=16 --sql-connect-timeout=5s`",
+		"`pgloop.dev/test-freeze: postgres`",
+		"| K frozen | healthy create → Running",
+		"| 8 | 1.013s | 1.017s | 1.01 |",
+		"PASS: ratio of the healthy median with K = 8 frozen (1.013s) to K = 0 (1.005s) is 1.01",
+		"- K = 0: operator quiet after 0s;",
+		`all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
+		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 8 of the 8 frozen clusters still hung at the end.",
+		sectionEnd,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+	r.Phases = r.Phases[:1]
+	if v := r.Verdict(); v != "INCOMPLETE: the run stopped after 1 of 2 values of K" {
+		t.Errorf("verdict of a run cut short: %q", v)
 	}
 }
