@@ -186,6 +186,8 @@ type Phase struct {
 	// executor's workers, and waiting for their cluster's running plan or
 	// a free worker, during the window (/metrics read every 250ms).
 	PeakRunning, PeakWaiting int
+	// CPU is what the machine's CPUs did during the window.
+	CPU CPU
 
 	// In the frozen mode: ReadyAfter is how long the K frozen clusters
 	// took from the first Create to all Running with their roles synced
@@ -195,6 +197,11 @@ type Phase struct {
 	ReadyAfter, HungAfter time.Duration
 	HungMessage           string
 	HungAtEnd             int
+	// Unfrozen is, in the frozen mode, the measurement next to the same K
+	// clusters Running, before they were frozen: what K real Patroni and
+	// PostgreSQL cost the healthy clusters without a hung primary (not in
+	// the verdict).
+	Unfrozen *Phase
 }
 
 // ToRunning summarizes the phase's create → Running times.
@@ -309,6 +316,11 @@ type bench struct {
 
 	frozenNS string   // in the frozen mode
 	frozen   []string // keys of the current K's frozen clusters
+
+	// opPID is the operator's process, dataRoot the process node's root
+	// ("" without one): whose CPU each window counts.
+	opPID    int
+	dataRoot string
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -427,6 +439,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		b.logf("plane stopped")
 	}()
 	b.logf("plane up in %v (%d nodes, %d process nodes)", plane.StartupTime.Round(time.Millisecond), cfg.Nodes, opts.ProcessNodes)
+	if nodes := plane.ProcessNodes(); len(nodes) > 0 {
+		b.dataRoot = nodes[0].Root
+	}
 	if err := b.setup(ctx, plane); err != nil {
 		return res, err
 	}
@@ -471,6 +486,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	b.opPID = op.PID()
 	defer func() {
 		if serr := op.stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -705,6 +721,7 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 		}
 	}
 	peaks := b.samplePeaks(ctx)
+	cpuBefore := sampleCPU(b.opPID, b.dataRoot)
 	start := time.Now()
 	for i := range b.cfg.Healthy {
 		h, err := b.healthy(ctx, fmt.Sprintf("healthy-k%s-%02d", tag, i))
@@ -718,6 +735,7 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 			p.K, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
 	}
 	p.Window = time.Since(start)
+	p.CPU = cpuBetween(cpuBefore, sampleCPU(b.opPID, b.dataRoot))
 	p.PeakRunning, p.PeakWaiting = peaks()
 	after, err := b.metrics.scrape(ctx)
 	if err != nil {

@@ -43,10 +43,12 @@ const lateUser = `{"spec":{"users":{"late":[]}}}`
 // frozenPhase measures the healthy clusters next to k hung primaries. It
 // removes the previous K's frozen clusters, makes k new ones on the process
 // node and waits until each is Running with its roles synced and its
-// configuration applied, freezes the PostgreSQL of each and adds a user to
-// its spec, waits until every one shows its sync timed out, and measures at
-// once: their retries keep the operator busy, it is never quiet. With k =
-// 0 it measures once the operator is quiet, as the stuck mode does.
+// configuration applied, and measures once (p.Unfrozen: the cost of k real
+// Patroni and PostgreSQL alone). It then freezes the PostgreSQL of each and
+// adds a user to its spec, waits until every one shows its sync timed out,
+// and measures again at once: their retries keep the operator busy, it is
+// never quiet. With k = 0 it measures once the operator is quiet, as the
+// stuck mode does.
 func (b *bench) frozenPhase(ctx context.Context, k int) (Phase, error) {
 	p := Phase{K: k}
 	if err := b.dropFrozen(ctx); err != nil {
@@ -63,8 +65,27 @@ func (b *bench) frozenPhase(ctx context.Context, k int) (Phase, error) {
 		} else {
 			b.logf("K=0: operator NOT quiet after %v; measuring anyway", ms(settle))
 		}
-	} else if err := b.hang(ctx, &p); err != nil {
-		return p, err
+	} else {
+		if err := b.makeFrozen(ctx, &p); err != nil {
+			return p, err
+		}
+		unfrozen := Phase{K: k}
+		before, err := b.metrics.scrape(ctx)
+		if err != nil {
+			return p, err
+		}
+		b.logf("K=%d: measuring next to the %d clusters Running, none frozen yet", k, k)
+		err = b.measure(ctx, &unfrozen, before, fmt.Sprintf("%d-unfrozen", k))
+		if len(unfrozen.Clusters) > 0 {
+			p.Unfrozen = &unfrozen
+		}
+		if err != nil {
+			return p, err
+		}
+		b.logf("K=%d, none frozen: healthy create → Running median %v, p99 %v", k, ms(unfrozen.ToRunning().Median), ms(unfrozen.ToRunning().P99))
+		if err := b.hang(ctx, &p); err != nil {
+			return p, err
+		}
 	}
 	before, err := b.metrics.scrape(ctx)
 	if err != nil {
@@ -75,8 +96,9 @@ func (b *bench) frozenPhase(ctx context.Context, k int) (Phase, error) {
 	return p, err
 }
 
-// hang makes p.K clusters on the process node and hangs them mid-sync.
-func (b *bench) hang(ctx context.Context, p *Phase) error {
+// makeFrozen makes p.K clusters on the process node and waits until each
+// is Running with its roles synced and its configuration applied.
+func (b *bench) makeFrozen(ctx context.Context, p *Phase) error {
 	k := p.K
 	began := time.Now()
 	for i := range k {
@@ -93,8 +115,14 @@ func (b *bench) hang(ctx context.Context, p *Phase) error {
 		return err
 	}
 	p.ReadyAfter = time.Since(began)
-	b.logf("K=%d: all %d Running with roles synced and configuration applied %v after the first Create; freezing their PostgreSQL", k, k, ms(p.ReadyAfter))
+	b.logf("K=%d: all %d Running with roles synced and configuration applied %v after the first Create", k, k, ms(p.ReadyAfter))
+	return nil
+}
 
+// hang freezes the PostgreSQL of each frozen cluster, adds a user to its
+// spec, and waits until every one shows its sync timed out.
+func (b *bench) hang(ctx context.Context, p *Phase) error {
+	k := p.K
 	frozeAt := time.Now()
 	if err := b.freezeAll(ctx); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -283,18 +284,23 @@ func TestFrozenSectionRenders(t *testing.T) {
 	cfg.Stuck, cfg.Frozen = nil, []int{0, 8}
 	r := &Result{Config: cfg, Start: time.Unix(0, 0), End: time.Unix(300, 0), Nproc: 2, Revision: "abc",
 		OperatorFlags: []string{"--create-timeout=15s"}, HungFlags: "--workers=16 --sql-connect-timeout=5s"}
-	for _, k := range cfg.Frozen {
-		p := Phase{K: k, Quiet: k == 0, PeakRunning: 3 + k, PeakWaiting: 0}
-		if k > 0 {
-			p.ReadyAfter, p.HungAfter, p.HungAtEnd = 40*time.Second, 7*time.Second, k
-			p.HungMessage = "primary 127.64.1.2:5432 did not answer within 5s"
-		}
+	phase := func(k, extra int) Phase {
+		p := Phase{K: k, Quiet: k == 0, PeakRunning: 3 + k,
+			CPU: CPU{Busy: 1.5, Operator: 2 * time.Second, DataPlane: time.Duration(k) * time.Second}}
 		for i := range 10 {
-			d := time.Duration(1000+i+k) * time.Millisecond
+			d := time.Duration(1000+i+extra) * time.Millisecond
 			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
 		}
-		r.Phases = append(r.Phases, p)
+		return p
 	}
+	r.Phases = append(r.Phases, phase(0, 0))
+	hung := phase(8, 8)
+	hung.ReadyAfter, hung.HungAfter, hung.HungAtEnd = 40*time.Second, 7*time.Second, 8
+	hung.HungMessage = "primary 127.64.1.2:5432 did not answer within 5s"
+	unfrozen := phase(8, 500)
+	hung.Unfrozen = &unfrozen
+	r.Phases = append(r.Phases, hung)
+
 	s := r.Section()
 	for _, want := range []string{
 		`begin "frozen: defaults"`,
@@ -302,19 +308,61 @@ func TestFrozenSectionRenders(t *testing.T) {
 		"in effect for a hung primary: `--workers=16 --sql-connect-timeout=5s`",
 		"`pgloop.dev/test-freeze: postgres`",
 		"| K frozen | healthy create → Running",
+		"| 0 | 1.005s | 1.009s | 1.00 |",
+		"| 8 Running, none frozen | 1.505s | 1.509s | 1.50 |",
 		"| 8 | 1.013s | 1.017s | 1.01 |",
 		"PASS: ratio of the healthy median with K = 8 frozen (1.013s) to K = 0 (1.005s) is 1.01",
 		"- K = 0: operator quiet after 0s;",
-		`all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
-		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 8 of the 8 frozen clusters still hung at the end.",
+		"- K = 8 Running, none frozen: the 8 clusters on the process node Running with roles synced and configuration applied 40s after the first Create; measured at once",
+		`- K = 8: then all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
+		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 8 of the 8 frozen clusters still hung at the end;",
+		"CPU: 1.50 of 2 cores busy on average, the operator used 2s, the process node's Patroni and PostgreSQL 8s.",
 		sectionEnd,
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}
 	}
+	if strings.Count(s, "still hung at the end") != 1 {
+		t.Errorf("only the frozen row says how many still hung:\n%s", s)
+	}
 	r.Phases = r.Phases[:1]
 	if v := r.Verdict(); v != "INCOMPLETE: the run stopped after 1 of 2 values of K" {
 		t.Errorf("verdict of a run cut short: %q", v)
+	}
+}
+
+func TestCPU(t *testing.T) {
+	busy, total, err := parseProcStat("cpu  100 5 50 800 40 3 2 0 7 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n")
+	if err != nil || busy != 160 || total != 1000 {
+		t.Errorf("parseProcStat = %d, %d, %v; want 160, 1000", busy, total, err)
+	}
+	if _, _, err := parseProcStat("intr 1 2 3\n"); err == nil {
+		t.Error("no error for a /proc/stat without its cpu line")
+	}
+	// comm with a space and a parenthesis; ppid 1, utime 30, stime 12.
+	ppid, ticks, err := parsePidStat("4242 (postgres: (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 30 12 0 0 20 0 1 0 5 0 0")
+	if err != nil || ppid != 1 || ticks != 42 {
+		t.Errorf("parsePidStat = %d, %d, %v; want 1, 42", ppid, ticks, err)
+	}
+	const root = "/tmp/plane/kubelet/pg-node-1"
+	procs := map[int]proc{
+		10: {ppid: 1, cmdline: "pgkubelet --root=" + root},
+		11: {ppid: 10, cmdline: "python3 /usr/bin/patroni " + root + "/pods/u1/patroni.yml"},
+		12: {ppid: 1, cmdline: "postgres -D " + root + "/pv/pv1/pgroot/pgdata"},
+		13: {ppid: 12, cmdline: "postgres: checkpointer"},
+		14: {ppid: 13, cmdline: "a grandchild"},
+		20: {ppid: 1, cmdline: "kube-apiserver"},
+	}
+	got := under(procs, root+"/pods/", root+"/pv/")
+	slices.Sort(got)
+	if !slices.Equal(got, []int{11, 12, 13, 14}) {
+		t.Errorf("under = %v, want Patroni, the postmaster and its descendants, not the kubelet", got)
+	}
+	a := cpuSample{busy: 100, total: 1000, operator: 10, dataPlane: 50}
+	b := cpuSample{busy: 600, total: 2000, operator: 30, dataPlane: 350}
+	c := cpuBetween(a, b)
+	if want := 0.5 * float64(runtime.NumCPU()); c.Busy != want || c.Operator != 200*time.Millisecond || c.DataPlane != 3*time.Second {
+		t.Errorf("cpuBetween = %+v; want %.1f cores, 200ms, 3s", c, want)
 	}
 }

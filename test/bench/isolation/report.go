@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -55,24 +54,48 @@ func (r *Result) Verdict() string {
 	return fmt.Sprintf("FAIL: %s, above %.2f", what, r.Config.MaxRatio)
 }
 
+// row is one measurement as the tables show it, in the order they show
+// them.
+type row struct {
+	label string
+	p     *Phase
+	// retry marks the stuck mode's retry round; unfrozen the frozen
+	// mode's measurement next to its K clusters before they were frozen,
+	// of the frozen phase parent.
+	retry, unfrozen bool
+	parent          *Phase
+}
+
+// rows lists the run's measurements: per K, in the frozen mode, the one
+// next to the K clusters Running, then the one with them hung; the retry
+// round last.
+func (r *Result) rows() []row {
+	var out []row
+	for i := range r.Phases {
+		p := &r.Phases[i]
+		if p.Unfrozen != nil {
+			out = append(out, row{label: fmt.Sprintf("%d Running, none frozen", p.K), p: p.Unfrozen, unfrozen: true, parent: p})
+		}
+		out = append(out, row{label: fmt.Sprint(p.K), p: p})
+	}
+	if r.RetryRound != nil {
+		out = append(out, row{label: fmt.Sprintf("%d, during a retry round", r.RetryRound.K), p: r.RetryRound, retry: true})
+	}
+	return out
+}
+
 // WriteTable writes the Markdown table of the run.
 func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| K %s | healthy create → Running, median | p99 (= max) | ratio to K = 0 | last pod Ready → Running, median | p99 (= max) | labelled → Running, median | p99 (= max) |\n", r.what())
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var base time.Duration
-	row := func(label string, p *Phase) {
-		run, ready, lab := p.ToRunning(), p.ReadyToRunning(), p.LabelledToRunning()
-		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", label,
+	if len(r.Phases) == 0 {
+		return
+	}
+	base := r.Phases[0].ToRunning().Median
+	for _, row := range r.rows() {
+		run, ready, lab := row.p.ToRunning(), row.p.ReadyToRunning(), row.p.LabelledToRunning()
+		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", row.label,
 			ms(run.Median), ms(run.P99), Ratio(run.Median, base), ms(ready.Median), ms(ready.P99), ms(lab.Median), ms(lab.P99))
-	}
-	for i := range r.Phases {
-		if i == 0 {
-			base = r.Phases[0].ToRunning().Median
-		}
-		row(fmt.Sprint(r.Phases[i].K), &r.Phases[i])
-	}
-	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.K), r.RetryRound)
 	}
 }
 
@@ -85,44 +108,38 @@ func (r *Result) WriteSegments(w io.Writer) {
 	}
 	fmt.Fprintln(w, " pgloop's share (first + last) |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
-	row := func(label string, p *Phase) {
-		fmt.Fprintf(w, "| %s |", label)
+	for _, row := range r.rows() {
+		fmt.Fprintf(w, "| %s |", row.label)
 		for i := range segmentNames {
-			fmt.Fprintf(w, " %v |", ms(p.Segment(i).Median))
+			fmt.Fprintf(w, " %v |", ms(row.p.Segment(i).Median))
 		}
-		share := Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
+		share := Summarize(collect(row.p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
 		fmt.Fprintf(w, " %v |\n", ms(share.Median))
-	}
-	for i := range r.Phases {
-		row(fmt.Sprint(r.Phases[i].K), &r.Phases[i])
-	}
-	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.K), r.RetryRound)
 	}
 }
 
 // WriteDetails writes, per K, how the stuck clusters were stuck or the
-// frozen ones hung, the settle time, and what the operator did during the
-// measurements.
+// frozen ones hung, the settle time, and what the operator and the CPUs
+// did during the measurements.
 func (r *Result) WriteDetails(w io.Writer) {
-	phases := r.Phases
-	if r.RetryRound != nil {
-		phases = append(slices.Clone(phases), *r.RetryRound)
-	}
 	frozen := r.Config.FrozenMode()
-	for i, p := range phases {
-		fmt.Fprintf(w, "- K = %d: ", p.K)
+	for _, row := range r.rows() {
+		p := row.p
+		fmt.Fprintf(w, "- K = %s: ", row.label)
 		switch {
-		case i == len(r.Phases):
+		case row.retry:
 			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
+		case row.unfrozen:
+			fmt.Fprintf(w, "the %d clusters on the process node Running with roles synced and configuration applied %v after the first Create; measured at once (their Patroni's writes never let the operator be quiet), not in the verdict; ",
+				p.K, ms(row.parent.ReadyAfter))
 		case frozen && p.K > 0:
-			fmt.Fprintf(w, "the %d clusters on the process node Running with roles synced and configuration applied %v after the first Create; all hung mid-sync %v after the first freeze (RolesSynced: %q); measured at once (their retries never let the operator be quiet); ",
-				p.K, ms(p.ReadyAfter), ms(p.HungAfter), p.HungMessage)
+			fmt.Fprintf(w, "then all hung mid-sync %v after the first freeze (RolesSynced: %q); measured at once (their retries never let the operator be quiet); ",
+				ms(p.HungAfter), p.HungMessage)
 		case p.K > 0:
 			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", ms(p.StuckAfter))
 		}
 		switch {
-		case i == len(r.Phases) || frozen && p.K > 0:
+		case row.retry || row.unfrozen || frozen && p.K > 0:
 		case p.Quiet:
 			fmt.Fprintf(w, "operator quiet after %v; ", ms(p.Settle))
 		default:
@@ -130,11 +147,15 @@ func (r *Result) WriteDetails(w io.Writer) {
 		}
 		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running on the executor's workers and %d waiting (for their cluster's running plan or a free worker)",
 			p.Load, states(p.States), len(p.Clusters), ms(p.Window), stepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
-		if frozen && p.K > 0 {
+		if frozen && p.K > 0 && !row.unfrozen {
 			fmt.Fprintf(w, "; %d of the %d frozen clusters still hung at the end", p.HungAtEnd, p.K)
 		}
 		if n := countVia(p.Clusters); n > 0 {
 			fmt.Fprintf(w, "; %d healthy clusters passed through Degraded (their create timeout passed)", n)
+		}
+		fmt.Fprintf(w, "; CPU: %.2f of %d cores busy on average, the operator used %v", p.CPU.Busy, r.Nproc, p.CPU.Operator.Round(10*time.Millisecond))
+		if frozen {
+			fmt.Fprintf(w, ", the process node's Patroni and PostgreSQL %v", p.CPU.DataPlane.Round(10*time.Millisecond))
 		}
 		fmt.Fprintln(w, ".")
 	}
@@ -216,13 +237,9 @@ func meanLag(d Samples) string {
 func (r *Result) WriteClusters(w io.Writer) {
 	fmt.Fprintln(w, "| K | cluster | created at | create → Running | segments | last pod Ready → Running | path | effect steps meanwhile |")
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---|")
-	phases := r.Phases
-	if r.RetryRound != nil {
-		phases = append(slices.Clone(phases), *r.RetryRound)
-	}
-	for _, p := range phases {
-		for _, h := range p.Clusters {
-			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", p.K, h.Name, ms(h.Start), ms(h.ToRunning),
+	for _, row := range r.rows() {
+		for _, h := range row.p.Clusters {
+			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", row.p.K, h.Name, ms(h.Start), ms(h.ToRunning),
 				segments(h), ms(h.ReadyToRunning), h.Via, stepCounts(h.Steps))
 		}
 	}
@@ -356,6 +373,7 @@ until their resync, 10 minutes) during the later ones.
 ` + "```sh" + `
 make bench-isolation                   # builds the plane's binaries first if missing (make testbed)
 make bench-isolation BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400"
+make bench-isolation-frozen            # next to K = 0, 4, 8 hung primaries (real PostgreSQL frozen mid-sync)
 ` + "```" + `
 
 Each configuration of operator flags has its own section below, replaced by the next run with the
