@@ -317,10 +317,8 @@ type bench struct {
 	frozenNS string   // in the frozen mode
 	frozen   []string // keys of the current K's frozen clusters
 
-	// opPID is the operator's process, dataRoot the process node's root
-	// ("" without one): whose CPU each window counts.
-	opPID    int
-	dataRoot string
+	// cpu says whose the processes are whose CPU each window counts.
+	cpu cpuOwners
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -439,8 +437,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		b.logf("plane stopped")
 	}()
 	b.logf("plane up in %v (%d nodes, %d process nodes)", plane.StartupTime.Round(time.Millisecond), cfg.Nodes, opts.ProcessNodes)
+	b.cpu.planeDir = plane.Dir
 	if nodes := plane.ProcessNodes(); len(nodes) > 0 {
-		b.dataRoot = nodes[0].Root
+		b.cpu.root = nodes[0].Root
 	}
 	if err := b.setup(ctx, plane); err != nil {
 		return res, err
@@ -486,7 +485,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	b.opPID = op.PID()
+	b.cpu.operator = op.PID()
 	defer func() {
 		if serr := op.stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -721,7 +720,7 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 		}
 	}
 	peaks := b.samplePeaks(ctx)
-	cpuBefore := sampleCPU(b.opPID, b.dataRoot)
+	cpuBefore := sampleCPU(b.cpu)
 	start := time.Now()
 	for i := range b.cfg.Healthy {
 		h, err := b.healthy(ctx, fmt.Sprintf("healthy-k%s-%02d", tag, i))
@@ -735,7 +734,7 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 			p.K, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
 	}
 	p.Window = time.Since(start)
-	p.CPU = cpuBetween(cpuBefore, sampleCPU(b.opPID, b.dataRoot))
+	p.CPU = cpuBetween(cpuBefore, sampleCPU(b.cpu))
 	p.PeakRunning, p.PeakWaiting = peaks()
 	after, err := b.metrics.scrape(ctx)
 	if err != nil {

@@ -3,7 +3,6 @@ package isolation
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -13,42 +12,85 @@ import (
 const clockTick = 10 * time.Millisecond
 
 // CPU is what the CPUs did during a measurement's window: how busy the
-// whole machine was, and what the operator and the process node's Patroni
-// and PostgreSQL used of it. It tells a slower healthy cluster caused by
-// pgloop from one caused by cores shared with a data plane, or with
-// another program on the machine.
+// whole machine was, and who used that time. It tells a slower healthy
+// cluster caused by pgloop from one caused by cores shared with the plane,
+// the data plane, or another program on the machine.
 type CPU struct {
-	// Busy is the machine's average number of busy cores (of
-	// runtime.NumCPU).
+	// Busy is the machine's average number of busy cores.
 	Busy float64
-	// Operator and DataPlane are the CPU time used by the operator's
-	// process and by the processes under the process node's root (each
-	// Patroni and postmaster, and their children; a process that exited
-	// during the window is missed).
-	Operator, DataPlane time.Duration
+	// Used is the machine's busy CPU time; Operator, ControlPlane (the
+	// plane's etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler and kwok), Kubelet (the process kubelet), DataPlane
+	// (the process node's Patroni and PostgreSQL) and Bench (this
+	// process, the labeller included) how much of it each used; Others
+	// is the rest: other programs on the machine, and processes that
+	// exited during the window.
+	Used, Operator, ControlPlane, Kubelet, DataPlane, Bench, Others time.Duration
 }
 
-// cpuSample is one reading of the counters CPU is made of.
+// cpuSample is one reading of the counters CPU is made of, in ticks.
 type cpuSample struct {
-	busy, total         int64 // ticks of /proc/stat
-	operator, dataPlane int64 // ticks
+	at          time.Time
+	busy, total int64 // of /proc/stat
+	by          [cpuGroups]int64
 }
 
-// sampleCPU reads the counters: the machine's, the process pid's, and those
-// of the process node's Patroni and PostgreSQL: the processes whose command
-// line names a pod's directory or a volume under root (each Patroni names
-// its configuration, each postmaster its data directory), with their
+// Groups of processes whose CPU time is told apart.
+const (
+	groupOperator = iota
+	groupControlPlane
+	groupKubelet
+	groupDataPlane
+	groupBench
+	cpuGroups
+)
+
+// cpuOwners says whose the processes of a run are: the operator's pid, the
+// plane's directory (every process of the plane names it), and the
+// process node's root ("" without one).
+type cpuOwners struct {
+	operator       int
+	planeDir, root string
+}
+
+// group returns the group of process pid, -1 for none. dataPlane holds the
+// process node's Patroni and PostgreSQL processes.
+func (o cpuOwners) group(pid int, p proc, dataPlane map[int]bool) int {
+	switch {
+	case pid == o.operator:
+		return groupOperator
+	case pid == os.Getpid():
+		return groupBench
+	case dataPlane[pid]:
+		return groupDataPlane
+	case o.root != "" && strings.Contains(p.cmdline, o.root):
+		return groupKubelet
+	case o.planeDir != "" && strings.Contains(p.cmdline, o.planeDir):
+		return groupControlPlane
+	}
+	return -1
+}
+
+// sampleCPU reads the counters: the machine's, and each group's. The data
+// plane is the processes whose command line names a pod's directory or a
+// volume under the process node's root (each Patroni names its
+// configuration, each postmaster its data directory), with their
 // descendants. A counter that cannot be read counts 0.
-func sampleCPU(pid int, root string) cpuSample {
-	s := cpuSample{}
+func sampleCPU(o cpuOwners) cpuSample {
+	s := cpuSample{at: time.Now()}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
 		s.busy, s.total, _ = parseProcStat(string(data))
 	}
 	procs := readProcs()
-	s.operator = procs[pid].ticks
-	if root != "" {
-		for _, p := range under(procs, root+"/pods/", root+"/pv/") {
-			s.dataPlane += procs[p].ticks
+	dataPlane := map[int]bool{}
+	if o.root != "" {
+		for _, pid := range under(procs, o.root+"/pods/", o.root+"/pv/") {
+			dataPlane[pid] = true
+		}
+	}
+	for pid, p := range procs {
+		if g := o.group(pid, p, dataPlane); g >= 0 {
+			s.by[g] += p.ticks
 		}
 	}
 	return s
@@ -58,10 +100,15 @@ func sampleCPU(pid int, root string) cpuSample {
 func cpuBetween(a, b cpuSample) CPU {
 	var c CPU
 	if b.total > a.total {
-		c.Busy = float64(b.busy-a.busy) / float64(b.total-a.total) * float64(runtime.NumCPU())
+		// /proc/stat's ticks add up every CPU's.
+		c.Used = time.Duration(b.busy-a.busy) * clockTick
 	}
-	c.Operator = time.Duration(b.operator-a.operator) * clockTick
-	c.DataPlane = time.Duration(b.dataPlane-a.dataPlane) * clockTick
+	if wall := b.at.Sub(a.at); wall > 0 {
+		c.Busy = float64(c.Used) / float64(wall)
+	}
+	d := func(g int) time.Duration { return time.Duration(b.by[g]-a.by[g]) * clockTick }
+	c.Operator, c.ControlPlane, c.Kubelet, c.DataPlane, c.Bench = d(groupOperator), d(groupControlPlane), d(groupKubelet), d(groupDataPlane), d(groupBench)
+	c.Others = c.Used - c.Operator - c.ControlPlane - c.Kubelet - c.DataPlane - c.Bench
 	return c
 }
 

@@ -6,7 +6,7 @@ import (
 	"io"
 	"math"
 	"net"
-	"runtime"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -286,7 +286,7 @@ func TestFrozenSectionRenders(t *testing.T) {
 		OperatorFlags: []string{"--create-timeout=15s"}, HungFlags: "--workers=16 --sql-connect-timeout=5s"}
 	phase := func(k, extra int) Phase {
 		p := Phase{K: k, Quiet: k == 0, PeakRunning: 3 + k,
-			CPU: CPU{Busy: 1.5, Operator: 2 * time.Second, DataPlane: time.Duration(k) * time.Second}}
+			CPU: CPU{Busy: 1.5, Used: 15 * time.Second, Operator: 2 * time.Second, DataPlane: time.Duration(k) * time.Second}}
 		for i := range 10 {
 			d := time.Duration(1000+i+extra) * time.Millisecond
 			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
@@ -316,7 +316,7 @@ func TestFrozenSectionRenders(t *testing.T) {
 		"- K = 8 Running, none frozen: the 8 clusters on the process node Running with roles synced and configuration applied 40s after the first Create; measured at once",
 		`- K = 8: then all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
 		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 8 of the 8 frozen clusters still hung at the end;",
-		"CPU: 1.50 of 2 cores busy on average, the operator used 2s, the process node's Patroni and PostgreSQL 8s.",
+		"CPU: 1.50 of 2 cores busy on average (15.0s of CPU time): the operator 2.0s, the control plane 0.0s, the process kubelet 0.0s, Patroni and PostgreSQL 8.0s, the bench 0.0s, others 0.0s.\n",
 		sectionEnd,
 	} {
 		if !strings.Contains(s, want) {
@@ -359,10 +359,38 @@ func TestCPU(t *testing.T) {
 	if !slices.Equal(got, []int{11, 12, 13, 14}) {
 		t.Errorf("under = %v, want Patroni, the postmaster and its descendants, not the kubelet", got)
 	}
-	a := cpuSample{busy: 100, total: 1000, operator: 10, dataPlane: 50}
-	b := cpuSample{busy: 600, total: 2000, operator: 30, dataPlane: 350}
+	a := cpuSample{at: time.Unix(0, 0), busy: 100, total: 1000, by: [cpuGroups]int64{10, 100, 5, 50, 1}}
+	b := cpuSample{at: time.Unix(10, 0), busy: 1600, total: 3000, by: [cpuGroups]int64{30, 700, 105, 350, 11}}
 	c := cpuBetween(a, b)
-	if want := 0.5 * float64(runtime.NumCPU()); c.Busy != want || c.Operator != 200*time.Millisecond || c.DataPlane != 3*time.Second {
-		t.Errorf("cpuBetween = %+v; want %.1f cores, 200ms, 3s", c, want)
+	want := CPU{Busy: 1.5, Used: 15 * time.Second, Operator: 200 * time.Millisecond, ControlPlane: 6 * time.Second,
+		Kubelet: time.Second, DataPlane: 3 * time.Second, Bench: 100 * time.Millisecond, Others: 4700 * time.Millisecond}
+	if c != want {
+		t.Errorf("cpuBetween = %+v, want %+v", c, want)
+	}
+	if got := c.describe(2, true); got != "1.50 of 2 cores busy on average (15.0s of CPU time): the operator 0.2s, the control plane 6.0s, the process kubelet 1.0s, Patroni and PostgreSQL 3.0s, the bench 0.1s, others 4.7s" {
+		t.Errorf("describe = %q", got)
+	}
+	if got := c.describe(2, false); strings.Contains(got, "Patroni") {
+		t.Errorf("describe without a process node = %q", got)
+	}
+
+	const dir = "/tmp/plane"
+	o := cpuOwners{operator: 30, planeDir: dir, root: root}
+	data := map[int]bool{11: true}
+	for _, tc := range []struct {
+		pid  int
+		p    proc
+		want int
+	}{
+		{30, proc{cmdline: "pgloop operator --kubeconfig " + dir + "/kubeconfig"}, groupOperator},
+		{os.Getpid(), proc{}, groupBench},
+		{11, procs[11], groupDataPlane},
+		{10, procs[10], groupKubelet},
+		{21, proc{cmdline: "kube-apiserver --cert-dir=" + dir + "/pki"}, groupControlPlane},
+		{20, procs[20], -1},
+	} {
+		if got := o.group(tc.pid, tc.p, data); got != tc.want {
+			t.Errorf("group of %d (%q) = %d, want %d", tc.pid, tc.p.cmdline, got, tc.want)
+		}
 	}
 }

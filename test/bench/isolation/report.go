@@ -153,11 +153,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 		if n := countVia(p.Clusters); n > 0 {
 			fmt.Fprintf(w, "; %d healthy clusters passed through Degraded (their create timeout passed)", n)
 		}
-		fmt.Fprintf(w, "; CPU: %.2f of %d cores busy on average, the operator used %v", p.CPU.Busy, r.Nproc, p.CPU.Operator.Round(10*time.Millisecond))
-		if frozen {
-			fmt.Fprintf(w, ", the process node's Patroni and PostgreSQL %v", p.CPU.DataPlane.Round(10*time.Millisecond))
-		}
-		fmt.Fprintln(w, ".")
+		fmt.Fprintf(w, "; CPU: %s.\n", p.CPU.describe(r.Nproc, frozen))
 	}
 }
 
@@ -200,6 +196,18 @@ func inEffect(flags []string, defaults [][2]string) string {
 		parts = append(parts, "--"+d[0]+"="+value)
 	}
 	return strings.Join(parts, " ")
+}
+
+// describe renders what the CPUs did, for the details: the process node's
+// groups only with one.
+func (c CPU) describe(nproc int, processNode bool) string {
+	s := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+	out := fmt.Sprintf("%.2f of %d cores busy on average (%s of CPU time): the operator %s, the control plane %s",
+		c.Busy, nproc, s(c.Used), s(c.Operator), s(c.ControlPlane))
+	if processNode {
+		out += fmt.Sprintf(", the process kubelet %s, Patroni and PostgreSQL %s", s(c.Kubelet), s(c.DataPlane))
+	}
+	return out + fmt.Sprintf(", the bench %s, others %s", s(c.Bench), s(c.Others))
 }
 
 func countVia(hs []Healthy) int {
