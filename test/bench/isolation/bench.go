@@ -529,7 +529,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return
 		default:
 		}
-		cctx, cancel := context.WithTimeout(context.Background(), cfg.FrozenTimeout)
+		cctx, cancel := context.WithTimeout(context.Background(), 2*cfg.FrozenTimeout)
 		defer cancel()
 		if cerr := b.dropFrozen(cctx); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("while removing the frozen clusters: %w", cerr))

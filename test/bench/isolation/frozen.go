@@ -283,35 +283,47 @@ func answers(ctx context.Context, addr string, timeout time.Duration) (bool, err
 	return true, nil
 }
 
-// dropFrozen thaws and deletes the current frozen clusters and waits until
-// they and their pods are gone: their Patroni and PostgreSQL must not
-// weigh on the next K's measurement, and the process kubelet must have no
-// pod left when the plane stops.
+// dropFrozen thaws the current frozen clusters, waits until each has made
+// its new user and runs again, deletes them and waits until they and their
+// pods are gone: their Patroni and PostgreSQL must not weigh on the next
+// K's measurement, and the process kubelet must have no pod left when the
+// plane stops. Deleting a pod right after its thaw once left Patroni stuck
+// after it had stopped PostgreSQL, until the pod's grace period of 5
+// minutes ran out: the wait for the sync gives each Patroni time to settle
+// first. A cluster that does not sync again is deleted all the same, and
+// reported.
 func (b *bench) dropFrozen(ctx context.Context) error {
 	if len(b.frozen) == 0 {
 		return nil
 	}
 	began := time.Now()
+	for _, key := range b.frozen {
+		if err := b.setFreeze(ctx, key, ""); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	resumed := b.waitFrozen(ctx, "Running again with their new user", synced)
+	if resumed == nil {
+		b.logf("thawed the %d frozen clusters: all Running with their new user %v later", len(b.frozen), ms(time.Since(began)))
+	}
+	deleted := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.FrozenTimeout)
 	defer cancel()
 	for _, key := range b.frozen {
 		ns, name, _ := strings.Cut(key, "/")
-		if err := b.setFreeze(ctx, key, ""); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
 		if err := b.pg.PgloopV1().Postgresqls(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("while deleting frozen cluster %s: %w", key, err)
+			return errors.Join(resumed, fmt.Errorf("while deleting frozen cluster %s: %w", key, err))
 		}
 	}
 	if err := b.waitFrozen(ctx, "gone", func(s *seen) bool { return s == nil || s.gone }); err != nil {
-		return err
+		return errors.Join(resumed, err)
 	}
 	if err := waitNoPods(ctx, b.kube, b.frozenNS); err != nil {
-		return err
+		return errors.Join(resumed, err)
 	}
-	b.logf("thawed and deleted the %d frozen clusters; they and their pods were gone %v later", len(b.frozen), ms(time.Since(began)))
+	b.logf("deleted the %d frozen clusters; they and their pods were gone %v later", len(b.frozen), ms(time.Since(deleted)))
 	b.frozen = nil
-	return nil
+	return resumed
 }
 
 // waitNoPods waits until namespace ns has no pod: a watch, whose store is
