@@ -31,7 +31,9 @@ func onlyPostgres(pod *corev1.Pod) bool { return pod.Annotations[FreezeAnnotatio
 // stopped with all its children on an earlier pass and still stopped is
 // left alone: stopped, it forked nothing since, and the scan of /proc that
 // finds its children costs tens of milliseconds a pass on a busy machine
-// (with eight frozen pods, passes every second took most of a core).
+// (with eight frozen pods, passes every second took most of a core). Once
+// every data volume has its postmaster stopped that way, the volumes are
+// not even walked for one (allStopped).
 //
 // With postgresOnly, Patroni is left running: it keeps answering its REST
 // API (GET /readiness from its cached state, so the pod stays Ready) while
@@ -46,6 +48,22 @@ func (in *instance) freeze(postgresOnly bool) {
 	if !postgresOnly {
 		_ = syscall.Kill(-in.proc.pid, syscall.SIGSTOP)
 	}
+	if !in.allStopped() {
+		in.stopPostmasters()
+	}
+	if !in.frozen {
+		in.frozen = true
+		what := "Patroni and PostgreSQL"
+		if postgresOnly {
+			what = "PostgreSQL only"
+		}
+		in.log.WithField("pid", in.proc.pid).Info("freeze annotation: stopped " + what + " (SIGSTOP)")
+	}
+}
+
+// stopPostmasters stops each postmaster of the instance with its children,
+// but for those stopped so already, and records them in stopped.
+func (in *instance) stopPostmasters() {
 	for _, pid := range in.postmasters() {
 		if in.stopped[pid] && procState(pid) == 'T' {
 			continue
@@ -59,14 +77,22 @@ func (in *instance) freeze(postgresOnly bool) {
 		}
 		in.stopped[pid] = true
 	}
-	if !in.frozen {
-		in.frozen = true
-		what := "Patroni and PostgreSQL"
-		if postgresOnly {
-			what = "PostgreSQL only"
-		}
-		in.log.WithField("pid", in.proc.pid).Info("freeze annotation: stopped " + what + " (SIGSTOP)")
+}
+
+// allStopped reports whether freeze stopped a postmaster with its children
+// for each data volume, and all are still stopped: while they are, no other
+// can run there (each locks its data directory), so there is nothing to
+// look for.
+func (in *instance) allStopped() bool {
+	if in.prep == nil || len(in.stopped) < len(in.prep.dataDirs) {
+		return false
 	}
+	for pid := range in.stopped {
+		if procState(pid) != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // thaw SIGCONTs what freeze stopped, in the reverse order: each postmaster's

@@ -158,8 +158,8 @@ func TestFreeze(t *testing.T) {
 	if in.proc == nil || in.state.Phase != containerRunning {
 		t.Fatalf("a second freeze changed the instance: proc %v, phase %v", in.proc, in.state.Phase)
 	}
-	if len(postmasters) == 0 || len(in.stopped) != len(postmasters) {
-		t.Errorf("stopped postmasters %v after a second freeze, want %v", in.stopped, postmasters)
+	if len(postmasters) == 0 || len(in.stopped) != len(postmasters) || !in.allStopped() {
+		t.Errorf("stopped postmasters %v after a second freeze (all stopped: %v), want %v", in.stopped, in.allStopped(), postmasters)
 	}
 
 	// (d) Thawed: the same processes answer again.
