@@ -121,8 +121,11 @@ func TestSectionRenders(t *testing.T) {
 		}
 		r.Phases = append(r.Phases, p)
 	}
+	retry := r.Phases[1]
+	r.RetryRound = &retry
 	s := r.Section()
-	for _, want := range []string{`begin "defaults"`, "| 100 | 1.105s | 1.109s | 1.10 |", "PASS: ", sectionEnd} {
+	for _, want := range []string{`begin "defaults"`, "| 100 | 1.105s | 1.109s | 1.10 |", "| 100, during a retry round | 1.105s |", "PASS: ", sectionEnd,
+		"- K = 100: during a retry round (not in the verdict)"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}

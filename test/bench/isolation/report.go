@@ -132,7 +132,11 @@ func (r *Result) WriteDetails(w io.Writer) {
 	frozen := r.Config.FrozenMode()
 	for _, row := range r.rows() {
 		p := row.p
-		fmt.Fprintf(w, "- K = %s: ", row.label)
+		label := row.label
+		if row.retry {
+			label = fmt.Sprint(p.K) // the text says the rest
+		}
+		fmt.Fprintf(w, "- K = %s: ", label)
 		switch {
 		case row.retry:
 			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
