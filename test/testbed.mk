@@ -48,14 +48,24 @@ plane: testbed testbed-cmd data-plane-deps ## Run a control plane in the foregro
 	$(BIN)/testbed up --nodes $(PLANE_NODES) --process-nodes $(PLANE_PROCESS_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
 		$(if $(wildcard $(PLANE_CRDS)/*.yaml),--crds $(PLANE_CRDS))
 
-# Flags of bench-isolation, e.g.
-# BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400".
+# Flags of bench-isolation and bench-isolation-frozen, e.g.
+# BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400",
+# or "--operator-arg=--workers=4" for hung primaries as many as the workers.
 BENCH_ISOLATION_ARGS ?=
 
 .PHONY: bench-isolation
 bench-isolation: testbed ## Healthy clusters' time to Running next to 0, 10, 100 stuck ones (issue 6); writes docs/isolation.md, fails above a 1.1 ratio.
 	cd test && $(GO) build -o $(BIN)/bench-isolation ./bench/cmd/bench-isolation
 	PGLOOP_BIN=$(BIN) $(BIN)/bench-isolation $(BENCH_ISOLATION_ARGS)
+
+# Values of K of bench-isolation-frozen: hung primaries, each a real Patroni
+# and PostgreSQL on the process node (docs/isolation.md says why so few).
+BENCH_ISOLATION_FROZEN ?= 0,4,8
+
+.PHONY: bench-isolation-frozen
+bench-isolation-frozen: testbed data-plane-deps ## Healthy clusters' time to Running next to 0, 4, 8 hung primaries, PostgreSQL frozen mid-sync (issue 13); writes docs/isolation.md, fails above a 1.1 ratio.
+	cd test && $(GO) build -o $(BIN)/bench-isolation ./bench/cmd/bench-isolation
+	PGLOOP_BIN=$(BIN) $(BIN)/bench-isolation --frozen=$(BENCH_ISOLATION_FROZEN) $(BENCH_ISOLATION_ARGS)
 
 ##@ Worker-design model
 

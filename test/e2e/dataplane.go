@@ -22,31 +22,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/test/kubelet"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
-// OnProcessNode makes a cluster run on the process node: PostgreSQL 15 (the
-// version Debian ships), tolerating the node's taint and required there,
-// with Patroni timings shortened for tests (a failover takes about ttl)
-// and replicas retrying the primary every second.
-func OnProcessNode(pg *v1.Postgresql) {
-	pg.Spec.PostgreSQL.Version = "15"
-	pg.Spec.PostgreSQL.Parameters = map[string]string{"wal_retrieve_retry_interval": "1s"}
-	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
-	pg.Spec.Tolerations = []corev1.Toleration{testbed.DataPlaneToleration()}
-	pg.Spec.NodeAffinity = &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key:      testbed.NodeLabel,
-				Operator: corev1.NodeSelectorOpIn,
-				Values:   []string{testbed.ProcessNodeLabelValue},
-			}}}},
-		},
-	}
-}
+// OnProcessNode is pgtest.OnProcessNode, under the name the suites use:
+// the cluster runs on the process node.
+var OnProcessNode = pgtest.OnProcessNode
 
 // ProcessNode returns the plane's process node.
 func (e *Env) ProcessNode(t testing.TB) testbed.ProcessNode {

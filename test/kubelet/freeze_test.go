@@ -145,17 +145,27 @@ func TestFreeze(t *testing.T) {
 		t.Errorf("frozen container status %+v, pod ready %v: want Running, not ready, no restart", cs, ready(st))
 	}
 
-	// Again: stopped processes stay stopped, nothing else happens.
+	// Again: stopped processes stay stopped, nothing else happens; the
+	// postmaster, stopped with its children, is not looked into again.
+	postmasters := in.postmasters()
+	for _, pm := range postmasters {
+		if !in.stopped[pm] {
+			t.Errorf("postmaster %d, stopped with its children, is not recorded as such: %v", pm, in.stopped)
+		}
+	}
 	in.reconcile(ctx, frozenPod)
 	waitStates(t, pids, stoppedOrGone, "stopped (T)")
 	if in.proc == nil || in.state.Phase != containerRunning {
 		t.Fatalf("a second freeze changed the instance: proc %v, phase %v", in.proc, in.state.Phase)
 	}
+	if len(postmasters) == 0 || len(in.stopped) != len(postmasters) || !in.allStopped() {
+		t.Errorf("stopped postmasters %v after a second freeze (all stopped: %v), want %v", in.stopped, in.allStopped(), postmasters)
+	}
 
 	// (d) Thawed: the same processes answer again.
 	in.reconcile(ctx, pod)
-	if in.frozen {
-		t.Fatal("reconcile of a pod without the annotation did not thaw the instance")
+	if in.frozen || in.stopped != nil {
+		t.Fatalf("reconcile of a pod without the annotation did not thaw the instance (frozen %v, stopped %v)", in.frozen, in.stopped)
 	}
 	// The backend of the connection that timed out may have exited since.
 	waitStates(t, pids, func(s byte) bool { return s != 'T' }, "resumed")

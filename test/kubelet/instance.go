@@ -53,7 +53,8 @@ type instance struct {
 	// Owned by run.
 	state     instanceState
 	proc      *process
-	frozen    bool // freeze stopped proc and its PostgreSQL; thaw, kill or a crash ends it
+	frozen    bool         // freeze stopped proc and its PostgreSQL; thaw, kill or a crash ends it
+	stopped   map[int]bool // postmasters freeze stopped with all their children, while frozen
 	back      backoff
 	restartAt time.Time
 	timer     *time.Timer
@@ -438,7 +439,7 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 func (in *instance) crashed(ex exitStatus) {
 	in.exited(ex)
 	in.killPostmasters()
-	in.frozen = false // SIGKILL ends stopped processes too
+	in.frozen, in.stopped = false, nil // SIGKILL ends stopped processes too
 	delay := in.back.crashed(ex.at.Sub(in.state.StartedAt))
 	in.restartAt = time.Now().Add(delay)
 	in.setTimer(delay)
@@ -483,7 +484,7 @@ func (in *instance) kill() {
 		}
 	}
 	in.killPostmasters()
-	in.frozen = false // SIGKILL ends stopped processes too
+	in.frozen, in.stopped = false, nil // SIGKILL ends stopped processes too
 }
 
 // killPostmasters kills the PostgreSQL servers running on the instance's

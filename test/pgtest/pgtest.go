@@ -1,6 +1,6 @@
 // Package pgtest holds what the end-to-end suites and the benchmarks share
-// about pgloop itself: a small valid cluster, the repository's root, and
-// the `pgloop operator` subprocess (operator.go).
+// about pgloop itself: a small valid cluster and one on the process node,
+// the repository's root, and the `pgloop operator` subprocess (operator.go).
 package pgtest
 
 import (
@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/test/testbed"
 )
 
 // Cluster returns a small valid cluster: team acid, PostgreSQL 17, a 1Gi
@@ -44,6 +46,27 @@ func Cluster(ns, name string, instances int32) *v1.Postgresql {
 func WithApp(pg *v1.Postgresql) {
 	pg.Spec.Users = map[string]v1.UserFlags{"app": {v1.FlagCreateDB}}
 	pg.Spec.Databases = map[string]string{"appdb": "app"}
+}
+
+// OnProcessNode makes a cluster run on the plane's process node
+// (docs/testbed.md, "Data plane"): PostgreSQL 15 (the version Debian
+// ships), tolerating the node's taint and required there, with Patroni
+// timings shortened for tests (a failover takes about ttl) and replicas
+// retrying the primary every second.
+func OnProcessNode(pg *v1.Postgresql) {
+	pg.Spec.PostgreSQL.Version = "15"
+	pg.Spec.PostgreSQL.Parameters = map[string]string{"wal_retrieve_retry_interval": "1s"}
+	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
+	pg.Spec.Tolerations = []corev1.Toleration{testbed.DataPlaneToleration()}
+	pg.Spec.NodeAffinity = &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key:      testbed.NodeLabel,
+				Operator: corev1.NodeSelectorOpIn,
+				Values:   []string{testbed.ProcessNodeLabelValue},
+			}}}},
+		},
+	}
 }
 
 // RepoRoot walks up from the working directory to pgloop's go.mod.

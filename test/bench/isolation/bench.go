@@ -7,6 +7,12 @@
 // create → Running time and the operator-added latency (last pod Ready →
 // status Running), and writes the table into docs/isolation.md.
 //
+// The frozen mode (Config.Frozen, issue 13; frozen.go) measures the same
+// next to K hung primaries instead: clusters running real Patroni and
+// PostgreSQL on the plane's process node, their PostgreSQL frozen while a
+// sync of their users is under way, so that each try of the sync holds an
+// executor worker until its connect deadline.
+//
 // Every wait is a watch (two informers: every Postgresql, and the healthy
 // namespace's pods) or, for the operator's quiet condition, its /metrics,
 // under a deadline; nothing sleeps for a fixed time. The command is
@@ -23,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +60,13 @@ type Config struct {
 	// Stuck are the numbers of stuck clusters measured, in increasing
 	// order, the first 0: the run adds stuck clusters to reach each.
 	Stuck []int
+	// Frozen, when set, are the numbers of hung primaries measured next
+	// to instead (the frozen mode; Stuck must then be empty: each mode has
+	// a plane of its own), in increasing order, the first 0. For each K,
+	// K clusters of one instance are made on the plane's process node,
+	// then frozen mid-sync (frozen.go); those of the previous K are
+	// deleted first, so that every K's are hung for the same short time.
+	Frozen []int
 	// Healthy is the number of healthy clusters measured per K, created
 	// one after another; WarmUp more are created first and not measured.
 	Healthy, WarmUp int
@@ -74,6 +88,10 @@ type Config struct {
 	// operator to be quiet; ClusterTimeout one healthy cluster's wait for
 	// Running.
 	StuckTimeout, QuietTimeout, ClusterTimeout time.Duration
+	// FrozenTimeout bounds each wait of a batch of frozen clusters: to be
+	// Running with their roles synced, to stop answering once frozen, to
+	// show their sync hung, and to be gone with their pods.
+	FrozenTimeout time.Duration
 	// RetryRound, when set, adds a measurement after the last K: the
 	// healthy clusters are created as soon as at least half of the stuck
 	// clusters' retry timers have fired together (a retry round: they
@@ -90,6 +108,12 @@ type Config struct {
 	Out io.Writer
 }
 
+// DefaultFrozen are the values of K of `make bench-isolation-frozen`: at
+// most half of the operator's default 16 workers (docs/isolation.md says
+// why), and as many real PostgreSQL servers as two cores start in a
+// minute.
+var DefaultFrozen = []int{0, 4, 8}
+
 // DefaultConfig is what `make bench-isolation` runs.
 func DefaultConfig() Config {
 	return Config{
@@ -103,6 +127,7 @@ func DefaultConfig() Config {
 		StuckTimeout:      3 * time.Minute,
 		QuietTimeout:      3 * time.Minute,
 		ClusterTimeout:    3 * time.Minute,
+		FrozenTimeout:     4 * time.Minute,
 		RetryRound:        true,
 		RetryRoundTimeout: 6 * time.Minute,
 		Out:               os.Stdout,
@@ -134,9 +159,10 @@ type Healthy struct {
 	Steps Samples
 }
 
-// Phase is the measurement with Stuck clusters stuck.
+// Phase is the measurement next to K clusters that cannot converge: stuck
+// ones, or in the frozen mode hung primaries.
 type Phase struct {
-	Stuck int
+	K int
 	// Retries is, for a measurement during a retry round, how many retry
 	// timers had fired in the round when it began.
 	Retries int
@@ -156,6 +182,26 @@ type Phase struct {
 	// the operator's metrics counted during it.
 	Window     time.Duration
 	Background Samples
+	// PeakRunning and PeakWaiting are the most plans seen running on the
+	// executor's workers, and waiting for their cluster's running plan or
+	// a free worker, during the window (/metrics read every 250ms).
+	PeakRunning, PeakWaiting int
+	// CPU is what the machine's CPUs did during the window.
+	CPU CPU
+
+	// In the frozen mode: ReadyAfter is how long the K frozen clusters
+	// took from the first Create to all Running with their roles synced
+	// and configuration applied; HungAfter from the first freeze to all
+	// showing their sync hung, HungMessage one of them saying so;
+	// HungAtEnd how many still did at the end of the window.
+	ReadyAfter, HungAfter time.Duration
+	HungMessage           string
+	HungAtEnd             int
+	// Unfrozen is, in the frozen mode, the measurement next to the same K
+	// clusters Running, before they were frozen: what K real Patroni and
+	// PostgreSQL cost the healthy clusters without a hung primary (not in
+	// the verdict).
+	Unfrozen *Phase
 }
 
 // ToRunning summarizes the phase's create → Running times.
@@ -207,8 +253,11 @@ type Result struct {
 	// changes), GoVersion the toolchain's.
 	Revision, GoVersion string
 	// OperatorFlags are the operator's flags, without the run's
-	// kubeconfig and namespaces.
+	// kubeconfig and namespaces. HungFlags, in the frozen mode, are those
+	// that bound what a hung primary costs, as in effect: from
+	// OperatorFlags, else the defaults the operator's --help shows.
 	OperatorFlags []string
+	HungFlags     string
 	Phases        []Phase
 	// RetryRound is the measurement during a retry round of the stuck
 	// clusters (Config.RetryRound), nil when not made or no round came.
@@ -264,21 +313,72 @@ type bench struct {
 	stuckNS   []string // by stuckWay
 	stuck     []string // keys of the stuck clusters so far
 	stuckWay  []int    // their way, by index
+
+	frozenNS string   // in the frozen mode
+	frozen   []string // keys of the current K's frozen clusters
+
+	// cpu says whose the processes are whose CPU each window counts.
+	cpu cpuOwners
 }
 
 func (b *bench) logf(format string, args ...any) {
 	fmt.Fprintf(b.out, "[%6.1fs] %s\n", time.Since(b.began).Seconds(), fmt.Sprintf(format, args...))
 }
 
+// FrozenMode reports whether the run measures next to hung primaries
+// rather than stuck clusters.
+func (c *Config) FrozenMode() bool { return len(c.Frozen) > 0 }
+
+// Ks are the values of K the run measures: Frozen in the frozen mode, else
+// Stuck.
+func (c *Config) Ks() []int {
+	if c.FrozenMode() {
+		return c.Frozen
+	}
+	return c.Stuck
+}
+
+// Check reports what makes a configuration unusable.
+func (c *Config) Check() error {
+	if c.FrozenMode() && len(c.Stuck) > 0 {
+		return fmt.Errorf("stuck clusters (%v) and frozen ones (%v) in one run: each mode runs on a plane of its own", c.Stuck, c.Frozen)
+	}
+	what := "stuck"
+	if c.FrozenMode() {
+		what = "frozen"
+	}
+	if ks := c.Ks(); len(ks) == 0 || ks[0] != 0 || !slices.IsSorted(ks) || slices.ContainsFunc(ks, func(k int) bool { return k < 0 }) {
+		return fmt.Errorf("the %s counts must start at 0 and increase, got %v", what, ks)
+	}
+	if c.Healthy < 1 || c.Instances < 1 {
+		return errors.New("at least one healthy cluster of at least one instance is needed")
+	}
+	return nil
+}
+
+// ParseCounts reads a comma-separated list of counts, "0,10,100"; an empty
+// or blank string is none.
+func ParseCounts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("not a list of counts: %q: %w", s, err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
 // Run runs the bench. It stops everything it started before it returns,
 // also when ctx is cancelled (Ctrl-C) or a step fails. The Result is
 // returned with an error too, filled as far as the run went.
 func Run(ctx context.Context, cfg Config) (res *Result, err error) {
-	if len(cfg.Stuck) == 0 || cfg.Stuck[0] != 0 || !slices.IsSorted(cfg.Stuck) {
-		return nil, fmt.Errorf("the stuck counts must start at 0 and increase, got %v", cfg.Stuck)
-	}
-	if cfg.Healthy < 1 || cfg.Instances < 1 {
-		return nil, errors.New("at least one healthy cluster of at least one instance is needed")
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
@@ -317,7 +417,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	b.logf("built pgloop")
 
-	plane, err := testbed.Start(ctx, testbed.Options{Nodes: cfg.Nodes, KeepDir: cfg.WorkDir != "", TempDir: cfg.WorkDir})
+	opts := testbed.Options{Nodes: cfg.Nodes, KeepDir: cfg.WorkDir != "", TempDir: cfg.WorkDir}
+	if cfg.FrozenMode() {
+		// The frozen clusters run real Patroni and PostgreSQL; the
+		// taint keeps the healthy ones on kwok's nodes.
+		opts.ProcessNodes, opts.TaintProcessNodes = 1, true
+	}
+	plane, err := testbed.Start(ctx, opts)
 	if err != nil {
 		return res, fmt.Errorf("while starting the control plane: %w", err)
 	}
@@ -330,7 +436,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		b.logf("plane stopped")
 	}()
-	b.logf("plane up in %v (%d nodes)", plane.StartupTime.Round(time.Millisecond), cfg.Nodes)
+	b.logf("plane up in %v (%d nodes, %d process nodes)", plane.StartupTime.Round(time.Millisecond), cfg.Nodes, opts.ProcessNodes)
+	b.cpu.planeDir = plane.Dir
+	if nodes := plane.ProcessNodes(); len(nodes) > 0 {
+		b.cpu.root = nodes[0].Root
+	}
 	if err := b.setup(ctx, plane); err != nil {
 		return res, err
 	}
@@ -357,14 +467,25 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 
 	// The operator.
 	namespaces := append([]string{b.healthyNS}, b.stuckNS...)
+	if b.frozenNS != "" {
+		namespaces = append(namespaces, b.frozenNS)
+	}
 	res.OperatorFlags = append([]string{"--leader-elect=false", "--health-addr=127.0.0.1:0", "--log-format=json", "--log-level=info",
 		"--create-timeout=" + cfg.CreateTimeout.String()}, cfg.OperatorArgs...)
+	if cfg.FrozenMode() {
+		help, err := exec.CommandContext(ctx, bin, "operator", "--help").CombinedOutput()
+		if err != nil {
+			return res, fmt.Errorf("pgloop operator --help: %w\n%s", err, help)
+		}
+		res.HungFlags = inEffect(res.OperatorFlags, helpDefaults(string(help), hungFlagNames))
+	}
 	args := []string{"operator", "--kubeconfig", plane.Kubeconfig, "--namespace", strings.Join(namespaces, ",")}
 	args = append(args, res.OperatorFlags...)
 	op, err := startOperator(bin, args, filepath.Join(workDir, "operator.log"))
 	if err != nil {
 		return res, err
 	}
+	b.cpu.operator = op.PID()
 	defer func() {
 		if serr := op.stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -395,6 +516,25 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
 	}()
+	// Frozen clusters left by a failed run are thawed and deleted while
+	// the operator still runs to remove their finalizers, so that the
+	// process kubelet has no pod left when the plane stops. Without an
+	// operator, the plane's Stop stops them anyway.
+	defer func() {
+		if len(b.frozen) == 0 {
+			return
+		}
+		select {
+		case <-op.Exited():
+			return
+		default:
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 2*cfg.FrozenTimeout)
+		defer cancel()
+		if cerr := b.dropFrozen(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("while removing the frozen clusters: %w", cerr))
+		}
+	}()
 
 	// Warm-up: the operator's first clusters pay for cold connections
 	// and caches.
@@ -406,8 +546,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		b.logf("warm-up %s: Running in %v", h.Name, h.ToRunning.Round(time.Millisecond))
 	}
 
-	for _, k := range cfg.Stuck {
-		phase, err := b.phase(ctx, k)
+	for _, k := range cfg.Ks() {
+		measure := b.phase
+		if cfg.FrozenMode() {
+			measure = b.frozenPhase
+		}
+		phase, err := measure(ctx, k)
 		if len(phase.Clusters) > 0 {
 			res.Phases = append(res.Phases, phase)
 		}
@@ -416,6 +560,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 		b.logf("K=%d: healthy create → Running median %v, p99 %v; last pod Ready → Running median %v, p99 %v",
 			k, ms(phase.ToRunning().Median), ms(phase.ToRunning().P99), ms(phase.ReadyToRunning().Median), ms(phase.ReadyToRunning().P99))
+	}
+	if cfg.FrozenMode() {
+		return res, b.dropFrozen(ctx)
 	}
 	if k := cfg.Stuck[len(cfg.Stuck)-1]; cfg.RetryRound && k > 0 {
 		phase, found, err := b.retryRound(ctx, k)
@@ -434,7 +581,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 // once, while the round's plans run. /metrics is read every 100ms. It
 // reports false when no round came within RetryRoundTimeout.
 func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
-	p := Phase{Stuck: k}
+	p := Phase{K: k}
 	retries := func(s Samples) float64 { return s.Sum("pgloop_transitions_total", `event="retry"`) }
 	threshold := float64((k + 1) / 2)
 	b.logf("K=%d: waiting for a retry round of the stuck clusters (at least %.0f retry timers firing within 2s)", k, threshold)
@@ -501,6 +648,10 @@ func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
 	if b.healthyNS, err = testbed.CreateNamespace(ctx, b.kube, "healthy"); err != nil {
 		return err
 	}
+	if b.cfg.FrozenMode() {
+		b.frozenNS, err = testbed.CreateNamespace(ctx, b.kube, "frozen")
+		return err
+	}
 	for _, way := range stuckWays {
 		ns, err := testbed.CreateNamespace(ctx, b.kube, "stuck-"+way.name)
 		if err != nil {
@@ -519,7 +670,7 @@ func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
 // phase adds stuck clusters up to k, waits until they are all Degraded and
 // the operator is quiet, and measures the healthy clusters.
 func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
-	p := Phase{Stuck: k}
+	p := Phase{K: k}
 	if add := k - len(b.stuck); add > 0 {
 		began := time.Now()
 		for i := len(b.stuck); i < k; i++ {
@@ -568,24 +719,61 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 			p.States[s] = n
 		}
 	}
+	peaks := b.samplePeaks(ctx)
+	cpuBefore := sampleCPU(b.cpu)
 	start := time.Now()
 	for i := range b.cfg.Healthy {
 		h, err := b.healthy(ctx, fmt.Sprintf("healthy-k%s-%02d", tag, i))
 		h.Start -= start.Sub(b.began)
 		if err != nil {
+			peaks()
 			return err
 		}
 		p.Clusters = append(p.Clusters, h)
 		b.logf("K=%d: %s Running in %v (segments %s; last pod Ready → Running %v; operator ran %s meanwhile)",
-			p.Stuck, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
+			p.K, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
 	}
 	p.Window = time.Since(start)
+	p.CPU = cpuBetween(cpuBefore, sampleCPU(b.cpu))
+	p.PeakRunning, p.PeakWaiting = peaks()
 	after, err := b.metrics.scrape(ctx)
 	if err != nil {
 		return err
 	}
 	p.Background = Delta(before, after)
 	return nil
+}
+
+// samplePeaks reads the operator's /metrics every 250ms (the executor's
+// gauges have no watch) until the function it returns is called, which
+// returns the most plans seen running and waiting for a worker.
+func (b *bench) samplePeaks(ctx context.Context) func() (running, waiting int) {
+	ctx, cancel := context.WithCancel(ctx)
+	var run, wait float64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			// A failed scrape is no peak; the measurement's own
+			// scrapes report a dead operator.
+			if s, err := b.metrics.scrape(ctx); err == nil {
+				run = max(run, s.Get("pgloop_loop_plans_running"))
+				wait = max(wait, s.Get("pgloop_loop_plans_waiting"))
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() (int, int) {
+		cancel()
+		<-done
+		return int(run), int(wait)
+	}
 }
 
 // waitStuck waits until every stuck cluster is Degraded with its cause in

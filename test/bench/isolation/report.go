@@ -6,18 +6,31 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"time"
+
+	"github.com/pgloop/pgloop/test/kubelet"
 )
 
-// Key names a run's operator configuration in docs/isolation.md: its extra
-// operator flags, or "defaults".
+// Key names a run's section in docs/isolation.md: its extra operator
+// flags, or "defaults", after "frozen: " in the frozen mode.
 func (r *Result) Key() string {
-	if len(r.Config.OperatorArgs) == 0 {
-		return "defaults"
+	key := "defaults"
+	if len(r.Config.OperatorArgs) > 0 {
+		key = strings.Join(r.Config.OperatorArgs, " ")
 	}
-	return strings.Join(r.Config.OperatorArgs, " ")
+	if r.Config.FrozenMode() {
+		key = "frozen: " + key
+	}
+	return key
+}
+
+// what is what the run's K counts: "stuck" or "frozen" clusters.
+func (r *Result) what() string {
+	if r.Config.FrozenMode() {
+		return "frozen"
+	}
+	return "stuck"
 }
 
 // Pass reports whether the ratio is within Config.MaxRatio.
@@ -28,93 +41,184 @@ func (r *Result) Pass() bool {
 
 // Verdict says whether the run passed, and why not.
 func (r *Result) Verdict() string {
-	if len(r.Phases) < len(r.Config.Stuck) {
-		return fmt.Sprintf("INCOMPLETE: the run stopped after %d of %d values of K", len(r.Phases), len(r.Config.Stuck))
+	if len(r.Phases) < len(r.Config.Ks()) {
+		return fmt.Sprintf("INCOMPLETE: the run stopped after %d of %d values of K", len(r.Phases), len(r.Config.Ks()))
 	}
 	last, first := r.Phases[len(r.Phases)-1], r.Phases[0]
 	ratio := r.Ratio()
-	what := fmt.Sprintf("ratio of the healthy median with K = %d (%v) to K = 0 (%v) is %.2f",
-		last.Stuck, ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
-	if r.Pass() {
-		return fmt.Sprintf("PASS: %s, at most %.2f", what, r.Config.MaxRatio)
+	what := fmt.Sprintf("ratio of the healthy median with K = %d %s (%v) to K = 0 (%v) is %.2f",
+		last.K, r.what(), ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
+	// The frozen mode's control, for the reader: what the hang adds to
+	// the data plane's own cost.
+	also := ""
+	if u := last.Unfrozen; u != nil {
+		also = fmt.Sprintf(" (to the same %d clusters Running, none frozen (%v): %.2f)",
+			last.K, ms(u.ToRunning().Median), Ratio(last.ToRunning().Median, u.ToRunning().Median))
 	}
-	return fmt.Sprintf("FAIL: %s, above %.2f", what, r.Config.MaxRatio)
+	if r.Pass() {
+		return fmt.Sprintf("PASS: %s, at most %.2f%s", what, r.Config.MaxRatio, also)
+	}
+	return fmt.Sprintf("FAIL: %s, above %.2f%s", what, r.Config.MaxRatio, also)
+}
+
+// row is one measurement as the tables show it, in the order they show
+// them.
+type row struct {
+	label string
+	p     *Phase
+	// retry marks the stuck mode's retry round; unfrozen the frozen
+	// mode's measurement next to its K clusters before they were frozen,
+	// of the frozen phase parent.
+	retry, unfrozen bool
+	parent          *Phase
+}
+
+// rows lists the run's measurements: per K, in the frozen mode, the one
+// next to the K clusters Running, then the one with them hung; the retry
+// round last.
+func (r *Result) rows() []row {
+	var out []row
+	for i := range r.Phases {
+		p := &r.Phases[i]
+		if p.Unfrozen != nil {
+			out = append(out, row{label: fmt.Sprintf("%d Running, none frozen", p.K), p: p.Unfrozen, unfrozen: true, parent: p})
+		}
+		out = append(out, row{label: fmt.Sprint(p.K), p: p})
+	}
+	if r.RetryRound != nil {
+		out = append(out, row{label: fmt.Sprintf("%d, during a retry round", r.RetryRound.K), p: r.RetryRound, retry: true})
+	}
+	return out
 }
 
 // WriteTable writes the Markdown table of the run.
 func (r *Result) WriteTable(w io.Writer) {
-	fmt.Fprintln(w, "| K stuck | healthy create → Running, median | p99 (= max) | ratio to K = 0 | last pod Ready → Running, median | p99 (= max) | labelled → Running, median | p99 (= max) |")
+	fmt.Fprintf(w, "| K %s | healthy create → Running, median | p99 (= max) | ratio to K = 0 | last pod Ready → Running, median | p99 (= max) | labelled → Running, median | p99 (= max) |\n", r.what())
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|")
-	var base time.Duration
-	row := func(label string, p *Phase) {
-		run, ready, lab := p.ToRunning(), p.ReadyToRunning(), p.LabelledToRunning()
-		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", label,
+	if len(r.Phases) == 0 {
+		return
+	}
+	base := r.Phases[0].ToRunning().Median
+	for _, row := range r.rows() {
+		run, ready, lab := row.p.ToRunning(), row.p.ReadyToRunning(), row.p.LabelledToRunning()
+		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", row.label,
 			ms(run.Median), ms(run.P99), Ratio(run.Median, base), ms(ready.Median), ms(ready.P99), ms(lab.Median), ms(lab.P99))
-	}
-	for i := range r.Phases {
-		if i == 0 {
-			base = r.Phases[0].ToRunning().Median
-		}
-		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
-	}
-	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
 	}
 }
 
 // WriteSegments writes where the healthy clusters' time went: the median
 // of each segment between what the bench's watches saw, per K.
 func (r *Result) WriteSegments(w io.Writer) {
-	fmt.Fprint(w, "| K stuck |")
+	fmt.Fprintf(w, "| K %s |", r.what())
 	for _, n := range segmentNames {
 		fmt.Fprintf(w, " %s |", n)
 	}
 	fmt.Fprintln(w, " pgloop's share (first + last) |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
-	row := func(label string, p *Phase) {
-		fmt.Fprintf(w, "| %s |", label)
+	for _, row := range r.rows() {
+		fmt.Fprintf(w, "| %s |", row.label)
 		for i := range segmentNames {
-			fmt.Fprintf(w, " %v |", ms(p.Segment(i).Median))
+			fmt.Fprintf(w, " %v |", ms(row.p.Segment(i).Median))
 		}
-		share := Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
+		share := Summarize(collect(row.p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
 		fmt.Fprintf(w, " %v |\n", ms(share.Median))
-	}
-	for i := range r.Phases {
-		row(fmt.Sprint(r.Phases[i].Stuck), &r.Phases[i])
-	}
-	if r.RetryRound != nil {
-		row(fmt.Sprintf("%d, during a retry round", r.RetryRound.Stuck), r.RetryRound)
 	}
 }
 
-// WriteDetails writes, per K, how the stuck clusters were stuck, the
-// settle time, and what the operator did during the measurements.
+// WriteDetails writes, per K, how the stuck clusters were stuck or the
+// frozen ones hung, the settle time, and what the operator and the CPUs
+// did during the measurements.
 func (r *Result) WriteDetails(w io.Writer) {
-	phases := r.Phases
-	if r.RetryRound != nil {
-		phases = append(slices.Clone(phases), *r.RetryRound)
-	}
-	for i, p := range phases {
-		fmt.Fprintf(w, "- K = %d: ", p.Stuck)
-		if i == len(r.Phases) {
+	frozen := r.Config.FrozenMode()
+	for _, row := range r.rows() {
+		p := row.p
+		label := row.label
+		if row.retry {
+			label = fmt.Sprint(p.K) // the text says the rest
+		}
+		fmt.Fprintf(w, "- K = %s: ", label)
+		switch {
+		case row.retry:
 			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
-		} else if p.Stuck > 0 {
+		case row.unfrozen:
+			fmt.Fprintf(w, "the %d clusters on the process node Running with roles synced and configuration applied %v after the first Create; measured at once (their Patroni's writes never let the operator be quiet), not in the verdict; ",
+				p.K, ms(row.parent.ReadyAfter))
+		case frozen && p.K > 0:
+			fmt.Fprintf(w, "then all hung mid-sync %v after the first freeze (RolesSynced: %q); measured at once (their retries never let the operator be quiet); ",
+				ms(p.HungAfter), p.HungMessage)
+		case p.K > 0:
 			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", ms(p.StuckAfter))
 		}
 		switch {
-		case i == len(r.Phases):
+		case row.retry || row.unfrozen || frozen && p.K > 0:
 		case p.Quiet:
 			fmt.Fprintf(w, "operator quiet after %v; ", ms(p.Settle))
 		default:
 			fmt.Fprintf(w, "operator not quiet within %v (measured anyway); ", ms(p.Settle))
 		}
-		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s",
-			p.Load, states(p.States), len(p.Clusters), ms(p.Window), stepCounts(p.Background), meanLag(p.Background))
+		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running on the executor's workers and %d waiting (for their cluster's running plan or a free worker)",
+			p.Load, states(p.States), len(p.Clusters), ms(p.Window), stepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
+		if frozen && p.K > 0 && !row.unfrozen {
+			fmt.Fprintf(w, "; %d of the %d frozen clusters still hung at the end", p.HungAtEnd, p.K)
+		}
 		if n := countVia(p.Clusters); n > 0 {
 			fmt.Fprintf(w, "; %d healthy clusters passed through Degraded (their create timeout passed)", n)
 		}
-		fmt.Fprintln(w, ".")
+		fmt.Fprintf(w, "; CPU: %s.\n", p.CPU.describe(r.Nproc, frozen))
 	}
+}
+
+// hungFlagNames are the operator's flags that bound what a hung primary
+// costs.
+var hungFlagNames = []string{"workers", "sql-connect-timeout", "sql-statement-timeout", "in-database-timeout", "retry-base", "retry-max"}
+
+// helpDefaults returns, for each of names that has one, the default that
+// the operator's --help shows for it: "(default X)" at the end of the line
+// of the flag (pflag's layout), as (name, X).
+func helpDefaults(help string, names []string) [][2]string {
+	var out [][2]string
+	for _, name := range names {
+		for line := range strings.Lines(help) {
+			f := strings.Fields(line)
+			if len(f) == 0 || f[0] != "--"+name {
+				continue
+			}
+			line = strings.TrimSpace(line)
+			if i := strings.LastIndex(line, "(default "); i >= 0 && strings.HasSuffix(line, ")") {
+				out = append(out, [2]string{name, strings.Trim(line[i+len("(default "):len(line)-1], `"`)})
+			}
+			break
+		}
+	}
+	return out
+}
+
+// inEffect renders each of defaults (flag name, value) as --name=value,
+// the value taken from the last --name=value of flags when there is one.
+func inEffect(flags []string, defaults [][2]string) string {
+	parts := make([]string, 0, len(defaults))
+	for _, d := range defaults {
+		value := d[1]
+		for _, f := range flags {
+			if v, ok := strings.CutPrefix(f, "--"+d[0]+"="); ok {
+				value = v
+			}
+		}
+		parts = append(parts, "--"+d[0]+"="+value)
+	}
+	return strings.Join(parts, " ")
+}
+
+// describe renders what the CPUs did, for the details: the process node's
+// groups only with one.
+func (c CPU) describe(nproc int, processNode bool) string {
+	s := func(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
+	out := fmt.Sprintf("%.2f of %d cores busy on average (%s of CPU time): the operator %s, the control plane %s",
+		c.Busy, nproc, s(c.Used), s(c.Operator), s(c.ControlPlane))
+	if processNode {
+		out += fmt.Sprintf(", the process kubelet %s, Patroni and PostgreSQL %s", s(c.Kubelet), s(c.DataPlane))
+	}
+	return out + fmt.Sprintf(", the bench %s, others %s", s(c.Bench), s(c.Others))
 }
 
 func countVia(hs []Healthy) int {
@@ -152,13 +256,9 @@ func meanLag(d Samples) string {
 func (r *Result) WriteClusters(w io.Writer) {
 	fmt.Fprintln(w, "| K | cluster | created at | create → Running | segments | last pod Ready → Running | path | effect steps meanwhile |")
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---|")
-	phases := r.Phases
-	if r.RetryRound != nil {
-		phases = append(slices.Clone(phases), *r.RetryRound)
-	}
-	for _, p := range phases {
-		for _, h := range p.Clusters {
-			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", p.Stuck, h.Name, ms(h.Start), ms(h.ToRunning),
+	for _, row := range r.rows() {
+		for _, h := range row.p.Clusters {
+			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", row.p.K, h.Name, ms(h.Start), ms(h.ToRunning),
 				segments(h), ms(h.ReadyToRunning), h.Via, stepCounts(h.Steps))
 		}
 	}
@@ -169,13 +269,29 @@ func (r *Result) Section() string {
 	var b bytes.Buffer
 	cfg := r.Config
 	fmt.Fprintf(&b, "%s%q -->\n", sectionBegin, r.Key())
-	fmt.Fprintf(&b, "### Operator flags: %s\n\n", r.Key())
+	if cfg.FrozenMode() {
+		flags, _ := strings.CutPrefix(r.Key(), "frozen: ")
+		fmt.Fprintf(&b, "### Hung primaries (frozen mode), operator flags: %s\n\n", flags)
+	} else {
+		fmt.Fprintf(&b, "### Operator flags: %s\n\n", r.Key())
+	}
 	fmt.Fprintf(&b, "Measured %s (took %v) at revision %s, %s, on %d CPUs; load average %s at the start, %s at the end.\n\n",
 		r.Start.UTC().Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second), r.Revision, r.GoVersion, r.Nproc, r.LoadStart, r.LoadEnd)
-	fmt.Fprintf(&b, "Operator: `pgloop operator --kubeconfig … --namespace <the 4 namespaces> %s`. "+
-		"Plane: %d kwok nodes. Per K, %d healthy clusters of %d instance(s), created one after another (after %d warm-up clusters at the start of the run); "+
-		"stuck clusters of 1 instance, a third each unschedulable by node affinity, by CPU, and refused by a quota of 0 pods.\n\n",
-		strings.Join(r.OperatorFlags, " "), cfg.Nodes, cfg.Healthy, cfg.Instances, cfg.WarmUp)
+	if cfg.FrozenMode() {
+		fmt.Fprintf(&b, "Operator: `pgloop operator --kubeconfig … --namespace <the 2 namespaces> %s`; in effect for a hung primary: `%s`. "+
+			"Plane: %d kwok nodes and a process node (test/kubelet: real Patroni and PostgreSQL 15). "+
+			"Per K, %d healthy clusters of %d instance(s) on kwok's nodes, created one after another (after %d warm-up clusters at the start of the run); "+
+			"before them, K clusters of 1 instance on the process node (user app, database appdb), made anew for each K, each Running with RolesSynced and ConfigApplied True, "+
+			"then its PostgreSQL frozen (`%s: %s`: its pod stays Ready, SQL connections hang after the TCP handshake) and a user `late` added to its spec; "+
+			"measured as soon as every one shows RolesSynced False, %q.\n\n",
+			strings.Join(r.OperatorFlags, " "), r.HungFlags, cfg.Nodes, cfg.Healthy, cfg.Instances, cfg.WarmUp,
+			kubelet.FreezeAnnotation, kubelet.FreezePostgres, hungWords)
+	} else {
+		fmt.Fprintf(&b, "Operator: `pgloop operator --kubeconfig … --namespace <the 4 namespaces> %s`. "+
+			"Plane: %d kwok nodes. Per K, %d healthy clusters of %d instance(s), created one after another (after %d warm-up clusters at the start of the run); "+
+			"stuck clusters of 1 instance, a third each unschedulable by node affinity, by CPU, and refused by a quota of 0 pods.\n\n",
+			strings.Join(r.OperatorFlags, " "), cfg.Nodes, cfg.Healthy, cfg.Instances, cfg.WarmUp)
+	}
 	r.WriteTable(&b)
 	fmt.Fprintf(&b, "\n**%s**\n\nWhere the time went (medians of each segment, between the local times at which the bench's watches saw each thing first):\n\n", r.Verdict())
 	r.WriteSegments(&b)
@@ -276,6 +392,7 @@ until their resync, 10 minutes) during the later ones.
 ` + "```sh" + `
 make bench-isolation                   # builds the plane's binaries first if missing (make testbed)
 make bench-isolation BENCH_ISOLATION_ARGS="--operator-arg=--kube-qps=200 --operator-arg=--kube-burst=400"
+make bench-isolation-frozen            # next to K = 0, 4, 8 hung primaries (real PostgreSQL frozen mid-sync)
 ` + "```" + `
 
 Each configuration of operator flags has its own section below, replaced by the next run with the

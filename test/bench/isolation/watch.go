@@ -3,6 +3,7 @@ package isolation
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,10 @@ import (
 type seen struct {
 	state, message string
 	gone           bool
+	// current is whether the status is of the spec's generation.
+	current bool
+	// conditions are the status's conditions by type.
+	conditions map[string]condition
 	// running is when the watch first saw status.state Running for the
 	// current generation.
 	running time.Time
@@ -42,6 +47,35 @@ type seen struct {
 	// last pod's Ready. labelled is when, besides, one of them carried
 	// the master role label (the labeller's patch seen).
 	allReady, labelled time.Time
+}
+
+// condition is what the bench reads of a status condition.
+type condition struct {
+	status  metav1.ConditionStatus
+	message string
+}
+
+// synced reports whether a cluster runs its current spec with its roles
+// and databases synced and its configuration applied: what a frozen
+// cluster must reach before its PostgreSQL is frozen.
+func synced(s *seen) bool {
+	return s != nil && !s.gone && s.state == fsm.Running && s.current &&
+		s.conditions[v1.ConditionRolesSynced].status == metav1.ConditionTrue &&
+		s.conditions[v1.ConditionConfigApplied].status == metav1.ConditionTrue
+}
+
+// hungWords is how pkg/pgsql says that PostgreSQL did not answer a
+// connection or a statement within its deadline.
+const hungWords = "did not answer within"
+
+// hung reports whether a cluster's last sync of roles timed out: RolesSynced
+// False, saying the primary did not answer within a deadline.
+func hung(s *seen) bool {
+	if s == nil || s.gone {
+		return false
+	}
+	c := s.conditions[v1.ConditionRolesSynced]
+	return c.status == metav1.ConditionFalse && strings.Contains(c.message, hungWords)
 }
 
 // tracker records what three informers see: every Postgresql of the plane,
@@ -92,6 +126,11 @@ func (t *tracker) onCluster(obj any, deleted bool) {
 	defer t.mu.Unlock()
 	s := t.get(pg.Namespace + "/" + pg.Name)
 	s.state, s.message, s.gone = pg.Status.State, pg.Status.Message, deleted
+	s.current = pg.Status.ObservedGeneration >= pg.Generation
+	s.conditions = make(map[string]condition, len(pg.Status.Conditions))
+	for _, c := range pg.Status.Conditions {
+		s.conditions[c.Type] = condition{status: c.Status, message: c.Message}
+	}
 	if s.running.IsZero() && pg.Status.State == fsm.Running && pg.Status.ObservedGeneration >= pg.Generation {
 		s.running = now
 	}

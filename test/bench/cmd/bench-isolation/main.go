@@ -6,7 +6,12 @@
 // median with the most stuck clusters to the one with none exceeds
 // --max-ratio.
 //
+// With --frozen it measures next to hung primaries instead (issue 13): K
+// clusters running real Patroni and PostgreSQL on a process node, their
+// PostgreSQL frozen while a sync of their users is under way.
+//
 //	make bench-isolation
+//	make bench-isolation-frozen   # --frozen=0,4,8
 //	cd test && go run ./bench/cmd/bench-isolation [flags]
 //
 // The plane's binaries come from $PGLOOP_BIN, else bin/ of the repository
@@ -38,7 +43,11 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	cfg := isolation.DefaultConfig()
-	stuck := flag.String("stuck", "0,10,100", "numbers of stuck clusters to measure next to, increasing from 0")
+	stuck := flag.String("stuck", "0,10,100", "numbers of stuck clusters to measure next to, increasing from 0 (none when --frozen is given)")
+	frozen := flag.String("frozen", "", "numbers of hung primaries to measure next to instead, increasing from 0, e.g. "+
+		counts(isolation.DefaultFrozen)+" (make bench-isolation-frozen): clusters of real Patroni and PostgreSQL on a process node "+
+		"(make data-plane-deps), frozen mid-sync")
+	flag.DurationVar(&cfg.FrozenTimeout, "frozen-timeout", cfg.FrozenTimeout, "bound of each wait of a batch of frozen clusters (Running and synced, frozen, hung, gone)")
 	flag.IntVar(&cfg.Healthy, "healthy", cfg.Healthy, "healthy clusters measured per number of stuck clusters, created one after another")
 	flag.IntVar(&cfg.WarmUp, "warmup", cfg.WarmUp, "healthy clusters created, not measured, before the first measurement")
 	flag.IntVar(&cfg.Instances, "instances", cfg.Instances, "instances of each healthy cluster")
@@ -56,21 +65,47 @@ func main() {
 	flag.StringVar(&cfg.Revision, "revision", "", "revision to record for the operator (default: git's, of --source)")
 	flag.Parse()
 	cfg.OperatorArgs = opArgs
+	stuckSet := false
+	flag.Visit(func(f *flag.Flag) { stuckSet = stuckSet || f.Name == "stuck" })
 
-	if err := run(cfg, *stuck, *doc, *src, *timeout); err != nil {
+	var err error
+	if cfg.Stuck, cfg.Frozen, err = modes(*stuck, *frozen, stuckSet); err == nil {
+		err = run(cfg, *doc, *src, *timeout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-isolation:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg isolation.Config, stuck, doc, src string, timeout time.Duration) error {
-	cfg.Stuck = nil
-	for f := range strings.SplitSeq(stuck, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return fmt.Errorf("--stuck: %w", err)
-		}
-		cfg.Stuck = append(cfg.Stuck, k)
+// modes reads --stuck and --frozen: the frozen mode measures no stuck
+// clusters unless --stuck is given too (set is whether it was), which
+// isolation.Config.Check then refuses.
+func modes(stuck, frozen string, set bool) (stuckKs, frozenKs []int, err error) {
+	if frozenKs, err = isolation.ParseCounts(frozen); err != nil {
+		return nil, nil, fmt.Errorf("--frozen: %w", err)
+	}
+	if len(frozenKs) > 0 && !set {
+		return nil, frozenKs, nil
+	}
+	if stuckKs, err = isolation.ParseCounts(stuck); err != nil {
+		return nil, nil, fmt.Errorf("--stuck: %w", err)
+	}
+	return stuckKs, frozenKs, nil
+}
+
+// counts renders a list of counts as ParseCounts reads it.
+func counts(ks []int) string {
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = strconv.Itoa(k)
+	}
+	return strings.Join(parts, ",")
+}
+
+func run(cfg isolation.Config, doc, src string, timeout time.Duration) error {
+	if err := cfg.Check(); err != nil {
+		return err
 	}
 	repo, err := pgtest.RepoRoot()
 	if err != nil {
