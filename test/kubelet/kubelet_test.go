@@ -192,12 +192,15 @@ func TestKubelet(t *testing.T) {
 	step("%s frozen: TCP connects, but PostgreSQL and Patroni do not answer within %v", leader, frozenTimeout)
 	setAnnotation(ctx, t, cs, ns, leader, kubelet.FreezeAnnotation, false)
 	thawed := time.Now()
-	if err := selectOne(ctx, ip, password, 10*time.Second); err != nil {
-		t.Errorf("query to thawed %s: %v", ip, err)
-	}
+	// Ready first: Patroni, resumed, may find its PostgreSQL answered
+	// nothing for a while and restart it (seen under load); the pod's
+	// readiness says when it serves again, and then it answers.
 	ready, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)
 	if err != nil {
 		t.Fatal(k.failure(err))
+	}
+	if err := selectOne(ctx, ip, password, 10*time.Second); err != nil {
+		t.Errorf("query to thawed %s, Ready again: %v", ip, err)
 	}
 	if s := containerStatus(ready); s.ContainerID != beforeFreeze.ContainerID || s.RestartCount != beforeFreeze.RestartCount {
 		t.Errorf("container status after the thaw = %+v, want %s, %d restarts", s, beforeFreeze.ContainerID, beforeFreeze.RestartCount)
