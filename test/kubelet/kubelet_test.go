@@ -194,13 +194,20 @@ func TestKubelet(t *testing.T) {
 	thawed := time.Now()
 	// Ready first: Patroni, resumed, may find its PostgreSQL answered
 	// nothing for a while and restart it (seen under load); the pod's
-	// readiness says when it serves again, and then it answers.
+	// readiness says when it serves again, and then it answers, within
+	// a restart (SQL has nothing to watch: polled, 20 s at most).
 	ready, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)
 	if err != nil {
 		t.Fatal(k.failure(err))
 	}
-	if err := selectOne(ctx, ip, password, 10*time.Second); err != nil {
-		t.Errorf("query to thawed %s, Ready again: %v", ip, err)
+	var queryErr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if queryErr = selectOne(ctx, ip, password, 2*time.Second); queryErr == nil {
+			break
+		}
+	}
+	if queryErr != nil {
+		t.Errorf("query to thawed %s, Ready again: %v", ip, queryErr)
 	}
 	if s := containerStatus(ready); s.ContainerID != beforeFreeze.ContainerID || s.RestartCount != beforeFreeze.RestartCount {
 		t.Errorf("container status after the thaw = %+v, want %s, %d restarts", s, beforeFreeze.ContainerID, beforeFreeze.RestartCount)
