@@ -47,13 +47,24 @@ type derived struct {
 	dynamic     cluster.DynamicConfig
 	dynamicJSON string
 	// stsBootstrap is the dynamic configuration the StatefulSet of
-	// resourceVersion stsVersion bootstraps with.
+	// resourceVersion stsVersion bootstraps with (stsRead: read once).
 	stsVersion, stsBootstrap string
-	// users and databases are the spec's names, sorted; roles are the
-	// users and the system roles, whose Secrets hold the passwords.
-	users, databases, roles []string
+	stsRead                  bool
+	// users and databases are the spec's names, sorted; secretNames are
+	// the names of the Secrets that hold the passwords of the system roles
+	// and the users.
+	users, databases, secretNames []string
 	// specSync hashes what the spec alone says of the sync.
 	specSync []byte
+	// sync is the last sync derived, for the Secret versions and the
+	// request it was derived from: the same ones give it again without
+	// hashing.
+	sync         fsm.Want
+	syncVersions []secretVersion
+	syncRequest  string
+	// members are the pods' Patroni member data as last parsed, by pod
+	// name, with the pod's resourceVersion they were parsed from.
+	members map[string]parsedMember
 }
 
 // NewDeriver returns a Deriver that builds the desired StatefulSet with
@@ -160,7 +171,7 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 	}
 
 	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
-	members := d.members(pods)
+	members := d.members(spec, pods)
 	switch {
 	case len(idle) > 0:
 		f.Replace = idle

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -17,23 +18,47 @@ import (
 
 // members parses the Patroni member data of pods (the pod annotation
 // "status" Patroni's Kubernetes store writes each HA loop), by pod name.
-// A pod without it, or with data that do not parse, has none.
-func (d *Deriver) members(pods []*corev1.Pod) map[string]patroni.Member {
+// A pod without it, or with data that do not parse, has none. A pod's data
+// are parsed once per version of the pod (s remembers them).
+func (d *Deriver) members(s *derived, pods []*corev1.Pod) map[string]patroni.Member {
 	var out map[string]patroni.Member
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		m, ok := patroni.MemberOf(p.Annotations)
-		if !ok {
+		pm, seen := s.members[p.Name]
+		if !seen || pm.version != p.ResourceVersion {
+			pm.version = p.ResourceVersion
+			pm.member, pm.ok = patroni.MemberOf(p.Annotations)
+			if s.members == nil {
+				s.members = map[string]parsedMember{}
+			}
+			s.members[p.Name] = pm
+		}
+		if !pm.ok {
 			continue
 		}
 		if out == nil {
 			out = map[string]patroni.Member{}
 		}
-		out[p.Name] = m
+		out[p.Name] = pm.member
 	}
 	return out
+}
+
+// parsedMember is a pod's member data, parsed from version of the pod.
+type parsedMember struct {
+	version string
+	member  patroni.Member
+	ok      bool
+}
+
+// secretVersion identifies one version of a Secret.
+type secretVersion struct {
+	uid     types.UID
+	version string
 }
 
 // hasMember reports whether pod publishes Patroni member data.
@@ -77,7 +102,7 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs Objects, pods []*
 	d.deriveInDatabase(spec, pg)
 	f.Users, f.Databases = spec.users, spec.databases
 	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
-	f.Sync = syncWant(spec, pg.Name, objs.Secrets, f.SyncRequest)
+	f.Sync = d.syncWant(spec, objs.Secrets, f.SyncRequest)
 	f.Config = fsm.Want{Hash: spec.dynamic.Hash,
 		Bootstrap: f.SyncRequest == "" && objs.StatefulSet != nil && d.bootstrapConfig(spec, objs.StatefulSet) == spec.dynamicJSON}
 	if f.SyncRequest != "" {
@@ -131,7 +156,7 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 	s.dynamicJSON = s.dynamic.JSON()
 	s.users = sortedKeys(pg.Spec.Users)
 	s.databases = sortedKeys(pg.Spec.Databases)
-	s.roles = append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, s.users...)
+	s.secretNames = SecretNames(pg)
 	h := sha256.New()
 	for _, u := range s.users {
 		flags := make([]string, 0, len(pg.Spec.Users[u]))
@@ -152,33 +177,55 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 func (d *Deriver) bootstrapConfig(s *derived, sts *appsv1.StatefulSet) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if s.stsVersion != sts.ResourceVersion || s.stsVersion == "" {
-		s.stsVersion, s.stsBootstrap = sts.ResourceVersion, cluster.BootstrapConfig(sts)
+	if !s.stsRead || s.stsVersion != sts.ResourceVersion {
+		s.stsRead, s.stsVersion, s.stsBootstrap = true, sts.ResourceVersion, cluster.BootstrapConfig(sts)
 	}
 	return s.stsBootstrap
 }
 
 // syncWant is the sync the spec asks for, with the versions of the roles'
-// Secrets: a password changed, or a rotation asked for, is a new sync. Its
-// hash is empty while a Secret is missing from the cache (the ensure
-// effects make it).
-func syncWant(s *derived, clusterName string, secrets []*corev1.Secret, request string) fsm.Want {
-	h := sha256.New()
-	h.Write(s.specSync)
-	for _, role := range s.roles {
-		name := cluster.SecretName(role, clusterName)
-		i := slices.IndexFunc(secrets, func(sec *corev1.Secret) bool { return sec.Name == name })
-		if i < 0 {
+// Secrets: a password changed, or a rotation asked for, is a new sync. It
+// is Missing while a Secret is not in the cache (the ensure effects make
+// it). The same Secret versions and request as last time give the last
+// result without hashing: most observations of a cluster.
+func (d *Deriver) syncWant(s *derived, secrets []*corev1.Secret, request string) fsm.Want {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	same := s.syncVersions != nil && s.syncRequest == request
+	for i, name := range s.secretNames {
+		sec := secretNamed(secrets, name)
+		if sec == nil {
 			return fsm.Want{Missing: true}
 		}
-		sec := secrets[i]
+		same = same && s.syncVersions[i] == secretVersion{sec.UID, sec.ResourceVersion}
+	}
+	if same {
+		return s.sync
+	}
+	versions := make([]secretVersion, len(s.secretNames))
+	h := sha256.New()
+	h.Write(s.specSync)
+	for i, name := range s.secretNames {
+		sec := secretNamed(secrets, name)
+		versions[i] = secretVersion{sec.UID, sec.ResourceVersion}
 		h.Write([]byte(name + "\x00" + string(sec.UID) + "\x00" + sec.ResourceVersion + "\n"))
 	}
 	h.Write([]byte("request\x00" + request))
-	return fsm.Want{
+	s.sync = fsm.Want{
 		Hash:      hex.EncodeToString(h.Sum(nil)[:8]),
 		Bootstrap: len(s.users) == 0 && len(s.databases) == 0 && request == "",
 	}
+	s.syncVersions, s.syncRequest = versions, request
+	return s.sync
+}
+
+func secretNamed(secrets []*corev1.Secret, name string) *corev1.Secret {
+	for _, s := range secrets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
