@@ -101,6 +101,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"how long a cluster may stay Updating before it is Degraded")
 	f.DurationVar(&cfg.LossGrace, "loss-grace", cfg.LossGrace,
 		"how long a Running cluster may miss a Ready pod or its primary (a switchover, a restarting replica) before it is Degraded; 0 means at once")
+	f.DurationVar(&cfg.StatusDelay, "status-delay", cfg.StatusDelay,
+		"how long a status change that is progress only (ready count, cause, conditions) may wait, so the changes of a few pod events go in one write; state changes and timers are written at once; 0 writes every change")
 	f.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod,
 		"how often a Running cluster's objects are checked against its spec (nothing is written when they match)")
 	f.DurationVar(&cfg.RetryBase, "retry-base", cfg.RetryBase,

@@ -77,7 +77,7 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 		if c.OnNew != nil {
 			c.OnNew(ev.Key, m.State())
 		}
-		r := m.Resume()
+		r := m.Resume(c.clock.Now())
 		resumed = &r
 	}
 	res := m.Handle(input(ev), facts, c.clock.Now())
@@ -108,13 +108,13 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 func input(ev eventloop.Event) fsm.Input {
 	switch ev.Kind {
 	case eventloop.TimerFired:
-		return fsm.Input{Kind: fsm.TimerFired, Timer: ev.Name, Epoch: ev.Epoch}
+		return fsm.Input{Kind: fsm.TimerFired, Timer: ev.Name, Epoch: ev.Epoch, InFlight: ev.InFlight}
 	case eventloop.PlanDone:
 		return fsm.Input{Kind: fsm.PlanDone, PlanID: ev.PlanID, Err: ev.Err}
 	case eventloop.Panicked:
-		return fsm.Input{Kind: fsm.Panicked, Err: ev.Err}
+		return fsm.Input{Kind: fsm.Panicked, Err: ev.Err, InFlight: ev.InFlight}
 	}
-	return fsm.Input{Kind: fsm.Signal}
+	return fsm.Input{Kind: fsm.Signal, InFlight: ev.InFlight}
 }
 
 // timerOps appends the machine's timer operations to dst. fsm.TimerOp and

@@ -97,15 +97,18 @@ func (l *Loop) schedule() {
 			l.st.plansBackground.Add(1)
 		}
 		ctx, cancel := context.WithCancel(l.runCtx)
-		rec.running, rec.cancel = true, cancel
+		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
 		l.inflight++
 		l.work <- job{key: rec.key, plan: p, ctx: ctx, cancel: cancel}
 	}
 }
 
 // planFinished is the loop's bookkeeping for a PlanDone, done before the
-// Handler sees it: the cluster's slot is free, and its waiting plan, if any,
-// may start.
+// Handler sees it: the cluster's slot and its worker are free. Its waiting
+// plan is queued only after the Handler has seen the result
+// (planAccounted): a plan the result asks for supersedes it, so a status
+// change queued while the plan ran and the change its result brings (a
+// timer, a record of what was applied) go in one write, not two.
 func (l *Loop) planFinished(key string) {
 	rec := l.clusters[key]
 	if rec == nil || !rec.running {
@@ -113,9 +116,15 @@ func (l *Loop) planFinished(key string) {
 		l.log.WithField("cluster", key).Debug("plan result for a cluster with no plan in flight")
 		return
 	}
-	rec.running, rec.cancel = false, nil
+	rec.running, rec.cancel, rec.planID = false, nil, 0
 	l.inflight--
-	if rec.waiting != nil && rec.queued == notQueued {
+}
+
+// planAccounted queues the cluster's waiting plan, if any and not queued
+// yet, once the Handler has seen the PlanDone, and starts what the free
+// worker may run.
+func (l *Loop) planAccounted(key string) {
+	if rec := l.clusters[key]; rec != nil && !rec.running && rec.waiting != nil && rec.queued == notQueued {
 		l.runq.push(rec, rec.urgent)
 	}
 	l.schedule()

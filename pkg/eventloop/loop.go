@@ -96,6 +96,7 @@ type record struct {
 	epoch   int64
 	timers  map[string]*timer
 	running bool               // a plan is in flight
+	planID  uint64             // its ID
 	cancel  context.CancelFunc // of the plan in flight
 	waiting *Plan              // next plan, run when the one in flight is done
 	// urgent: the waiting plan starts at urgent priority. It stays set
@@ -282,11 +283,17 @@ func (l *Loop) dispatch(ev *Event) bool {
 	case PlanDone:
 		l.planFinished(ev.Key)
 	}
+	if rec := l.clusters[ev.Key]; rec != nil && rec.running {
+		ev.InFlight = rec.planID
+	}
 	out, ok := l.handle(ev)
 	if ok {
 		l.apply(ev.Key, &out)
 	} else if rec := l.clusters[ev.Key]; rec != nil {
 		l.gc(rec) // e.g. a consumed timer
+	}
+	if ev.Kind == PlanDone {
+		l.planAccounted(ev.Key)
 	}
 	return true
 }

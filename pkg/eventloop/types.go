@@ -42,6 +42,12 @@ type Event struct {
 	// At is when the event entered the inbox (or the timer fired), by the
 	// loop's clock.
 	At time.Time
+	// InFlight is the ID of the cluster's plan running when the Handler
+	// sees the event, 0 when none is (set by the loop; a PlanDone's plan
+	// is no longer running). A plan that waits may be superseded by the
+	// next one; a running plan is not, and reports: the Handler need not
+	// ask again for what it carries.
+	InFlight uint64
 }
 
 // Handler owns the per-cluster state machines. The loop calls it from its one

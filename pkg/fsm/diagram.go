@@ -57,11 +57,15 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", e, eventDocs[e])
 	}
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
-	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them.\n\n")
+	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them. Status keeps\n")
+	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace), so it resumes them with their deadlines;\n")
+	b.WriteString("resync and flush are not kept (arming them would cost a status write each time): a restarted operator arms\n")
+	b.WriteString("a Running cluster's resync afresh, at the next multiple of the period since it became Running.\n\n")
 	b.WriteString("| timer | set when | default |\n|---|---|---|\n")
-	fmt.Fprintf(&b, "| `%s` | entering Creating or Updating, and on a spec edit there | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
+	fmt.Fprintf(&b, "| `%s` | in Creating or Updating, when the state's effects first report (not while the plan waits for a worker or the API's rate), and again after a spec edit there | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
 	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan (a failed status write waits for it) | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
-	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync | %s |\n", TimerResync, cfg.ResyncPeriod)
+	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync (not kept in status) | %s |\n", TimerResync, cfg.ResyncPeriod)
+	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)
 	fmt.Fprintf(&b, "| `%s` | in Running, when a pod or the primary is first lost (`--loss-grace`; cancelled when the cluster recovers first, not set when the grace is 0) | %s |\n", TimerLossGrace, cfg.LossGrace)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")

@@ -213,6 +213,11 @@ type Config struct {
 	// moment, and the former primary restarts PostgreSQL as a replica
 	// (not Ready for seconds). 0 means Degraded at once.
 	LossGrace time.Duration
+	// StatusDelay is how long a status change that is progress only (the
+	// ready count, the cause shown, conditions, history) may wait for its
+	// write, so that the changes of a few pod events go in one write. 0
+	// writes every change with the next plan.
+	StatusDelay time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/fsm.md.
@@ -224,6 +229,7 @@ func DefaultConfig() Config {
 		RetryMax:      5 * time.Minute,
 		ResyncPeriod:  10 * time.Minute,
 		LossGrace:     10 * time.Second,
+		StatusDelay:   time.Second,
 	}
 }
 

@@ -98,6 +98,11 @@ type Machine struct {
 	st v1.PostgresqlStatus
 	// out is what the machine remembers of its plans (outbox.go).
 	out outbox
+	// soft are the timers of the current epoch that status does not keep:
+	// the resync and the status flush. Writing them would cost a status
+	// write each time they are armed; a restarted operator arms them
+	// afresh (Resume) instead.
+	soft []v1.Timer
 
 	call call // scratch of the Handle in progress
 }
@@ -110,6 +115,8 @@ type call struct {
 	message string
 	res     Result
 	events  []Record
+	// inFlight is Input.InFlight.
+	inFlight uint64
 	// lossDue: a loss in Running may go Degraded now, the lossGrace
 	// timer having fired in this call, or the grace being 0.
 	lossDue bool
@@ -141,6 +148,9 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	if !knownState(m.st.State) || m.st.State == Deleted {
 		m.st.State = Pending
 	}
+	// Before soft timers, status kept the resync's deadline: Resume arms
+	// it afresh, and the next write forgets the stored one.
+	m.st.Timers = slices.DeleteFunc(slices.Clone(m.st.Timers), func(t v1.Timer) bool { return softTimer(t.Name) })
 	return m
 }
 
@@ -160,13 +170,22 @@ func (m *Machine) State() string { return m.st.State }
 func (m *Machine) Status() *v1.PostgresqlStatus { return &m.st }
 
 // Resume is called once after New: it re-arms the timers stored in status
-// (a restarted operator keeps the original deadlines) and, since the outcome
-// of the previous process's last plan is unknown, asks for the state's
-// effects again on the next input.
-func (m *Machine) Resume() Result {
+// (a restarted operator keeps the original deadlines), arms a Running
+// cluster's resync at the next multiple of the period since it became
+// Running (so the resyncs of a restarted fleet stay spread as they were)
+// and, since the outcome of the previous process's last plan is unknown,
+// asks for the state's effects again on the next input. It changes
+// nothing that status keeps: an idle cluster resumed writes nothing.
+func (m *Machine) Resume(now time.Time) Result {
 	res := Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch}
 	for _, t := range m.st.Timers {
 		res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+	}
+	if m.st.State == Running {
+		m.call.now = now
+		m.setSoftTimer(TimerResync, m.nextResync(now))
+		res.Timers = append(res.Timers, m.call.res.Timers...)
+		m.call.res.Timers = nil
 	}
 	switch m.st.State {
 	case Creating, Updating, Running, Degraded, Deleting:
@@ -179,7 +198,7 @@ func (m *Machine) Resume() Result {
 // returns what to do. It never blocks and does no I/O.
 func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	c := &m.call
-	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.eng.cfg.LossGrace <= 0}
+	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.eng.cfg.LossGrace <= 0, inFlight: in.InFlight}
 	m.out.begin()
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
@@ -188,6 +207,10 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	case TimerFired:
 		if !m.takeTimer(in.Timer, in.Epoch) {
 			return m.ignore(fmt.Sprintf("stale timer %s (epoch %d, now %d)", in.Timer, in.Epoch, m.st.Epoch))
+		}
+		if in.Timer == TimerFlush {
+			m.out.flush()
+			break
 		}
 		reason, msg := "", ""
 		if in.Timer == TimerTimeout {
@@ -258,6 +281,7 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		}
 		m.fire(EventEffectsSucceeded, "", "")
 	}
+	m.armTimeout(r.outcome)
 	return true
 }
 
@@ -370,6 +394,7 @@ func (m *Machine) timeoutFor(state string) time.Duration {
 func (m *Machine) leaveState(_ *lfsm.Event) {
 	m.st.Epoch++
 	m.st.Timers = nil
+	m.soft = nil
 	m.st.Attempt = 0
 	m.out.changed()
 }
@@ -381,6 +406,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 	m.st.StateSince = &now
 	m.st.Reason, m.st.Message = c.reason, c.message
 	m.addHistory(v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
+	m.out.changed()
 	if e.Dst != Deleted {
 		warning := e.Dst == Degraded || e.Dst == Invalid
 		msg := fmt.Sprintf("%s -> %s on %s", e.Src, e.Dst, e.Event)
@@ -401,21 +427,33 @@ func (m *Machine) addHistory(t v1.Transition) {
 	h := make([]v1.Transition, len(old), len(old)+1)
 	copy(h, old)
 	m.st.History = append(h, t)
-	m.out.changed()
+	m.later()
 }
 
+// enterCreating and enterUpdating ask for the objects; the state's
+// timeout is armed when the effects first report (armTimeout).
 func (m *Machine) enterCreating(_ *lfsm.Event) {
 	m.out.ask(ensureEffects)
-	m.setTimer(TimerTimeout, m.cfg.CreateTimeout)
 }
 
 func (m *Machine) enterUpdating(_ *lfsm.Event) {
 	m.out.ask(ensureEffects)
-	m.setTimer(TimerTimeout, m.cfg.UpdateTimeout)
+}
+
+// armTimeout arms the timeout of Creating or Updating when the effects of
+// the state first report, whatever their outcome. It measures the cluster,
+// not the queue in front of it: a cluster whose plan waited behind a
+// thousand others for a worker and the API's rate is not timed out for
+// that wait. A spec edit meanwhile starts it again (afterSpecSeen).
+func (m *Machine) armTimeout(o outcome) {
+	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) {
+		return
+	}
+	m.setTimer(TimerTimeout, m.timeoutFor(m.st.State))
 }
 
 func (m *Machine) enterRunning(_ *lfsm.Event) {
-	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
+	m.setSoftTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
 func (m *Machine) enterDegraded(_ *lfsm.Event) {
@@ -451,7 +489,7 @@ func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 		m.st.Reason, m.st.Message = m.call.reason, m.call.message
 	case Creating, Updating:
 		m.out.ask(ensureEffects)
-		m.setTimer(TimerTimeout, m.timeoutFor(e.Dst))
+		m.cancelTimer(TimerTimeout)
 	}
 }
 
@@ -538,13 +576,15 @@ func (m *Machine) adoptBootstrap() {
 	default:
 		return
 	}
+	// Derived from the StatefulSet, which a restarted operator finds
+	// again: the write may wait.
 	if st.Database == nil && f.Sync.Bootstrap && f.Sync.Hash != "" {
 		st.Database = &v1.DatabaseStatus{Hash: f.Sync.Hash}
-		m.out.changed()
+		m.later()
 	}
 	if st.Config == nil && st.State == Creating && f.Config.Bootstrap && f.Config.Hash != "" {
 		st.Config = &v1.ConfigStatus{Hash: f.Config.Hash}
-		m.out.changed()
+		m.later()
 	}
 }
 
@@ -739,7 +779,7 @@ func synced(db *v1.DatabaseStatus) string {
 
 func (m *Machine) afterResync(_ *lfsm.Event) {
 	m.out.ask(ensureEffects)
-	m.setTimer(TimerResync, m.cfg.ResyncPeriod)
+	m.setSoftTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 
 // afterLossGrace lets podsLost fire in this call: the loss lasted the whole
@@ -883,7 +923,7 @@ func (m *Machine) graceLoss() {
 		m.cancelTimer(TimerLossGrace)
 		if st.Reason != ReasonReady {
 			st.Reason, st.Message = m.observeReason(EventPodsReady)
-			m.out.changed()
+			m.later()
 		}
 		return
 	}
@@ -894,7 +934,25 @@ func (m *Machine) graceLoss() {
 	msg = fmt.Sprintf("%s; Degraded unless it recovers within the %s loss grace", msg, m.cfg.LossGrace)
 	if st.Reason != reason || st.Message != msg {
 		st.Reason, st.Message = reason, msg
+		m.later()
+	}
+}
+
+// later records a status change that may wait Config.StatusDelay for its
+// write: progress (counts, the cause shown, conditions, history) rather
+// than what a restart needs (state, epoch, timers, what was applied). A
+// plan made meanwhile for any other reason writes it too; the flush timer
+// writes it otherwise. So a create whose pods come up within the delay
+// writes its status three times (accepted, objects created, Running), not
+// once per pod event.
+func (m *Machine) later() {
+	if m.cfg.StatusDelay <= 0 {
 		m.out.changed()
+		return
+	}
+	m.out.lazy = true
+	if !m.hasSoft(TimerFlush) {
+		m.setSoftTimer(TimerFlush, m.cfg.StatusDelay)
 	}
 }
 
@@ -958,7 +1016,56 @@ func (m *Machine) hasTimer(name string) bool {
 // takeTimer removes the pending timer name of the given epoch and reports
 // whether it was pending: a fired timer that is not is stale.
 func (m *Machine) takeTimer(name string, epoch int64) bool {
-	return epoch == m.st.Epoch && m.dropTimer(name)
+	if epoch != m.st.Epoch {
+		return false
+	}
+	if softTimer(name) {
+		return m.dropSoft(name)
+	}
+	return m.dropTimer(name)
+}
+
+// softTimer reports whether the timer name is one status does not keep.
+func softTimer(name string) bool { return name == TimerResync || name == TimerFlush }
+
+// setSoftTimer arms (or re-arms) a timer that status does not keep, d from
+// now, in the current epoch.
+func (m *Machine) setSoftTimer(name string, d time.Duration) {
+	deadline := m.call.now.Add(d)
+	m.dropSoft(name)
+	m.soft = append(m.soft, v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch})
+	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
+}
+
+// dropSoft removes the soft timer name and reports whether it was there.
+func (m *Machine) dropSoft(name string) bool {
+	n := len(m.soft)
+	m.soft = slices.DeleteFunc(m.soft, func(t v1.Timer) bool { return t.Name == name })
+	return len(m.soft) != n
+}
+
+// hasSoft reports whether the soft timer name is pending.
+func (m *Machine) hasSoft(name string) bool {
+	return slices.ContainsFunc(m.soft, func(t v1.Timer) bool { return t.Name == name })
+}
+
+// nextResync is how long until the next resync of a cluster resumed in
+// Running: the next multiple of the period since it became Running, at
+// least a second away.
+func (m *Machine) nextResync(now time.Time) time.Duration {
+	period := m.cfg.ResyncPeriod
+	if m.st.StateSince == nil || period <= 0 {
+		return period
+	}
+	in := now.Sub(m.st.StateSince.Time)
+	if in < 0 {
+		return period
+	}
+	d := period - in%period
+	if d < time.Second {
+		d += period
+	}
+	return d
 }
 
 // --- status projection and the plan ---
@@ -974,13 +1081,13 @@ func (m *Machine) project() {
 	if st.DesiredInstances != f.Desired || st.ReadyInstances != f.Ready || st.Primary != f.Primary || st.Ready == "" {
 		st.DesiredInstances, st.ReadyInstances, st.Primary = f.Desired, f.Ready, f.Primary
 		st.Ready = fmt.Sprintf("%d/%d", f.Ready, f.Desired)
-		m.out.changed()
+		m.later()
 	}
 	// In Degraded the message follows the live cause, so a user sees the
 	// current reason, not the one of an hour ago.
 	if st.State == Degraded && f.Stuck != "" && (st.Reason != f.StuckReason || st.Message != f.Stuck) {
 		st.Reason, st.Message = f.StuckReason, f.Stuck
-		m.out.changed()
+		m.later()
 	}
 	if st.State == Creating || st.State == Updating {
 		m.showCause()
@@ -1024,7 +1131,7 @@ func (m *Machine) showCause() {
 	}
 	if st.Reason != reason || st.Message != msg {
 		st.Reason, st.Message = reason, msg
-		m.out.changed()
+		m.later()
 	}
 }
 
@@ -1054,7 +1161,7 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 		Type: typ, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.call.now),
 	})
-	m.out.changed()
+	m.later()
 }
 
 // finish turns what the callbacks recorded into a Result and a Plan.
@@ -1067,6 +1174,9 @@ func (m *Machine) finish(epoch int64) Result {
 		// set in this one, once each, with their final deadlines.
 		res.Timers = res.Timers[:0]
 		for _, t := range m.st.Timers {
+			res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+		}
+		for _, t := range m.soft {
 			res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
 		}
 	}
@@ -1082,7 +1192,7 @@ func (m *Machine) finish(epoch int64) Result {
 	// Degraded on a failed write is one such plan, once. Meanwhile the
 	// status is not lost: the retry's plan, or any plan made for another
 	// reason, writes the latest one.
-	p, status := m.out.next(len(c.events) > 0, m.hasTimer(TimerRetry))
+	p, status := m.out.next(len(c.events) > 0, m.hasTimer(TimerRetry), c.inFlight)
 	if p == nil {
 		return res
 	}
@@ -1097,6 +1207,14 @@ func (m *Machine) finish(epoch int64) Result {
 		// A shallow copy is a snapshot: st is copy-on-write.
 		snap := m.st
 		p.Status = &snap
+		if m.dropSoft(TimerFlush) {
+			// Armed in this call, it is no news to the loop.
+			n := len(res.Timers)
+			res.Timers = slices.DeleteFunc(res.Timers, func(op TimerOp) bool { return op.Name == TimerFlush })
+			if len(res.Timers) == n {
+				res.Timers = append(res.Timers, TimerOp{Name: TimerFlush, Cancel: true})
+			}
+		}
 	}
 	// What a user did goes ahead of other clusters' background work; so
 	// does the cleanup a deletion asked for, also when a timer retries it.

@@ -46,7 +46,7 @@ func with(f Facts, change func(*Facts)) Facts {
 // inState returns a machine resumed in state (statusIn).
 func inState(t *testing.T, cfg *Config, state string) *Machine {
 	t.Helper()
-	return NewEngine(*cfg).New(statusIn(state))
+	return newMachine(NewEngine(*cfg), statusIn(state))
 }
 
 // statusIn is the status of a cluster in state, at epoch 5, having acted on
@@ -54,11 +54,21 @@ func inState(t *testing.T, cfg *Config, state string) *Machine {
 // t0+1m.
 func statusIn(state string) *v1.PostgresqlStatus {
 	st := &v1.PostgresqlStatus{State: state, Epoch: 5, ObservedGeneration: 1}
-	timer := map[string]string{Creating: TimerTimeout, Updating: TimerTimeout, Running: TimerResync, Degraded: TimerRetry}
+	timer := map[string]string{Creating: TimerTimeout, Updating: TimerTimeout, Degraded: TimerRetry}
 	if name, ok := timer[state]; ok {
 		st.Timers = []v1.Timer{{Name: name, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: 5}}
 	}
 	return st
+}
+
+// newMachine is e.New(st) as if it had been running in st's state: a
+// Running machine holds its resync, due at 1m (status does not keep it).
+func newMachine(e *Engine, st *v1.PostgresqlStatus) *Machine {
+	m := e.New(st)
+	if st != nil && st.State == Running {
+		m.soft = []v1.Timer{{Name: TimerResync, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: st.Epoch}}
+	}
+	return m
 }
 
 func firedEvents(fired []Fired) []string {
@@ -70,12 +80,18 @@ func firedEvents(fired []Fired) []string {
 }
 
 func TestEpochAndTimersOnStateChange(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	m := NewEngine(cfg).New(nil)
 	res := m.Handle(Input{Kind: Signal}, starting(1), t0.Add(300*time.Millisecond))
 	if res.Epoch != 1 || m.Status().Epoch != 1 {
 		t.Fatalf("epoch %d, want 1", res.Epoch)
 	}
+	// The timeout waits for the effects to report: the wait for a worker
+	// is not the cluster's.
+	if len(res.Timers) != 0 || res.Plan == nil {
+		t.Fatalf("timers %+v before the effects reported, want none; plan %+v", res.Timers, res.Plan)
+	}
+	res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, starting(1), t0.Add(300*time.Millisecond))
 	// The deadline is rounded up to the second status can keep.
 	want := t0.Add(cfg.CreateTimeout + time.Second)
 	if len(res.Timers) != 1 || res.Timers[0].Name != TimerTimeout || !res.Timers[0].Deadline.Equal(want) {
@@ -104,7 +120,7 @@ func TestEpochAndTimersOnStateChange(t *testing.T) {
 }
 
 func TestStatusProjection(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	m := NewEngine(cfg).New(nil)
 	m.Handle(Input{Kind: Signal}, unschedulable(1), t0)
 	st := m.Status()
@@ -146,7 +162,7 @@ func TestStatusProjection(t *testing.T) {
 }
 
 func TestStatusSurvivesSupersededPlans(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	m := NewEngine(cfg).New(nil)
 	first := m.Handle(Input{Kind: Signal}, starting(1), t0).Plan
 	// While the first plan runs, more pod events: each later plan still
@@ -170,7 +186,7 @@ func TestStatusSurvivesSupersededPlans(t *testing.T) {
 }
 
 func TestHistoryIsBounded(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	cfg.LossGrace = 0 // every lost pod a transition
 	m := NewEngine(cfg).New(nil)
 	now := t0
@@ -190,12 +206,12 @@ func TestHistoryIsBounded(t *testing.T) {
 }
 
 func TestResumeKeepsDeadlines(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	deadline := t0.Add(7 * time.Minute)
 	st := &v1.PostgresqlStatus{State: Creating, Epoch: 9, ObservedGeneration: 1,
 		Timers: []v1.Timer{{Name: TimerTimeout, Deadline: metav1.NewTime(deadline), Epoch: 9}}}
 	m := NewEngine(cfg).New(st)
-	res := m.Resume()
+	res := m.Resume(t0)
 	if res.Epoch != 9 || len(res.Timers) != 1 || !res.Timers[0].Deadline.Equal(deadline) {
 		t.Fatalf("resume %+v", res)
 	}
@@ -219,7 +235,7 @@ func TestResumeKeepsDeadlines(t *testing.T) {
 // the caller (the loop records it on that cluster) and leaves the shared
 // engine usable for every other machine.
 func TestEngineSurvivesPanickingCallback(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	e := NewEngine(cfg)
 	bad := e.New(nil)
 	bad.call.facts = starting(1)
@@ -347,7 +363,7 @@ func TestPrimaryChanged(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := writeAtOnce()
 			if tc.noGrace {
 				cfg.LossGrace = 0
 			}
@@ -359,7 +375,7 @@ func TestPrimaryChanged(t *testing.T) {
 				now := t0.Add(time.Duration(i) * time.Second)
 				if s.restart {
 					m = NewEngine(cfg).New(m.Status())
-					m.Resume()
+					m.Resume(now)
 				}
 				res = m.Handle(Input{Kind: Signal}, s.facts, now)
 				if res.Plan == nil {
@@ -423,7 +439,7 @@ func TestNoPrimaryReason(t *testing.T) {
 	noPrimary := with(ready(1), func(f *Facts) { f.Primary, f.NoPrimary = "", why })
 	for _, grace := range []time.Duration{0, 10 * time.Second} {
 		t.Run("loss grace "+grace.String(), func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := writeAtOnce()
 			cfg.LossGrace = grace
 			m := NewEngine(cfg).New(nil)
 			m.Handle(Input{Kind: Signal}, ready(1), t0)
@@ -577,7 +593,7 @@ func TestLossGrace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig()
+			cfg := writeAtOnce()
 			cfg.LossGrace = grace
 			if tc.noGrace {
 				cfg.LossGrace = 0
@@ -596,7 +612,7 @@ func TestLossGrace(t *testing.T) {
 				before := lossGrace(m)
 				if s.restart {
 					m = NewEngine(cfg).New(m.Status())
-					resumed := m.Resume()
+					resumed := m.Resume(now)
 					if before != nil && !slices.Contains(resumed.Timers, TimerOp{Name: TimerLossGrace, Deadline: before.Deadline.Time}) {
 						t.Errorf("step %d: resume re-armed %+v, want %s at %s", i, resumed.Timers, TimerLossGrace, before.Deadline)
 					}
@@ -720,7 +736,7 @@ func retryDeadline(m *Machine) time.Time {
 // retry timer's plan, the latest snapshot, with a backoff that grows while
 // the writes fail and starts over once one succeeds.
 func TestFailedStatusWriteBacksOff(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	refused := errors.New("step status: update status of postgresql ns/c: connection refused")
 	// Each case's facts(n) differ from one observation to the next in the
 	// ready count (for Running, in both counts, so it stays converged): the
@@ -892,7 +908,7 @@ func TestFailedStatusWriteBacksOff(t *testing.T) {
 // fail waits twice as long as the one before, as docs/fsm.md says (the
 // failure used to count as an attempt too: four times per cycle).
 func TestDegradedRetriesDouble(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := writeAtOnce()
 	m := inState(t, &cfg, Degraded)
 	failed := errors.New("step ensure: create statefulset: connection refused")
 	f := unschedulable(1)
@@ -918,4 +934,12 @@ func TestDegradedRetriesDouble(t *testing.T) {
 	if m.State() != Degraded {
 		t.Errorf("state %s, want Degraded", m.State())
 	}
+}
+
+// writeAtOnce is the default configuration with no StatusDelay: every
+// status change has its plan, as the tests of the outbox expect.
+func writeAtOnce() Config {
+	cfg := DefaultConfig()
+	cfg.StatusDelay = 0
+	return cfg
 }

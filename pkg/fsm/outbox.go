@@ -55,8 +55,12 @@ type outbox struct {
 	seq uint64 // ID of the latest plan
 
 	// What must be sent.
-	want    effects  // the state's effects, until a plan carrying them reports
+	want effects // the state's effects, until a plan carrying them reports
+	// sent: want rides on effectsPlan, and was not asked for again
+	// since. While that plan runs, new plans need not carry it.
+	sent    bool
 	dirty   bool     // the status changed since the last snapshot was sent
+	lazy    bool     // it changed in a way that may wait (Machine.later)
 	replace []PodRef // pods the next plans delete (copy-on-write)
 	nudge   string   // the quota version the next plans record
 	// restart and switchover ride on every plan like replace: members
@@ -145,11 +149,19 @@ func (o *outbox) askSwitchover(s *Switchover) {
 }
 
 // ask wants the state's effects e (noEffects drops them) until a plan
-// carrying them reports.
-func (o *outbox) ask(e effects) { o.want = e }
+// carrying them reports. Asked again while a plan carries them, they are
+// sent again: what they act on may have changed since that plan started.
+func (o *outbox) ask(e effects) { o.want, o.sent = e, false }
 
 // changed records that the status changed: the next plan writes it.
 func (o *outbox) changed() { o.dirty = true }
+
+// flush makes the changes that waited due: the next plan writes them.
+func (o *outbox) flush() {
+	if o.lazy {
+		o.dirty = true
+	}
+}
 
 // trouble records a failure or a panic: trust nothing until effects succeed.
 func (o *outbox) trouble() { o.troubled = true }
@@ -159,7 +171,7 @@ func (o *outbox) trouble() { o.troubled = true }
 func (o *outbox) observed(e effects) {
 	if o.again {
 		o.again = false
-		o.want = e
+		o.ask(e)
 	}
 }
 
@@ -201,21 +213,31 @@ func (o *outbox) askNudge(v string) {
 // next makes the plan of what is due and reports whether it carries a status
 // snapshot, which the caller attaches. There is no plan when nothing asks for
 // one: (1) no effects, no Event to record (events), no pod to replace and no
-// nudge, and (2) no status to write, or only one that is held while the retry
-// timer is pending (retryPending).
-func (o *outbox) next(events, retryPending bool) (p *Plan, status bool) {
-	status = o.dirty || o.statusPlan != 0
-	if o.want == noEffects && !events && !o.carries() && (!status || o.held && retryPending) {
+// nudge, and (2) no status change to write (a snapshot in flight already
+// carries the latest), or only one that is held while the retry timer is
+// pending (retryPending).
+func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, status bool) {
+	// Effects sent on the plan that runs now need no new plan: it is not
+	// superseded, and its report is accounted.
+	want := o.want
+	if o.sent && o.effectsPlan != 0 && o.effectsPlan == inFlight {
+		want = noEffects
+	}
+	if want == noEffects && !events && !o.carries() && (!o.dirty || o.held && retryPending) {
 		return nil, false
 	}
+	// A plan made anyway carries the status while another snapshot is in
+	// flight (the executor may supersede a queued plan), and writes what
+	// waited too.
+	status = o.dirty || o.statusPlan != 0 || o.lazy
 	o.seq++
-	p = &Plan{ID: o.seq, Ensure: o.want == ensureEffects, Cleanup: o.want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge,
+	p = &Plan{ID: o.seq, Ensure: want == ensureEffects, Cleanup: want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge,
 		Restart: o.restart, Switchover: o.switchover}
 	if status {
-		o.statusPlan, o.dirty = p.ID, false
+		o.statusPlan, o.dirty, o.lazy = p.ID, false, false
 	}
-	if o.want != noEffects {
-		o.effectsPlan = p.ID
+	if want != noEffects {
+		o.effectsPlan, o.sent = p.ID, true
 	}
 	return p, status
 }
@@ -293,7 +315,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 	case o.effectsPlan != 0 && id == o.effectsPlan:
 		o.effectsPlan = 0
 		done, db := o.want, o.inDatabase
-		o.want, o.inDatabase = noEffects, nil
+		o.want, o.sent, o.inDatabase = noEffects, false, nil
 		r.inDatabase = db
 		switch {
 		case errors.Is(err, ErrWaiting):

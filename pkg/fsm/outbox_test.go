@@ -38,8 +38,13 @@ type outboxStep struct {
 // send makes the next plan: retryPending says whether the retry timer is
 // pending, events whether the input recorded Kubernetes Events.
 func send(events, retryPending bool, want string) outboxStep {
+	return sendWhile(0, events, retryPending, want)
+}
+
+// sendWhile is send while plan inFlight runs.
+func sendWhile(inFlight uint64, events, retryPending bool, want string) outboxStep {
 	return outboxStep{want: want, do: func(o *outbox) string {
-		p, status := o.next(events, retryPending)
+		p, status := o.next(events, retryPending, inFlight)
 		return planString(p, status)
 	}}
 }
@@ -112,6 +117,12 @@ func TestOutbox(t *testing.T) {
 			steps: []outboxStep{ensure, send(false, false, "plan 1 ensure"), changed, send(false, false, "plan 2 ensure status"),
 				result(1, nil, "stale"), send(false, false, "plan 3 ensure status"),
 				result(3, nil, "succeeded, written"), send(false, false, "none")}},
+		{name: "effects on the running plan are not sent again; asked again, they are",
+			steps: []outboxStep{ensure, changed, send(false, false, "plan 1 ensure status"),
+				sendWhile(1, false, false, "none"), changed, sendWhile(1, false, false, "plan 2 status"),
+				result(1, nil, "succeeded"), result(2, nil, "nothing, written"),
+				ensure, send(false, false, "plan 3 ensure"), ensure, sendWhile(3, false, false, "plan 4 ensure"),
+				result(3, nil, "stale"), result(4, nil, "succeeded")}},
 		{name: "a status in flight is carried again until it reports",
 			steps: []outboxStep{changed, send(false, false, "plan 1 status"), send(true, false, "plan 2 status"),
 				result(2, nil, "nothing, written"), send(true, false, "plan 3")}},
@@ -200,9 +211,9 @@ func TestOutboxPlanSharesNothingMutable(t *testing.T) {
 	var o outbox
 	c1, c0 := PodRef{Name: "c-1", UID: "1"}, PodRef{Name: "c-0", UID: "0"}
 	o.replacePods([]PodRef{c1}, []PodRef{c1})
-	p, _ := o.next(false, false)
+	p, _ := o.next(false, false, 0)
 	o.replacePods([]PodRef{c0}, []PodRef{c1, c0})
-	q, _ := o.next(false, false)
+	q, _ := o.next(false, false, 0)
 	if len(p.ReplacePods) != 1 || len(q.ReplacePods) != 2 || !slices.Equal(o.replaced, []string{"1", "0"}) {
 		t.Errorf("plans replace %v then %v, replaced %v", p.ReplacePods, q.ReplacePods, o.replaced)
 	}

@@ -29,6 +29,9 @@ type Input struct {
 	Epoch  int64
 	PlanID uint64
 	Err    error
+	// InFlight is the ID of the cluster's plan that is running, 0 when
+	// none is. A running plan reports; one that waits may be superseded.
+	InFlight uint64
 }
 
 // ErrWaiting is wrapped by effect errors that mean "not yet" rather than

@@ -45,6 +45,9 @@ import (
 //	    PartError of the in-database work.
 //	panic error="..." [facts]
 //
+// Every input may say inflight=N: plan N is running (Input.InFlight), so
+// it is not superseded and reports.
+//
 // Every input may say at=D; by default it comes 1s after the one before
 // (the first at 0s). Facts, when a line gives any, replace the facts of the
 // input before; a line that gives none reuses them:
@@ -196,7 +199,7 @@ func (r *runner) run(line string) ([]string, error) {
 	for _, w := range words[1:] {
 		k, v, _ := strings.Cut(w, "=")
 		switch k {
-		case "state", "loss-grace", "epoch", "plan", "error", "waiting", "at", "part", "applied-sync", "applied-config":
+		case "state", "loss-grace", "status-delay", "inflight", "epoch", "plan", "error", "waiting", "at", "part", "applied-sync", "applied-config":
 			args[k] = v
 		default:
 			rest = append(rest, w)
@@ -251,6 +254,11 @@ func (r *runner) run(line string) ([]string, error) {
 			return nil, err
 		}
 	}
+	if f, ok := args["inflight"]; ok {
+		if in.InFlight, err = strconv.ParseUint(f, 10, 64); err != nil {
+			return nil, err
+		}
+	}
 	if at, ok := args["at"]; ok {
 		if r.at, err = time.ParseDuration(at); err != nil {
 			return nil, err
@@ -271,12 +279,14 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 		return nil, fmt.Errorf("start takes no facts: %v", rest)
 	}
 	r.cfg = DefaultConfig()
-	if g, ok := args["loss-grace"]; ok {
-		d, err := time.ParseDuration(g)
-		if err != nil {
-			return nil, err
+	r.cfg.StatusDelay = 0
+	for name, d := range map[string]*time.Duration{"loss-grace": &r.cfg.LossGrace, "status-delay": &r.cfg.StatusDelay} {
+		if v, ok := args[name]; ok {
+			var err error
+			if *d, err = time.ParseDuration(v); err != nil {
+				return nil, err
+			}
 		}
-		r.cfg.LossGrace = d
 	}
 	var st *v1.PostgresqlStatus
 	if s, ok := args["state"]; ok {
@@ -291,12 +301,12 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 			st.Config = &v1.ConfigStatus{Hash: h}
 		}
 	}
-	r.m = NewEngine(r.cfg).New(st)
+	r.m = newMachine(NewEngine(r.cfg), st)
 	r.facts, r.at, r.inputs, r.latest, r.handled = Facts{}, 0, 0, 0, false
 	r.res = Result{From: r.m.State(), To: r.m.State(), Epoch: r.m.Status().Epoch}
 	r.before = *r.m.Status().DeepCopy()
 	r.loop = map[string]time.Time{}
-	for _, tm := range r.m.Status().Timers {
+	for _, tm := range append(r.m.Status().Timers, r.m.soft...) {
 		r.loop[tm.Name] = tm.Deadline.Time
 	}
 	return statusLines(r.m.Status()), nil
@@ -308,7 +318,7 @@ func (r *runner) restart(rest []string) ([]string, error) {
 	}
 	r.m = NewEngine(r.cfg).New(r.m.Status())
 	r.before = *r.m.Status().DeepCopy()
-	r.res = r.m.Resume()
+	r.res = r.m.Resume(t0.Add(r.at))
 	r.latest, r.input, r.handled = 0, Input{}, false
 	// The new process's loop holds only what Resume hands it.
 	r.loop = map[string]time.Time{}
@@ -579,6 +589,12 @@ func (r *runner) check() []string {
 		bad = append(bad, fmt.Sprintf("result %s -> %s epoch %d, status %s -> %s epoch %d", res.From, res.To, res.Epoch, r.before.State, st.State, st.Epoch))
 	}
 	loop := map[string]time.Time{}
+	for _, tm := range m.soft {
+		loop[tm.Name] = tm.Deadline.Time
+		if tm.Epoch != st.Epoch {
+			bad = append(bad, fmt.Sprintf("soft timer %s has epoch %d, the status %d", tm.Name, tm.Epoch, st.Epoch))
+		}
+	}
 	for _, tm := range st.Timers {
 		loop[tm.Name] = tm.Deadline.Time
 		if tm.Epoch != st.Epoch {

@@ -114,6 +114,9 @@ const (
 	// TimerLossGrace is armed in Running when a pod or the primary is lost
 	// and cancelled when the loss recovers (Machine.graceLoss).
 	TimerLossGrace = EventLossGrace
+	// TimerFlush writes the status changes that wait
+	// (Config.StatusDelay); it fires no event.
+	TimerFlush = "flush"
 )
 
 // Reasons are the machine-readable causes written to status.reason, to
@@ -149,9 +152,9 @@ const (
 var stateDocs = map[string]string{
 	Pending:  "Seen by pgloop, not acted on yet (a new resource has no state).",
 	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
-	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait. As soon as a concrete cause of stuck pods is observed (an unschedulable pod, a pending volume, a quota...), status.reason and status.message name it, while the state waits for the timeout.",
+	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait; it starts when the effects first report (the objects are created, or their creation failed), not when the plan was queued, so the time a cluster waits for its turn among many is not held against it. As soon as a concrete cause of stuck pods is observed (an unschedulable pod, a pending volume, a quota...), status.reason and status.message name it, while the state waits for the timeout.",
 	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically. A loss (fewer Ready instances than desired, no primary, objects not matching) first arms a `lossGrace` timer instead of going Degraded: a switchover, or a former primary restarting as a replica, takes a few seconds. Meanwhile the state stays Running, the `Ready` condition is False and status.reason and status.message name what is missing; a recovery before the timer fires cancels it, with no history entry and no Event. A loss with a concrete cause (an unschedulable pod, a crash loop, an image that cannot be pulled, a pending volume, a pod the StatefulSet cannot create) is no blip: it goes Degraded at once.",
-	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait. As in Creating, status.reason and status.message name a concrete cause of stuck pods as soon as it is observed.",
+	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait, from the first report of the effects, as in Creating. As in Creating, status.reason and status.message name a concrete cause of stuck pods as soon as it is observed.",
 	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away, and a spec edit (a fix) moves it to Updating at once, cancelling the retry. While a ResourceQuota keeps its pods from being created, each change of the namespace's quotas nudges the StatefulSet (an annotation) so its controller tries again at once rather than after its own backoff.",
 	Deleting: "The resource is being deleted; in-flight effects are cancelled and the objects cleaned up before the finalizer is removed.",
 	Deleted:  "Cleanup finished; the loop forgets the cluster.",

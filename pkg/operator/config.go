@@ -95,6 +95,9 @@ type Config struct {
 	// primary (a switchover, a restarting replica) before it is Degraded;
 	// 0 means at once.
 	LossGrace time.Duration
+	// StatusDelay is how long a status change that is progress only may
+	// wait for its write (fsm.Config.StatusDelay); 0 writes at once.
+	StatusDelay time.Duration
 	// SpiloImage is the image of clusters that set no spec.dockerImage.
 	SpiloImage string
 
@@ -154,6 +157,7 @@ func DefaultConfig() Config {
 		RetryMax:                f.RetryMax,
 		ResyncPeriod:            f.ResyncPeriod,
 		LossGrace:               f.LossGrace,
+		StatusDelay:             f.StatusDelay,
 		SpiloImage:              cluster.DefaultImage,
 		SQLConnectTimeout:       DefaultSQLConnectTimeout,
 		SQLStatementTimeout:     DefaultSQLStatementTimeout,
@@ -226,6 +230,9 @@ func (c *Config) Validate() error {
 	if c.LossGrace < 0 {
 		bad("loss-grace must not be negative, got %s", c.LossGrace)
 	}
+	if c.StatusDelay < 0 {
+		bad("status-delay must not be negative, got %s", c.StatusDelay)
+	}
 	if c.RetryBase > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryBase {
 		bad("retry-max (%s) must not be less than retry-base (%s)", c.RetryMax, c.RetryBase)
 	}
@@ -256,6 +263,7 @@ func (c *Config) fsmConfig() fsm.Config {
 		RetryMax:      c.RetryMax,
 		ResyncPeriod:  c.ResyncPeriod,
 		LossGrace:     c.LossGrace,
+		StatusDelay:   c.StatusDelay,
 	}
 }
 
