@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -36,6 +37,11 @@ type Cache interface {
 	// Secret tells whether the Secret exists: its data are not cached.
 	Secret(namespace, name string) (*corev1.Secret, bool)
 	PodDisruptionBudget(namespace, name string) (*policyv1.PodDisruptionBudget, bool)
+	// ServiceAccount, Role and RoleBinding return the objects the
+	// clusters of a namespace share (cluster.ServiceAccount...).
+	ServiceAccount(namespace, name string) (*corev1.ServiceAccount, bool)
+	Role(namespace, name string) (*rbacv1.Role, bool)
+	RoleBinding(namespace, name string) (*rbacv1.RoleBinding, bool)
 	// PersistentVolumeClaims and Pods return the claims and the pods of
 	// cluster key, found by their cluster-name label.
 	PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim
@@ -43,9 +49,9 @@ type Cache interface {
 }
 
 // sharedRecheck is how long the memo of the shared RBAC objects of a
-// namespace is trusted. They are not cached; the memo saves their reads on
-// every ensure, and this bounds how long an object deleted by hand (the
-// pods' ServiceAccount, say) goes unnoticed.
+// namespace is trusted. The memo spares the ensures that follow a write
+// until the cache has caught up; this bounds how long an object deleted by
+// hand (the pods' ServiceAccount, say) goes unnoticed.
 const sharedRecheck = 30 * time.Minute
 
 // sharedMemo remembers, per namespace, the clusters whose owner reference
@@ -66,20 +72,17 @@ type sharedEntry struct {
 	checked time.Time
 }
 
-// lookup tells whether this process has seen the namespace's objects at
-// all, and whether they carry uid's reference, as seen less than
-// sharedRecheck ago.
-func (m *sharedMemo) lookup(ns string, uid types.UID, now time.Time) (seen, owned bool) {
+// owned tells whether this process has seen (or put) uid's reference on
+// the namespace's objects less than sharedRecheck ago.
+func (m *sharedMemo) owned(ns string, uid types.UID, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.ns[ns]
-	if e == nil {
-		return false, false
+	if e == nil || now.Sub(e.checked) >= sharedRecheck {
+		return false
 	}
-	if now.Sub(e.checked) < sharedRecheck {
-		_, owned = e.owners[uid]
-	}
-	return true, owned
+	_, owned := e.owners[uid]
+	return owned
 }
 
 // record notes that the namespace's objects carry the references of owners,

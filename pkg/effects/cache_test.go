@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -50,6 +51,9 @@ var cachedResources = []schema.GroupVersionKind{
 	policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
 	corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
 	corev1.SchemeGroupVersion.WithKind("Pod"),
+	corev1.SchemeGroupVersion.WithKind("ServiceAccount"),
+	rbacv1.SchemeGroupVersion.WithKind("Role"),
+	rbacv1.SchemeGroupVersion.WithKind("RoleBinding"),
 }
 
 func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
@@ -230,6 +234,18 @@ func (c *fakeCache) Secret(ns, name string) (*corev1.Secret, bool) {
 
 func (c *fakeCache) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudget, bool) {
 	return typed[*policyv1.PodDisruptionBudget](c.read(cachedResources[3], ns, name))
+}
+
+func (c *fakeCache) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {
+	return typed[*corev1.ServiceAccount](c.read(cachedResources[6], ns, name))
+}
+
+func (c *fakeCache) Role(ns, name string) (*rbacv1.Role, bool) {
+	return typed[*rbacv1.Role](c.read(cachedResources[7], ns, name))
+}
+
+func (c *fakeCache) RoleBinding(ns, name string) (*rbacv1.RoleBinding, bool) {
+	return typed[*rbacv1.RoleBinding](c.read(cachedResources[8], ns, name))
 }
 
 func (c *fakeCache) PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim {
@@ -661,9 +677,10 @@ func TestCacheStatus(t *testing.T) {
 	}
 }
 
-// The shared ServiceAccount, Role and RoleBinding are not cached: they are
-// created or patched only when this process has not seen the cluster's
-// reference on them, and never read.
+// The shared ServiceAccount, Role and RoleBinding are read from the cache
+// only: created when it does not show them, patched when it shows them
+// without the cluster's reference, and left alone when it shows them in
+// place, by a new process too.
 func TestCacheSharedRBACMemo(t *testing.T) {
 	a, b := testCluster(t), otherCluster(t)
 	h := newCachedHarness(t, []*v1.Postgresql{a, b})
@@ -687,8 +704,6 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	}
 	creates := []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}
 	patches := []string{"patch serviceaccounts pgloop-pod", "patch roles pgloop-pod", "patch rolebindings pgloop-pod"}
-	conflicts := []string{"create serviceaccounts pgloop-pod", "patch serviceaccounts pgloop-pod", "create roles pgloop-pod",
-		"patch roles pgloop-pod", "create rolebindings pgloop-pod", "patch rolebindings pgloop-pod"}
 
 	// A new namespace: created without a read.
 	ensure(a, creates...)
@@ -696,15 +711,14 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	ensure(b, patches...)
 	ensure(a)
 	ensure(b)
-	// Checked again after a while.
+	// Checked again after a while: the cache shows them in place.
 	now := time.Now()
 	h.eff.now = func() time.Time { return now.Add(sharedRecheck) }
-	ensure(b, patches...)
+	ensure(b)
 	ensure(a)
-	// A new process knows nothing: it tries to create them, patches
-	// them, and learns both references.
+	// A new process knows nothing but what its cache shows: in place.
 	h.eff = New(h.kube, h.pgc, h.rec, Options{Log: h.eff.log, Cache: h.cache})
-	ensure(a, conflicts...)
+	ensure(a)
 	ensure(b)
 	// a's cleanup removes its reference; b's is still known.
 	h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
@@ -713,8 +727,7 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	}
 	shared()
 	ensure(b)
-	// So does b's, which deletes them: a new cluster's patches find
-	// nothing, and it creates them.
+	// So does b's, which deletes them: a new cluster creates them.
 	h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
 	if err := h.cleanup(t, b); err != nil {
 		t.Fatal(err)
@@ -723,8 +736,7 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	c := testCluster(t)
 	c.Name, c.UID = "acid-third", "33333333-2222-4333-8444-555555555555"
 	h.pg.put(c)
-	ensure(c, "patch serviceaccounts pgloop-pod", "create serviceaccounts pgloop-pod", "patch roles pgloop-pod",
-		"create roles pgloop-pod", "patch rolebindings pgloop-pod", "create rolebindings pgloop-pod")
+	ensure(c, creates...)
 	for _, o := range []cluster.Object{cluster.ServiceAccount(c), cluster.Role(c), cluster.RoleBinding(c)} {
 		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
 		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
@@ -850,5 +862,31 @@ func TestCacheCleanupPods(t *testing.T) {
 				t.Errorf("resource kept = %v, want %v", kept, want)
 			}
 		})
+	}
+}
+
+// A cache that does not show the shared objects yet, in a new process:
+// each create finds the object (AlreadyExists) and patches it instead.
+func TestCacheSharedRBACLagging(t *testing.T) {
+	a := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{a})
+	if err := h.ensure(t, a); err != nil {
+		t.Fatal(err)
+	}
+	h.eff = New(h.kube, h.pgc, h.rec, Options{Log: h.eff.log, Cache: h.cache})
+	h.kubeCalls()
+	if err := h.ensure(t, a); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range h.kubeCalls() {
+		if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
+			got = append(got, c)
+		}
+	}
+	want := []string{"create serviceaccounts pgloop-pod", "patch serviceaccounts pgloop-pod", "create roles pgloop-pod",
+		"patch roles pgloop-pod", "create rolebindings pgloop-pod", "patch rolebindings pgloop-pod"}
+	if !slices.Equal(got, want) {
+		t.Errorf("shared objects:\n got %v\nwant %v", got, want)
 	}
 }

@@ -170,23 +170,36 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 // owner reference.
 //
 // Without a cache, each is read, then created or updated, as the other
-// objects are. With one, no read is needed: the informers do not cache
-// these objects, and the clusters of a namespace would all update the same
-// three at once, each update in conflict with the others'. Instead each is
-// patched (a strategic merge patch, which merges owner references by UID):
-// one call, no conflict, no reference lost. When this process has not seen
-// the namespace's objects yet, they are created first (a new namespace
-// needs only the creates); one that exists answers AlreadyExists, and is
-// patched then. Once this process has seen the cluster's reference on all
-// three, they are not touched again for sharedRecheck (the memo).
+// objects are. With one (the informers cache the three: they are labelled
+// application=spilo), nothing is read from the API:
+//   - when the cache shows all three with the cluster's reference (and the
+//     Role with its rules), nothing is written: a restarted operator finds
+//     the objects of every namespace in place without a call;
+//   - one the cache does not show is created (a new namespace needs only
+//     the creates); if it exists after all (the cache lags), AlreadyExists
+//     is answered and it is patched;
+//   - one it shows without the reference is patched (a strategic merge
+//     patch, which merges owner references by UID): the clusters of a
+//     namespace would all update the same three at once, each update in
+//     conflict with the others'; a patch is one call, no conflict, no
+//     reference lost.
+//
+// Once this process has written or seen the cluster's reference on all
+// three, it trusts that for sharedRecheck (the memo), so an ensure that
+// follows before the cache has caught up writes nothing either.
 //
 // An operator whose RBAC does not allow the patch (the ClusterRole of an
 // older release) reads and updates them instead, as without a cache.
 func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster.Objects) error {
 	memo := r.cache != nil
-	seen, owned := false, false
+	var cached [3]bool
 	if memo {
-		if seen, owned = r.shared.lookup(r.ns, pg.UID, r.now()); owned {
+		if r.shared.owned(r.ns, pg.UID, r.now()) {
+			return nil
+		}
+		var inPlace bool
+		if cached, inPlace = r.sharedCached(objs); inPlace {
+			r.shared.record(r.ns, []types.UID{pg.UID}, r.now())
 			return nil
 		}
 	}
@@ -200,14 +213,14 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster
 	var owners [3][]types.UID
 	var err error
 	if owners[0], err = ensureSharedObject(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", objs.ServiceAccount,
-		ownerPatch, seen, func(cur *corev1.ServiceAccount) (*corev1.ServiceAccount, bool, error) {
+		ownerPatch, cached[0], func(cur *corev1.ServiceAccount) (*corev1.ServiceAccount, bool, error) {
 			out := cur.DeepCopy()
 			return out, addOwner(out, objs.ServiceAccount), nil
 		}); err != nil {
 		return err
 	}
 	if owners[1], err = ensureSharedObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
-		rolePatch, seen, func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
+		rolePatch, cached[1], func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
 			out, write := cur.DeepCopy(), false
 			if cluster.RoleNeedsUpdate(cur, objs.Role) {
 				out, write = cluster.ApplyRole(cur, objs.Role), true
@@ -217,7 +230,7 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster
 		return err
 	}
 	if owners[2], err = ensureSharedObject(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", objs.RoleBinding,
-		ownerPatch, seen, func(cur *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, error) {
+		ownerPatch, cached[2], func(cur *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, error) {
 			out := cur.DeepCopy()
 			return out, addOwner(out, objs.RoleBinding), nil
 		}); err != nil {
@@ -230,6 +243,20 @@ func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster
 		r.shared.record(r.ns, all, r.now())
 	}
 	return nil
+}
+
+// sharedCached reports which of the shared objects the cache shows, and
+// whether it shows all three with the cluster's owner reference and the
+// Role with its rules: then they are in place.
+func (r *run) sharedCached(objs *cluster.Objects) (cached [3]bool, inPlace bool) {
+	uid := objs.ServiceAccount.OwnerReferences[0].UID
+	owns := func(o metav1.Object) bool { return slices.Contains(ownerUIDs(o), uid) }
+	sa, ok0 := r.cache.ServiceAccount(r.ns, objs.ServiceAccount.Name)
+	role, ok1 := r.cache.Role(r.ns, objs.Role.Name)
+	binding, ok2 := r.cache.RoleBinding(r.ns, objs.RoleBinding.Name)
+	cached = [3]bool{ok0, ok1, ok2}
+	inPlace = ok0 && ok1 && ok2 && owns(sa) && owns(role) && owns(binding) && !cluster.RoleNeedsUpdate(role, objs.Role)
+	return cached, inPlace
 }
 
 // sharedObjectClient is what ensureSharedObject needs of a typed client-go
@@ -246,10 +273,10 @@ var errPatchForbidden = errors.New("patch forbidden")
 // ensureSharedObject ensures one shared object (see ensureShared) and
 // returns the UIDs of its owner references as written or found. Without a
 // cache, or once a patch was forbidden, it reads the object and writes what
-// reconcile returns; otherwise it creates desired (first unless seen, or
-// once the patch finds no object) or applies patch to it.
+// reconcile returns; otherwise it creates desired (first unless the cache
+// shows it, or once the patch finds no object) or applies patch to it.
 func ensureSharedObject[T cluster.Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T,
-	patch any, seen bool, reconcile reconcileFunc[T]) ([]types.UID, error) {
+	patch any, cached bool, reconcile reconcileFunc[T]) ([]types.UID, error) {
 	owners := ownerUIDs(desired)
 	byReading := func() ([]types.UID, error) {
 		err := ensureObject(ctx, r, c, kind, desired, nil, func(cur T) (T, bool, error) {
@@ -264,7 +291,7 @@ func ensureSharedObject[T cluster.Object](ctx context.Context, r *run, c sharedO
 	if r.cache == nil || r.shared.patchForbidden.Load() {
 		return byReading()
 	}
-	owners, err := patchShared(ctx, r, c, kind, desired, patch, !seen)
+	owners, err := patchShared(ctx, r, c, kind, desired, patch, !cached)
 	if errors.Is(err, errPatchForbidden) {
 		if r.shared.patchForbidden.CompareAndSwap(false, true) {
 			r.log.WithError(err).Warn("the shared objects are read and updated instead: grant the operator patch on " +

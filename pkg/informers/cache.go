@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -52,6 +53,36 @@ func (i *Informers) PodDisruptionBudget(namespace, name string) (*policyv1.PodDi
 		return nil, false
 	}
 	return byKey[*policyv1.PodDisruptionBudget](s.owned.Policy().V1().PodDisruptionBudgets().Informer(), namespace, name)
+}
+
+// ServiceAccount returns the ServiceAccount namespace/name from the cache
+// (pgloop's shared ones only: labelled application=spilo).
+func (i *Informers) ServiceAccount(namespace, name string) (*corev1.ServiceAccount, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*corev1.ServiceAccount](s.owned.Core().V1().ServiceAccounts().Informer(), namespace, name)
+}
+
+// Role returns the Role namespace/name from the cache (pgloop's shared
+// ones only).
+func (i *Informers) Role(namespace, name string) (*rbacv1.Role, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*rbacv1.Role](s.owned.Rbac().V1().Roles().Informer(), namespace, name)
+}
+
+// RoleBinding returns the RoleBinding namespace/name from the cache
+// (pgloop's shared ones only).
+func (i *Informers) RoleBinding(namespace, name string) (*rbacv1.RoleBinding, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*rbacv1.RoleBinding](s.owned.Rbac().V1().RoleBindings().Informer(), namespace, name)
 }
 
 // PersistentVolumeClaims returns the volume claims of cluster key, sorted

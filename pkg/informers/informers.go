@@ -217,6 +217,14 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s.addHandler(i, s.warnings, i.eventHandler(s, "StatefulSet"))
 	s.addHandler(i, s.claimWarnings, i.eventHandler(s, "PersistentVolumeClaim"))
 	s.addHandler(i, s.quotas, i.quotaHandler(s))
+	// The objects the clusters of a namespace share are read from the
+	// cache by the effects, so that a restarted operator finds them in
+	// place without a call; a change of them asks for nothing (the
+	// resync restores one deleted by hand).
+	for _, inf := range []cache.SharedIndexInformer{s.owned.Core().V1().ServiceAccounts().Informer(),
+		s.owned.Rbac().V1().Roles().Informer(), s.owned.Rbac().V1().RoleBindings().Informer()} {
+		s.addHandler(i, inf, cache.ResourceEventHandlerFuncs{})
+	}
 	return s
 }
 
