@@ -120,20 +120,44 @@ func TestInDatabase(t *testing.T) {
 		if before == 0 {
 			t.Fatalf("no SQL statement counted for %s/%s: the metric is not wired", ns, name)
 		}
-		// Two resyncs of the Running cluster (--resync-period=4s), seen as
-		// the resync timer's deadline moving on twice.
-		resyncs := 0
-		last := resyncDeadline(pg)
-		if _, err := env.WaitCluster(ctx, ns, name, "resynced twice", func(pg *v1.Postgresql) bool {
-			if d := resyncDeadline(pg); d != "" && d != last {
-				resyncs, last = resyncs+1, d
-			}
-			return resyncs >= 2
-		}); err != nil {
-			t.Fatal(err)
+		// Two resyncs of the Running cluster (--resync-period=4s), counted
+		// by the operator's transitions metric (the cluster is alone in
+		// its namespace, which the operator alone watches). /metrics has no
+		// watch: it is read every 200ms, within the test's deadline.
+		resyncs := func() float64 {
+			return operatorMetric(ctx, t, op, "pgloop_transitions_total", `event="resync"`)
 		}
+		waitResyncs := func(n float64) {
+			t.Helper()
+			start := resyncs()
+			for resyncs() < start+n {
+				select {
+				case <-ctx.Done():
+					t.Fatalf("fewer than %v resyncs of the idle cluster: %v", n, ctx.Err())
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+		get := func() *v1.Postgresql {
+			t.Helper()
+			pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pg
+		}
+		// One resync first: a status change that was waiting for its
+		// write (--status-delay) is written by then.
+		waitResyncs(1)
+		idle := get()
+		waitResyncs(2)
 		if after := sqlStatements(ctx, t, op, ns+"/"+name); after != before {
-			t.Errorf("SQL statements %v -> %v over two resyncs of an idle cluster, want none", before, after)
+			t.Errorf("SQL statements %v -> %v over the resyncs of an idle cluster, want none", before, after)
+		}
+		// Nor a status write: the resync's timer is not kept in status.
+		if now := get(); now.ResourceVersion != idle.ResourceVersion {
+			t.Errorf("the idle cluster's resource went from version %s to %s over two resyncs, want no write:\n%+v\n%+v",
+				idle.ResourceVersion, now.ResourceVersion, idle.Status, now.Status)
 		}
 	})
 
@@ -382,20 +406,18 @@ func patroniConfig(ctx context.Context, t testing.TB, ns, pod string) map[string
 	return cfg
 }
 
-func resyncDeadline(pg *v1.Postgresql) string {
-	for _, tm := range pg.Status.Timers {
-		if tm.Name == fsm.TimerResync {
-			return tm.Deadline.String()
-		}
-	}
-	return ""
-}
-
 var metricsAddr = regexp.MustCompile(`serving /healthz, /readyz and /metrics.*addr="?([0-9.:]+)`)
 
 // sqlStatements sums pgloop_sql_statements_total of cluster key, every
 // outcome, from the operator's /metrics.
 func sqlStatements(ctx context.Context, t testing.TB, op *Operator, key string) float64 {
+	t.Helper()
+	return operatorMetric(ctx, t, op, "pgloop_sql_statements_total", `cluster="`+key+`"`)
+}
+
+// operatorMetric sums the series of the metric name whose labels contain
+// label, from the operator's /metrics.
+func operatorMetric(ctx context.Context, t testing.TB, op *Operator, name, label string) float64 {
 	t.Helper()
 	if err := op.WaitLog(ctx, "serving /healthz"); err != nil {
 		t.Fatal(err)
@@ -413,7 +435,7 @@ func sqlStatements(ctx context.Context, t testing.TB, op *Operator, key string) 
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	return sumMetric(t, resp.Body, "pgloop_sql_statements_total", `cluster="`+key+`"`)
+	return sumMetric(t, resp.Body, name, label)
 }
 
 func sumMetric(t testing.TB, r io.Reader, name, label string) float64 {
