@@ -30,12 +30,18 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// job is one plan handed to a worker.
+// job is one plan handed to a worker, from its step next on: a plan may
+// be paused between two steps (Loop.worker) and resumed by another worker.
 type job struct {
 	key    string
 	plan   *Plan
 	ctx    context.Context
 	cancel context.CancelFunc
+	urgent bool
+	// next is the step to run next; err and panicErr are the plan's
+	// first error and first panic so far (runPlan).
+	next          int
+	err, panicErr error
 }
 
 // submit makes p the cluster's next plan, superseding the one waiting, and
@@ -79,10 +85,18 @@ func (l *Loop) dropWaiting(rec *record) {
 // are in flight (counted until their PlanDone is dispatched), so the send
 // never blocks.
 func (l *Loop) schedule() {
+	defer func() { l.contended.Store(l.runq.waiting() > 0) }()
 	for l.inflight < l.workers {
 		rec, urgent := l.runq.pop()
 		if rec == nil {
 			return
+		}
+		if j := rec.paused; j != nil {
+			// The cluster's plan in flight goes on where it paused.
+			rec.paused = nil
+			l.inflight++
+			l.work <- *j
+			continue
 		}
 		p := rec.waiting
 		if p == nil { // dropped while queued
@@ -99,8 +113,25 @@ func (l *Loop) schedule() {
 		ctx, cancel := context.WithCancel(l.runCtx)
 		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
 		l.inflight++
-		l.work <- job{key: rec.key, plan: p, ctx: ctx, cancel: cancel}
+		l.work <- job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent}
 	}
+}
+
+// planPaused takes back a plan a worker paused between two steps: the
+// worker is free, and the plan, still in flight for its cluster, waits for
+// its turn again at the end of its ring, behind the clusters that waited.
+func (l *Loop) planPaused(j *job) {
+	l.inflight--
+	rec := l.clusters[j.key]
+	if rec == nil || !rec.running || rec.planID != j.plan.ID {
+		// Cannot happen: a record is kept while its plan runs.
+		l.log.WithField("cluster", j.key).Debug("paused plan for a cluster with no plan in flight")
+		l.schedule()
+		return
+	}
+	rec.paused = j
+	l.runq.push(rec, j.urgent)
+	l.schedule()
 }
 
 // planFinished is the loop's bookkeeping for a PlanDone, done before the
@@ -130,11 +161,19 @@ func (l *Loop) planAccounted(key string) {
 	l.schedule()
 }
 
-// worker runs plans until Run closes the work channel.
+// worker runs plans until Run closes the work channel. Between two steps
+// of a plan, while other clusters wait for a worker (contended), it pauses
+// the plan and hands it back to the loop: a cluster whose plan has many
+// steps takes one step per turn, so it delays another cluster's next step
+// by one step at most, not by its whole plan.
 func (l *Loop) worker() {
 	defer l.wg.Done()
 	for j := range l.work {
-		err, panicErr := l.runPlan(j.ctx, j.key, j.plan)
+		if !l.runPlan(&j) {
+			l.in.post(Event{Key: j.key, Kind: paused, At: l.clock.Now(), cont: &j})
+			continue
+		}
+		err, panicErr := j.err, j.panicErr
 		j.cancel()
 		l.st.plansRun.Add(1)
 		if err != nil {
@@ -153,35 +192,43 @@ func (l *Loop) worker() {
 	}
 }
 
-// runPlan runs the steps in order. After the first error only steps marked
-// Always run; err is the first error, wrapped with its step's name. A step
-// that panics fails with a *PanicError; panicErr is the first such error.
-func (l *Loop) runPlan(ctx context.Context, key string, p *Plan) (err, panicErr error) {
-	for i := range p.Steps {
-		s := &p.Steps[i]
-		if err != nil && !s.Always {
+// runPlan runs the job's steps in order, from j.next, and reports whether
+// the plan is done; false means it paused between two steps (contended).
+// After the first error only steps marked Always run; j.err is the first
+// error, wrapped with its step's name. A step that panics fails with a
+// *PanicError; j.panicErr is the first such error.
+func (l *Loop) runPlan(j *job) (done bool) {
+	p := j.plan
+	ran := false
+	for ; j.next < len(p.Steps); j.next++ {
+		s := &p.Steps[j.next]
+		if j.err != nil && !s.Always {
 			continue
 		}
-		serr := l.runStep(ctx, s)
+		if ran && l.contended.Load() {
+			return false
+		}
+		ran = true
+		serr := l.runStep(j.ctx, s)
 		if serr == nil {
 			continue
 		}
 		serr = fmt.Errorf("step %s: %w", s.Name, serr)
-		log := l.log.WithFields(logrus.Fields{"cluster": key, "plan": p.ID, "step": s.Name})
+		log := l.log.WithFields(logrus.Fields{"cluster": j.key, "plan": p.ID, "step": s.Name})
 		var pe *PanicError
 		if errors.As(serr, &pe) {
 			log.WithField("stack", string(pe.Stack)).Errorf("effect panicked: %v", pe.Value)
-			if panicErr == nil {
-				panicErr = serr
+			if j.panicErr == nil {
+				j.panicErr = serr
 			}
 		} else {
 			log.WithError(serr).Info("effect failed")
 		}
-		if err == nil {
-			err = serr
+		if j.err == nil {
+			j.err = serr
 		}
 	}
-	return err, panicErr
+	return true
 }
 
 // runStep runs one step under its deadline, which follows the loop's clock.

@@ -3,7 +3,10 @@ package eventloop
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,7 +87,11 @@ func TestRunPlanSteps(t *testing.T) {
 			if tt.cancelled {
 				cancel()
 			}
-			err, panicErr := l.runPlan(ctx, "ns/c", p)
+			j := job{key: "ns/c", plan: p, ctx: ctx}
+			if !l.runPlan(&j) {
+				t.Fatal("the plan paused with no other cluster waiting")
+			}
+			err, panicErr := j.err, j.panicErr
 			if !slices.Equal(ran, tt.wantRan) {
 				t.Errorf("ran %q, want %q", ran, tt.wantRan)
 			}
@@ -122,8 +129,8 @@ func TestStepDeadline(t *testing.T) {
 			return ctx.Err()
 		}},
 	)
-	if err, _ := l.runPlan(context.Background(), "ns/c", p); err != nil {
-		t.Fatal(err)
+	if j := (job{key: "ns/c", plan: p, ctx: context.Background()}); !l.runPlan(&j) || j.err != nil {
+		t.Fatal(j.err)
 	}
 	if want := []time.Duration{7 * time.Second, time.Minute}; !slices.Equal(got, want) {
 		t.Errorf("deadlines %v, want %v", got, want)
@@ -145,7 +152,7 @@ func TestStepCancelledThenExpired(t *testing.T) {
 		fc.Step(time.Second) // the deadline passes after the cancellation
 		return ctx.Err()
 	}))
-	err, _ := l.runPlan(ctx, "ns/c", p)
+	err := runAll(t, l, ctx, p)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v, want context.Canceled only", err)
 	}
@@ -165,8 +172,93 @@ func TestStepDeadlineWithoutAfterFunc(t *testing.T) {
 			<-ctx.Done()
 			return ctx.Err()
 		}))
-	err, _ := l.runPlan(context.Background(), "ns/c", p)
+	err := runAll(t, l, context.Background(), p)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// runAll runs p's steps on the calling goroutine, as a worker would with
+// no other cluster waiting, and returns the plan's error.
+func runAll(t *testing.T, l *Loop, ctx context.Context, p *Plan) error {
+	t.Helper()
+	j := job{key: "ns/c", plan: p, ctx: ctx}
+	if !l.runPlan(&j) {
+		t.Fatal("the plan paused with no other cluster waiting")
+	}
+	return j.err
+}
+
+// A cluster whose plan has 1,000 steps delays another cluster's first step
+// by one step, not by its plan: with one worker, the long plan pauses
+// between two steps while the other waits, and finishes afterwards, its
+// steps in order, reported once.
+func TestLongPlanYieldsBetweenSteps(t *testing.T) {
+	const n = 1000
+	var mu sync.Mutex
+	var ran []string
+	record := func(name string) {
+		mu.Lock()
+		ran = append(ran, name)
+		mu.Unlock()
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{}
+		}
+		if ev.Key == "small" {
+			return Outcome{Plan: plan(1, step("small", func(context.Context) error { record("small"); return nil }))}
+		}
+		p := plan(1)
+		for i := range n {
+			name := fmt.Sprintf("big %d", i)
+			p.Steps = append(p.Steps, step(name, func(context.Context) error {
+				record(name)
+				if i == 0 {
+					close(started)
+					<-release
+				}
+				return nil
+			}))
+		}
+		return Outcome{Plan: p}
+	})
+	l := startLoop(t, rec, Options{Workers: 1})
+	l.Notify("big", "go")
+	recv(t, started, "the long plan's first step")
+	l.Notify("small", "go")
+	// The loop has queued small's plan, no worker being free.
+	deadline := time.Now().Add(guard)
+	for !l.contended.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("small's plan never waited for the worker")
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	l.waitIdle(t)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if i := slices.Index(ran, "small"); i != 1 {
+		t.Errorf("small's step ran after %d of big's steps, want 1 (the one running when it came)", i)
+	}
+	var big []string
+	for _, name := range ran {
+		if name != "small" {
+			big = append(big, name)
+		}
+	}
+	for i, name := range big {
+		if want := fmt.Sprintf("big %d", i); name != want {
+			t.Fatalf("big's step %d is %q, want %q", i, name, want)
+		}
+	}
+	if len(big) != n {
+		t.Errorf("big ran %d steps, want %d", len(big), n)
+	}
+	if done := only(rec.snapshot(), is("big", PlanDone)); len(done) != 1 || done[0].Err != nil {
+		t.Errorf("big's results %+v, want one success", done)
 	}
 }

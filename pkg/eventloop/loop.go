@@ -80,13 +80,16 @@ type Loop struct {
 	wake     clock.Timer
 	wakeAt   time.Time // deadline wake is armed for; zero when not armed
 	runq     runQueue
-	inflight int // plans handed to workers whose PlanDone is not dispatched
-	nWaiting int
-	batch    []Event
-	idle     []chan struct{}
-	runCtx   context.Context
-	work     chan job
-	wg       sync.WaitGroup
+	inflight int // plans handed to workers, not paused, whose PlanDone is not dispatched
+	// contended: clusters wait for a worker (schedule sets it, on the
+	// loop goroutine); workers read it between steps.
+	contended atomic.Bool
+	nWaiting  int
+	batch     []Event
+	idle      []chan struct{}
+	runCtx    context.Context
+	work      chan job
+	wg        sync.WaitGroup
 }
 
 // record is what the loop keeps for one cluster. It exists only while there
@@ -97,6 +100,7 @@ type record struct {
 	timers  map[string]*timer
 	running bool               // a plan is in flight
 	planID  uint64             // its ID
+	paused  *job               // the rest of it, when paused between steps
 	cancel  context.CancelFunc // of the plan in flight
 	waiting *Plan              // next plan, run when the one in flight is done
 	// urgent: the waiting plan starts at urgent priority. It stays set
@@ -282,6 +286,9 @@ func (l *Loop) dispatch(ev *Event) bool {
 		}
 	case PlanDone:
 		l.planFinished(ev.Key)
+	case paused:
+		l.planPaused(ev.cont)
+		return false
 	}
 	if rec := l.clusters[ev.Key]; rec != nil && rec.running {
 		ev.InFlight = rec.planID

@@ -47,6 +47,9 @@ type runQueue struct {
 // len counts the entries of both rings, stale ones included.
 func (q *runQueue) len() int { return q.urgent.len() + q.background.len() }
 
+// waiting counts the records queued in either ring (no stale entry).
+func (q *runQueue) waiting() int { return q.urgent.len() + q.live }
+
 // push queues a record that is in no ring, at the end of the urgent ring or
 // of the background one.
 func (q *runQueue) push(rec *record, urgent bool) {

@@ -17,6 +17,8 @@ func (k Kind) String() string {
 		return "planDone"
 	case Panicked:
 		return "panicked"
+	case paused:
+		return "paused"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

@@ -23,6 +23,11 @@ const (
 	// panicked for this cluster; Err describes the panic. Delivered so the
 	// state machine can record it on the cluster.
 	Panicked
+
+	// paused is the loop's own: a worker left a plan between two steps
+	// because other clusters waited for a worker (Event.cont). Never
+	// handed to the Handler.
+	paused
 )
 
 // Event is what the loop hands to the Handler, one cluster at a time.
@@ -48,6 +53,9 @@ type Event struct {
 	// next one; a running plan is not, and reports: the Handler need not
 	// ask again for what it carries.
 	InFlight uint64
+
+	// cont is the rest of a paused plan.
+	cont *job
 }
 
 // Handler owns the per-cluster state machines. The loop calls it from its one
