@@ -126,9 +126,9 @@ the loop runs, and also while this replica stands by for the leader.`,
 	f.BoolVar(&cfg.Switchover, "switchover", cfg.Switchover,
 		"in a rollout, hand the primary's role to an up-to-date replica (Patroni's switchover) before replacing the primary's pod")
 	f.Float32Var(&cfg.KubeQPS, "kube-qps", cfg.KubeQPS,
-		"queries per second to the Kubernetes API, shared by all clusters")
+		"client-side limit of queries per second to the Kubernetes API, shared by all clusters; 0: none when the API server has Priority and Fairness (it protects itself; at most --workers steps call it at once), 50 otherwise; -1: none")
 	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,
-		"burst of queries to the Kubernetes API above kube-qps")
+		"burst of queries to the Kubernetes API above kube-qps (when a limit applies)")
 	f.DurationVar(&cfg.CacheSyncTimeout, "cache-sync-timeout", cfg.CacheSyncTimeout,
 		"how long to wait for the API's first answers and the informers' initial lists before failing")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat,

@@ -38,7 +38,8 @@ const (
 	DefaultRetryPeriod   = 2 * time.Second
 	DefaultHealthAddr    = ":8080"
 	// DefaultKubeQPS and DefaultKubeBurst are the client's rate limit,
-	// shared by every cluster. client-go's own default (5/10) would make
+	// shared by every cluster, against an API server without Priority and
+	// Fairness (ratelimit.go). client-go's own default (5/10) would make
 	// a few hundred clusters' resyncs queue behind each other.
 	DefaultKubeQPS   = 50
 	DefaultKubeBurst = 100
@@ -119,7 +120,9 @@ type Config struct {
 	// up-to-date replica before it replaces the primary's pod.
 	Switchover bool
 
-	// KubeQPS and KubeBurst rate-limit the Kubernetes client.
+	// KubeQPS and KubeBurst rate-limit the Kubernetes client: KubeQPSAuto
+	// decides by asking the API server, KubeQPSOff turns the limit off
+	// (ratelimit.go).
 	KubeQPS   float32
 	KubeBurst int
 	// CacheSyncTimeout bounds the check that the API answers and the
@@ -166,7 +169,7 @@ func DefaultConfig() Config {
 		SwitchoverTimeout:       DefaultSwitchoverTimeout,
 		InDatabaseTimeout:       DefaultInDatabaseTimeout,
 		Switchover:              true,
-		KubeQPS:                 DefaultKubeQPS,
+		KubeQPS:                 KubeQPSAuto,
 		KubeBurst:               DefaultKubeBurst,
 		CacheSyncTimeout:        DefaultCacheSyncTimeout,
 		LogFormat:               LogFormatText,
@@ -239,8 +242,8 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.SpiloImage) == "" {
 		bad("spilo-image must not be empty")
 	}
-	if c.KubeQPS <= 0 {
-		bad("kube-qps must be positive, got %v", c.KubeQPS)
+	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
+		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
 	}
 	if c.KubeBurst < 1 {
 		bad("kube-burst must be at least 1, got %d", c.KubeBurst)

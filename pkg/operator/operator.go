@@ -87,6 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	rateLimit(ctx, restCfg, &cfg, log)
 	cl, err := newClients(restCfg, &cfg)
 	if err != nil {
 		return err
@@ -95,7 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // restConfig loads the kubeconfig, or the in-cluster configuration when
-// none is given, and applies the rate limits.
+// none is given.
 func restConfig(cfg *Config) (*rest.Config, error) {
 	var rc *rest.Config
 	var err error
@@ -116,8 +117,6 @@ func restConfig(cfg *Config) (*rest.Config, error) {
 			return nil, fmt.Errorf("load kubeconfig %s: %w", cfg.Kubeconfig, err)
 		}
 	}
-	rc.QPS = cfg.KubeQPS
-	rc.Burst = cfg.KubeBurst
 	rc.UserAgent = "pgloop/" + version.Version
 	return rc, nil
 }
