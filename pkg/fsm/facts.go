@@ -143,13 +143,16 @@ func (f *Facts) toRestart(restarted []string) *PodRef {
 	return f.Restart
 }
 
-// converged is the podsReady guard: every desired pod Ready, a primary known
-// whenever there are pods, and the objects match the spec.
+// converged is the podsReady guard: the cluster serves, and the objects
+// match the spec.
 func (f *Facts) converged() bool {
-	if f.Ready < f.Desired || !f.ObjectsCurrent {
-		return false
-	}
-	return f.Desired == 0 || f.Primary != ""
+	return f.ObjectsCurrent && f.serving()
+}
+
+// serving: every desired pod Ready, and a primary known whenever there are
+// pods, whether or not the objects match the spec.
+func (f *Facts) serving() bool {
+	return f.Ready >= f.Desired && (f.Desired == 0 || f.Primary != "")
 }
 
 // Memory is what a machine remembers, beside its status, that guards decide

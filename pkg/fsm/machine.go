@@ -688,10 +688,18 @@ func retained(prev *v1.DatabaseStatus, f *Facts) []string {
 	return out
 }
 
-// outOfSync says what a Running cluster applies inside PostgreSQL.
+// outOfSync says what a Running cluster that serves updates: its objects
+// and pods, and what it applies inside PostgreSQL.
 func (m *Machine) outOfSync() string {
 	st, f := &m.st, &m.call.facts
 	var what []string
+	switch {
+	case f.ObjectsCurrent:
+	case f.Outdated > 0:
+		what = append(what, fmt.Sprintf("%d pods to replace from the current template", f.Outdated))
+	default:
+		what = append(what, "objects to update")
+	}
 	if SyncDue(st, f) {
 		what = append(what, "roles and databases to sync")
 	}

@@ -63,10 +63,12 @@ const (
 	// EventReplacePod: outdated pods replaced: every one that runs
 	// nothing at once, or one step of a rollout.
 	EventReplacePod = "replacePod"
-	// EventOutOfSync: a Running cluster's pods are converged, but what
-	// runs inside PostgreSQL and Patroni is not what the spec asks: roles,
-	// databases or configuration to apply, a password to rotate, a sync
-	// requested, or a member pending a restart.
+	// EventOutOfSync: a Running cluster's pods are all Ready, but the
+	// cluster is not what the spec asks: its objects or pods differ (an
+	// upgrade of pgloop changed the pod template), or what runs inside
+	// PostgreSQL and Patroni does: roles, databases or configuration to
+	// apply, a password to rotate, a sync requested, or a member pending
+	// a restart.
 	EventOutOfSync = "outOfSync"
 	// EventRestartMember: a member whose Patroni reports a setting pending
 	// a restart is restarted through Patroni, one at a time.
@@ -168,7 +170,7 @@ var eventDocs = map[string]string{
 	EventPodsLost:         "Guard, while Running: fewer Ready instances than desired, or no primary, or objects not matching the spec, and either the `lossGrace` timer fired, or the grace is 0 (`--loss-grace=0`), or a concrete cause is known (an unschedulable pod, a crash loop...). The reason and message name the cause (`PodsNotReady`, `NoPrimary`, `NotConverged` or the concrete one).",
 	EventLossGrace:        "The `lossGrace` timer fired in Running: the loss has lasted the whole grace (`--loss-grace`), and `podsLost` fires if it still holds. The timer is armed when a loss is first seen in Running, and cancelled (no history entry, no Event) when the cluster recovers before it fires.",
 	EventReplacePod:       "Outdated pods are deleted (UID precondition) so the StatefulSet controller recreates them from the current template. (1) Pods that run no PostgreSQL (not scheduled, waiting on a volume, a container that cannot start) serve nothing: every outdated one is replaced at once, in Creating, Updating or Degraded, without waiting for the other pods or for a timeout; this is how an edit fixes a stuck cluster. A never-bound claim of such a pod that asks for another StorageClass than the StatefulSet's is deleted with it. (2) A pod that runs PostgreSQL is replaced alone, once every desired pod is Ready and no idle pod is outdated: replicas first, the primary last; the next step waits for the pod events that show the new pod Ready.",
-	EventOutOfSync:        "Guard, while Running: the pods are converged, but the roles and databases (users, databases, a password's Secret, a sync request) or Patroni's dynamic configuration are not the ones last applied (status.database.hash, status.config.hash), or a member's Patroni reports a restart pending. Updating then applies them.",
+	EventOutOfSync:        "Guard, while Running: every pod is Ready and a primary known, but the objects do not match the spec (an upgrade of pgloop changed the StatefulSet or its pod template: pods to replace), or the roles and databases (users, databases, a password's Secret, a sync request) or Patroni's dynamic configuration are not the ones last applied (status.database.hash, status.config.hash), or a member's Patroni reports a restart pending. Updating then applies them; pods that serve are not a loss, so this is no `podsLost`.",
 	EventRestartMember:    "A member whose Patroni reports `pending_restart` is restarted through Patroni's `POST /restart` (only what is pending), once the configuration is applied and every pod is Ready: replicas first, the primary last, one at a time; the next waits for the member data that shows the restart done.",
 	EventSwitchover:       "In a rollout, when the next pod to replace is the primary and a replica is Ready, Patroni is asked for a switchover (`POST /switchover`) to the most up-to-date replica first; the former primary is then replaced as a replica. Off with `--switchover=false`.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",

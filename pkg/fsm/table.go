@@ -71,9 +71,15 @@ var Table = []Transition{
 	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return len(f.toReplace(mem.Replaced)) > 0 },
 		When:  "outdated pods that run nothing, or all pods Ready and one outdated"},
+	// A Running cluster that serves but is not what the spec asks is
+	// updated, not lost: its objects or pods differ (an upgrade of
+	// pgloop changed the StatefulSet or its pod template), or what runs
+	// inside PostgreSQL does.
 	{Event: EventOutOfSync, From: []string{Running}, To: Updating,
-		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.converged() && !applied(st, f) },
-		When:  "roles, databases or configuration to apply, or a restart pending"},
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
+			return f.serving() && (!f.ObjectsCurrent || !applied(st, f))
+		},
+		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, or a restart pending"},
 	// A rollout hands the primary's role over before replacing its pod.
 	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
