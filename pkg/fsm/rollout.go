@@ -78,7 +78,8 @@ func (m *Machine) rolloutStepDue() bool {
 //  2. It needs one when a step of a rollout fired or is due, or the facts
 //     show a rollout under way; and, once it needed one, until 1: a
 //     cluster keeps its slot between its steps, and its place in the
-//     queue while a pod of it is not Ready.
+//     queue while a pod of it is not Ready, but not its turn: offered a
+//     slot with no step to take, it leaves the queue.
 //  3. With a slot (Facts.RolloutWait empty) it is Rolling; without, Queued,
 //     and blocked when a step is due: the timeout of Creating or Updating
 //     is cancelled (status.reason says why, showCause). Once no longer
@@ -93,7 +94,11 @@ func (m *Machine) noteRollout() {
 		r.state = NotRolling
 	case f.Outdated == 0 && (r.state != Rolling || f.Ready >= f.Desired):
 		r.state = NotRolling
-	case r.state == NotRolling && !r.stepped && !f.RolloutStarted && !m.rolloutStepDue():
+	case !r.stepped && !f.RolloutStarted && !m.rolloutStepDue() &&
+		(r.state == NotRolling || r.state == Queued && f.RolloutWait == ""):
+		// A queued cluster whose turn comes while it has no step to take
+		// (a pod of it not Ready) passes its turn on: it holds no slot
+		// for a rollout it has not started.
 		r.state = NotRolling
 	case f.RolloutWait == "":
 		r.state = Rolling
