@@ -155,13 +155,6 @@ func (c *Controller) countRollouts() {
 	}
 }
 
-// Rollouts returns the number of clusters rolling pods that run PostgreSQL
-// and of those waiting for a slot of the rollout budget. For the loop
-// goroutine (and tests) only.
-func (c *Controller) Rollouts() (rolling, waiting int) {
-	return c.budget.rolling(), c.budget.waiting()
-}
-
 // logBudget logs a cluster's slot taken, freed or waited for.
 func (c *Controller) logBudget(key string, change budgetChange) {
 	var msg string

@@ -709,7 +709,7 @@ func (m *Machine) outOfSync() string {
 	switch {
 	case f.ObjectsCurrent:
 	case f.Outdated > 0:
-		what = append(what, fmt.Sprintf("%d pods to replace from the current template", f.Outdated))
+		what = append(what, fmt.Sprintf("outdated pods to replace (%d)", f.Outdated))
 	default:
 		what = append(what, "objects to update")
 	}
