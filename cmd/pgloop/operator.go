@@ -125,6 +125,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included")
 	f.BoolVar(&cfg.Switchover, "switchover", cfg.Switchover,
 		"in a rollout, hand the primary's role to an up-to-date replica (Patroni's switchover) before replacing the primary's pod")
+	f.IntVar(&cfg.MaxRollingClusters, "max-rolling-clusters", cfg.MaxRollingClusters,
+		"rollout budget: clusters that may replace pods that run PostgreSQL at once, each one pod at a time (an upgrade of pgloop that changes every pod template rolls this many clusters at a time); the others wait with the reason RolloutQueued; pods that run nothing never wait; 0 means no bound")
 	f.Float32Var(&cfg.KubeQPS, "kube-qps", cfg.KubeQPS,
 		"client-side limit of queries per second to the Kubernetes API, shared by all clusters; 0: none when the API server has Priority and Fairness (it protects itself; at most --workers steps call it at once), 50 otherwise; -1: none")
 	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,

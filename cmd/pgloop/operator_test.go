@@ -72,7 +72,8 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=5s",
 				"--health-addr=:9090", "--workers=64", "--step-timeout=1m", "--create-timeout=20m", "--update-timeout=30m",
 				"--loss-grace=30s", "--resync-period=1h", "--retry-base=1s", "--retry-max=10m", "--spilo-image=my/spilo:1",
-				"--kube-qps=200", "--kube-burst=400", "--cache-sync-timeout=5m", "--log-format=json", "--log-level=debug",
+				"--max-rolling-clusters=3", "--kube-qps=200", "--kube-burst=400", "--cache-sync-timeout=5m",
+				"--log-format=json", "--log-level=debug",
 			},
 			want: func(c *operator.Config) {
 				c.Kubeconfig, c.Namespaces, c.LeaderElect = "/k", []string{"a", "b", "c"}, false
@@ -84,6 +85,7 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				c.RetryBase, c.RetryMax, c.SpiloImage = time.Second, 10*time.Minute, "my/spilo:1"
 				c.KubeQPS, c.KubeBurst, c.CacheSyncTimeout = 200, 400, 5*time.Minute
 				c.LogFormat, c.LogLevel = "json", "debug"
+				c.MaxRollingClusters = 3
 			},
 		},
 		{
@@ -91,12 +93,12 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 			env: map[string]string{
 				"PGLOOP_NAMESPACE": "a, b", "PGLOOP_LEADER_ELECT": "false", "PGLOOP_WORKERS": "8",
 				"PGLOOP_RESYNC_PERIOD": "30m", "PGLOOP_KUBE_QPS": "20.5", "PGLOOP_LOG_FORMAT": "json",
-				"PGLOOP_LEADER_ELECT_LEASE_DURATION": "1m", "PGLOOP_LOSS_GRACE": "0s",
+				"PGLOOP_LEADER_ELECT_LEASE_DURATION": "1m", "PGLOOP_LOSS_GRACE": "0s", "PGLOOP_MAX_ROLLING_CLUSTERS": "0",
 			},
 			want: func(c *operator.Config) {
 				c.Namespaces, c.LeaderElect, c.Workers, c.ResyncPeriod = []string{"a", "b"}, false, 8, 30*time.Minute
 				c.KubeQPS, c.LogFormat, c.LeaseDuration = 20.5, "json", time.Minute
-				c.LossGrace = 0
+				c.LossGrace, c.MaxRollingClusters = 0, 0
 			},
 		},
 		{

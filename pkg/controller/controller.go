@@ -38,13 +38,20 @@ type Controller struct {
 	clock    clock.PassiveClock
 	log      *logrus.Entry
 	machines map[string]*fsm.Machine
+	// budget is the fleet's rollout budget (budget.go); rolling and
+	// waiting are its counts as OnRollouts was last told them.
+	budget           budget
+	rolling, waiting int
 	// Hooks for metrics; each runs on the loop goroutine and must be cheap.
 	// OnNew is called when a machine is created (resumed in state);
 	// OnTransition for every handled event that fired at least one FSM
-	// event; OnForget when a machine is dropped, with its last state.
+	// event; OnForget when a machine is dropped, with its last state;
+	// OnRollouts when the number of clusters rolling pods that run
+	// PostgreSQL, or waiting for a slot of the rollout budget to, changed.
 	OnNew        func(key, state string)
 	OnTransition func(key string, res *fsm.Result)
 	OnForget     func(key, state string)
+	OnRollouts   func(rolling, waiting int)
 }
 
 // New returns a Controller. log may be nil (the standard logger).
@@ -52,8 +59,29 @@ func New(cfg fsm.Config, obs Observer, eff Effects, clk clock.PassiveClock, log 
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Controller{engine: fsm.NewEngine(cfg), obs: obs, eff: eff, clock: clk, log: log, machines: map[string]*fsm.Machine{}}
+	return &Controller{engine: fsm.NewEngine(cfg), obs: obs, eff: eff, clock: clk, log: log, machines: map[string]*fsm.Machine{},
+		budget: newBudget(0, nil)}
 }
+
+// SetRolloutBudget bounds the clusters that may roll pods that run
+// PostgreSQL at once to max (0: no bound; the default). notify signals a
+// cluster without blocking, from the loop goroutine (eventloop.Loop's
+// Notify): when a slot frees, the controller wakes the next waiting
+// cluster with it (SignalRollout). Call it before the loop runs.
+func (c *Controller) SetRolloutBudget(max int, notify func(key, signal string)) {
+	var wake func(string)
+	if notify != nil {
+		wake = func(key string) { notify(key, SignalRollout) }
+	}
+	c.budget = newBudget(max, wake)
+}
+
+// Resuming tells the controller which clusters the operator resumes at its
+// start. Until the loop has handled each of them once, no cluster starts a
+// rollout that was not under way: those under way before the restart take
+// their slots back first, so a restart never lets more clusters roll than
+// the budget. Call it before the loop runs.
+func (c *Controller) Resuming(keys []string) { c.budget.expect(keys) }
 
 // Machine returns the state machine of a cluster, nil when it has none. For
 // inspection from the loop goroutine (and tests) only.
@@ -65,11 +93,14 @@ func (c *Controller) Len() int { return len(c.machines) }
 // Handle implements eventloop.Handler.
 func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 	facts, stored := c.obs.Observe(ev.Key)
+	c.budget.seen(ev.Key)
+	defer c.countRollouts()
 	m := c.machines[ev.Key]
 	var resumed *fsm.Result
 	if m == nil {
 		if facts.Gone {
 			// Never seen alive (or already forgotten): nothing to do.
+			c.budget.forget(ev.Key)
 			return eventloop.Outcome{Forget: true}
 		}
 		m = c.engine.New(stored)
@@ -80,8 +111,15 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 		r := m.Resume(c.clock.Now())
 		resumed = &r
 	}
+	facts.RolloutWait = c.budget.offer(ev.Key, facts.RolloutStarted)
 	res := m.Handle(input(ev), facts, c.clock.Now())
 	c.logResult(ev, &res)
+	switch {
+	case res.Forget:
+		c.logBudget(ev.Key, c.budget.forget(ev.Key))
+	case res.Ignored == "":
+		c.logBudget(ev.Key, c.budget.report(ev.Key, res.Rollout, facts.RolloutStarted))
+	}
 
 	out := eventloop.Outcome{Epoch: res.Epoch, CancelInFlight: res.CancelInFlight, Forget: res.Forget}
 	if resumed != nil && resumed.Epoch == res.Epoch {
@@ -103,6 +141,39 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 		}
 	}
 	return out
+}
+
+// countRollouts tells OnRollouts the budget's counts when they changed.
+func (c *Controller) countRollouts() {
+	rolling, waiting := c.budget.rolling(), c.budget.waiting()
+	if rolling == c.rolling && waiting == c.waiting {
+		return
+	}
+	c.rolling, c.waiting = rolling, waiting
+	if c.OnRollouts != nil {
+		c.OnRollouts(rolling, waiting)
+	}
+}
+
+// logBudget logs a cluster's slot taken, freed or waited for.
+func (c *Controller) logBudget(key string, change budgetChange) {
+	var msg string
+	switch change {
+	case budgetTook:
+		msg = "rollout slot taken"
+	case budgetQueued:
+		msg = "waiting for a rollout slot"
+	case budgetFreed:
+		msg = "rollout slot freed"
+	case budgetLeft:
+		msg = "no longer waiting for a rollout slot"
+	default:
+		return
+	}
+	if !c.log.Logger.IsLevelEnabled(logrus.InfoLevel) {
+		return
+	}
+	c.log.WithFields(logrus.Fields{"cluster": key, "rolling": c.budget.rolling(), "waiting": c.budget.waiting()}).Info(msg)
 }
 
 func input(ev eventloop.Event) fsm.Input {

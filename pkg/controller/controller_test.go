@@ -36,8 +36,14 @@ type world struct {
 	status map[string]func() error
 	// statusCalls counts the status steps run, written or not.
 	statusCalls map[string]int
-	// log records ensure starts and state writes, in order.
+	// log records ensure starts, state writes and pod replacements, in
+	// order.
 	log []string
+	// replaced lists the pods each cluster's plans replaced, in order.
+	replaced map[string][]string
+	// rolling and waiting are what the controller's OnRollouts said
+	// last; maxRolling the most rolling it said.
+	rolling, waiting, maxRolling int
 	// changed gets a token after every status write.
 	changed chan struct{}
 }
@@ -47,7 +53,7 @@ func newWorld() *world {
 		facts: map[string]fsm.Facts{}, stored: map[string]*v1.PostgresqlStatus{},
 		written: map[string]*v1.PostgresqlStatus{}, ensures: map[string]int{}, cleanups: map[string]int{},
 		ensure: map[string]func(context.Context) error{}, changed: make(chan struct{}, 1),
-		status: map[string]func() error{}, statusCalls: map[string]int{},
+		status: map[string]func() error{}, statusCalls: map[string]int{}, replaced: map[string][]string{},
 	}
 }
 
@@ -113,6 +119,17 @@ func (w *world) Steps(key string, p *fsm.Plan) []eventloop.Step {
 			return nil
 		}})
 	}
+	if pods := p.ReplacePods; len(pods) > 0 {
+		steps = append(steps, eventloop.Step{Name: "replacePod", Run: func(context.Context) error {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			for _, pod := range pods {
+				w.replaced[key] = append(w.replaced[key], pod.Name)
+				w.log = append(w.log, key+" replace "+pod.Name)
+			}
+			return nil
+		}})
+	}
 	if p.Cleanup {
 		steps = append(steps, eventloop.Step{Name: "cleanup", Run: func(context.Context) error {
 			w.mu.Lock()
@@ -144,9 +161,19 @@ type harness struct {
 
 func start(t *testing.T, w *world, cfg fsm.Config, workers int) *harness {
 	t.Helper()
+	return startWith(t, w, cfg, workers, nil)
+}
+
+// startWith is start with setup run on the controller and the loop before
+// the loop runs.
+func startWith(t *testing.T, w *world, cfg fsm.Config, workers int, setup func(*Controller, *eventloop.Loop)) *harness {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(t0)
 	ctrl := New(cfg, w, w, clk, quiet())
 	loop := eventloop.New(ctrl, eventloop.Options{Clock: clk, Workers: workers, StepTimeout: 30 * time.Second, Log: quiet()})
+	if setup != nil {
+		setup(ctrl, loop)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- loop.Run(ctx) }()
@@ -548,4 +575,122 @@ func TestLossGraceIsATimer(t *testing.T) {
 			t.Errorf("Degraded with reason %q, want %s", got, fsm.ReasonPodsNotReady)
 		}
 	})
+}
+
+// TestRolloutBudget: five clusters need a rollout of the pods that run
+// PostgreSQL at once (an upgrade of pgloop changed their pod template),
+// with a budget of two. At most two roll at once; the others wait, with
+// the reason RolloutQueued and no timeout, and start as slots free, in the
+// order they started waiting: when a cluster finishes (Running), or is
+// deleted.
+func TestRolloutBudget(t *testing.T) {
+	w := newWorld()
+	cfg := fsm.DefaultConfig()
+	h := startWith(t, w, cfg, 4, func(c *Controller, l *eventloop.Loop) {
+		c.SetRolloutBudget(2, l.Notify)
+		c.OnRollouts = func(rolling, waiting int) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.rolling, w.waiting, w.maxRolling = rolling, waiting, max(w.maxRolling, rolling)
+		}
+	})
+	keys := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e"}
+	pods := func(key string, f fsm.Facts) {
+		h.w.set(key, f)
+		h.loop.Notify(key, "pods")
+		h.idle()
+	}
+	for _, key := range keys {
+		pods(key, ready(1))
+		h.wantState(key, fsm.Running)
+	}
+	// The StatefulSets have the new template: every pod is outdated, the
+	// replica p-1 is the first to replace. The clusters see it in order.
+	outdated := ready(1)
+	outdated.ObjectsCurrent, outdated.Outdated = false, 2
+	outdated.Replace, outdated.ReplaceRunning = []fsm.PodRef{{Name: "p-1", UID: "u-1"}}, true
+	for _, key := range keys {
+		pods(key, outdated)
+		h.wantState(key, fsm.Updating)
+	}
+	// the primary is next: the replica was made anew.
+	next := outdated
+	next.Outdated, next.RolloutStarted = 1, true
+	next.Replace = []fsm.PodRef{{Name: "p-0", UID: "u-0"}}
+	deleted := outdated
+	deleted.Deleting = true
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	check := func(step string, rolling []string, waiting int) {
+		t.Helper()
+		var got []string
+		for _, key := range keys {
+			if st := w.written[key]; st.State == fsm.Updating && st.Reason != fsm.ReasonRolloutQueued && len(w.replaced[key]) > 0 {
+				got = append(got, key)
+			}
+		}
+		if !slices.Equal(got, rolling) || w.rolling != len(rolling) || w.waiting != waiting {
+			t.Fatalf("%s: rolling %v (%d), %d waiting; want %v, %d waiting", step, got, w.rolling, w.waiting, rolling, waiting)
+		}
+		for _, key := range keys {
+			st := w.written[key]
+			if st == nil || slices.Contains(rolling, key) || st.State != fsm.Updating {
+				continue
+			}
+			if st.Reason != fsm.ReasonRolloutQueued || !strings.Contains(st.Message, "at most 2 clusters") {
+				t.Errorf("%s: %s waits with reason %s %q", step, key, st.Reason, st.Message)
+			}
+			if slices.ContainsFunc(st.Timers, func(tm v1.Timer) bool { return tm.Name == fsm.TimerTimeout }) {
+				t.Errorf("%s: %s waits with a timeout pending", step, key)
+			}
+		}
+	}
+	unlocked := func(fn func()) {
+		w.mu.Unlock()
+		defer w.mu.Lock()
+		fn()
+	}
+	check("upgrade seen", []string{"ns/a", "ns/b"}, 3)
+	// A waiting cluster's own events do not let it jump the line.
+	unlocked(func() { pods("ns/e", outdated) })
+	check("e looked again", []string{"ns/a", "ns/b"}, 3)
+
+	// a replaces its primary next, holding its slot, then is Running.
+	unlocked(func() { pods("ns/a", next) })
+	check("a's next step", []string{"ns/a", "ns/b"}, 3)
+	unlocked(func() { pods("ns/a", ready(1)) })
+	if got := w.written["ns/a"].State; got != fsm.Running {
+		t.Fatalf("a %s after its rollout, want Running", got)
+	}
+	check("a Running", []string{"ns/b", "ns/c"}, 2)
+	if st := w.written["ns/c"]; !slices.ContainsFunc(st.Timers, func(tm v1.Timer) bool { return tm.Name == fsm.TimerTimeout }) {
+		t.Errorf("c rolls without its timeout: %+v", st.Timers)
+	}
+
+	// b is deleted mid-rollout: its slot goes to d.
+	unlocked(func() { pods("ns/b", deleted) })
+	check("b deleted", []string{"ns/c", "ns/d"}, 1)
+
+	// c finishes, e rolls; then d and e finish.
+	unlocked(func() { pods("ns/c", ready(1)) })
+	check("c Running", []string{"ns/d", "ns/e"}, 0)
+	unlocked(func() {
+		pods("ns/d", ready(1))
+		pods("ns/e", ready(1))
+	})
+	check("all Running", nil, 0)
+
+	var order []string
+	for _, l := range w.log {
+		if key, ok := strings.CutSuffix(l, " replace p-1"); ok {
+			order = append(order, key)
+		}
+	}
+	if want := keys; !slices.Equal(order, want) {
+		t.Errorf("rollouts started in the order %v, want %v", order, want)
+	}
+	if w.maxRolling != 2 {
+		t.Errorf("at most %d clusters rolled at once, want 2", w.maxRolling)
+	}
 }

@@ -115,6 +115,8 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		nextOrd    int
 		// idle are the outdated pods that run nothing, replaced at once.
 		idle []fsm.PodRef
+		// outdated counts the outdated pods among the desired ordinals.
+		outdated int32
 		// The first pod-level causes, by kind.
 		unschedulable        *corev1.Pod
 		unschedulableMessage string
@@ -145,8 +147,12 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
 			f.Outdated++
 			ord := ordinal(p.Name, stsName)
+			desired := ord >= 0 && ord < int(f.Desired)
+			if desired {
+				outdated++
+			}
 			switch {
-			case ord < 0 || ord >= int(f.Desired):
+			case !desired:
 				// Scaled away: the StatefulSet controller deletes it.
 			case runsNothing(p):
 				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
@@ -186,11 +192,15 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		case !wait:
 			// No replica can take over (all tagged nofailover):
 			// Patroni fails over as it can.
-			f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
+			f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
 		}
 	case f.Ready == f.Desired && next != nil:
-		f.Replace = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}
+		f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
 	}
+	// A desired pod that is not outdated runs the current template, or
+	// is missing or terminating: the StatefulSet controller makes it from
+	// that template.
+	f.RolloutStarted = next != nil && outdated < f.Desired
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
 	// Cheapest checks first: the desired StatefulSet is built (once per
 	// generation) only when everything else already holds.

@@ -171,7 +171,7 @@ func TestFacts(t *testing.T) {
 			})},
 		{name: "a running pod that is not Ready is no idle pod", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){1: func(p *corev1.Pod) { notReady(p); outdated(p) }, 2: outdated}),
-			want: with(running, func(f *fsm.Facts) { f.Ready, f.ObjectsCurrent, f.Outdated = 2, false, 2 })},
+			want: with(running, func(f *fsm.Facts) { f.Ready, f.ObjectsCurrent, f.Outdated, f.RolloutStarted = 2, false, 2, true })},
 		{name: "a never-bound claim of another class than the StatefulSet's is replaced with its pod", pg: inClass,
 			objs: []runtime.Object{statefulSet(inClass), lock(inClass, "c1-0"), pod(inClass, 0, master), pod(inClass, 1),
 				pod(inClass, 2, unschedulable("pod has unbound immediate PersistentVolumeClaims")),
@@ -247,31 +247,44 @@ func TestFacts(t *testing.T) {
 		{name: "outdated pods: a replica first", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.Replace = false, 3, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}
+				f.ObjectsCurrent, f.Outdated, f.Replace, f.ReplaceRunning = false, 3, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}, true
 			})},
 		{name: "outdated pods: the lowest replica ordinal first", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 2: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.Replace = false, 2, []fsm.PodRef{{Name: "c1-2", UID: "c1-2-uid"}}
+				f.ObjectsCurrent, f.Outdated, f.Replace, f.ReplaceRunning = false, 2, []fsm.PodRef{{Name: "c1-2", UID: "c1-2-uid"}}, true
+				f.RolloutStarted = true
 			})},
 		{name: "outdated pods: the primary last", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated}),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.Replace = false, 1, []fsm.PodRef{{Name: "c1-0", UID: "c1-0-uid"}}
+				f.ObjectsCurrent, f.Outdated, f.Replace, f.ReplaceRunning = false, 1, []fsm.PodRef{{Name: "c1-0", UID: "c1-0-uid"}}, true
+				f.RolloutStarted = true
 			})},
 		{name: "outdated pods: the lock holder last, not the pod labelled master", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated}), lock(pg, "c1-0")),
 			want: with(running, func(f *fsm.Facts) {
-				f.ObjectsCurrent, f.Outdated, f.Replace = false, 2, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}
+				f.ObjectsCurrent, f.Outdated, f.Replace, f.ReplaceRunning = false, 2, []fsm.PodRef{{Name: "c1-1", UID: "c1-1-uid"}}, true
+				f.RolloutStarted = true
 			})},
 		{name: "outdated pods: a former master's label does not put it last", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){0: outdated, 1: func(p *corev1.Pod) { outdated(p); master(p) }}), lock(pg, "c1-1")),
 			want: with(running, func(f *fsm.Facts) {
 				f.Primary, f.ObjectsCurrent, f.Outdated, f.Replace = "c1-1", false, 2, []fsm.PodRef{{Name: "c1-0", UID: "c1-0-uid"}}
+				f.ReplaceRunning, f.RolloutStarted = true, true
 			})},
 		{name: "outdated pods: nothing replaced while one is not ready", pg: pg,
 			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: outdated, 2: notReady}),
-			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready = false, 2, 2 })},
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready, f.RolloutStarted = false, 2, 2, true })},
+		{name: "outdated pods: a rollout under way, its replaced pod not made yet", pg: pg,
+			objs: slices.Delete(healthy(map[int32]func(*corev1.Pod){0: outdated, 2: outdated}), 3, 4),
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready, f.RolloutStarted = false, 2, 2, true })},
+		{name: "outdated pods: a rollout under way, its replaced pod terminating", pg: pg,
+			objs: healthy(map[int32]func(*corev1.Pod){0: outdated, 1: func(p *corev1.Pod) { terminating(p); outdated(p) }, 2: outdated}),
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Outdated, f.Ready, f.RolloutStarted = false, 2, 2, true })},
+		{name: "outdated pods scaled away start no rollout", pg: newPG("c1", 2),
+			objs: healthy(map[int32]func(*corev1.Pod){2: outdated}),
+			want: fsm.Facts{Generation: 1, Desired: 2, Ready: 3, Primary: "c1-0", Outdated: 1}},
 		{name: "terminating pods not counted", pg: pg,
 			objs: record(healthy(map[int32]func(*corev1.Pod){
 				0: func(p *corev1.Pod) { terminating(p); outdated(p) },

@@ -62,7 +62,7 @@ func Markdown() string {
 	b.WriteString("resync and flush are not kept (arming them would cost a status write each time): a restarted operator arms\n")
 	b.WriteString("a Running cluster's resync afresh, at the next multiple of the period since it became Running.\n\n")
 	b.WriteString("| timer | set when | default |\n|---|---|---|\n")
-	fmt.Fprintf(&b, "| `%s` | in Creating or Updating, when the state's effects first report (not while the plan waits for a worker or the API's rate), and again after a spec edit there | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
+	fmt.Fprintf(&b, "| `%s` | in Creating or Updating, when the state's effects first report (not while the plan waits for a worker or the API's rate), and again after a spec edit there; cancelled while the next step of a rollout waits for a slot of the rollout budget (`--max-rolling-clusters`), armed again in full once it no longer waits | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
 	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan (a failed status write waits for it) | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
 	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync (not kept in status) | %s |\n", TimerResync, cfg.ResyncPeriod)
 	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)

@@ -42,6 +42,22 @@ type Facts struct {
 	// no such idle pod is outdated and every desired pod is Ready, replicas
 	// before the primary.
 	Replace []PodRef
+	// ReplaceRunning says Replace lists a pod that runs PostgreSQL: a
+	// step of a rollout, which waits for a slot of the fleet's rollout
+	// budget (RolloutWait), as a Switchover does. Idle pods never wait.
+	ReplaceRunning bool
+	// RolloutStarted: a rollout of the pods that run PostgreSQL is under
+	// way, so far that pgloop may have started it before a restart: an
+	// outdated pod that runs PostgreSQL remains, and some desired pod
+	// already runs the current template, or is missing or terminating
+	// (about to be made from it).
+	RolloutStarted bool
+	// RolloutWait is set by the controller, from the fleet's rollout
+	// budget, not derived from the cluster's objects: why the cluster may
+	// not start or go on with a rollout of pods that run PostgreSQL now
+	// (every slot is taken). Empty when it may: it holds a slot, a slot
+	// is free for it, or there is no budget.
+	RolloutWait string
 	// Nudge, when set, is the namespace's ResourceQuota version that the
 	// StatefulSet controller has not been told about while it backs off
 	// creating a pod a quota refused (QuotaExceeded). Recording it on the
@@ -143,13 +159,16 @@ func (f *Facts) toRestart(restarted []string) *PodRef {
 	return f.Restart
 }
 
-// converged is the podsReady guard: every desired pod Ready, a primary known
-// whenever there are pods, and the objects match the spec.
+// converged is the podsReady guard: the cluster serves, and the objects
+// match the spec.
 func (f *Facts) converged() bool {
-	if f.Ready < f.Desired || !f.ObjectsCurrent {
-		return false
-	}
-	return f.Desired == 0 || f.Primary != ""
+	return f.ObjectsCurrent && f.serving()
+}
+
+// serving: every desired pod Ready, and a primary known whenever there are
+// pods, whether or not the objects match the spec.
+func (f *Facts) serving() bool {
+	return f.Ready >= f.Desired && (f.Desired == 0 || f.Primary != "")
 }
 
 // Memory is what a machine remembers, beside its status, that guards decide

@@ -98,6 +98,8 @@ type Machine struct {
 	st v1.PostgresqlStatus
 	// out is what the machine remembers of its plans (outbox.go).
 	out outbox
+	// roll is its part in the fleet's rollout budget (rollout.go).
+	roll rollout
 	// soft are the timers of the current epoch that status does not keep:
 	// the resync and the status flush. Writing them would cost a status
 	// write each time they are armed; a restarted operator arms them
@@ -147,6 +149,11 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	}
 	if !knownState(m.st.State) || m.st.State == Deleted {
 		m.st.State = Pending
+	}
+	if m.st.Reason == ReasonRolloutQueued {
+		// Blocked on the rollout budget: its timeout was cancelled, and
+		// is armed again once it is no longer blocked (rollout.go).
+		m.roll.state, m.roll.blocked = Queued, true
 	}
 	// Before soft timers, status kept the resync's deadline: Resume arms
 	// it afresh, and the next write forgets the stored one.
@@ -238,6 +245,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	m.noteNudge()
 	m.noteInDatabase()
 	m.graceLoss()
+	m.noteRollout()
 	m.project()
 	return m.finish(epoch)
 }
@@ -286,7 +294,7 @@ func (m *Machine) planDone(id uint64, err error) bool {
 }
 
 func (m *Machine) ignore(why string) Result {
-	return Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch, Ignored: why}
+	return Result{From: m.st.State, To: m.st.State, Epoch: m.st.Epoch, Ignored: why, Rollout: m.roll.state}
 }
 
 // fire runs one event when its guard holds. It reports whether the event
@@ -445,8 +453,11 @@ func (m *Machine) enterUpdating(_ *lfsm.Event) {
 // not the queue in front of it: a cluster whose plan waited behind a
 // thousand others for a worker and the API's rate is not timed out for
 // that wait. A spec edit meanwhile starts it again (afterSpecSeen).
+//
+// A cluster blocked on the fleet's rollout budget has no timeout: it is
+// armed once it is no longer blocked (noteRollout).
 func (m *Machine) armTimeout(o outcome) {
-	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) {
+	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked {
 		return
 	}
 	m.setTimer(TimerTimeout, m.timeoutFor(m.st.State))
@@ -515,6 +526,7 @@ func (m *Machine) afterReplacePod(e *lfsm.Event) {
 	f := &m.call.facts
 	refs := f.toReplace(m.out.replaced)
 	m.out.replacePods(refs, f.Replace)
+	m.roll.stepped = m.roll.stepped || f.ReplaceRunning
 	names := make([]string, 0, len(refs))
 	for _, p := range refs {
 		names = append(names, p.Name)
@@ -547,6 +559,7 @@ func (m *Machine) afterRestartMember(_ *lfsm.Event) {
 func (m *Machine) afterSwitchover(_ *lfsm.Event) {
 	s := m.call.facts.Switchover
 	m.out.askSwitchover(s)
+	m.roll.stepped = true
 	m.st.Reason = ReasonSwitchover
 	m.st.Message = fmt.Sprintf("switching over from %s to %s before replacing %s", s.From, s.To, s.From)
 	m.out.changed()
@@ -688,10 +701,18 @@ func retained(prev *v1.DatabaseStatus, f *Facts) []string {
 	return out
 }
 
-// outOfSync says what a Running cluster applies inside PostgreSQL.
+// outOfSync says what a Running cluster that serves updates: its objects
+// and pods, and what it applies inside PostgreSQL.
 func (m *Machine) outOfSync() string {
 	st, f := &m.st, &m.call.facts
 	var what []string
+	switch {
+	case f.ObjectsCurrent:
+	case f.Outdated > 0:
+		what = append(what, fmt.Sprintf("outdated pods to replace (%d)", f.Outdated))
+	default:
+		what = append(what, "objects to update")
+	}
 	if SyncDue(st, f) {
 		what = append(what, "roles and databases to sync")
 	}
@@ -1089,6 +1110,9 @@ func (m *Machine) project() {
 		st.Reason, st.Message = f.StuckReason, f.Stuck
 		m.later()
 	}
+	if st.State == Degraded && !m.out.troubled {
+		m.showQueued()
+	}
 	if st.State == Creating || st.State == Updating {
 		m.showCause()
 	}
@@ -1107,9 +1131,12 @@ func (m *Machine) project() {
 //     effects succeed (troubled): the user must see pgloop's own trouble;
 //  2. a replacement in flight keeps "replacing pod ...": the pods it
 //     names are the ones whose cause the facts may still show;
-//  3. a concrete cause of stuck pods (Facts.Stuck) is shown as soon as it
+//  3. a cluster blocked on the fleet's rollout budget says so
+//     (RolloutQueued, Facts.RolloutWait): every pod serves, only a slot is
+//     missing;
+//  4. a concrete cause of stuck pods (Facts.Stuck) is shown as soon as it
 //     is observed, while the state waits for its timeout;
-//  4. once that cause is gone, the state's own words come back.
+//  5. once that cause is gone, the state's own words come back.
 func (m *Machine) showCause() {
 	st, f := &m.st, &m.call.facts
 	o := &m.out
@@ -1118,6 +1145,8 @@ func (m *Machine) showCause() {
 	}
 	reason, msg := f.StuckReason, f.Stuck
 	switch {
+	case m.roll.blocked:
+		reason, msg = ReasonRolloutQueued, f.RolloutWait
 	case f.Stuck == "" && f.converged() && !applied(st, f):
 		// The pods are there; what runs inside PostgreSQL is not yet.
 		reason, _ = m.progress()
@@ -1128,6 +1157,24 @@ func (m *Machine) showCause() {
 			return
 		}
 		reason, msg = m.progress()
+	}
+	if st.Reason != reason || st.Message != msg {
+		st.Reason, st.Message = reason, msg
+		m.later()
+	}
+}
+
+// showQueued keeps the reason and message of a Degraded cluster on the
+// fleet's rollout budget while it is blocked on it, and on what holds it
+// back once it no longer is (rollout.go).
+func (m *Machine) showQueued() {
+	st, f := &m.st, &m.call.facts
+	reason, msg := st.Reason, st.Message
+	switch {
+	case m.roll.blocked:
+		reason, msg = ReasonRolloutQueued, f.RolloutWait
+	case st.Reason == ReasonRolloutQueued:
+		reason, msg = stuck(f)
 	}
 	if st.Reason != reason || st.Message != msg {
 		st.Reason, st.Message = reason, msg
@@ -1168,7 +1215,7 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 func (m *Machine) finish(epoch int64) Result {
 	c := &m.call
 	res := c.res
-	res.To, res.Epoch = m.st.State, m.st.Epoch
+	res.To, res.Epoch, res.Rollout = m.st.State, m.st.Epoch, m.roll.state
 	if res.Epoch != epoch {
 		// The loop drops every timer of the old epoch; re-send the ones
 		// set in this one, once each, with their final deadlines.

@@ -147,6 +147,9 @@ type Result struct {
 	CancelInFlight bool
 	// Forget says the cluster is gone: drop everything kept for it.
 	Forget bool
+	// Rollout is the cluster's part in the fleet's rollout budget after
+	// the input (rollout.go); an ignored input leaves it as it was.
+	Rollout Rollout
 }
 
 // Fired is one FSM event that fired during an input, with the states it

@@ -58,12 +58,19 @@ import (
 //	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
 //	pending=POD,... restart=POD/UID switchover=FROM>TO
+//	running started no-slot="why"
+//
+// running says the pod to replace runs PostgreSQL (Facts.ReplaceRunning),
+// started that a rollout is under way (Facts.RolloutStarted), and no-slot
+// that the controller's rollout budget has no slot for the cluster
+// (Facts.RolloutWait); without it, the cluster may roll.
 //
 // The output of an input: what was ignored, the events fired, the plan
 // (ensure, cleanup, status, pods to replace, nudge, in-database work,
 // restart, switchover, urgent, then its Events), the timer operations
-// handed to the loop, cancel and forget, and the status fields that
-// changed, with the history entries added. After every input
+// handed to the loop, cancel and forget, the cluster's part in the rollout
+// budget when it changed, and the status fields that changed, with the
+// history entries added. After every input
 // the runner checks what must always hold (runner.check), and after all
 // scripts that every row of Table fired from every source state.
 func TestScripts(t *testing.T) {
@@ -185,6 +192,9 @@ type runner struct {
 	input  Input
 	// handled: the last command was an input the machine did not ignore.
 	handled bool
+	// rollout is the machine's part in the rollout budget before the last
+	// input, as the controller knows it.
+	rollout Rollout
 
 	covered map[guardKey]bool
 }
@@ -267,7 +277,7 @@ func (r *runner) run(line string) ([]string, error) {
 		r.at += time.Second
 	}
 	r.inputs++
-	r.before, r.input = *r.m.Status().DeepCopy(), in
+	r.before, r.input, r.rollout = *r.m.Status().DeepCopy(), in, r.res.Rollout
 	r.res = r.m.Handle(in, r.facts, t0.Add(r.at))
 	r.handled = r.res.Ignored == ""
 	r.loopLearns()
@@ -428,6 +438,9 @@ func (r *runner) output() []string {
 	}
 	if res.Forget {
 		out = append(out, "forget")
+	}
+	if res.Rollout != r.rollout {
+		out = append(out, fmt.Sprintf("rollout: %s -> %s", r.rollout, res.Rollout))
 	}
 	return append(out, statusDiff(&r.before, st)...)
 }
@@ -613,6 +626,9 @@ func (r *runner) check() []string {
 	if err := checkOutbox(&m.out); err != nil {
 		bad = append(bad, err.Error())
 	}
+	if err := checkRollout(m); err != nil {
+		bad = append(bad, err.Error())
+	}
 	if w := m.out.want; w == cleanupEffects && st.State != Deleting || w == ensureEffects && st.State == Deleting {
 		bad = append(bad, fmt.Sprintf("effects %d wanted in %s", w, st.State))
 	}
@@ -755,6 +771,12 @@ func parseFacts(words []string) (Facts, error) {
 				return f, fmt.Errorf("switchover %s: want FROM>TO", v)
 			}
 			f.Switchover = &Switchover{From: from, To: to}
+		case "running":
+			f.ReplaceRunning = true
+		case "started":
+			f.RolloutStarted = true
+		case "no-slot":
+			f.RolloutWait = v
 		case "deleting":
 			f.Deleting = true
 		case "gone":

@@ -61,18 +61,22 @@ const (
 	// loss, if it still holds, fires podsLost.
 	EventLossGrace = "lossGrace"
 	// EventReplacePod: outdated pods replaced: every one that runs
-	// nothing at once, or one step of a rollout.
+	// nothing at once, or one step of a rollout, with a slot of the
+	// fleet's rollout budget (rollout.go).
 	EventReplacePod = "replacePod"
-	// EventOutOfSync: a Running cluster's pods are converged, but what
-	// runs inside PostgreSQL and Patroni is not what the spec asks: roles,
-	// databases or configuration to apply, a password to rotate, a sync
-	// requested, or a member pending a restart.
+	// EventOutOfSync: a Running cluster's pods are all Ready, but the
+	// cluster is not what the spec asks: its objects or pods differ (an
+	// upgrade of pgloop changed the pod template), or what runs inside
+	// PostgreSQL and Patroni does: roles, databases or configuration to
+	// apply, a password to rotate, a sync requested, or a member pending
+	// a restart.
 	EventOutOfSync = "outOfSync"
 	// EventRestartMember: a member whose Patroni reports a setting pending
 	// a restart is restarted through Patroni, one at a time.
 	EventRestartMember = "restartMember"
 	// EventSwitchover: before a rollout replaces the primary's pod, Patroni
-	// hands its role to an up-to-date replica.
+	// hands its role to an up-to-date replica; a step of the rollout, with
+	// a slot of its budget.
 	EventSwitchover = "switchover"
 	// EventTimeout: the state's deadline passed without convergence.
 	EventTimeout = "timeout"
@@ -137,6 +141,9 @@ const (
 	ReasonOutOfSync       = "OutOfSync"
 	ReasonRestarting      = "RestartingMember"
 	ReasonSwitchover      = "Switchover"
+	// ReasonRolloutQueued: the next step of a rollout waits for a slot of
+	// the fleet's rollout budget (--max-rolling-clusters).
+	ReasonRolloutQueued = "RolloutQueued"
 	// Reasons of the RolesSynced and ConfigApplied conditions.
 	ReasonSynced         = "Synced"
 	ReasonSyncPending    = "SyncPending"
@@ -154,7 +161,7 @@ var stateDocs = map[string]string{
 	Invalid:  "The spec passed the CRD schema but pgloop cannot serve it; the message says why. Waits for a spec edit.",
 	Creating: "Objects are being created; waits for every pod to be Ready and a primary to be elected. A `timeout` timer bounds the wait; it starts when the effects first report (the objects are created, or their creation failed), not when the plan was queued, so the time a cluster waits for its turn among many is not held against it. As soon as a concrete cause of stuck pods is observed (an unschedulable pod, a pending volume, a quota...), status.reason and status.message name it, while the state waits for the timeout.",
 	Running:  "Every desired instance is Ready, a primary is known and the objects match the spec. A `resync` timer re-plans the ensure effects periodically. A loss (fewer Ready instances than desired, no primary, objects not matching) first arms a `lossGrace` timer instead of going Degraded: a switchover, or a former primary restarting as a replica, takes a few seconds. Meanwhile the state stays Running, the `Ready` condition is False and status.reason and status.message name what is missing; a recovery before the timer fires cancels it, with no history entry and no Event. A loss with a concrete cause (an unschedulable pod, a crash loop, an image that cannot be pulled, a pending volume, a pod the StatefulSet cannot create) is no blip: it goes Degraded at once.",
-	Updating: "The spec changed; objects are updated and pods replaced. A `timeout` timer bounds the wait, from the first report of the effects, as in Creating. As in Creating, status.reason and status.message name a concrete cause of stuck pods as soon as it is observed.",
+	Updating: "The spec changed, or the objects are not the spec's while every pod serves (an upgrade of pgloop changed the pod template); objects are updated and pods replaced. A `timeout` timer bounds the wait, from the first report of the effects, as in Creating. As in Creating, status.reason and status.message name a concrete cause of stuck pods as soon as it is observed. While the next step of a rollout waits for a slot of the fleet's rollout budget (`--max-rolling-clusters`), the reason is `RolloutQueued` and the timeout does not run: it measures the cluster, not the queue in front of it.",
 	Degraded: "The cluster cannot reach the desired shape; the Degraded condition carries the concrete cause. A `retry` timer with exponential backoff re-plans the ensure effects; pod events move it on as soon as the cause goes away, and a spec edit (a fix) moves it to Updating at once, cancelling the retry. While a ResourceQuota keeps its pods from being created, each change of the namespace's quotas nudges the StatefulSet (an annotation) so its controller tries again at once rather than after its own backoff.",
 	Deleting: "The resource is being deleted; in-flight effects are cancelled and the objects cleaned up before the finalizer is removed.",
 	Deleted:  "Cleanup finished; the loop forgets the cluster.",
@@ -167,10 +174,10 @@ var eventDocs = map[string]string{
 	EventPodsReady:        "Guard: ready instances = desired, a primary is elected (when desired > 0: the pod Patroni's leader record `<cluster>-leader` names is Ready), the objects converged, and what runs inside PostgreSQL is the spec: roles and databases synced, Patroni's dynamic configuration applied, no member pending a restart.",
 	EventPodsLost:         "Guard, while Running: fewer Ready instances than desired, or no primary, or objects not matching the spec, and either the `lossGrace` timer fired, or the grace is 0 (`--loss-grace=0`), or a concrete cause is known (an unschedulable pod, a crash loop...). The reason and message name the cause (`PodsNotReady`, `NoPrimary`, `NotConverged` or the concrete one).",
 	EventLossGrace:        "The `lossGrace` timer fired in Running: the loss has lasted the whole grace (`--loss-grace`), and `podsLost` fires if it still holds. The timer is armed when a loss is first seen in Running, and cancelled (no history entry, no Event) when the cluster recovers before it fires.",
-	EventReplacePod:       "Outdated pods are deleted (UID precondition) so the StatefulSet controller recreates them from the current template. (1) Pods that run no PostgreSQL (not scheduled, waiting on a volume, a container that cannot start) serve nothing: every outdated one is replaced at once, in Creating, Updating or Degraded, without waiting for the other pods or for a timeout; this is how an edit fixes a stuck cluster. A never-bound claim of such a pod that asks for another StorageClass than the StatefulSet's is deleted with it. (2) A pod that runs PostgreSQL is replaced alone, once every desired pod is Ready and no idle pod is outdated: replicas first, the primary last; the next step waits for the pod events that show the new pod Ready.",
-	EventOutOfSync:        "Guard, while Running: the pods are converged, but the roles and databases (users, databases, a password's Secret, a sync request) or Patroni's dynamic configuration are not the ones last applied (status.database.hash, status.config.hash), or a member's Patroni reports a restart pending. Updating then applies them.",
+	EventReplacePod:       "Outdated pods are deleted (UID precondition) so the StatefulSet controller recreates them from the current template. (1) Pods that run no PostgreSQL (not scheduled, waiting on a volume, a container that cannot start) serve nothing: every outdated one is replaced at once, in Creating, Updating or Degraded, without waiting for the other pods or for a timeout; this is how an edit fixes a stuck cluster. A never-bound claim of such a pod that asks for another StorageClass than the StatefulSet's is deleted with it. (2) A pod that runs PostgreSQL is replaced alone, once every desired pod is Ready and no idle pod is outdated: replicas first, the primary last; the next step waits for the pod events that show the new pod Ready. Such a rollout takes a slot of the fleet's rollout budget (`--max-rolling-clusters` clusters at once) at its first step, and keeps it until no pod is outdated and every pod is Ready again, or the cluster leaves Creating, Updating and Degraded; without a slot the cluster waits (reason `RolloutQueued`, no `timeout`), and the controller wakes it when one frees, first come first served. Pods of kind (1) never wait for a slot.",
+	EventOutOfSync:        "Guard, while Running: every pod is Ready and a primary known, but the objects do not match the spec (an upgrade of pgloop changed the StatefulSet or its pod template: pods to replace), or the roles and databases (users, databases, a password's Secret, a sync request) or Patroni's dynamic configuration are not the ones last applied (status.database.hash, status.config.hash), or a member's Patroni reports a restart pending. Updating then applies them; pods that serve are not a loss, so this is no `podsLost`.",
 	EventRestartMember:    "A member whose Patroni reports `pending_restart` is restarted through Patroni's `POST /restart` (only what is pending), once the configuration is applied and every pod is Ready: replicas first, the primary last, one at a time; the next waits for the member data that shows the restart done.",
-	EventSwitchover:       "In a rollout, when the next pod to replace is the primary and a replica is Ready, Patroni is asked for a switchover (`POST /switchover`) to the most up-to-date replica first; the former primary is then replaced as a replica. Off with `--switchover=false`.",
+	EventSwitchover:       "In a rollout, when the next pod to replace is the primary and a replica is Ready, Patroni is asked for a switchover (`POST /switchover`) to the most up-to-date replica first; the former primary is then replaced as a replica. Off with `--switchover=false`. A step of the rollout: it needs a slot of the rollout budget, as `replacePod` (2) does.",
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects (in Deleting the cleanup, in Invalid the status write alone) are planned again, with the latest status, and, in Degraded, the next retry is armed with a doubled delay.",
 	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",

@@ -67,19 +67,28 @@ var Table = []Transition{
 	// Facts.Replace lists every outdated pod that runs nothing at once, or
 	// one that runs PostgreSQL once all are Ready: a fix of a stuck
 	// cluster replaces its stuck pods without waiting, a rollout of a
-	// serving one goes pod by pod.
+	// serving one goes pod by pod, with a slot of the fleet's rollout
+	// budget (rollout.go).
 	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool { return len(f.toReplace(mem.Replaced)) > 0 },
-		When:  "outdated pods that run nothing, or all pods Ready and one outdated"},
+		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return len(f.toReplace(mem.Replaced)) > 0 && (!f.ReplaceRunning || f.RolloutWait == "")
+		},
+		When: "outdated pods that run nothing, or all pods Ready and one outdated, with a rollout slot"},
+	// A Running cluster that serves but is not what the spec asks is
+	// updated, not lost: its objects or pods differ (an upgrade of
+	// pgloop changed the StatefulSet or its pod template), or what runs
+	// inside PostgreSQL does.
 	{Event: EventOutOfSync, From: []string{Running}, To: Updating,
-		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool { return f.converged() && !applied(st, f) },
-		When:  "roles, databases or configuration to apply, or a restart pending"},
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
+			return f.serving() && (!f.ObjectsCurrent || !applied(st, f))
+		},
+		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, or a restart pending"},
 	// A rollout hands the primary's role over before replacing its pod.
 	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-			return f.Switchover != nil && f.Switchover.From != mem.SwitchedFrom
+			return f.Switchover != nil && f.Switchover.From != mem.SwitchedFrom && f.RolloutWait == ""
 		},
-		When: "the primary's pod is next to replace, a replica Ready"},
+		When: "the primary's pod is next to replace, a replica Ready, a rollout slot"},
 	{Event: EventRestartMember, From: []string{Creating, Updating, Degraded},
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
 			return !ConfigDue(st, f) && f.toRestart(mem.Restarted) != nil

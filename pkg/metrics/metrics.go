@@ -74,6 +74,10 @@ var (
 		"Clusters in each state of the state machine (docs/fsm.md)."}
 	descTransitions = Desc{"pgloop_transitions_total", "counter", []string{"from", "to", "event"},
 		"State machine events fired, by state left, state entered (the same for a self-transition) and event."}
+	descRolloutsActive = Desc{"pgloop_rollouts_active", "gauge", nil,
+		"Clusters replacing pods that run PostgreSQL (a rollout), each holding a slot of the rollout budget (--max-rolling-clusters) until it has no outdated pod left."}
+	descRolloutsWaiting = Desc{"pgloop_rollouts_waiting", "gauge", nil,
+		"Clusters waiting for a slot of the rollout budget before they replace their next pod that runs PostgreSQL (reason RolloutQueued)."}
 	descStepDuration = Desc{"pgloop_effect_step_duration_seconds", "histogram", []string{"step"},
 		"How long each effect step took, failed or not, by step name (status, ensure, replacePod, nudge, cleanup, events)."}
 	descStepFailures = Desc{"pgloop_effect_step_failures_total", "counter", []string{"step"},
@@ -94,7 +98,7 @@ func Descs() []Desc {
 	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descStepDuration, descStepFailures, descSQL, descPatroni, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descLeader, descBuildInfo}
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -107,6 +111,8 @@ type Metrics struct {
 	lagByKind    [4]prometheus.Observer // indexed by eventloop.Kind, resolved once: Observe is on the hot path
 	clusters     *prometheus.GaugeVec
 	transitions  *prometheus.CounterVec
+	rolling      prometheus.Gauge
+	waiting      prometheus.Gauge
 	stepDuration *prometheus.HistogramVec
 	stepFailures *prometheus.CounterVec
 	sql          *prometheus.CounterVec
@@ -133,6 +139,8 @@ func New() *Metrics {
 		}, descLag.Labels),
 		clusters:    prometheus.NewGaugeVec(opts(descClusters), descClusters.Labels),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descTransitions)), descTransitions.Labels),
+		rolling:     prometheus.NewGauge(opts(descRolloutsActive)),
+		waiting:     prometheus.NewGauge(opts(descRolloutsWaiting)),
 		stepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: descStepDuration.Name, Help: descStepDuration.Help,
 			// 1ms to ~65s: one API call takes milliseconds; step timeouts
@@ -156,7 +164,7 @@ func New() *Metrics {
 	}
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
-	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.stepDuration, m.stepFailures,
+	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
 		m.sql, m.patroni, m.leader, buildInfo, m.loop,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -210,12 +218,18 @@ func (m *Metrics) WatchLoop(stats func() eventloop.Stats) {
 }
 
 // InstrumentController sets the controller's hooks to maintain
-// pgloop_clusters and pgloop_transitions_total. It replaces hooks already
-// set.
+// pgloop_clusters, pgloop_transitions_total and the rollout gauges. It
+// replaces hooks already set.
 func (m *Metrics) InstrumentController(c *controller.Controller) {
 	c.OnNew = m.clusterSeen
 	c.OnTransition = m.transition
 	c.OnForget = m.clusterForgotten
+	c.OnRollouts = m.rollouts
+}
+
+func (m *Metrics) rollouts(rolling, waiting int) {
+	m.rolling.Set(float64(rolling))
+	m.waiting.Set(float64(waiting))
 }
 
 func (m *Metrics) clusterSeen(key, state string) {

@@ -152,6 +152,20 @@ func TestClustersAndTransitions(t *testing.T) {
 	}
 }
 
+func TestRollouts(t *testing.T) {
+	m := New()
+	c := controller.New(fsm.DefaultConfig(), nil, nil, nil, nil)
+	m.InstrumentController(c)
+	c.OnRollouts(2, 3)
+	c.OnRollouts(1, 0)
+	if got := testutil.ToFloat64(m.rolling); got != 1 {
+		t.Errorf("pgloop_rollouts_active = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.waiting); got != 0 {
+		t.Errorf("pgloop_rollouts_waiting = %v, want 0", got)
+	}
+}
+
 type fakeEffects struct{ steps []eventloop.Step }
 
 func (f fakeEffects) Steps(string, *fsm.Plan) []eventloop.Step { return slices.Clone(f.steps) }

@@ -55,6 +55,10 @@ const (
 	DefaultRestartTimeout      = 60 * time.Second
 	DefaultSwitchoverTimeout   = 30 * time.Second
 	DefaultInDatabaseTimeout   = 30 * time.Second
+	// DefaultMaxRollingClusters bounds the clusters that replace pods
+	// that run PostgreSQL at once: an upgrade of pgloop that changes
+	// every pod template rolls ten clusters at a time.
+	DefaultMaxRollingClusters = 10
 )
 
 // Config is everything Run needs. Start from DefaultConfig: Validate
@@ -119,6 +123,11 @@ type Config struct {
 	// Switchover makes a rollout hand the primary's role to an
 	// up-to-date replica before it replaces the primary's pod.
 	Switchover bool
+	// MaxRollingClusters is the fleet's rollout budget: how many
+	// clusters may replace pods that run PostgreSQL at once, each one pod
+	// at a time; 0 means no bound. Pods that run nothing are replaced
+	// whatever the budget.
+	MaxRollingClusters int
 
 	// KubeQPS and KubeBurst rate-limit the Kubernetes client: KubeQPSAuto
 	// decides by asking the API server, KubeQPSOff turns the limit off
@@ -169,6 +178,7 @@ func DefaultConfig() Config {
 		SwitchoverTimeout:       DefaultSwitchoverTimeout,
 		InDatabaseTimeout:       DefaultInDatabaseTimeout,
 		Switchover:              true,
+		MaxRollingClusters:      DefaultMaxRollingClusters,
 		KubeQPS:                 KubeQPSAuto,
 		KubeBurst:               DefaultKubeBurst,
 		CacheSyncTimeout:        DefaultCacheSyncTimeout,
@@ -235,6 +245,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StatusDelay < 0 {
 		bad("status-delay must not be negative, got %s", c.StatusDelay)
+	}
+	if c.MaxRollingClusters < 0 {
+		bad("max-rolling-clusters must not be negative (0 means no bound), got %d", c.MaxRollingClusters)
 	}
 	if c.RetryBase > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryBase {
 		bad("retry-max (%s) must not be less than retry-base (%s)", c.RetryMax, c.RetryBase)

@@ -383,6 +383,8 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Switchover: cfg.SwitchoverTimeout,
 	})
 	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(steps, m), clk, log)
+	// The budget wakes a waiting cluster through the loop, once it is set.
+	ctrl.SetRolloutBudget(cfg.MaxRollingClusters, notifier.Notify)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:       clk,
@@ -414,6 +416,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		return fmt.Errorf("informer caches did not sync within %s: %w", cfg.CacheSyncTimeout, err)
 	}
 	keys := inf.Keys()
+	ctrl.Resuming(keys)
 	for _, key := range keys {
 		loop.Notify(key, informers.SignalSpec)
 	}
