@@ -1,10 +1,11 @@
-package isolation
+package benchkit
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -52,17 +53,7 @@ func (s Samples) Sum(name string, labels ...string) float64 {
 	total := 0.0
 	for k, v := range s {
 		base, lbls, _ := strings.Cut(k, "{")
-		if base != name {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains(lbls, l) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if base == name && containsAll(lbls, labels) {
 			total += v
 		}
 	}
@@ -93,28 +84,91 @@ func (s Samples) LabelValues(name, label string) []string {
 	return out
 }
 
-// Delta is what changed between two scrapes of counters and histograms.
+// Delta is what changed between two scrapes of counters and histograms:
+// every series of after, less its value in before. Series that did not
+// change are kept, at 0, so that a histogram's buckets stay whole.
 func Delta(before, after Samples) Samples {
-	out := Samples{}
+	out := make(Samples, len(after))
 	for k, v := range after {
-		if d := v - before[k]; d != 0 {
-			out[k] = d
-		}
+		out[k] = v - before[k]
 	}
 	return out
 }
 
-// scraper reads the operator's /metrics.
-type scraper struct {
+// Quantile estimates the q-quantile (0 < q < 1) of histogram name over the
+// series whose labels contain each of labels, from its cumulative _bucket
+// series, as Prometheus' histogram_quantile does: linear interpolation
+// within the bucket the rank falls in, the lower bound of the first bucket
+// taken as 0, and the highest finite bound when the rank falls in +Inf. It
+// returns NaN without observations. s is usually a Delta, so the quantile
+// is of a window's observations.
+func (s Samples) Quantile(name string, q float64, labels ...string) float64 {
+	byBound := map[float64]float64{}
+	for k, v := range s {
+		base, lbls, ok := strings.Cut(k, "{")
+		if !ok || base != name+"_bucket" || !containsAll(lbls, labels) {
+			continue
+		}
+		i := strings.Index(lbls, `le="`)
+		if i < 0 {
+			continue
+		}
+		le, _, _ := strings.Cut(lbls[i+len(`le="`):], `"`)
+		bound, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			continue
+		}
+		byBound[bound] += v
+	}
+	bounds := make([]float64, 0, len(byBound))
+	for b := range byBound {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 || byBound[bounds[len(bounds)-1]] == 0 {
+		return math.NaN()
+	}
+	rank := q * byBound[bounds[len(bounds)-1]]
+	lower, below := 0.0, 0.0
+	for _, b := range bounds {
+		count := byBound[b]
+		if count >= rank {
+			if math.IsInf(b, 1) {
+				return lower
+			}
+			if count == below {
+				return b
+			}
+			return lower + (b-lower)*(rank-below)/(count-below)
+		}
+		lower, below = b, count
+	}
+	return lower
+}
+
+// containsAll reports whether the label text lbls holds each of labels.
+func containsAll(lbls string, labels []string) bool {
+	for _, l := range labels {
+		if !strings.Contains(lbls, l) {
+			return false
+		}
+	}
+	return true
+}
+
+// Scraper reads the operator's /metrics.
+type Scraper struct {
 	url    string
 	client *http.Client
 }
 
-func newScraper(addr string) *scraper {
-	return &scraper{url: "http://" + addr + "/metrics", client: &http.Client{Timeout: 10 * time.Second}}
+// NewScraper reads the /metrics of the health server at addr (host:port).
+func NewScraper(addr string) *Scraper {
+	return &Scraper{url: "http://" + addr + "/metrics", client: &http.Client{Timeout: 10 * time.Second}}
 }
 
-func (s *scraper) scrape(ctx context.Context) (Samples, error) {
+// Scrape reads /metrics once.
+func (s *Scraper) Scrape(ctx context.Context) (Samples, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
 	if err != nil {
 		return nil, err
