@@ -2,6 +2,7 @@ package benchkit
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,71 @@ lag_count{kind="signal"} 100
 	later[`lag_bucket{kind="signal",le="+Inf"}`] += 10
 	if got := Delta(s, later).Quantile("lag", 0.5, `kind="signal"`); !near(got, 0.055) {
 		t.Errorf("quantile of the window = %v, want 0.055", got)
+	}
+}
+
+func TestSeries(t *testing.T) {
+	s := Samples{
+		`api_total{code="200",resource="pods",verb="list"}`:                 3,
+		`api_total{code="409",resource="postgresqls/status",verb="update"}`: 1,
+		`other{a="b"}`:          7,
+		`api_total{x="a\"b,c"}`: 2,
+		`api_total`:             5,
+	}
+	got := map[string]float64{}
+	for _, series := range s.Series("api_total") {
+		l := series.Labels
+		got[l["verb"]+" "+l["resource"]+" "+l["code"]+" "+l["x"]] = series.Value
+	}
+	want := map[string]float64{"list pods 200 ": 3, "update postgresqls/status 409 ": 1, `   a"b,c`: 2, "   ": 5}
+	if len(got) != len(want) {
+		t.Fatalf("Series = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Series[%q] = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestHelpDefaults(t *testing.T) {
+	const help = `Run the operator.
+
+Flags:
+      --in-database-timeout duration           deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included (default 30s)
+      --retry-base duration                    first delay before failed effects are retried; it doubles on each retry (default 2s)
+      --spilo-image string                     Spilo image of clusters that set no spec.dockerImage (default "ghcr.io/zalando/spilo-17:4.0-p2")
+      --sql-connect-timeout duration           deadline of a connection to PostgreSQL (dial, authentication) (default 5s)
+      --workers int                            effect executor size: plans of effects running at once across all clusters (default 16)
+      --workers-extra                          no default
+`
+	got := HelpDefaults(help, []string{"workers", "sql-connect-timeout", "in-database-timeout", "spilo-image", "kube-qps"})
+	want := [][2]string{{"workers", "16"}, {"sql-connect-timeout", "5s"}, {"in-database-timeout", "30s"}, {"spilo-image", "ghcr.io/zalando/spilo-17:4.0-p2"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("HelpDefaults = %v, want %v", got, want)
+	}
+	flags := []string{"--create-timeout=15s", "--workers=4", "--sql-connect-timeout=2s", "--workers=8"}
+	if got, want := InEffect(flags, want[:3]), "--workers=8 --sql-connect-timeout=2s --in-database-timeout=30s"; got != want {
+		t.Errorf("InEffect = %q, want %q", got, want)
+	}
+}
+
+func TestParseCounts(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{in: "", want: nil},
+		{in: "  ", want: nil},
+		{in: "0,10,100", want: []int{0, 10, 100}},
+		{in: "0, 4 ,8", want: []int{0, 4, 8}},
+		{in: "0,,4", bad: true},
+		{in: "0,four", bad: true},
+	} {
+		got, err := ParseCounts(tc.in)
+		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseCounts(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
 	}
 }

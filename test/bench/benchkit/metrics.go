@@ -84,6 +84,51 @@ func (s Samples) LabelValues(name, label string) []string {
 	return out
 }
 
+// Series is one series of a metric: its labels and its value.
+type Series struct {
+	Labels map[string]string
+	Value  float64
+}
+
+// Series returns every series of metric name, in no particular order.
+func (s Samples) Series(name string) []Series {
+	var out []Series
+	for k, v := range s {
+		base, lbls, _ := strings.Cut(k, "{")
+		if base == name {
+			out = append(out, Series{Labels: parseLabels(strings.TrimSuffix(lbls, "}")), Value: v})
+		}
+	}
+	return out
+}
+
+// parseLabels reads `a="x",b="y"` as the exposition format writes it,
+// with \\, \" and \n escaped in values.
+func parseLabels(text string) map[string]string {
+	out := map[string]string{}
+	for text != "" {
+		name, rest, ok := strings.Cut(text, `="`)
+		if !ok {
+			break
+		}
+		var value strings.Builder
+		i := 0
+		for ; i < len(rest) && rest[i] != '"'; i++ {
+			if rest[i] == '\\' && i+1 < len(rest) {
+				i++
+				if rest[i] == 'n' {
+					value.WriteByte('\n')
+					continue
+				}
+			}
+			value.WriteByte(rest[i])
+		}
+		out[name] = value.String()
+		text = strings.TrimPrefix(rest[min(i+1, len(rest)):], ",")
+	}
+	return out
+}
+
 // Delta is what changed between two scrapes of counters and histograms:
 // every series of after, less its value in before. Series that did not
 // change are kept, at 0, so that a histogram's buckets stay whole.

@@ -29,7 +29,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -322,23 +321,6 @@ func (c *Config) Check() error {
 	return nil
 }
 
-// ParseCounts reads a comma-separated list of counts, "0,10,100"; an empty
-// or blank string is none.
-func ParseCounts(s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("not a list of counts: %q: %w", s, err)
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
 // Run runs the bench. It stops everything it started before it returns,
 // also when ctx is cancelled (Ctrl-C) or a step fails. The Result is
 // returned with an error too, filled as far as the run went.
@@ -443,7 +425,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("pgloop operator --help: %w\n%s", err, help)
 		}
-		res.HungFlags = inEffect(res.OperatorFlags, helpDefaults(string(help), hungFlagNames))
+		res.HungFlags = benchkit.InEffect(res.OperatorFlags, benchkit.HelpDefaults(string(help), hungFlagNames))
 	}
 	args := []string{"operator", "--kubeconfig", plane.Kubeconfig, "--namespace", strings.Join(namespaces, ",")}
 	args = append(args, res.OperatorFlags...)

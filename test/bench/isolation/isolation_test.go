@@ -47,26 +47,6 @@ func TestSectionRenders(t *testing.T) {
 	}
 }
 
-func TestParseCounts(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []int
-		bad  bool
-	}{
-		{in: "", want: nil},
-		{in: "  ", want: nil},
-		{in: "0,10,100", want: []int{0, 10, 100}},
-		{in: "0, 4 ,8", want: []int{0, 4, 8}},
-		{in: "0,,4", bad: true},
-		{in: "0,four", bad: true},
-	} {
-		got, err := ParseCounts(tc.in)
-		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
-			t.Errorf("ParseCounts(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
-		}
-	}
-}
-
 func TestCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
@@ -88,28 +68,6 @@ func TestCheck(t *testing.T) {
 				t.Errorf("Check() = %v, want %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestHelpDefaults(t *testing.T) {
-	const help = `Run the operator.
-
-Flags:
-      --in-database-timeout duration           deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included (default 30s)
-      --retry-base duration                    first delay before failed effects are retried; it doubles on each retry (default 2s)
-      --spilo-image string                     Spilo image of clusters that set no spec.dockerImage (default "ghcr.io/zalando/spilo-17:4.0-p2")
-      --sql-connect-timeout duration           deadline of a connection to PostgreSQL (dial, authentication) (default 5s)
-      --workers int                            effect executor size: plans of effects running at once across all clusters (default 16)
-      --workers-extra                          no default
-`
-	got := helpDefaults(help, []string{"workers", "sql-connect-timeout", "in-database-timeout", "spilo-image", "kube-qps"})
-	want := [][2]string{{"workers", "16"}, {"sql-connect-timeout", "5s"}, {"in-database-timeout", "30s"}, {"spilo-image", "ghcr.io/zalando/spilo-17:4.0-p2"}}
-	if !slices.Equal(got, want) {
-		t.Errorf("helpDefaults = %v, want %v", got, want)
-	}
-	flags := []string{"--create-timeout=15s", "--workers=4", "--sql-connect-timeout=2s", "--workers=8"}
-	if got, want := inEffect(flags, want[:3]), "--workers=8 --sql-connect-timeout=2s --in-database-timeout=30s"; got != want {
-		t.Errorf("inEffect = %q, want %q", got, want)
 	}
 }
 

@@ -172,43 +172,6 @@ func (r *Result) WriteDetails(w io.Writer) {
 // costs.
 var hungFlagNames = []string{"workers", "sql-connect-timeout", "sql-statement-timeout", "in-database-timeout", "retry-base", "retry-max"}
 
-// helpDefaults returns, for each of names that has one, the default that
-// the operator's --help shows for it: "(default X)" at the end of the line
-// of the flag (pflag's layout), as (name, X).
-func helpDefaults(help string, names []string) [][2]string {
-	var out [][2]string
-	for _, name := range names {
-		for line := range strings.Lines(help) {
-			f := strings.Fields(line)
-			if len(f) == 0 || f[0] != "--"+name {
-				continue
-			}
-			line = strings.TrimSpace(line)
-			if i := strings.LastIndex(line, "(default "); i >= 0 && strings.HasSuffix(line, ")") {
-				out = append(out, [2]string{name, strings.Trim(line[i+len("(default "):len(line)-1], `"`)})
-			}
-			break
-		}
-	}
-	return out
-}
-
-// inEffect renders each of defaults (flag name, value) as --name=value,
-// the value taken from the last --name=value of flags when there is one.
-func inEffect(flags []string, defaults [][2]string) string {
-	parts := make([]string, 0, len(defaults))
-	for _, d := range defaults {
-		value := d[1]
-		for _, f := range flags {
-			if v, ok := strings.CutPrefix(f, "--"+d[0]+"="); ok {
-				value = v
-			}
-		}
-		parts = append(parts, "--"+d[0]+"="+value)
-	}
-	return strings.Join(parts, " ")
-}
-
 // describe renders what the CPUs did, for the details: the process node's
 // groups only with one.
 func (c CPU) describe(nproc int, processNode bool) string {
