@@ -67,6 +67,15 @@ bench-isolation-frozen: testbed data-plane-deps ## Healthy clusters' time to Run
 	cd test && $(GO) build -o $(BIN)/bench-isolation ./bench/cmd/bench-isolation
 	PGLOOP_BIN=$(BIN) $(BIN)/bench-isolation --frozen=$(BENCH_ISOLATION_FROZEN) $(BENCH_ISOLATION_ARGS)
 
+# Flags of bench-scale, e.g. BENCH_SCALE_ARGS="--n 20,50 --idle 30s --busy 20"
+# while developing, or "--operator-arg=--kube-qps=500 --operator-arg=--kube-burst=1000".
+BENCH_SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: testbed ## N clusters on one operator, N = 1000, 5000 (issue 14): burst vs the plane alone, one more, memory, API writes, restart, fairness; writes docs/scale.md, fails when a goal is missed.
+	cd test && $(GO) build -o $(BIN)/bench-scale ./bench/cmd/bench-scale
+	PGLOOP_BIN=$(BIN) $(BIN)/bench-scale $(BENCH_SCALE_ARGS)
+
 ##@ Worker-design model
 
 .PHONY: model

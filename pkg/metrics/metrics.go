@@ -1,7 +1,8 @@
 // Package metrics exposes what pgloop does as Prometheus metrics: how long
 // events wait for the loop, what the loop holds (inbox, timers, plans), how
-// many clusters are in each state, which transitions fire, and how long each
-// effect step takes and how often it fails.
+// many clusters are in each state, which transitions fire, how long each
+// effect step takes and how often it fails, and which requests the
+// Kubernetes client sends.
 //
 // Everything is registered on the Metrics' own Registry, never on the
 // global one, so tests and several operators in one process do not collide.
@@ -98,7 +99,7 @@ func Descs() []Desc {
 	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descAPIRequests, descLeader, descBuildInfo}
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -117,6 +118,7 @@ type Metrics struct {
 	stepFailures *prometheus.CounterVec
 	sql          *prometheus.CounterVec
 	patroni      *prometheus.CounterVec
+	apiRequests  *prometheus.CounterVec
 	leader       prometheus.Gauge
 	loop         *loopCollector
 
@@ -150,6 +152,7 @@ func New() *Metrics {
 		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
 		sql:          prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
 		patroni:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
+		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loop:         &loopCollector{},
 		states:       map[string]string{},
@@ -165,7 +168,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.leader, buildInfo, m.loop,
+		m.sql, m.patroni, m.apiRequests, m.leader, buildInfo, m.loop,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -250,6 +250,7 @@ func TestDescs(t *testing.T) {
 	m.ObserveLag(eventloop.Signal, time.Millisecond)
 	m.ObserveSQL("ns/a", "ok")
 	m.ObservePatroni("config", "timeout")
+	m.apiRequests.WithLabelValues("get", "pods", "200").Inc()
 	m.transition("ns/a", &fsm.Result{To: fsm.Creating, Fired: []fsm.Fired{{Event: fsm.EventCreate, From: fsm.Pending, To: fsm.Creating}}})
 	eff := InstrumentEffects(fakeEffects{steps: []eventloop.Step{{Name: "s", Run: func(context.Context) error { return errors.New("x") }}}}, m)
 	_ = eff.Steps("ns/a", &fsm.Plan{})[0].Run(context.Background())

@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
+	"github.com/pgloop/pgloop/pkg/metrics"
 )
 
 func TestMain(m *testing.M) {
@@ -103,7 +104,7 @@ func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *pgfake.Clientset)
 	in := &instance{t: t, cancel: cancel, done: make(chan error, 1), addr: make(chan string, 1)}
 	cfg.OnListen = func(addr string) { in.addr <- addr }
 	log := newLogger(&cfg)
-	go func() { in.done <- run(ctx, cfg, log, clients{kube: kube, pg: pg, election: kube}) }()
+	go func() { in.done <- run(ctx, cfg, log, clients{kube: kube, pg: pg, election: kube}, metrics.New()) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

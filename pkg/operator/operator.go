@@ -88,11 +88,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	rateLimit(ctx, restCfg, &cfg, log)
+	// Every client made from restCfg counts its requests.
+	m := metrics.New()
+	restCfg.Wrap(m.InstrumentTransport)
 	cl, err := newClients(restCfg, &cfg)
 	if err != nil {
 		return err
 	}
-	return run(ctx, cfg, log, cl)
+	return run(ctx, cfg, log, cl, m)
 }
 
 // restConfig loads the kubeconfig, or the in-cluster configuration when
@@ -141,10 +144,9 @@ func newClients(rc *rest.Config, cfg *Config) (clients, error) {
 	return clients{kube: kube, pg: pg, election: election}, nil
 }
 
-// run is Run once the clients exist.
-func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients) error {
+// run is Run once the clients and the metrics exist.
+func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *metrics.Metrics) error {
 	entry := logrus.NewEntry(log)
-	m := metrics.New()
 	h := &health{}
 	if cfg.LeaderElect {
 		h.watchdog = leaderelection.NewLeaderHealthzAdaptor(cfg.RenewDeadline)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/metrics"
 )
 
 func TestValidate(t *testing.T) {
@@ -296,7 +297,7 @@ func TestRunHealthAddrInUse(t *testing.T) {
 	defer ln.Close()
 	cfg := testConfig(t)
 	cfg.HealthAddr = ln.Addr().String()
-	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: newPGClient()})
+	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: newPGClient()}, metrics.New())
 	if err == nil || !strings.Contains(err.Error(), "listen on health-addr") {
 		t.Fatalf("error %v, want the address named", err)
 	}

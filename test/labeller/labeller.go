@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -63,6 +64,9 @@ const (
 	// its pod going), and pgloop reads only who holds it.
 	LeaderTTL = "30"
 
+	// Workers are the clusters Run handles at once.
+	Workers = 4
+
 	// patchTimeout bounds each API call.
 	patchTimeout = 10 * time.Second
 	// byNode indexes pods by the node they are bound to.
@@ -82,8 +86,9 @@ func (k clusterKey) String() string { return k.Namespace + "/" + k.Name }
 // Run labels the spilo pods of namespace ("" means every namespace) and
 // writes their clusters' leader records until ctx is done. It needs to
 // read nodes besides. It returns nil when ctx ends and an error only if a
-// cache cannot sync. One worker handles the clusters in turn: the labeller
-// serves tests, where a handful of clusters change at a time.
+// cache cannot sync. Workers clusters are handled at once (the queue never
+// gives one cluster to two of them): a burst of thousands of clusters
+// (make bench-scale) must not wait for one API call after another.
 func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log logrus.FieldLogger) error {
 	if log == nil {
 		discard := logrus.New()
@@ -187,19 +192,26 @@ func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log l
 		<-ctx.Done()
 		queue.ShutDown()
 	}()
-	for {
-		key, shutdown := queue.Get()
-		if shutdown {
-			return nil
-		}
-		if err := l.sync(ctx, key); err != nil && ctx.Err() == nil {
-			log.WithField("cluster", key.String()).WithError(err).Debug("labeller: retrying")
-			queue.AddRateLimited(key)
-		} else {
-			queue.Forget(key)
-		}
-		queue.Done(key)
+	var workers sync.WaitGroup
+	for range Workers {
+		workers.Go(func() {
+			for {
+				key, shutdown := queue.Get()
+				if shutdown {
+					return
+				}
+				if err := l.sync(ctx, key); err != nil && ctx.Err() == nil {
+					log.WithField("cluster", key.String()).WithError(err).Debug("labeller: retrying")
+					queue.AddRateLimited(key)
+				} else {
+					queue.Forget(key)
+				}
+				queue.Done(key)
+			}
+		})
 	}
+	workers.Wait()
+	return nil
 }
 
 // nodeIndex indexes a pod under the node it is bound to.

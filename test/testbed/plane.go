@@ -53,6 +53,13 @@ type Options struct {
 	// NodeCapacity is each node's capacity and allocatable; nil means
 	// 4 CPUs, 16Gi of memory and 110 pods.
 	NodeCapacity corev1.ResourceList
+	// ControllerQPS and ControllerBurst, when set, are the client rate
+	// limits of kube-controller-manager and kube-scheduler
+	// (--kube-api-qps, --kube-api-burst): their defaults, 20/30 and
+	// 50/100, bound how fast a burst of thousands of StatefulSets gets
+	// its pods.
+	ControllerQPS   float32
+	ControllerBurst int
 	// NodeLabels are added to every node.
 	NodeLabels map[string]string
 	// Zones, when set, are spread over the nodes in turn as the
@@ -465,33 +472,46 @@ func (p *Plane) connect(ctx context.Context, apiserver *process, pt ports, token
 	return nil
 }
 
+// rateFlags are the client rate flags of the controller-manager and the
+// scheduler, from Options.
+func (p *Plane) rateFlags() []string {
+	var out []string
+	if p.opts.ControllerQPS > 0 {
+		out = append(out, fmt.Sprintf("--kube-api-qps=%g", p.opts.ControllerQPS))
+	}
+	if p.opts.ControllerBurst > 0 {
+		out = append(out, fmt.Sprintf("--kube-api-burst=%d", p.opts.ControllerBurst))
+	}
+	return out
+}
+
 func (p *Plane) startControllerManager(pt ports) (*process, error) {
-	return p.run(binControllerManager,
+	return p.run(binControllerManager, append([]string{
 		// No --authentication-kubeconfig: it needs the
 		// extension-apiserver-authentication ConfigMap, which this apiserver
 		// (no client CA) never writes, and /healthz is served anonymously.
-		"--kubeconfig="+p.Kubeconfig,
+		"--kubeconfig=" + p.Kubeconfig,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", pt.controllerManager),
-		"--cert-dir="+filepath.Join(p.Dir, "controller-manager"),
+		"--cert-dir=" + filepath.Join(p.Dir, "controller-manager"),
 		"--leader-elect=false",
-		"--service-account-private-key-file="+filepath.Join(p.Dir, "sa.key"),
+		"--service-account-private-key-file=" + filepath.Join(p.Dir, "sa.key"),
 		// Without it the controller-manager logs ClusterTrustBundle errors
 		// forever.
-		"--root-ca-file="+filepath.Join(p.Dir, "ca.crt"),
+		"--root-ca-file=" + filepath.Join(p.Dir, "ca.crt"),
 		"--use-service-account-credentials=false",
 		"--controllers=*",
-	)
+	}, p.rateFlags()...)...)
 }
 
 func (p *Plane) startScheduler(pt ports) (*process, error) {
-	return p.run(binScheduler,
-		"--kubeconfig="+p.Kubeconfig,
+	return p.run(binScheduler, append([]string{
+		"--kubeconfig=" + p.Kubeconfig,
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", pt.scheduler),
-		"--cert-dir="+filepath.Join(p.Dir, "scheduler"),
+		"--cert-dir=" + filepath.Join(p.Dir, "scheduler"),
 		"--leader-elect=false",
-	)
+	}, p.rateFlags()...)...)
 }
 
 func (p *Plane) startKwok(pt ports) (*process, error) {

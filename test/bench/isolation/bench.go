@@ -29,7 +29,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,13 +36,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
+	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/labeller"
 	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
@@ -134,31 +132,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// Healthy is the measurement of one healthy cluster.
-type Healthy struct {
-	Name string
-	// Start is when its Create returned, from the start of the phase's
-	// measurements.
-	Start time.Duration
-	// ToRunning is from the Create call returning to the watch seeing
-	// status.state Running.
-	ToRunning time.Duration
-	// ReadyToRunning is from the pod watch seeing the last pod Ready to
-	// the cluster watch seeing Running: the operator-added latency.
-	// LabelledToRunning is from the pod watch seeing, besides, the master
-	// role label (the labeller's patch) to Running.
-	ReadyToRunning, LabelledToRunning time.Duration
-	// Segments split ToRunning at what the bench's watches saw first:
-	// the StatefulSet, a pod, the last pod Ready, the master label, and
-	// Running (see segmentNames).
-	Segments [5]time.Duration
-	// Via is the path the cluster took ("Creating→Running" unless it
-	// passed through Degraded).
-	Via string
-	// Steps is what the operator's metrics counted during its creation.
-	Steps Samples
-}
-
 // Phase is the measurement next to K clusters that cannot converge: stuck
 // ones, or in the frozen mode hung primaries.
 type Phase struct {
@@ -177,11 +150,11 @@ type Phase struct {
 	States map[string]int
 	// Load is the load average when the measurement began.
 	Load     string
-	Clusters []Healthy
+	Clusters []benchkit.Probe
 	// Window is the duration of the healthy measurements; Background what
 	// the operator's metrics counted during it.
 	Window     time.Duration
-	Background Samples
+	Background benchkit.Samples
 	// PeakRunning and PeakWaiting are the most plans seen running on the
 	// executor's workers, and waiting for their cluster's running plan or
 	// a free worker, during the window (/metrics read every 250ms).
@@ -205,35 +178,26 @@ type Phase struct {
 }
 
 // ToRunning summarizes the phase's create → Running times.
-func (p *Phase) ToRunning() Summary {
-	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.ToRunning }))
+func (p *Phase) ToRunning() benchkit.Summary {
+	return benchkit.Summarize(collect(p.Clusters, func(h benchkit.Probe) time.Duration { return h.ToRunning }))
 }
 
 // ReadyToRunning summarizes the phase's operator-added latencies.
-func (p *Phase) ReadyToRunning() Summary {
-	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.ReadyToRunning }))
-}
-
-// segmentNames name Healthy.Segments, with who spends the time.
-var segmentNames = [5]string{
-	"create → StatefulSet (pgloop: observe, plan, ensure's writes)",
-	"→ first pod (kube-controller-manager)",
-	"→ last pod Ready (scheduler, kwok)",
-	"→ master label (labeller)",
-	"→ Running (pgloop: observe, plan, status write)",
+func (p *Phase) ReadyToRunning() benchkit.Summary {
+	return benchkit.Summarize(collect(p.Clusters, func(h benchkit.Probe) time.Duration { return h.ReadyToRunning }))
 }
 
 // Segment summarizes segment i of the phase's clusters.
-func (p *Phase) Segment(i int) Summary {
-	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.Segments[i] }))
+func (p *Phase) Segment(i int) benchkit.Summary {
+	return benchkit.Summarize(collect(p.Clusters, func(h benchkit.Probe) time.Duration { return h.Segments[i] }))
 }
 
 // LabelledToRunning summarizes the phase's labelled → Running latencies.
-func (p *Phase) LabelledToRunning() Summary {
-	return Summarize(collect(p.Clusters, func(h Healthy) time.Duration { return h.LabelledToRunning }))
+func (p *Phase) LabelledToRunning() benchkit.Summary {
+	return benchkit.Summarize(collect(p.Clusters, func(h benchkit.Probe) time.Duration { return h.LabelledToRunning }))
 }
 
-func collect(hs []Healthy, f func(Healthy) time.Duration) []time.Duration {
+func collect(hs []benchkit.Probe, f func(benchkit.Probe) time.Duration) []time.Duration {
 	out := make([]time.Duration, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, f(h))
@@ -270,7 +234,7 @@ func (r *Result) Ratio() float64 {
 	if len(r.Phases) < 2 {
 		return 1
 	}
-	return Ratio(r.Phases[len(r.Phases)-1].ToRunning().Median, r.Phases[0].ToRunning().Median)
+	return benchkit.Ratio(r.Phases[len(r.Phases)-1].ToRunning().Median, r.Phases[0].ToRunning().Median)
 }
 
 // stuckWay is one way a cluster gets stuck, and the words of its cause that
@@ -306,8 +270,9 @@ type bench struct {
 	began   time.Time
 	kube    kubernetes.Interface
 	pg      pgclient.Interface
-	tracker *tracker
-	metrics *scraper
+	tracker *benchkit.Tracker
+	metrics *benchkit.Scraper
+	env     benchkit.Env // the above, to probe healthy clusters
 
 	healthyNS string
 	stuckNS   []string // by stuckWay
@@ -356,23 +321,6 @@ func (c *Config) Check() error {
 	return nil
 }
 
-// ParseCounts reads a comma-separated list of counts, "0,10,100"; an empty
-// or blank string is none.
-func ParseCounts(s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		k, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("not a list of counts: %q: %w", s, err)
-		}
-		out = append(out, k)
-	}
-	return out, nil
-}
-
 // Run runs the bench. It stops everything it started before it returns,
 // also when ctx is cancelled (Ctrl-C) or a step fails. The Result is
 // returned with an error too, filled as far as the run went.
@@ -384,14 +332,14 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		cfg.Out = io.Discard
 	}
 	b := &bench{cfg: cfg, out: cfg.Out, began: time.Now()}
-	res = &Result{Config: cfg, Start: b.began, Nproc: runtime.NumCPU(), LoadStart: loadavg(), GoVersion: runtime.Version(),
+	res = &Result{Config: cfg, Start: b.began, Nproc: runtime.NumCPU(), LoadStart: benchkit.Loadavg(), GoVersion: runtime.Version(),
 		Revision: cfg.Revision}
 	if res.Revision == "" {
-		res.Revision = revision(ctx, cfg.Repo)
+		res.Revision = benchkit.Revision(ctx, cfg.Repo)
 	}
 	defer func() {
 		res.End = time.Now()
-		res.LoadEnd = loadavg()
+		res.LoadEnd = benchkit.Loadavg()
 	}()
 	b.logf("pgloop %s, %s, %d CPUs, load average %s", res.Revision, res.GoVersion, res.Nproc, res.LoadStart)
 
@@ -457,9 +405,9 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	quiet := logrus.New()
 	quiet.SetOutput(io.Discard)
 	go func() { labellerDone <- labeller.Run(watchCtx, b.kube, b.healthyNS, quiet) }()
-	b.tracker = newTracker()
+	b.tracker = benchkit.NewTracker()
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = b.tracker.start(watchCtx, syncCtx, b.kube, b.pg, b.healthyNS)
+	err = b.tracker.Start(watchCtx, syncCtx, b.kube, b.pg, b.healthyNS)
 	cancel()
 	if err != nil {
 		return res, err
@@ -477,17 +425,17 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("pgloop operator --help: %w\n%s", err, help)
 		}
-		res.HungFlags = inEffect(res.OperatorFlags, helpDefaults(string(help), hungFlagNames))
+		res.HungFlags = benchkit.InEffect(res.OperatorFlags, benchkit.HelpDefaults(string(help), hungFlagNames))
 	}
 	args := []string{"operator", "--kubeconfig", plane.Kubeconfig, "--namespace", strings.Join(namespaces, ",")}
 	args = append(args, res.OperatorFlags...)
-	op, err := startOperator(bin, args, filepath.Join(workDir, "operator.log"))
+	op, err := benchkit.StartOperator(bin, args, filepath.Join(workDir, "operator.log"))
 	if err != nil {
 		return res, err
 	}
 	b.cpu.operator = op.PID()
 	defer func() {
-		if serr := op.stop(); serr != nil {
+		if serr := op.StopNamed(); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		b.logf("operator stopped")
@@ -503,12 +451,13 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}()
 	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	addr, err := op.waitReady(readyCtx)
+	addr, err := op.WaitReady(readyCtx)
 	cancel()
 	if err != nil {
 		return res, err
 	}
-	b.metrics = newScraper(addr)
+	b.metrics = benchkit.NewScraper(addr)
+	b.env = benchkit.Env{Kube: b.kube, PG: b.pg, Tracker: b.tracker, Metrics: b.metrics, Began: b.began}
 	b.logf("operator ready, /metrics on %s: %s", addr, strings.Join(res.OperatorFlags, " "))
 
 	defer func() {
@@ -559,7 +508,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 			return res, err
 		}
 		b.logf("K=%d: healthy create → Running median %v, p99 %v; last pod Ready → Running median %v, p99 %v",
-			k, ms(phase.ToRunning().Median), ms(phase.ToRunning().P99), ms(phase.ReadyToRunning().Median), ms(phase.ReadyToRunning().P99))
+			k, benchkit.Ms(phase.ToRunning().Median), benchkit.Ms(phase.ToRunning().P99), benchkit.Ms(phase.ReadyToRunning().Median), benchkit.Ms(phase.ReadyToRunning().P99))
 	}
 	if cfg.FrozenMode() {
 		return res, b.dropFrozen(ctx)
@@ -582,7 +531,7 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 // reports false when no round came within RetryRoundTimeout.
 func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
 	p := Phase{K: k}
-	retries := func(s Samples) float64 { return s.Sum("pgloop_transitions_total", `event="retry"`) }
+	retries := func(s benchkit.Samples) float64 { return s.Sum("pgloop_transitions_total", `event="retry"`) }
 	threshold := float64((k + 1) / 2)
 	b.logf("K=%d: waiting for a retry round of the stuck clusters (at least %.0f retry timers firing within 2s)", k, threshold)
 	began := time.Now()
@@ -592,11 +541,11 @@ func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
 	defer tick.Stop()
 	type scrape struct {
 		at time.Time
-		s  Samples
+		s  benchkit.Samples
 	}
 	var recent []scrape // the last two seconds' scrapes, oldest first
 	for {
-		s, err := b.metrics.scrape(ctx)
+		s, err := b.metrics.Scrape(ctx)
 		if err != nil {
 			return p, false, err
 		}
@@ -608,7 +557,7 @@ func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
 		if n := retries(s) - retries(recent[0].s); n >= threshold {
 			p.Retries = int(n)
 			p.Settle = time.Since(began)
-			b.logf("K=%d: retry round began %v after the last measurement (%d retries fired); measuring", k, ms(p.Settle), p.Retries)
+			b.logf("K=%d: retry round began %v after the last measurement (%d retries fired); measuring", k, benchkit.Ms(p.Settle), p.Retries)
 			return p, true, b.measure(ctx, &p, recent[0].s, "retry")
 		}
 		select {
@@ -624,26 +573,13 @@ func (b *bench) retryRound(ctx context.Context, k int) (Phase, bool, error) {
 
 // setup applies the CRDs and creates the namespaces and the quota.
 func (b *bench) setup(ctx context.Context, plane *testbed.Plane) error {
-	rc := rest.CopyConfig(plane.Config)
-	// The bench's creations must not queue behind a client-side limit.
-	rc.QPS, rc.Burst = 1000, 2000
-	var err error
-	if b.kube, err = kubernetes.NewForConfig(rc); err != nil {
-		return err
-	}
-	if b.pg, err = pgclient.NewForConfig(rc); err != nil {
-		return err
-	}
-	crds, err := testbed.ReadManifests(filepath.Join(b.cfg.Repo, "manifests", "crds"))
+	rc, kube, pg, err := benchkit.Clients(plane.Config)
 	if err != nil {
-		return fmt.Errorf("while reading the CRDs: %w", err)
+		return err
 	}
-	crds = slices.DeleteFunc(crds, func(o *unstructured.Unstructured) bool { return o.GetKind() != "CustomResourceDefinition" })
-	if len(crds) == 0 {
-		return errors.New("no CustomResourceDefinition in manifests/crds")
-	}
-	if err := testbed.Apply(ctx, rc, crds); err != nil {
-		return fmt.Errorf("while applying the CRDs: %w", err)
+	b.kube, b.pg = kube, pg
+	if err := benchkit.ApplyCRDs(ctx, rc, b.cfg.Repo); err != nil {
+		return err
 	}
 	if b.healthyNS, err = testbed.CreateNamespace(ctx, b.kube, "healthy"); err != nil {
 		return err
@@ -691,7 +627,7 @@ func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
 		b.logf("K=%d: all %d stuck clusters Degraded with their cause %v after the first Create (create timeout %v)",
 			k, k, p.StuckAfter.Round(time.Millisecond), b.cfg.CreateTimeout)
 	}
-	settle, quiet, err := b.waitQuiet(ctx)
+	settle, quiet, err := benchkit.WaitQuiet(ctx, b.metrics, b.cfg.QuietTimeout)
 	if err != nil {
 		return p, err
 	}
@@ -702,7 +638,7 @@ func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
 		b.logf("K=%d: operator NOT quiet after %v; measuring anyway", k, settle.Round(time.Millisecond))
 	}
 
-	before, err := b.metrics.scrape(ctx)
+	before, err := b.metrics.Scrape(ctx)
 	if err != nil {
 		return p, err
 	}
@@ -711,8 +647,8 @@ func (b *bench) phase(ctx context.Context, k int) (Phase, error) {
 
 // measure creates the healthy clusters one after another and records them
 // into p; before is a scrape of the operator's metrics taken just before.
-func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag string) error {
-	p.Load = loadavg()
+func (b *bench) measure(ctx context.Context, p *Phase, before benchkit.Samples, tag string) error {
+	p.Load = benchkit.Loadavg()
 	p.States = map[string]int{}
 	for _, s := range fsm.States {
 		if n := int(before.Get(`pgloop_clusters{state="` + s + `"}`)); n > 0 {
@@ -731,16 +667,16 @@ func (b *bench) measure(ctx context.Context, p *Phase, before Samples, tag strin
 		}
 		p.Clusters = append(p.Clusters, h)
 		b.logf("K=%d: %s Running in %v (segments %s; last pod Ready → Running %v; operator ran %s meanwhile)",
-			p.K, h.Name, ms(h.ToRunning), segments(h), ms(h.ReadyToRunning), stepCounts(h.Steps))
+			p.K, h.Name, benchkit.Ms(h.ToRunning), benchkit.SegmentsText(h), benchkit.Ms(h.ReadyToRunning), benchkit.StepCounts(h.Steps))
 	}
 	p.Window = time.Since(start)
 	p.CPU = cpuBetween(cpuBefore, sampleCPU(b.cpu))
 	p.PeakRunning, p.PeakWaiting = peaks()
-	after, err := b.metrics.scrape(ctx)
+	after, err := b.metrics.Scrape(ctx)
 	if err != nil {
 		return err
 	}
-	p.Background = Delta(before, after)
+	p.Background = benchkit.Delta(before, after)
 	return nil
 }
 
@@ -758,7 +694,7 @@ func (b *bench) samplePeaks(ctx context.Context) func() (running, waiting int) {
 		for {
 			// A failed scrape is no peak; the measurement's own
 			// scrapes report a dead operator.
-			if s, err := b.metrics.scrape(ctx); err == nil {
+			if s, err := b.metrics.Scrape(ctx); err == nil {
 				run = max(run, s.Get("pgloop_loop_plans_running"))
 				wait = max(wait, s.Get("pgloop_loop_plans_waiting"))
 			}
@@ -782,14 +718,14 @@ func (b *bench) waitStuck(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.CreateTimeout+b.cfg.StuckTimeout)
 	defer cancel()
 	var notYet []string
-	err := b.tracker.wait(ctx, func(m map[string]*seen) bool {
+	err := b.tracker.Wait(ctx, func(m map[string]*benchkit.Seen) bool {
 		notYet = notYet[:0]
 		for i, key := range b.stuck {
 			s := m[key]
-			if s == nil || s.state != fsm.Degraded || !strings.Contains(s.message, stuckWays[b.stuckWay[i]].cause) {
+			if s == nil || s.State != fsm.Degraded || !strings.Contains(s.Message, stuckWays[b.stuckWay[i]].cause) {
 				state, msg := "(not seen)", ""
 				if s != nil {
-					state, msg = s.state, s.message
+					state, msg = s.State, s.Message
 				}
 				notYet = append(notYet, fmt.Sprintf("%s: state %q, message %q", key, state, msg))
 			}
@@ -805,160 +741,9 @@ func (b *bench) waitStuck(ctx context.Context) error {
 	return nil
 }
 
-// waitQuiet waits until the operator is quiet: its inbox empty, no plan
-// running or waiting, and no event dispatched nor effect step run for a
-// second. /metrics has no watch: it is read every 250ms. It returns how long
-// that took, and false if QuietTimeout passed first.
-func (b *bench) waitQuiet(ctx context.Context) (time.Duration, bool, error) {
-	began := time.Now()
-	deadline := time.NewTimer(b.cfg.QuietTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	var prev Samples
-	var quietSince time.Time
-	for {
-		s, err := b.metrics.scrape(ctx)
-		if err != nil {
-			return 0, false, err
-		}
-		idle := s.Get("pgloop_loop_inbox_depth") == 0 && s.Get("pgloop_loop_plans_running") == 0 &&
-			s.Get("pgloop_loop_plans_waiting") == 0 && prev != nil &&
-			s.Get("pgloop_loop_events_dispatched_total") == prev.Get("pgloop_loop_events_dispatched_total") &&
-			s.Sum("pgloop_effect_step_duration_seconds_count") == prev.Sum("pgloop_effect_step_duration_seconds_count")
-		switch {
-		case !idle:
-			quietSince = time.Time{}
-		case quietSince.IsZero():
-			quietSince = time.Now()
-		case time.Since(quietSince) >= time.Second:
-			return time.Since(began), true, nil
-		}
-		prev = s
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			return time.Since(began), false, nil
-		case <-ctx.Done():
-			return 0, false, context.Cause(ctx)
-		}
-	}
-}
-
 // healthy creates one healthy cluster in the healthy namespace and
 // measures it.
-func (b *bench) healthy(ctx context.Context, name string) (Healthy, error) {
-	h := Healthy{Name: name}
-	key := b.healthyNS + "/" + name
-	b.tracker.expect(key, b.cfg.Instances)
-	before, err := b.metrics.scrape(ctx)
-	if err != nil {
-		return h, err
-	}
-	if _, err := b.pg.PgloopV1().Postgresqls(b.healthyNS).Create(ctx, pgtest.Cluster(b.healthyNS, name, int32(b.cfg.Instances)), metav1.CreateOptions{}); err != nil {
-		return h, fmt.Errorf("while creating healthy cluster %s: %w", key, err)
-	}
-	created := time.Now()
-	h.Start = created.Sub(b.began)
-	wctx, cancel := context.WithTimeout(ctx, b.cfg.ClusterTimeout)
-	defer cancel()
-	degraded := false
-	err = b.tracker.wait(wctx, func(m map[string]*seen) bool {
-		s := m[key]
-		if s == nil {
-			return false
-		}
-		degraded = degraded || s.state == fsm.Degraded
-		return !s.running.IsZero()
-	})
-	s := b.tracker.snapshot(key)
-	if err != nil {
-		return h, fmt.Errorf("healthy cluster %s never Running: %w (state %q, message %q, %d of %d pods Ready)",
-			key, context.Cause(wctx), s.state, s.message, len(s.ready), b.cfg.Instances)
-	}
-	h.ToRunning = s.running.Sub(created)
-	h.Via = "Creating→Running"
-	if degraded {
-		h.Via = "Creating→Degraded→Running"
-	}
-	if !s.allReady.IsZero() {
-		h.ReadyToRunning = s.running.Sub(s.allReady)
-	}
-	if !s.labelled.IsZero() {
-		h.LabelledToRunning = s.running.Sub(s.labelled)
-	}
-	marks := []time.Time{created, s.statefulSet, s.pod, s.allReady, s.labelled, s.running}
-	for i := range h.Segments {
-		if !marks[i].IsZero() && !marks[i+1].IsZero() {
-			h.Segments[i] = marks[i+1].Sub(marks[i])
-		}
-	}
-	after, err := b.metrics.scrape(ctx)
-	if err != nil {
-		return h, err
-	}
-	h.Steps = Delta(before, after)
-	return h, nil
-}
-
-// segments renders a cluster's segments, in milliseconds.
-func segments(h Healthy) string {
-	parts := make([]string, len(h.Segments))
-	for i, d := range h.Segments {
-		parts[i] = fmt.Sprint(d.Milliseconds())
-	}
-	return strings.Join(parts, "+") + "ms"
-}
-
-// stepCounts renders how many effect steps of each kind ran, from a delta
-// of the operator's metrics.
-func stepCounts(d Samples) string {
-	var parts []string
-	for _, step := range d.LabelValues("pgloop_effect_step_duration_seconds_count", "step") {
-		n := d.Sum("pgloop_effect_step_duration_seconds_count", `step="`+step+`"`)
-		if n == 0 {
-			continue
-		}
-		sum := d.Sum("pgloop_effect_step_duration_seconds_sum", `step="`+step+`"`)
-		parts = append(parts, fmt.Sprintf("%.0f %s (mean %v)", n, step, ms(time.Duration(sum/n*float64(time.Second)))))
-	}
-	if len(parts) == 0 {
-		return "no effect step"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// ms rounds a duration for display.
-func ms(d time.Duration) time.Duration {
-	if d > 10*time.Second || d < -10*time.Second {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Millisecond)
-}
-
-// loadavg returns the first three fields of /proc/loadavg.
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// revision is the tree's git revision, "+dirty" when it has changes.
-func revision(ctx context.Context, repo string) string {
-	out, err := exec.CommandContext(ctx, "git", "-C", repo, "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	rev := strings.TrimSpace(string(out))
-	status, err := exec.CommandContext(ctx, "git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", "pkg", "cmd").Output()
-	if err == nil && len(strings.TrimSpace(string(status))) > 0 {
-		rev += "+dirty"
-	}
-	return rev
+func (b *bench) healthy(ctx context.Context, name string) (benchkit.Probe, error) {
+	pg := pgtest.Cluster(b.healthyNS, name, int32(b.cfg.Instances))
+	return b.env.Probe(ctx, pg, b.cfg.ClusterTimeout)
 }

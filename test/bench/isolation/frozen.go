@@ -31,6 +31,8 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/kubelet"
 	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
@@ -55,22 +57,22 @@ func (b *bench) frozenPhase(ctx context.Context, k int) (Phase, error) {
 		return p, err
 	}
 	if k == 0 {
-		settle, quiet, err := b.waitQuiet(ctx)
+		settle, quiet, err := benchkit.WaitQuiet(ctx, b.metrics, b.cfg.QuietTimeout)
 		if err != nil {
 			return p, err
 		}
 		p.Settle, p.Quiet = settle, quiet
 		if quiet {
-			b.logf("K=0: operator quiet after %v", ms(settle))
+			b.logf("K=0: operator quiet after %v", benchkit.Ms(settle))
 		} else {
-			b.logf("K=0: operator NOT quiet after %v; measuring anyway", ms(settle))
+			b.logf("K=0: operator NOT quiet after %v; measuring anyway", benchkit.Ms(settle))
 		}
 	} else {
 		if err := b.makeFrozen(ctx, &p); err != nil {
 			return p, err
 		}
 		unfrozen := Phase{K: k}
-		before, err := b.metrics.scrape(ctx)
+		before, err := b.metrics.Scrape(ctx)
 		if err != nil {
 			return p, err
 		}
@@ -82,12 +84,12 @@ func (b *bench) frozenPhase(ctx context.Context, k int) (Phase, error) {
 		if err != nil {
 			return p, err
 		}
-		b.logf("K=%d, none frozen: healthy create → Running median %v, p99 %v", k, ms(unfrozen.ToRunning().Median), ms(unfrozen.ToRunning().P99))
+		b.logf("K=%d, none frozen: healthy create → Running median %v, p99 %v", k, benchkit.Ms(unfrozen.ToRunning().Median), benchkit.Ms(unfrozen.ToRunning().P99))
 		if err := b.hang(ctx, &p); err != nil {
 			return p, err
 		}
 	}
-	before, err := b.metrics.scrape(ctx)
+	before, err := b.metrics.Scrape(ctx)
 	if err != nil {
 		return p, err
 	}
@@ -115,7 +117,7 @@ func (b *bench) makeFrozen(ctx context.Context, p *Phase) error {
 		return err
 	}
 	p.ReadyAfter = time.Since(began)
-	b.logf("K=%d: all %d Running with roles synced and configuration applied %v after the first Create", k, k, ms(p.ReadyAfter))
+	b.logf("K=%d: all %d Running with roles synced and configuration applied %v after the first Create", k, k, benchkit.Ms(p.ReadyAfter))
 	return nil
 }
 
@@ -127,7 +129,7 @@ func (b *bench) hang(ctx context.Context, p *Phase) error {
 	if err := b.freezeAll(ctx); err != nil {
 		return err
 	}
-	b.logf("K=%d: no PostgreSQL of the %d answers %v after the first freeze; adding user late to each", k, k, ms(time.Since(frozeAt)))
+	b.logf("K=%d: no PostgreSQL of the %d answers %v after the first freeze; adding user late to each", k, k, benchkit.Ms(time.Since(frozeAt)))
 	for _, key := range b.frozen {
 		ns, name, _ := strings.Cut(key, "/")
 		if _, err := b.pg.PgloopV1().Postgresqls(ns).Patch(ctx, name, types.MergePatchType, []byte(lateUser), metav1.PatchOptions{}); err != nil {
@@ -138,18 +140,18 @@ func (b *bench) hang(ctx context.Context, p *Phase) error {
 		return err
 	}
 	p.HungAfter = time.Since(frozeAt)
-	p.HungMessage = b.tracker.snapshot(b.frozen[0]).conditions[v1.ConditionRolesSynced].message
-	b.logf("K=%d: all %d hung mid-sync %v after the first freeze (%s: %q); measuring at once", k, k, ms(p.HungAfter), b.frozen[0], p.HungMessage)
+	p.HungMessage = b.tracker.Snapshot(b.frozen[0]).Conditions[v1.ConditionRolesSynced].Message
+	b.logf("K=%d: all %d hung mid-sync %v after the first freeze (%s: %q); measuring at once", k, k, benchkit.Ms(p.HungAfter), b.frozen[0], p.HungMessage)
 	return nil
 }
 
 // waitFrozen waits until pred holds for every frozen cluster, at most
 // FrozenTimeout; its error lists those for which it does not.
-func (b *bench) waitFrozen(ctx context.Context, what string, pred func(*seen) bool) error {
+func (b *bench) waitFrozen(ctx context.Context, what string, pred func(*benchkit.Seen) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.FrozenTimeout)
 	defer cancel()
 	var notYet []string
-	err := b.tracker.wait(ctx, func(m map[string]*seen) bool {
+	err := b.tracker.Wait(ctx, func(m map[string]*benchkit.Seen) bool {
 		notYet = notYet[:0]
 		for _, key := range b.frozen {
 			if s := m[key]; !pred(s) {
@@ -165,20 +167,20 @@ func (b *bench) waitFrozen(ctx context.Context, what string, pred func(*seen) bo
 }
 
 // describe says where a cluster is, for an error.
-func describe(key string, s *seen) string {
+func describe(key string, s *benchkit.Seen) string {
 	if s == nil {
 		return key + ": not seen"
 	}
-	roles := s.conditions[v1.ConditionRolesSynced]
+	roles := s.Conditions[v1.ConditionRolesSynced]
 	return fmt.Sprintf("%s: state %q (current %v), message %q, RolesSynced %s %q, ConfigApplied %s",
-		key, s.state, s.current, s.message, roles.status, roles.message, s.conditions[v1.ConditionConfigApplied].status)
+		key, s.State, s.Current, s.Message, roles.Status, roles.Message, s.Conditions[v1.ConditionConfigApplied].Status)
 }
 
 // countFrozen counts the frozen clusters for which pred holds.
-func (b *bench) countFrozen(pred func(*seen) bool) int {
+func (b *bench) countFrozen(pred func(*benchkit.Seen) bool) int {
 	n := 0
 	for _, key := range b.frozen {
-		s := b.tracker.snapshot(key)
+		s := b.tracker.Snapshot(key)
 		if pred(&s) {
 			n++
 		}
@@ -304,7 +306,7 @@ func (b *bench) dropFrozen(ctx context.Context) error {
 	}
 	resumed := b.waitFrozen(ctx, "Running again with their new user", synced)
 	if resumed == nil {
-		b.logf("thawed the %d frozen clusters: all Running with their new user %v later", len(b.frozen), ms(time.Since(began)))
+		b.logf("thawed the %d frozen clusters: all Running with their new user %v later", len(b.frozen), benchkit.Ms(time.Since(began)))
 	}
 	deleted := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.FrozenTimeout)
@@ -315,13 +317,13 @@ func (b *bench) dropFrozen(ctx context.Context) error {
 			return errors.Join(resumed, fmt.Errorf("while deleting frozen cluster %s: %w", key, err))
 		}
 	}
-	if err := b.waitFrozen(ctx, "gone", func(s *seen) bool { return s == nil || s.gone }); err != nil {
+	if err := b.waitFrozen(ctx, "gone", func(s *benchkit.Seen) bool { return s == nil || s.Gone }); err != nil {
 		return errors.Join(resumed, err)
 	}
 	if err := waitNoPods(ctx, b.kube, b.frozenNS); err != nil {
 		return errors.Join(resumed, err)
 	}
-	b.logf("deleted the %d frozen clusters; they and their pods were gone %v later", len(b.frozen), ms(time.Since(deleted)))
+	b.logf("deleted the %d frozen clusters; they and their pods were gone %v later", len(b.frozen), benchkit.Ms(time.Since(deleted)))
 	b.frozen = nil
 	return resumed
 }
@@ -342,4 +344,27 @@ func waitNoPods(ctx context.Context, kube kubernetes.Interface, ns string) error
 		return fmt.Errorf("pods of %s not gone: %w (left: %v)", ns, err, left)
 	}
 	return nil
+}
+
+// synced reports whether a cluster runs its current spec with its roles
+// and databases synced and its configuration applied: what a frozen
+// cluster must reach before its PostgreSQL is frozen.
+func synced(s *benchkit.Seen) bool {
+	return s != nil && !s.Gone && s.State == fsm.Running && s.Current &&
+		s.Conditions[v1.ConditionRolesSynced].Status == metav1.ConditionTrue &&
+		s.Conditions[v1.ConditionConfigApplied].Status == metav1.ConditionTrue
+}
+
+// hungWords is how pkg/pgsql says that PostgreSQL did not answer a
+// connection or a statement within its deadline.
+const hungWords = "did not answer within"
+
+// hung reports whether a cluster's last sync of roles timed out: RolesSynced
+// False, saying the primary did not answer within a deadline.
+func hung(s *benchkit.Seen) bool {
+	if s == nil || s.Gone {
+		return false
+	}
+	c := s.Conditions[v1.ConditionRolesSynced]
+	return c.Status == metav1.ConditionFalse && strings.Contains(c.Message, hungWords)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"math"
 	"net"
 	"os"
 	"slices"
@@ -16,97 +15,8 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/bench/benchkit"
 )
-
-func TestSummarize(t *testing.T) {
-	ms := func(vs ...int) []time.Duration {
-		out := make([]time.Duration, len(vs))
-		for i, v := range vs {
-			out[i] = time.Duration(v) * time.Millisecond
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		in          []time.Duration
-		median, p99 time.Duration
-	}{
-		{nil, 0, 0},
-		{ms(5), 5 * time.Millisecond, 5 * time.Millisecond},
-		{ms(3, 1, 2), 2 * time.Millisecond, 3 * time.Millisecond},
-		// Even count: the mean of the middle two; p99 of ten is the max.
-		{ms(10, 1, 2, 3, 4, 5, 6, 7, 8, 9), 5500 * time.Microsecond, 10 * time.Millisecond},
-	} {
-		got := Summarize(tc.in)
-		if got.Median != tc.median || got.P99 != tc.p99 {
-			t.Errorf("Summarize(%v) = median %v p99 %v, want %v %v", tc.in, got.Median, got.P99, tc.median, tc.p99)
-		}
-	}
-	// With 200 values 1..200 ms, the nearest-rank p99 is the 198th.
-	var many []time.Duration
-	for i := 200; i >= 1; i-- {
-		many = append(many, time.Duration(i)*time.Millisecond)
-	}
-	if got := Summarize(many).P99; got != 198*time.Millisecond {
-		t.Errorf("p99 of 1..200ms = %v, want 198ms", got)
-	}
-	if !math.IsNaN(Ratio(time.Second, 0)) || Ratio(3*time.Second, 2*time.Second) != 1.5 {
-		t.Error("Ratio")
-	}
-}
-
-func TestParseMetrics(t *testing.T) {
-	const text = `# HELP pgloop_loop_inbox_depth Events waiting in the loop's inbox.
-# TYPE pgloop_loop_inbox_depth gauge
-pgloop_loop_inbox_depth 0
-pgloop_effect_step_duration_seconds_sum{step="ensure"} 1.5
-pgloop_effect_step_duration_seconds_count{step="ensure"} 3
-pgloop_effect_step_duration_seconds_count{step="status"} 4
-pgloop_clusters{state="Running"} 2
-go_gc_duration_seconds{quantile="0.5"} 1.2e-05
-`
-	s, err := ParseMetrics(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.Sum("pgloop_effect_step_duration_seconds_count"); got != 7 {
-		t.Errorf("sum of counts = %v, want 7", got)
-	}
-	if got := s.Sum("pgloop_effect_step_duration_seconds_count", `step="ensure"`); got != 3 {
-		t.Errorf("ensure count = %v, want 3", got)
-	}
-	if got := s.Get(`pgloop_clusters{state="Running"}`); got != 2 {
-		t.Errorf("Running = %v, want 2", got)
-	}
-	if got := s.LabelValues("pgloop_effect_step_duration_seconds_count", "step"); strings.Join(got, ",") != "ensure,status" {
-		t.Errorf("steps = %v", got)
-	}
-	later := Samples{`pgloop_effect_step_duration_seconds_count{step="ensure"}`: 5, `pgloop_effect_step_duration_seconds_sum{step="ensure"}`: 2.5}
-	d := Delta(s, later)
-	if got := stepCounts(d); got != "2 ensure (mean 500ms)" {
-		t.Errorf("stepCounts = %q", got)
-	}
-	if _, err := ParseMetrics(strings.NewReader("novalue\n")); err == nil {
-		t.Error("a line without a value parsed")
-	}
-}
-
-func TestReplaceSection(t *testing.T) {
-	sec := func(key, body string) string {
-		return sectionBegin + `"` + key + `" -->` + "\n" + body + "\n" + sectionEnd + "\n"
-	}
-	doc := "# Title\n\nintro\n\n" + newRunsMark + "\n\nanalysis\n"
-	doc = replaceSection(doc, "defaults", sec("defaults", "one"))
-	doc = replaceSection(doc, "--kube-qps=200", sec("--kube-qps=200", "two"))
-	doc = replaceSection(doc, "defaults", sec("defaults", "three"))
-	want := "# Title\n\nintro\n\n" + sec("defaults", "three") + "\n" + sec("--kube-qps=200", "two") + "\n" + newRunsMark + "\n\nanalysis\n"
-	if doc != want {
-		t.Errorf("got\n%s\nwant\n%s", doc, want)
-	}
-	// Without the mark, a new section goes at the end.
-	if got := replaceSection("text", "k", sec("k", "x")); got != "text\n\n"+sec("k", "x") {
-		t.Errorf("got %q", got)
-	}
-}
 
 func TestSectionRenders(t *testing.T) {
 	cfg := DefaultConfig()
@@ -117,14 +27,14 @@ func TestSectionRenders(t *testing.T) {
 		p := Phase{K: k, Quiet: true}
 		for i := range 10 {
 			d := time.Duration(1000+i+k) * time.Millisecond
-			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
+			p.Clusters = append(p.Clusters, benchkit.Probe{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
 		}
 		r.Phases = append(r.Phases, p)
 	}
 	retry := r.Phases[1]
 	r.RetryRound = &retry
 	s := r.Section()
-	for _, want := range []string{`begin "defaults"`, "| 100 | 1.105s | 1.109s | 1.10 |", "| 100, during a retry round | 1.105s |", "PASS: ", sectionEnd,
+	for _, want := range []string{`begin "defaults"`, "| 100 | 1.105s | 1.109s | 1.10 |", "| 100, during a retry round | 1.105s |", "PASS: ", doc.End(),
 		"- K = 100: during a retry round (not in the verdict)"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
@@ -134,26 +44,6 @@ func TestSectionRenders(t *testing.T) {
 	r.Phases[1].Clusters[5].ToRunning = 2 * time.Second
 	if r.Pass() || !strings.HasPrefix(r.Verdict(), "FAIL: ") {
 		t.Errorf("a ratio of %.2f passed: %s", r.Ratio(), r.Verdict())
-	}
-}
-
-func TestParseCounts(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []int
-		bad  bool
-	}{
-		{in: "", want: nil},
-		{in: "  ", want: nil},
-		{in: "0,10,100", want: []int{0, 10, 100}},
-		{in: "0, 4 ,8", want: []int{0, 4, 8}},
-		{in: "0,,4", bad: true},
-		{in: "0,four", bad: true},
-	} {
-		got, err := ParseCounts(tc.in)
-		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
-			t.Errorf("ParseCounts(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.bad)
-		}
 	}
 }
 
@@ -181,49 +71,27 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestHelpDefaults(t *testing.T) {
-	const help = `Run the operator.
-
-Flags:
-      --in-database-timeout duration           deadline of one step of work inside a cluster (the roles and databases sync, or the configuration's apply and check), every call included (default 30s)
-      --retry-base duration                    first delay before failed effects are retried; it doubles on each retry (default 2s)
-      --spilo-image string                     Spilo image of clusters that set no spec.dockerImage (default "ghcr.io/zalando/spilo-17:4.0-p2")
-      --sql-connect-timeout duration           deadline of a connection to PostgreSQL (dial, authentication) (default 5s)
-      --workers int                            effect executor size: plans of effects running at once across all clusters (default 16)
-      --workers-extra                          no default
-`
-	got := helpDefaults(help, []string{"workers", "sql-connect-timeout", "in-database-timeout", "spilo-image", "kube-qps"})
-	want := [][2]string{{"workers", "16"}, {"sql-connect-timeout", "5s"}, {"in-database-timeout", "30s"}, {"spilo-image", "ghcr.io/zalando/spilo-17:4.0-p2"}}
-	if !slices.Equal(got, want) {
-		t.Errorf("helpDefaults = %v, want %v", got, want)
-	}
-	flags := []string{"--create-timeout=15s", "--workers=4", "--sql-connect-timeout=2s", "--workers=8"}
-	if got, want := inEffect(flags, want[:3]), "--workers=8 --sql-connect-timeout=2s --in-database-timeout=30s"; got != want {
-		t.Errorf("inEffect = %q, want %q", got, want)
-	}
-}
-
 func TestSyncedAndHung(t *testing.T) {
-	conds := func(roles metav1.ConditionStatus, msg string, config metav1.ConditionStatus) map[string]condition {
-		return map[string]condition{
-			v1.ConditionRolesSynced:   {status: roles, message: msg},
-			v1.ConditionConfigApplied: {status: config},
+	conds := func(roles metav1.ConditionStatus, msg string, config metav1.ConditionStatus) map[string]benchkit.Condition {
+		return map[string]benchkit.Condition{
+			v1.ConditionRolesSynced:   {Status: roles, Message: msg},
+			v1.ConditionConfigApplied: {Status: config},
 		}
 	}
 	const timedOut = "primary 127.64.1.2:5432 did not answer within 5s"
 	for _, tc := range []struct {
 		name         string
-		s            *seen
+		s            *benchkit.Seen
 		synced, hung bool
 	}{
 		{"not seen", nil, false, false},
-		{"running, in effect", &seen{state: fsm.Running, current: true, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, true, false},
-		{"running, an older generation", &seen{state: fsm.Running, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, false, false},
-		{"running, configuration pending", &seen{state: fsm.Running, current: true, conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionFalse)}, false, false},
-		{"creating", &seen{state: fsm.Creating, current: true, conditions: conds(metav1.ConditionFalse, "roles and databases not synced yet", metav1.ConditionTrue)}, false, false},
-		{"sync timed out", &seen{state: fsm.Updating, current: true, conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, true},
-		{"sync refused", &seen{state: fsm.Updating, current: true, conditions: conds(metav1.ConditionFalse, "role bad: permission denied", metav1.ConditionTrue)}, false, false},
-		{"timed out, then deleted", &seen{state: fsm.Updating, gone: true, conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, false},
+		{"running, in effect", &benchkit.Seen{State: fsm.Running, Current: true, Conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, true, false},
+		{"running, an older generation", &benchkit.Seen{State: fsm.Running, Conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionTrue)}, false, false},
+		{"running, configuration pending", &benchkit.Seen{State: fsm.Running, Current: true, Conditions: conds(metav1.ConditionTrue, "synced", metav1.ConditionFalse)}, false, false},
+		{"creating", &benchkit.Seen{State: fsm.Creating, Current: true, Conditions: conds(metav1.ConditionFalse, "roles and databases not synced yet", metav1.ConditionTrue)}, false, false},
+		{"sync timed out", &benchkit.Seen{State: fsm.Updating, Current: true, Conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, true},
+		{"sync refused", &benchkit.Seen{State: fsm.Updating, Current: true, Conditions: conds(metav1.ConditionFalse, "role bad: permission denied", metav1.ConditionTrue)}, false, false},
+		{"timed out, then deleted", &benchkit.Seen{State: fsm.Updating, Gone: true, Conditions: conds(metav1.ConditionFalse, timedOut, metav1.ConditionTrue)}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := synced(tc.s); got != tc.synced {
@@ -292,7 +160,7 @@ func TestFrozenSectionRenders(t *testing.T) {
 			CPU: CPU{Busy: 1.5, Used: 15 * time.Second, Operator: 2 * time.Second, DataPlane: time.Duration(k) * time.Second}}
 		for i := range 10 {
 			d := time.Duration(1000+i+extra) * time.Millisecond
-			p.Clusters = append(p.Clusters, Healthy{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
+			p.Clusters = append(p.Clusters, benchkit.Probe{Name: "h", ToRunning: d, ReadyToRunning: d / 10, LabelledToRunning: d / 20})
 		}
 		return p
 	}
@@ -320,7 +188,7 @@ func TestFrozenSectionRenders(t *testing.T) {
 		`- K = 8: then all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
 		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 8 of the 8 frozen clusters still hung at the end;",
 		"CPU: 1.50 of 2 cores busy on average (15.0s of CPU time): the operator 2.0s, the control plane 0.0s, the process kubelet 0.0s, Patroni and PostgreSQL 8.0s, the bench 0.0s, others 0.0s.\n",
-		sectionEnd,
+		doc.End(),
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/kubelet"
 )
 
@@ -47,13 +47,13 @@ func (r *Result) Verdict() string {
 	last, first := r.Phases[len(r.Phases)-1], r.Phases[0]
 	ratio := r.Ratio()
 	what := fmt.Sprintf("ratio of the healthy median with K = %d %s (%v) to K = 0 (%v) is %.2f",
-		last.K, r.what(), ms(last.ToRunning().Median), ms(first.ToRunning().Median), ratio)
+		last.K, r.what(), benchkit.Ms(last.ToRunning().Median), benchkit.Ms(first.ToRunning().Median), ratio)
 	// The frozen mode's control, for the reader: what the hang adds to
 	// the data plane's own cost.
 	also := ""
 	if u := last.Unfrozen; u != nil {
 		also = fmt.Sprintf(" (to the same %d clusters Running, none frozen (%v): %.2f)",
-			last.K, ms(u.ToRunning().Median), Ratio(last.ToRunning().Median, u.ToRunning().Median))
+			last.K, benchkit.Ms(u.ToRunning().Median), benchkit.Ratio(last.ToRunning().Median, u.ToRunning().Median))
 	}
 	if r.Pass() {
 		return fmt.Sprintf("PASS: %s, at most %.2f%s", what, r.Config.MaxRatio, also)
@@ -102,7 +102,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	for _, row := range r.rows() {
 		run, ready, lab := row.p.ToRunning(), row.p.ReadyToRunning(), row.p.LabelledToRunning()
 		fmt.Fprintf(w, "| %s | %v | %v | %.2f | %v | %v | %v | %v |\n", row.label,
-			ms(run.Median), ms(run.P99), Ratio(run.Median, base), ms(ready.Median), ms(ready.P99), ms(lab.Median), ms(lab.P99))
+			benchkit.Ms(run.Median), benchkit.Ms(run.P99), benchkit.Ratio(run.Median, base), benchkit.Ms(ready.Median), benchkit.Ms(ready.P99), benchkit.Ms(lab.Median), benchkit.Ms(lab.P99))
 	}
 }
 
@@ -110,18 +110,18 @@ func (r *Result) WriteTable(w io.Writer) {
 // of each segment between what the bench's watches saw, per K.
 func (r *Result) WriteSegments(w io.Writer) {
 	fmt.Fprintf(w, "| K %s |", r.what())
-	for _, n := range segmentNames {
+	for _, n := range benchkit.SegmentNames {
 		fmt.Fprintf(w, " %s |", n)
 	}
 	fmt.Fprintln(w, " pgloop's share (first + last) |")
 	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|")
 	for _, row := range r.rows() {
 		fmt.Fprintf(w, "| %s |", row.label)
-		for i := range segmentNames {
-			fmt.Fprintf(w, " %v |", ms(row.p.Segment(i).Median))
+		for i := range benchkit.SegmentNames {
+			fmt.Fprintf(w, " %v |", benchkit.Ms(row.p.Segment(i).Median))
 		}
-		share := Summarize(collect(row.p.Clusters, func(h Healthy) time.Duration { return h.Segments[0] + h.Segments[4] }))
-		fmt.Fprintf(w, " %v |\n", ms(share.Median))
+		share := benchkit.Summarize(collect(row.p.Clusters, func(h benchkit.Probe) time.Duration { return h.Segments[0] + h.Segments[4] }))
+		fmt.Fprintf(w, " %v |\n", benchkit.Ms(share.Median))
 	}
 }
 
@@ -139,25 +139,25 @@ func (r *Result) WriteDetails(w io.Writer) {
 		fmt.Fprintf(w, "- K = %s: ", label)
 		switch {
 		case row.retry:
-			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, ms(p.Settle))
+			fmt.Fprintf(w, "during a retry round (not in the verdict): %d retry timers of stuck clusters fired within 2s, %v after the previous measurement; ", p.Retries, benchkit.Ms(p.Settle))
 		case row.unfrozen:
 			fmt.Fprintf(w, "the %d clusters on the process node Running with roles synced and configuration applied %v after the first Create; measured at once (their Patroni's writes never let the operator be quiet), not in the verdict; ",
-				p.K, ms(row.parent.ReadyAfter))
+				p.K, benchkit.Ms(row.parent.ReadyAfter))
 		case frozen && p.K > 0:
 			fmt.Fprintf(w, "then all hung mid-sync %v after the first freeze (RolesSynced: %q); measured at once (their retries never let the operator be quiet); ",
-				ms(p.HungAfter), p.HungMessage)
+				benchkit.Ms(p.HungAfter), p.HungMessage)
 		case p.K > 0:
-			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", ms(p.StuckAfter))
+			fmt.Fprintf(w, "stuck clusters all Degraded with their cause %v after the batch's first Create; ", benchkit.Ms(p.StuckAfter))
 		}
 		switch {
 		case row.retry || row.unfrozen || frozen && p.K > 0:
 		case p.Quiet:
-			fmt.Fprintf(w, "operator quiet after %v; ", ms(p.Settle))
+			fmt.Fprintf(w, "operator quiet after %v; ", benchkit.Ms(p.Settle))
 		default:
-			fmt.Fprintf(w, "operator not quiet within %v (measured anyway); ", ms(p.Settle))
+			fmt.Fprintf(w, "operator not quiet within %v (measured anyway); ", benchkit.Ms(p.Settle))
 		}
 		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running on the executor's workers and %d waiting (for their cluster's running plan or a free worker)",
-			p.Load, states(p.States), len(p.Clusters), ms(p.Window), stepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
+			p.Load, states(p.States), len(p.Clusters), benchkit.Ms(p.Window), benchkit.StepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
 		if frozen && p.K > 0 && !row.unfrozen {
 			fmt.Fprintf(w, "; %d of the %d frozen clusters still hung at the end", p.HungAtEnd, p.K)
 		}
@@ -172,43 +172,6 @@ func (r *Result) WriteDetails(w io.Writer) {
 // costs.
 var hungFlagNames = []string{"workers", "sql-connect-timeout", "sql-statement-timeout", "in-database-timeout", "retry-base", "retry-max"}
 
-// helpDefaults returns, for each of names that has one, the default that
-// the operator's --help shows for it: "(default X)" at the end of the line
-// of the flag (pflag's layout), as (name, X).
-func helpDefaults(help string, names []string) [][2]string {
-	var out [][2]string
-	for _, name := range names {
-		for line := range strings.Lines(help) {
-			f := strings.Fields(line)
-			if len(f) == 0 || f[0] != "--"+name {
-				continue
-			}
-			line = strings.TrimSpace(line)
-			if i := strings.LastIndex(line, "(default "); i >= 0 && strings.HasSuffix(line, ")") {
-				out = append(out, [2]string{name, strings.Trim(line[i+len("(default "):len(line)-1], `"`)})
-			}
-			break
-		}
-	}
-	return out
-}
-
-// inEffect renders each of defaults (flag name, value) as --name=value,
-// the value taken from the last --name=value of flags when there is one.
-func inEffect(flags []string, defaults [][2]string) string {
-	parts := make([]string, 0, len(defaults))
-	for _, d := range defaults {
-		value := d[1]
-		for _, f := range flags {
-			if v, ok := strings.CutPrefix(f, "--"+d[0]+"="); ok {
-				value = v
-			}
-		}
-		parts = append(parts, "--"+d[0]+"="+value)
-	}
-	return strings.Join(parts, " ")
-}
-
 // describe renders what the CPUs did, for the details: the process node's
 // groups only with one.
 func (c CPU) describe(nproc int, processNode bool) string {
@@ -221,7 +184,7 @@ func (c CPU) describe(nproc int, processNode bool) string {
 	return out + fmt.Sprintf(", the bench %s, others %s", s(c.Bench), s(c.Others))
 }
 
-func countVia(hs []Healthy) int {
+func countVia(hs []benchkit.Probe) int {
 	n := 0
 	for _, h := range hs {
 		if strings.Contains(h.Via, "Degraded") {
@@ -244,7 +207,7 @@ func states(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func meanLag(d Samples) string {
+func meanLag(d benchkit.Samples) string {
 	n := d.Sum("pgloop_loop_lag_seconds_count")
 	if n == 0 {
 		return "n/a"
@@ -258,8 +221,8 @@ func (r *Result) WriteClusters(w io.Writer) {
 	fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---|---|")
 	for _, row := range r.rows() {
 		for _, h := range row.p.Clusters {
-			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", row.p.K, h.Name, ms(h.Start), ms(h.ToRunning),
-				segments(h), ms(h.ReadyToRunning), h.Via, stepCounts(h.Steps))
+			fmt.Fprintf(w, "| %d | %s | +%v | %v | %s | %v | %s | %s |\n", row.p.K, h.Name, benchkit.Ms(h.Start), benchkit.Ms(h.ToRunning),
+				benchkit.SegmentsText(h), benchkit.Ms(h.ReadyToRunning), h.Via, benchkit.StepCounts(h.Steps))
 		}
 	}
 }
@@ -268,7 +231,7 @@ func (r *Result) WriteClusters(w io.Writer) {
 func (r *Result) Section() string {
 	var b bytes.Buffer
 	cfg := r.Config
-	fmt.Fprintf(&b, "%s%q -->\n", sectionBegin, r.Key())
+	b.WriteString(doc.Begin(r.Key()))
 	if cfg.FrozenMode() {
 		flags, _ := strings.CutPrefix(r.Key(), "frozen: ")
 		fmt.Fprintf(&b, "### Hung primaries (frozen mode), operator flags: %s\n\n", flags)
@@ -300,47 +263,18 @@ func (r *Result) Section() string {
 	b.WriteString("\n<details><summary>Every healthy cluster (segments as in the table above, in ms; the start is from the beginning of its K's measurements)</summary>\n\n")
 	r.WriteClusters(&b)
 	b.WriteString("\n</details>\n")
-	b.WriteString(sectionEnd + "\n")
+	b.WriteString(doc.End() + "\n")
 	return b.String()
 }
 
-const (
-	sectionBegin = "<!-- bench-isolation: begin "
-	sectionEnd   = "<!-- bench-isolation: end -->"
-	newRunsMark  = "<!-- bench-isolation: new configurations go above this line -->"
-)
+// doc is docs/isolation.md: a section per configuration.
+var doc = benchkit.Doc{Name: "bench-isolation", Header: docHeader, Footer: docFooter}
 
 // UpdateDoc writes the run's section into the document at path: in place of
 // the section of the same key, else above the new-runs mark, else at the
 // end. Everything else in the file is kept; a missing file is created with
 // docHeader.
-func (r *Result) UpdateDoc(path string) error {
-	data, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		data, err = []byte(docHeader+newRunsMark+"\n"+docFooter), nil
-	}
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(replaceSection(string(data), r.Key(), r.Section())), 0o644)
-}
-
-// replaceSection puts section, the one for key, into doc.
-func replaceSection(doc, key, section string) string {
-	begin := fmt.Sprintf("%s%q -->\n", sectionBegin, key)
-	if i := strings.Index(doc, begin); i >= 0 {
-		if j := strings.Index(doc[i:], sectionEnd+"\n"); j >= 0 {
-			return doc[:i] + section + doc[i+j+len(sectionEnd)+1:]
-		}
-	}
-	if i := strings.Index(doc, newRunsMark); i >= 0 {
-		return doc[:i] + section + "\n" + doc[i:]
-	}
-	if !strings.HasSuffix(doc, "\n") {
-		doc += "\n"
-	}
-	return doc + "\n" + section
-}
+func (r *Result) UpdateDoc(path string) error { return doc.Update(path, r.Key(), r.Section()) }
 
 const docHeader = `# Isolation: do stuck clusters slow healthy ones down? (measured)
 

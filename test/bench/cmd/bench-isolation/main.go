@@ -19,27 +19,18 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/bench/isolation"
-	"github.com/pgloop/pgloop/test/pgtest"
 )
-
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, " ") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	cfg := isolation.DefaultConfig()
@@ -52,7 +43,7 @@ func main() {
 	flag.IntVar(&cfg.WarmUp, "warmup", cfg.WarmUp, "healthy clusters created, not measured, before the first measurement")
 	flag.IntVar(&cfg.Instances, "instances", cfg.Instances, "instances of each healthy cluster")
 	flag.DurationVar(&cfg.CreateTimeout, "create-timeout", cfg.CreateTimeout, "the operator's --create-timeout: how soon stuck clusters become Degraded")
-	var opArgs listFlag
+	var opArgs benchkit.ListFlag
 	flag.Var(&opArgs, "operator-arg", "a further flag for the operator, e.g. --operator-arg=--kube-qps=200 (repeatable; a later flag wins)")
 	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "fake nodes of the plane")
 	flag.Float64Var(&cfg.MaxRatio, "max-ratio", cfg.MaxRatio, "fail when the healthy median with the most stuck clusters exceeds this times the one with none")
@@ -82,13 +73,13 @@ func main() {
 // clusters unless --stuck is given too (set is whether it was), which
 // isolation.Config.Check then refuses.
 func modes(stuck, frozen string, set bool) (stuckKs, frozenKs []int, err error) {
-	if frozenKs, err = isolation.ParseCounts(frozen); err != nil {
+	if frozenKs, err = benchkit.ParseCounts(frozen); err != nil {
 		return nil, nil, fmt.Errorf("--frozen: %w", err)
 	}
 	if len(frozenKs) > 0 && !set {
 		return nil, frozenKs, nil
 	}
-	if stuckKs, err = isolation.ParseCounts(stuck); err != nil {
+	if stuckKs, err = benchkit.ParseCounts(stuck); err != nil {
 		return nil, nil, fmt.Errorf("--stuck: %w", err)
 	}
 	return stuckKs, frozenKs, nil
@@ -107,25 +98,13 @@ func run(cfg isolation.Config, doc, src string, timeout time.Duration) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
-	repo, err := pgtest.RepoRoot()
+	paths, err := benchkit.ResolvePaths(src, cfg.WorkDir)
 	if err != nil {
 		return err
 	}
-	cfg.Repo = repo
-	if src != "" {
-		if cfg.Repo, err = filepath.Abs(src); err != nil {
-			return err
-		}
-	}
-	if cfg.WorkDir != "" {
-		if cfg.WorkDir, err = filepath.Abs(cfg.WorkDir); err != nil {
-			return err
-		}
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	repo := paths.Repo
+	cfg.Repo, cfg.WorkDir = paths.Source, paths.WorkDir
+	ctx, cancel := benchkit.CommandContext(timeout)
 	defer cancel()
 	res, runErr := isolation.Run(ctx, cfg)
 	if res == nil {

@@ -1,4 +1,4 @@
-package isolation
+package benchkit
 
 import (
 	"math"
@@ -12,8 +12,8 @@ type Summary struct {
 	Median time.Duration
 	// P99 is the nearest-rank 99th percentile: with fewer than 100
 	// samples it is the maximum.
-	P99 time.Duration
-	Min time.Duration
+	P99      time.Duration
+	Min, Max time.Duration
 }
 
 // Summarize returns the median (the mean of the two middle values for an
@@ -29,7 +29,7 @@ func Summarize(ds []time.Duration) Summary {
 	if n%2 == 0 {
 		median = (s[n/2-1] + s[n/2]) / 2
 	}
-	return Summary{N: n, Median: median, P99: Percentile(s, 99), Min: s[0]}
+	return Summary{N: n, Median: median, P99: Percentile(s, 99), Min: s[0], Max: s[n-1]}
 }
 
 // Percentile returns the nearest-rank p-th percentile of sorted: the

@@ -1,4 +1,4 @@
-package isolation
+package benchkit
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/pgloop/pgloop/test/pgtest"
 )
 
-// operator is the bench's `pgloop operator` process (a pgtest.Operator)
-// and the health server's address, which it finds in the operator's log.
-type operator struct {
+// Operator is a bench's `pgloop operator` process (a pgtest.Operator) and
+// the health server's address, which it finds in the operator's log.
+type Operator struct {
 	*pgtest.Operator
 
 	mu   sync.Mutex
@@ -22,9 +22,10 @@ type operator struct {
 	up   chan struct{} // closed when addr is known
 }
 
-// startOperator runs bin with args, its output going to logPath.
-func startOperator(bin string, args []string, logPath string) (*operator, error) {
-	o := &operator{up: make(chan struct{})}
+// StartOperator runs bin with args, its output going to logPath. The
+// operator must log JSON (--log-format=json) for its address to be found.
+func StartOperator(bin string, args []string, logPath string) (*Operator, error) {
+	o := &Operator{up: make(chan struct{})}
 	p, err := pgtest.StartOperator(bin, args, logPath, o.saw)
 	if err != nil {
 		return nil, fmt.Errorf("while starting the operator: %w", err)
@@ -34,7 +35,7 @@ func startOperator(bin string, args []string, logPath string) (*operator, error)
 }
 
 // saw looks at one line of the operator's output.
-func (o *operator) saw(line string) {
+func (o *Operator) saw(line string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.addr != "" || !strings.Contains(line, "serving /healthz") {
@@ -49,11 +50,11 @@ func (o *operator) saw(line string) {
 	}
 }
 
-// waitReady waits until the operator has logged its health address and
+// WaitReady waits until the operator has logged its health address and
 // its /readyz answers OK (its caches synced, the loop running), and
 // returns the address. /readyz is polled every 100ms: an HTTP endpoint has
 // no watch.
-func (o *operator) waitReady(ctx context.Context) (string, error) {
+func (o *Operator) WaitReady(ctx context.Context) (string, error) {
 	select {
 	case <-o.up:
 	case <-o.Exited():
@@ -85,8 +86,8 @@ func (o *operator) waitReady(ctx context.Context) (string, error) {
 	}
 }
 
-// stop is pgtest.Operator.Stop, its error naming the operator.
-func (o *operator) stop() error {
+// StopNamed is pgtest.Operator.Stop, its error naming the operator.
+func (o *Operator) StopNamed() error {
 	if err := o.Stop(); err != nil {
 		return fmt.Errorf("the operator %w", err)
 	}

@@ -1,0 +1,112 @@
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// descAPIRequests counts what pgloop asks of the Kubernetes API: the
+// requests an idle cluster, a new one or a restart costs (docs/scale.md).
+var descAPIRequests = Desc{"pgloop_api_requests_total", "counter", []string{"verb", "resource", "code"},
+	"Requests pgloop's Kubernetes client sent, by verb (get, list, watch, create, update, patch, delete, deletecollection), resource " +
+		"(with its subresource: postgresqls/status; nonresource for discovery) and HTTP status code (error when no response came). " +
+		"create, update, patch, delete and deletecollection are the writes."}
+
+// NonResource is the resource label of requests that name no resource,
+// such as discovery.
+const NonResource = "nonresource"
+
+// InstrumentTransport wraps rt so that every request it sends counts in
+// pgloop_api_requests_total. It is a rest.Config's Wrap: each try of a
+// request counts once, after client-go's rate limiter let it go; a watch
+// counts when the server accepts it.
+func (m *Metrics) InstrumentTransport(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper{next: rt, m: m}
+}
+
+type roundTripper struct {
+	next http.RoundTripper
+	m    *Metrics
+}
+
+func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	code := "error"
+	if err == nil {
+		code = strconv.Itoa(resp.StatusCode)
+	}
+	verb, resource := RequestVerb(req.Method, req.URL.Path, req.URL.Query().Get("watch"))
+	t.m.apiRequests.WithLabelValues(verb, resource, code).Inc()
+	return resp, err
+}
+
+// namespaceSubresources are the subresources of a namespace itself, as the
+// API server tells them from a resource in the namespace
+// (k8s.io/apiserver's RequestInfoFactory).
+var namespaceSubresources = map[string]bool{"status": true, "finalize": true}
+
+// RequestVerb returns the Kubernetes verb and resource of a request, as the
+// API server's authorization sees them, from its method, URL path and
+// watch query parameter:
+//
+//  1. the path is /api/v1/… or /apis/<group>/<version>/…, optionally with
+//     the legacy watch/ segment, then namespaces/<ns>/ for a namespaced
+//     resource, then <resource>[/<name>[/<subresource>]]; anything else
+//     (discovery, /version) is NonResource with the method as its verb;
+//  2. GET is watch with watch=true (or the watch/ segment), get with a
+//     name, list without; DELETE is delete with a name, deletecollection
+//     without; POST is create, PUT update, PATCH patch.
+//
+// The resource is the plural name, with "/<subresource>" when there is one.
+func RequestVerb(method, path, watchParam string) (verb, resource string) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return strings.ToLower(method), NonResource
+	}
+	watch := watchParam == "true" || watchParam == "1"
+	if parts[0] == "watch" {
+		watch, parts = true, parts[1:]
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" && !namespaceSubresources[parts[2]] {
+		parts = parts[2:]
+	}
+	if len(parts) == 0 || parts[0] == "" {
+		return strings.ToLower(method), NonResource
+	}
+	resource = parts[0]
+	named := len(parts) > 1
+	if len(parts) > 2 {
+		resource += "/" + parts[2]
+	}
+	switch method {
+	case http.MethodGet:
+		switch {
+		case watch:
+			verb = "watch"
+		case named:
+			verb = "get"
+		default:
+			verb = "list"
+		}
+	case http.MethodPost:
+		verb = "create"
+	case http.MethodPut:
+		verb = "update"
+	case http.MethodPatch:
+		verb = "patch"
+	case http.MethodDelete:
+		verb = "delete"
+		if !named {
+			verb = "deletecollection"
+		}
+	default:
+		verb = strings.ToLower(method)
+	}
+	return verb, resource
+}

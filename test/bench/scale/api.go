@@ -1,0 +1,97 @@
+package scale
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pgloop/pgloop/test/bench/benchkit"
+)
+
+// apiMetric counts pgloop's requests to the Kubernetes API.
+const apiMetric = "pgloop_api_requests_total"
+
+// writeVerbs are the verbs of apiMetric that change something.
+var writeVerbs = []string{"create", "update", "patch", "delete", "deletecollection"}
+
+// eventsResource is where pgloop records Kubernetes Events, which the
+// verdicts count apart: a note for the user, not the cluster's state.
+const eventsResource = "events"
+
+// Call is one kind of request: a verb on a resource, and its answer's
+// HTTP status code when it was not a success (2xx), e.g. a create
+// refused with 409 because the object exists.
+type Call struct{ Verb, Resource, Code string }
+
+// Requests count pgloop's requests by verb, resource and failure.
+type Requests map[Call]float64
+
+// RequestsOf reads the requests of a scrape (or of a Delta of two).
+func RequestsOf(s benchkit.Samples) Requests {
+	out := Requests{}
+	for _, series := range s.Series(apiMetric) {
+		if series.Value == 0 {
+			continue
+		}
+		code := series.Labels["code"]
+		if strings.HasPrefix(code, "2") {
+			code = ""
+		}
+		out[Call{series.Labels["verb"], series.Labels["resource"], code}] += series.Value
+	}
+	return out
+}
+
+// Writes are the requests that change something.
+func (r Requests) Writes() Requests {
+	out := Requests{}
+	for c, n := range r {
+		if slices.Contains(writeVerbs, c.Verb) {
+			out[c] = n
+		}
+	}
+	return out
+}
+
+// Total adds the requests up; without events, leaving out those on
+// eventsResource.
+func (r Requests) Total(withEvents bool) int {
+	total := 0.0
+	for c, n := range r {
+		if withEvents || c.Resource != eventsResource {
+			total += n
+		}
+	}
+	return int(total)
+}
+
+// String renders the requests sorted by verb, resource and code, e.g. "2
+// create secrets, 1 create roles (409), 3 update postgresqls/status", or
+// "none".
+func (r Requests) String() string {
+	calls := make([]Call, 0, len(r))
+	for c := range r {
+		calls = append(calls, c)
+	}
+	slices.SortFunc(calls, func(a, b Call) int {
+		if c := strings.Compare(a.Verb, b.Verb); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Resource, b.Resource); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Code, b.Code)
+	})
+	parts := make([]string, 0, len(calls))
+	for _, c := range calls {
+		part := fmt.Sprintf("%.0f %s %s", r[c], c.Verb, c.Resource)
+		if c.Code != "" {
+			part += " (" + c.Code + ")"
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

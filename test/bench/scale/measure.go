@@ -1,0 +1,597 @@
+package scale
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/bench/benchkit"
+	"github.com/pgloop/pgloop/test/pgtest"
+	"github.com/pgloop/pgloop/test/testbed"
+)
+
+// wall records how long a phase of a row took.
+func (b *bench) wall(walls *[]Wall, name string, began time.Time) {
+	*walls = append(*walls, Wall{Name: name, Took: time.Since(began)})
+}
+
+// atN measures the row's N on a plane of its own: the idle baseline, the
+// burst with one more cluster, the memory, then the idle period and the
+// restart.
+func (b *bench) atN(ctx context.Context, row *Row) (err error) {
+	n := row.N
+	began := time.Now()
+	s, err := b.startStage(ctx, fmt.Sprintf("n%d", n), n+b.cfg.Probes+1, n, true)
+	defer func() { err = errors.Join(s.err(err), s.stop()) }()
+	if err != nil {
+		return err
+	}
+	row.Nodes = nodesFor(n+b.cfg.Probes+1, b.cfg.PodsPerNode)
+	b.logf("N=%d: labeller client at %g requests/s, burst %d", n, b.cfg.LabellerQPS, b.cfg.LabellerBurst)
+	if _, err := s.startOperator(); err != nil {
+		return err
+	}
+	if err := s.quiet("after its start"); err != nil {
+		return err
+	}
+	b.wall(&row.Walls, "plane and operator up", began)
+
+	began = time.Now()
+	if row.Memory0, err = s.memory(); err != nil {
+		return err
+	}
+	if row.RTT, err = s.rtt(); err != nil {
+		return err
+	}
+	for i := range b.cfg.Probes {
+		p, reqs, err := s.probeIdle(fmt.Sprintf("idle-%d", i))
+		if err != nil {
+			return err
+		}
+		row.Idle = append(row.Idle, p)
+		row.CreateRequests = append(row.CreateRequests, reqs)
+		b.logf("N=%d: idle probe %s Running in %v (segments %s); its create made %s", n, p.Name, benchkit.Ms(p.ToRunning),
+			benchkit.SegmentsText(p), reqs.Writes())
+	}
+	b.logf("N=%d: API round trip %v; memory with no cluster: RSS %s, Go heap in use %s", n, benchkit.Ms(row.RTT),
+		mib(row.Memory0.RSS), mib(row.Memory0.Heap))
+	b.wall(&row.Walls, "idle probes", began)
+
+	began = time.Now()
+	if row.Burst, row.OneMore, err = s.burst(n); err != nil {
+		return err
+	}
+	if err := s.quiet("after the burst"); err != nil {
+		return err
+	}
+	b.wall(&row.Walls, "burst", began)
+	row.Clusters = n + b.cfg.Probes + 1
+	if row.MemoryN, err = s.memory(); err != nil {
+		return err
+	}
+	b.logf("N=%d: memory with %d clusters: RSS %s, Go heap in use %s", n, row.Clusters, mib(row.MemoryN.RSS), mib(row.MemoryN.Heap))
+
+	if b.cfg.Has(PhaseIdle) {
+		began = time.Now()
+		if row.IdleWindow, err = s.idle(); err != nil {
+			return err
+		}
+		b.logf("N=%d: idle for %v: %s; writes: %s", n, benchkit.Ms(row.IdleWindow.Took), row.IdleWindow.Requests, row.IdleWindow.Requests.Writes())
+		b.wall(&row.Walls, "idle", began)
+	}
+	if b.cfg.Has(PhaseRestart) {
+		began = time.Now()
+		if row.Restart, err = s.restart(); err != nil {
+			return err
+		}
+		b.wall(&row.Walls, "restart", began)
+	}
+	return nil
+}
+
+// memory reads the operator's RSS and Go heap in use five times, a second
+// apart, and returns the medians.
+func (s *stage) memory() (Memory, error) {
+	var rss, heap []int64
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		r, err := testbed.Process{PID: s.op.PID()}.RSS()
+		if err != nil {
+			return Memory{}, err
+		}
+		m, err := s.env.Metrics.Scrape(s.ctx)
+		if err != nil {
+			return Memory{}, err
+		}
+		rss, heap = append(rss, r), append(heap, int64(m.Get("go_memstats_heap_inuse_bytes")))
+		if len(rss) == 5 {
+			slices.Sort(rss)
+			slices.Sort(heap)
+			return Memory{RSS: rss[2], Heap: heap[2]}, nil
+		}
+		select {
+		case <-tick.C:
+		case <-s.ctx.Done():
+			return Memory{}, context.Cause(s.ctx)
+		}
+	}
+}
+
+// rtt is the median of five GETs of the probe namespace: one API round
+// trip on the idle plane.
+func (s *stage) rtt() (time.Duration, error) {
+	var ds []time.Duration
+	for range 5 {
+		began := time.Now()
+		if _, err := s.env.Kube.CoreV1().Namespaces().Get(s.ctx, s.probeNS, metav1.GetOptions{}); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(began))
+	}
+	return benchkit.Summarize(ds).Median, nil
+}
+
+// probeIdle creates one cluster in the probe namespace and measures it,
+// and the operator's requests from before its Create until the operator is
+// quiet again.
+func (s *stage) probeIdle(name string) (benchkit.Probe, Requests, error) {
+	before, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return benchkit.Probe{}, nil, err
+	}
+	p, err := s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, name, 1), s.b.cfg.ProbeTimeout)
+	if err != nil {
+		return p, nil, err
+	}
+	if err := s.quiet("after " + name); err != nil {
+		return p, nil, err
+	}
+	after, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return p, nil, err
+	}
+	return p, RequestsOf(benchkit.Delta(before, after)), nil
+}
+
+// createAll runs create(i) for i in [0, n) on workers goroutines at once.
+// It returns the first error; the other workers then stop.
+func createAll(ctx context.Context, n, workers int, create func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := create(ctx, i); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		return ctx.Err()
+	}
+	return firstErr
+}
+
+// sampler reads the operator's /metrics every second until stopped: the
+// largest inbox and number of plans waiting, and every 30 seconds a line
+// of progress.
+type sampler struct {
+	stop func() (maxInbox, maxWaiting int)
+}
+
+func (s *stage) sample(progress func() string) sampler {
+	ctx, cancel := context.WithCancel(s.ctx)
+	done := make(chan struct{})
+	var inbox, waiting float64
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			// A failed scrape is no peak; the measurement's own scrapes
+			// report a dead operator.
+			if m, err := s.env.Metrics.Scrape(ctx); err == nil {
+				inbox = max(inbox, m.Get("pgloop_loop_inbox_depth"))
+				waiting = max(waiting, m.Get("pgloop_loop_plans_waiting"))
+				if time.Since(last) >= 30*time.Second {
+					last = time.Now()
+					s.b.logf("%s: %s; inbox %.0f, plans running %.0f, waiting %.0f", s.name, progress(),
+						m.Get("pgloop_loop_inbox_depth"), m.Get("pgloop_loop_plans_running"), m.Get("pgloop_loop_plans_waiting"))
+				}
+			}
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return sampler{stop: func() (int, int) {
+		cancel()
+		<-done
+		return int(inbox), int(waiting)
+	}}
+}
+
+// burst creates n clusters at once, then one more cluster at once, and
+// waits until all are Running.
+func (s *stage) burst(n int) (*Burst, *benchkit.Probe, error) {
+	cfg := s.b.cfg
+	bu := &Burst{}
+	for i := range n {
+		s.env.Tracker.Expect(s.burstNamespace(i)+"/"+s.burstName(i), 1)
+	}
+	before, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	created := make([]time.Time, n)
+	smp := s.sample(func() string {
+		c := s.env.Tracker.Count(s.burstNS...)
+		return fmt.Sprintf("burst: %d of %d Running (%d pods Ready, %d labelled)", c.Running, n, c.AllReady, c.Labelled)
+	})
+	defer smp.stop()
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, cfg.BurstTimeout)
+	defer cancel()
+	err = createAll(ctx, n, cfg.Workers, func(ctx context.Context, i int) error {
+		pg := pgtest.Cluster(s.burstNamespace(i), s.burstName(i), 1)
+		if _, err := s.env.PG.PgloopV1().Postgresqls(pg.Namespace).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("while creating cluster %s/%s: %w", pg.Namespace, pg.Name, err)
+		}
+		created[i] = time.Now()
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	bu.Created = time.Since(began)
+	s.b.logf("%s: %d clusters created in %v (%.0f/s); one more at once", s.name, n, benchkit.Ms(bu.Created), float64(n)/bu.Created.Seconds())
+
+	one, err := s.env.Probe(ctx, pgtest.Cluster(s.probeNS, "one-more", 1), cfg.BurstTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.b.logf("%s: one more cluster Running in %v (segments %s)", s.name, benchkit.Ms(one.ToRunning), benchkit.SegmentsText(one))
+	if err := s.env.Tracker.WaitCounts(ctx, s.burstNS, func(c Counts) bool { return c.Running >= n }); err != nil {
+		c := s.env.Tracker.Count(s.burstNS...)
+		return nil, nil, fmt.Errorf("not all %d clusters Running within %v: %d are (%d with their pod Ready, %d labelled): %w",
+			n, cfg.BurstTimeout, c.Running, c.AllReady, c.Labelled, err)
+	}
+	bu.AllRunning = time.Since(began)
+	bu.MaxInbox, bu.MaxWaiting = smp.stop()
+	after, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := benchkit.Delta(before, after)
+	bu.LagP99 = d.Quantile("pgloop_loop_lag_seconds", 0.99)
+	bu.Degraded = int(d.Sum("pgloop_transitions_total", `to="`+fsm.Degraded+`"`))
+	bu.Requests = RequestsOf(d)
+	bu.Segments, bu.Labeller = s.burstSegments(created)
+	s.b.logf("%s: all %d Running %v after the first Create; loop lag p99 %s, largest inbox %d, %d plans waiting at most; %d passed through Degraded",
+		s.name, n, benchkit.Ms(bu.AllRunning), seconds(bu.LagP99), bu.MaxInbox, bu.MaxWaiting, bu.Degraded)
+	s.b.logf("%s: labeller, last pod Ready → master label: median %v, p99 %v, max %v", s.name,
+		benchkit.Ms(bu.Labeller.Median), benchkit.Ms(bu.Labeller.P99), benchkit.Ms(bu.Labeller.Max))
+	return bu, &one, nil
+}
+
+// Counts are a Tracker's counts.
+type Counts = benchkit.Counts
+
+// burstSegments summarizes the burst clusters' segments (as
+// benchkit.Probe's, from their Create's return) and the labeller's
+// latency, the last pod Ready to the master label.
+func (s *stage) burstSegments(created []time.Time) ([5]benchkit.Summary, benchkit.Summary) {
+	var segs [5][]time.Duration
+	var lab []time.Duration
+	for _, ns := range s.burstNS {
+		s.env.Tracker.Each(ns, func(name string, seen *benchkit.Seen) {
+			i, err := strconv.Atoi(strings.TrimPrefix(name, "burst-"))
+			if err != nil || i >= len(created) {
+				return
+			}
+			marks := []time.Time{created[i], seen.StatefulSet, seen.Pod, seen.AllReady, seen.Labelled, seen.Running}
+			for j := range segs {
+				if !marks[j].IsZero() && !marks[j+1].IsZero() {
+					segs[j] = append(segs[j], marks[j+1].Sub(marks[j]))
+				}
+			}
+			if !seen.AllReady.IsZero() && !seen.Labelled.IsZero() {
+				lab = append(lab, seen.Labelled.Sub(seen.AllReady))
+			}
+		})
+	}
+	var out [5]benchkit.Summary
+	for j := range segs {
+		out[j] = benchkit.Summarize(segs[j])
+	}
+	return out, benchkit.Summarize(lab)
+}
+
+// idle counts the operator's requests during the idle period.
+func (s *stage) idle() (*Window, error) {
+	before, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	s.b.logf("%s: idle for %v", s.name, s.b.cfg.Idle)
+	timer := time.NewTimer(s.b.cfg.Idle)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-s.ctx.Done():
+		return nil, context.Cause(s.ctx)
+	}
+	after, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Window{Took: time.Since(began), Requests: RequestsOf(benchkit.Delta(before, after))}, nil
+}
+
+// restart SIGKILLs the operator, starts it again, and measures how long
+// until every machine is back, and its requests over its first
+// RestartWindow after ready (or until every machine was back, if later).
+func (s *stage) restart() (*Restart, error) {
+	before, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Restart{Clusters: int(before.Get("pgloop_loop_clusters")), Timers: int(before.Get("pgloop_loop_timers"))}
+	if err := s.kill(false); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	if r.Ready, err = s.startOperator(); err != nil {
+		return nil, err
+	}
+	ready := began.Add(r.Ready)
+	s.b.logf("%s: operator killed with %d clusters and %d timers, started again: ready in %v; waiting until every machine is back",
+		s.name, r.Clusters, r.Timers, benchkit.Ms(r.Ready))
+	deadline := time.NewTimer(s.b.cfg.RestoreTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		m, err := s.env.Metrics.Scrape(s.ctx)
+		if err != nil {
+			return nil, err
+		}
+		if int(m.Get("pgloop_loop_clusters")) >= r.Clusters && int(m.Get("pgloop_loop_timers")) >= r.Timers &&
+			m.Get("pgloop_loop_inbox_depth") == 0 && m.Get("pgloop_loop_plans_running") == 0 && m.Get("pgloop_loop_plans_waiting") == 0 {
+			r.Restored = time.Since(began)
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return nil, fmt.Errorf("the restarted operator did not restore %d clusters and %d timers within %v: %.0f clusters, %.0f timers, inbox %.0f",
+				r.Clusters, r.Timers, s.b.cfg.RestoreTimeout, m.Get("pgloop_loop_clusters"), m.Get("pgloop_loop_timers"), m.Get("pgloop_loop_inbox_depth"))
+		case <-s.ctx.Done():
+			return nil, context.Cause(s.ctx)
+		}
+	}
+	s.b.logf("%s: every machine back %v after the start; counting its requests until %v after ready", s.name,
+		benchkit.Ms(r.Restored), s.b.cfg.RestartWindow)
+	window := time.NewTimer(time.Until(ready.Add(s.b.cfg.RestartWindow)))
+	defer window.Stop()
+	select {
+	case <-window.C:
+	case <-s.ctx.Done():
+		return nil, context.Cause(s.ctx)
+	}
+	m, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.Window = time.Since(ready)
+	r.Requests = RequestsOf(m)
+	s.b.logf("%s: the restarted operator's requests over %v: %s; writes: %s", s.name, benchkit.Ms(r.Window), r.Requests, r.Requests.Writes())
+	return r, nil
+}
+
+// planeBaseline measures the plane alone, on a plane of its own: n bare
+// StatefulSets of one replica, built as pgloop builds a cluster's (the
+// same pod template and volume claim template), without owner, created at
+// once; the time from the first Create until every pod is Ready.
+func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
+	n := row.N
+	began := time.Now()
+	s, err := b.startStage(ctx, fmt.Sprintf("plane-n%d", n), n, n, false)
+	defer func() { err = errors.Join(s.err(err), s.stop()) }()
+	if err != nil {
+		return err
+	}
+	// The pods run as pgloop's ServiceAccount, which must exist.
+	for _, ns := range s.burstNS {
+		sa := cluster.ServiceAccount(pgtest.Cluster(ns, "any", 1))
+		sa.OwnerReferences = nil
+		if _, err := s.env.Kube.CoreV1().ServiceAccounts(ns).Create(s.ctx, sa, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("while creating ServiceAccount %s/%s: %w", ns, sa.Name, err)
+		}
+	}
+	for i := range n {
+		s.env.Tracker.Expect(s.burstNamespace(i)+"/"+s.burstName(i), 1)
+	}
+	b.wall(&row.Walls, "plane baseline: plane up", began)
+	began = time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.BurstTimeout)
+	defer cancel()
+	err = createAll(ctx, n, b.cfg.Workers, func(ctx context.Context, i int) error {
+		sts := bareStatefulSet(s.burstNamespace(i), s.burstName(i), b.image)
+		if _, err := s.env.Kube.AppsV1().StatefulSets(sts.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("while creating StatefulSet %s/%s: %w", sts.Namespace, sts.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	row.PlaneCreated = time.Since(began)
+	b.logf("plane-n%d: %d StatefulSets created in %v; waiting until all their pods are Ready", n, n, benchkit.Ms(row.PlaneCreated))
+	progress := time.NewTicker(30 * time.Second)
+	defer progress.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.env.Tracker.WaitCounts(ctx, s.burstNS, func(c Counts) bool { return c.AllReady >= n })
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("not all %d pods Ready within %v: %d are: %w", n, b.cfg.BurstTimeout, s.env.Tracker.Count(s.burstNS...).AllReady, err)
+			}
+			row.Plane = time.Since(began)
+			b.logf("plane-n%d: all %d pods Ready %v after the first Create", n, n, benchkit.Ms(row.Plane))
+			b.wall(&row.Walls, "plane baseline: burst", began)
+			return nil
+		case <-progress.C:
+			b.logf("plane-n%d: %d of %d pods Ready", n, s.env.Tracker.Count(s.burstNS...).AllReady, n)
+		}
+	}
+}
+
+// bareStatefulSet is the StatefulSet pgloop would make for a cluster of one
+// instance named name, without its owner.
+func bareStatefulSet(ns, name, image string) *appsv1.StatefulSet {
+	sts := cluster.StatefulSet(pgtest.Cluster(ns, name, 1), cluster.Options{Image: image})
+	sts.OwnerReferences = nil
+	return sts
+}
+
+// fairness measures one more cluster while Busy clusters roll out: on a
+// plane of its own, the idle baseline, then Busy clusters created at once
+// and Running, then the operator restarted with another --spilo-image and
+// one more cluster created as soon as it is ready.
+func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
+	k := f.K
+	began := time.Now()
+	s, err := b.startStage(ctx, fmt.Sprintf("fairness-k%d", k), k+b.cfg.Probes+1, k, true)
+	defer func() { err = errors.Join(s.err(err), s.stop()) }()
+	if err != nil {
+		return err
+	}
+	if _, err := s.startOperator(); err != nil {
+		return err
+	}
+	if err := s.quiet("after its start"); err != nil {
+		return err
+	}
+	b.wall(&f.Walls, "plane and operator up", began)
+	began = time.Now()
+	for i := range b.cfg.Probes {
+		p, _, err := s.probeIdle(fmt.Sprintf("idle-%d", i))
+		if err != nil {
+			return err
+		}
+		f.Idle = append(f.Idle, p)
+		b.logf("K=%d: idle probe %s Running in %v", k, p.Name, benchkit.Ms(p.ToRunning))
+	}
+	b.wall(&f.Walls, "idle probes", began)
+
+	began = time.Now()
+	bu, _, err := s.burst(k)
+	if err != nil {
+		return err
+	}
+	f.Burst = bu.AllRunning
+	if err := s.quiet("after the burst"); err != nil {
+		return err
+	}
+	b.wall(&f.Walls, "burst", began)
+
+	began = time.Now()
+	f.Image = b.image + "-rollout"
+	if err := s.kill(true); err != nil {
+		return err
+	}
+	if f.Ready, err = s.startOperator("--spilo-image=" + f.Image); err != nil {
+		return err
+	}
+	readyAt := time.Now()
+	b.logf("K=%d: operator restarted with --spilo-image=%s, ready in %v; one more cluster at once", k, f.Image, benchkit.Ms(f.Ready))
+	if f.During, err = s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, "during-rollout", 1), b.cfg.RolloutTimeout); err != nil {
+		return err
+	}
+	b.logf("K=%d: one more cluster Running in %v during the rollout (segments %s)", k, benchkit.Ms(f.During.ToRunning), benchkit.SegmentsText(f.During))
+	rolled := func(seen *benchkit.Seen) bool {
+		if seen.State != fsm.Running || len(seen.Ready) < 1 || len(seen.Images) < 1 {
+			return false
+		}
+		for _, image := range seen.Images {
+			if image != f.Image {
+				return false
+			}
+		}
+		return true
+	}
+	keys := make([]string, k)
+	for i := range keys {
+		keys[i] = s.burstNamespace(i) + "/" + s.burstName(i)
+	}
+	rctx, cancel := context.WithTimeout(s.ctx, b.cfg.RolloutTimeout)
+	defer cancel()
+	err = s.env.Tracker.Wait(rctx, func(m map[string]*benchkit.Seen) bool {
+		f.Left = 0
+		for _, key := range keys {
+			if seen := m[key]; seen == nil || !rolled(seen) {
+				f.Left++
+			}
+		}
+		return f.Left == 0
+	})
+	// The one more cluster is measured: a rollout that does not end is
+	// reported, not a failure of the run.
+	switch {
+	case s.ctx.Err() != nil:
+		return context.Cause(s.ctx)
+	case err != nil:
+		b.logf("K=%d: the rollout did not end within %v: %d of the %d clusters not Running with %s", k, b.cfg.RolloutTimeout, f.Left, k, f.Image)
+	default:
+		f.Rollout = time.Since(readyAt)
+		b.logf("K=%d: all %d clusters rolled out to %s and Running %v after the operator was ready", k, k, f.Image, benchkit.Ms(f.Rollout))
+	}
+	b.wall(&f.Walls, "rollout", began)
+	return nil
+}
+
+// mib renders bytes in MiB.
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// seconds renders a duration in seconds, as /metrics has them.
+func seconds(s float64) string {
+	if s != s { // NaN: no observation
+		return "n/a"
+	}
+	return benchkit.Ms(time.Duration(s * float64(time.Second))).String()
+}

@@ -1,0 +1,203 @@
+package scale
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgloop/pgloop/test/bench/benchkit"
+)
+
+func TestRequestsOf(t *testing.T) {
+	before := benchkit.Samples{
+		`pgloop_api_requests_total{code="200",resource="postgresqls/status",verb="update"}`: 4,
+		`pgloop_api_requests_total{code="200",resource="pods",verb="list"}`:                 1,
+	}
+	after := benchkit.Samples{
+		`pgloop_api_requests_total{code="200",resource="postgresqls/status",verb="update"}`: 7,
+		`pgloop_api_requests_total{code="409",resource="postgresqls/status",verb="update"}`: 1,
+		`pgloop_api_requests_total{code="200",resource="pods",verb="list"}`:                 1,
+		`pgloop_api_requests_total{code="201",resource="secrets",verb="create"}`:            2,
+		`pgloop_api_requests_total{code="409",resource="roles",verb="create"}`:              1,
+		`pgloop_api_requests_total{code="201",resource="events",verb="create"}`:             2,
+		`pgloop_api_requests_total{code="200",resource="pods",verb="watch"}`:                3,
+		`pgloop_loop_inbox_depth`: 0,
+	}
+	r := RequestsOf(benchkit.Delta(before, after))
+	if got, want := r.String(), "2 create events, 1 create roles (409), 2 create secrets, 3 update postgresqls/status, 1 update postgresqls/status (409), 3 watch pods"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	w := r.Writes()
+	if got := w.Total(true); got != 9 {
+		t.Errorf("writes with events = %d, want 9", got)
+	}
+	if got := w.Total(false); got != 7 {
+		t.Errorf("writes without events = %d, want 7", got)
+	}
+	if got := (Requests{}).String(); got != "none" {
+		t.Errorf("no request = %q", got)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		change  func(*Config)
+		wantErr string
+	}{
+		{name: "defaults", change: func(*Config) {}},
+		{name: "fairness alone", change: func(c *Config) { c.Phases = []string{PhaseFairness}; c.Ns = nil }},
+		{name: "unknown phase", change: func(c *Config) { c.Phases = []string{"burst", "bursts"} }, wantErr: `unknown phase "bursts"`},
+		{name: "idle without burst", change: func(c *Config) { c.Phases = []string{PhaseIdle} }, wantErr: "need the burst phase"},
+		{name: "no N", change: func(c *Config) { c.Ns = nil }, wantErr: "at least 1"},
+		{name: "no busy cluster", change: func(c *Config) { c.Busy = 0 }, wantErr: "at least 1 busy"},
+		{name: "no phase", change: func(c *Config) { c.Phases = nil }, wantErr: "no phase"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.change(&cfg)
+			err := cfg.Check()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Check() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestNodesFor(t *testing.T) {
+	for _, tc := range []struct{ pods, per, want int }{
+		{1, 110, 1}, {100, 110, 1}, {101, 110, 2}, {1006, 110, 10}, {5006, 110, 46},
+	} {
+		if got := nodesFor(tc.pods, tc.per); got != tc.want {
+			t.Errorf("nodesFor(%d, %d) = %d, want %d", tc.pods, tc.per, got, tc.want)
+		}
+	}
+}
+
+func TestCreateAll(t *testing.T) {
+	var done atomic.Int64
+	if err := createAll(context.Background(), 100, 8, func(context.Context, int) error { done.Add(1); return nil }); err != nil || done.Load() != 100 {
+		t.Fatalf("createAll = %v after %d creates, want nil after 100", err, done.Load())
+	}
+	// The first error stops the workers and is returned.
+	boom := errors.New("boom")
+	done.Store(0)
+	err := createAll(context.Background(), 1000, 4, func(_ context.Context, i int) error {
+		done.Add(1)
+		if i == 10 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || done.Load() >= 1000 {
+		t.Errorf("createAll = %v after %d creates, want boom before all 1000", err, done.Load())
+	}
+}
+
+// result is a complete run of two values of N: the first meets every goal,
+// the second misses them all.
+func result() *Result {
+	cfg := DefaultConfig()
+	cfg.Ns = []int{1000, 5000}
+	probe := func(d time.Duration) benchkit.Probe {
+		return benchkit.Probe{Name: "p", ToRunning: d, Segments: [5]time.Duration{d / 5, d / 5, d / 5, d / 5, d / 5}}
+	}
+	idle := []benchkit.Probe{probe(400 * time.Millisecond), probe(500 * time.Millisecond), probe(600 * time.Millisecond)}
+	create := Requests{{"create", "secrets", ""}: 2, {"create", "statefulsets", ""}: 1, {"update", "postgresqls/status", ""}: 3, {"create", "events", ""}: 2}
+	good := &Row{N: 1000, Nodes: 10, Plane: 50 * time.Second, PlaneCreated: 5 * time.Second, RTT: 10 * time.Millisecond,
+		Idle: idle, CreateRequests: []Requests{create, create, create},
+		Burst:   &Burst{Created: 10 * time.Second, AllRunning: 75 * time.Second, LagP99: 0.02, MaxInbox: 40, Requests: create},
+		OneMore: &benchkit.Probe{Name: "one-more", ToRunning: 540 * time.Millisecond},
+		Memory0: Memory{RSS: 80 << 20, Heap: 8 << 20}, MemoryN: Memory{RSS: 180 << 20, Heap: 58 << 20}, Clusters: 1000,
+		IdleWindow: &Window{Took: 10 * time.Minute, Requests: Requests{{"watch", "pods", ""}: 2}},
+		Restart:    &Restart{Ready: 3 * time.Second, Restored: 12 * time.Second, Clusters: 1000, Timers: 1000, Window: time.Minute, Requests: Requests{{"list", "pods", ""}: 1}},
+	}
+	bad := *good
+	bad.N = 5000
+	many := Requests{{"create", "secrets", ""}: 10, {"update", "postgresqls/status", ""}: 10}
+	bad.CreateRequests = []Requests{create, many}
+	bad.OneMore = &benchkit.Probe{Name: "one-more", ToRunning: 72 * time.Second}
+	bad.IdleWindow = &Window{Took: 10 * time.Minute, Requests: Requests{{"update", "postgresqls/status", ""}: 3}}
+	bad.Restart = &Restart{Ready: 5 * time.Second, Restored: 45 * time.Second, Window: time.Minute,
+		Requests: Requests{{"create", "roles", "409"}: 19, {"patch", "roles", ""}: 19}}
+	return &Result{Config: cfg, Start: time.Unix(0, 0), End: time.Unix(3600, 0), Nproc: 2, MemTotal: "7.8 GiB", Revision: "abc",
+		GoVersion: "go1.26.8", OperatorFlags: operatorFlags(), KubeFlags: "--kube-qps=50 --kube-burst=100", Objects: 10,
+		Rows: []*Row{good, &bad},
+		Fairness: &Fairness{K: 1000, Idle: idle, Burst: time.Minute, Image: "img-rollout", Ready: time.Second,
+			During: probe(time.Second), Rollout: 0, Left: 3}}
+}
+
+func TestVerdicts(t *testing.T) {
+	r := result()
+	var got []string
+	for _, v := range r.Verdicts() {
+		got = append(got, v.String())
+	}
+	want := []string{
+		"PASS: N=1000: writes to create one cluster (idle operator, the most of 3): 6, Events apart (2 Events); goal at most 10 objects + 3 status writes = 13",
+		"PASS: N=1000: writes in 10m0s idle: 0 (none); goal 0",
+		"PASS: N=1000: restart until every machine is back: 12s; goal at most 30s",
+		"PASS: N=1000: writes of the restart (its first 1m0s after ready): 0 (none); goal 0",
+		"PASS: N=1000: one more cluster after the burst: 540ms, 1.08 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
+		"INFO: N=1000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
+		"FAIL: N=5000: writes to create one cluster (idle operator, the most of 2): 20, Events apart (2 Events); goal at most 10 objects + 3 status writes = 13",
+		"FAIL: N=5000: writes in 10m0s idle: 3 (3 update postgresqls/status); goal 0",
+		"FAIL: N=5000: restart until every machine is back: 45s; goal at most 30s",
+		"FAIL: N=5000: writes of the restart (its first 1m0s after ready): 38 (19 create roles (409), 19 patch roles); goal 0",
+		"FAIL: N=5000: one more cluster after the burst: 1m12s, 144.00 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
+		"INFO: N=5000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
+		"INFO: K=1000: one more cluster while 1000 clusters roll out: 1s, 2.00 × its idle median 500ms",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("verdicts:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r.Pass() {
+		t.Error("Pass with failed goals")
+	}
+	r.Rows = r.Rows[:1]
+	if !r.Pass() {
+		t.Error("no Pass with every goal met")
+	}
+	if r.Complete() {
+		t.Error("Complete with one of two values of N")
+	}
+	r.Config.Ns = r.Config.Ns[:1]
+	if !r.Complete() {
+		t.Error("not Complete")
+	}
+	r.Rows[0].Restart = nil
+	if r.Complete() {
+		t.Error("Complete without the restart phase's figures")
+	}
+}
+
+func TestSectionRenders(t *testing.T) {
+	r := result()
+	if s := r.Section(); strings.Contains(s, "INCOMPLETE") {
+		t.Errorf("a complete run's section says INCOMPLETE:\n%s", s)
+	}
+	// A row whose later phases were not made shows "—" in their cells.
+	r.Rows = append(r.Rows, &Row{N: 10000, Plane: time.Minute})
+	s := r.Section()
+	for _, want := range []string{
+		doc.Begin("N = 1000, 5000; operator: defaults"),
+		"| 1000 | 102.4 KiB | 51.2 KiB | 6 (+2 Events) | 0 in 10m0s | 12s | 0 | 1m15s | 50s | 1.50 | 540ms (500ms) | 1.08 | 20ms | 40 |",
+		"| 10000 | — | — | — | — | — | — | — | 1m0s | — | — | — | — | — |",
+		"- **FAIL: N=5000: restart until every machine is back: 45s; goal at most 30s**",
+		"the rollout did not end within 10m0s: 3 of the 1000 clusters not Running with the new image",
+		"`--kube-qps=50 --kube-burst=100`", "on 2 CPUs and 7.8 GiB of memory",
+		"- **INCOMPLETE**: the run stopped before measuring everything.",
+		doc.End(),
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+	if got := seconds(math.NaN()); got != "n/a" {
+		t.Errorf("seconds(NaN) = %q", got)
+	}
+}
