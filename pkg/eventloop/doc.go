@@ -38,10 +38,12 @@
 //     Forget) is done. That plan's PlanDone is still delivered: the Handler
 //     sees the result of its last effect and can ignore it. A later Outcome
 //     that sets a timer or a plan without Forget cancels a pending Forget.
-//  8. Plans waiting for a worker start in turns, one plan per cluster,
-//     urgent ones (Plan.Urgent) before background ones, except that after
-//     four urgent starts in a row a waiting background plan goes first: a
-//     background plan at the head of its queue starts within five starts,
-//     however many urgent plans arrive. A plan that supersedes an urgent
-//     one is urgent.
+//  8. Plans waiting for a worker start in turns: the namespaces (the part
+//     of the key before '/') take turns, one plan each, and within one its
+//     clusters take turns, so a burst of clusters in one namespace delays
+//     a cluster of another by one plan. Urgent plans (Plan.Urgent) start
+//     before background ones, except that after four urgent starts in a
+//     row a waiting background plan goes first: a background plan at the
+//     head of its lane starts within five starts, however many urgent
+//     plans arrive. A plan that supersedes an urgent one is urgent.
 package eventloop

@@ -47,7 +47,7 @@ type job struct {
 // submit makes p the cluster's next plan, superseding the one waiting, and
 // starts it if the cluster has none in flight and a worker is free. It never
 // blocks. A plan that supersedes an urgent one is urgent: it carries what
-// that one did. A cluster queued keeps its turn, or moves to the urgent ring
+// that one did. A cluster queued keeps its turn, or moves to the urgent lane
 // when its plan becomes urgent.
 func (l *Loop) submit(rec *record, p *Plan) {
 	urgent := p.Urgent
@@ -119,7 +119,7 @@ func (l *Loop) schedule() {
 
 // planPaused takes back a plan a worker paused between two steps: the
 // worker is free, and the plan, still in flight for its cluster, waits for
-// its turn again at the end of its ring, behind the clusters that waited.
+// its turn again at the end of its flow, behind the clusters that waited.
 func (l *Loop) planPaused(j *job) {
 	l.inflight--
 	rec := l.clusters[j.key]

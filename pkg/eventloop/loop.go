@@ -107,9 +107,9 @@ type record struct {
 	// when a background plan supersedes an urgent one, which carries what
 	// the urgent one did; it is cleared when the plan starts or is dropped.
 	urgent bool
-	queued queue // the ring of the run queue holding the record
-	stale  int   // stale entries of the record in the background ring (runQueue)
-	forget bool  // drop the record once no plan is in flight
+	queued queue  // the lane of the run queue holding the record
+	seq    uint64 // of its live entry there (runQueue)
+	forget bool   // drop the record once no plan is in flight
 }
 
 // New returns a Loop that hands events to h once Run is called. Notify may
@@ -212,7 +212,7 @@ func (l *Loop) run(ctx context.Context) {
 			continue
 		}
 		l.publish()
-		if l.inflight == 0 && l.runq.len() == 0 {
+		if l.inflight == 0 && l.runq.waiting() == 0 {
 			if !l.in.takeIdle(&l.idle) {
 				continue // an event arrived since take
 			}

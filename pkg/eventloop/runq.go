@@ -1,13 +1,15 @@
 package eventloop
 
+import "strings"
+
 // maxUrgentStreak is how many plans in a row the run queue takes from its
-// urgent ring while background plans wait; the next one is a background
+// urgent lane while background plans wait; the next one is a background
 // plan. It bounds starvation: under a constant stream of urgent plans, the
-// background plan at the head of its ring starts within maxUrgentStreak+1
+// background plan at the head of its lane starts within maxUrgentStreak+1
 // starts: background work gets at least one start in five.
 const maxUrgentStreak = 4
 
-// queue names the ring of the run queue that holds a record, if any.
+// queue names the lane of the run queue that holds a record, if any.
 type queue uint8
 
 const (
@@ -17,42 +19,84 @@ const (
 )
 
 // runQueue holds the clusters whose waiting plan starts when a worker is
-// free, in two FIFO rings: urgent plans (a user's action) go ahead of
-// background ones (timers, rollout steps, status writes), so the spec change
-// of one cluster does not wait behind the resyncs of a thousand others.
-// Within a ring clusters take turns, one plan each: a cluster whose plans
-// follow one another goes to the back of its ring after each.
+// free, in two lanes: urgent plans (a user's action) go ahead of background
+// ones (timers, rollout steps, status writes), so the spec change of one
+// cluster does not wait behind the resyncs of a thousand others.
+//
+// Within a lane, clusters are grouped in flows, one per namespace (flowOf),
+// and the flows take turns, one plan each; within a flow, its clusters take
+// turns in the order they came. A cluster whose plans follow one another
+// goes to the back of its flow after each. So a thousand clusters created
+// at once in a few namespaces delay a cluster of another namespace by one
+// plan (one step, as plans pause between steps while clusters wait) per
+// busy namespace, not by their thousand: as the API server's Priority and
+// Fairness shares a priority level among flows, a tenant's burst is shared
+// out among its own clusters. Clusters of one namespace share its flow's
+// turns as they did the whole lane's before flows.
 //
 // Invariants (TestRunQueue checks them after every operation):
-//  1. A record is queued in at most one ring, the one rec.queued names, and
-//     has one live entry there. live counts the live entries of the
-//     background ring.
-//  2. promote moves a record from the background ring to the end of the
-//     urgent one. A ring cannot remove from its middle, so the old entry
-//     stays, stale, counted in rec.stale. A record's live entry is pushed
-//     after its stale ones, so the first rec.stale entries of a record that
-//     pop from the background ring are the stale ones, and are skipped.
-//  3. The background ring is empty when live is 0: its stale entries are
-//     dropped when its last live one goes. So len counts no stale entry
-//     once nothing waits, and stale entries never outlive the live ones.
-//  4. streak counts the records taken in a row from the urgent ring while
+//  1. A record is queued in at most one lane, the one rec.queued names,
+//     and has exactly one live entry there, the one whose seq is rec.seq,
+//     in the flow its flowOf names. A flow's live counts its live entries,
+//     a lane's live those of its flows.
+//  2. The flows map holds the flows with a live entry; each of them is in
+//     the turns ring exactly once. promote moves a record from the
+//     background lane to the urgent one: a ring cannot remove from its
+//     middle, so the old entry stays, stale (its seq is not the record's
+//     any more), and is skipped when popped. A flow left with stale
+//     entries only leaves the map at once, and the ring when its turn
+//     comes: a record of its namespace queued meanwhile starts a new flow
+//     at the back of the turns, as if the old one were gone.
+//  3. A lane with no live entry holds no flow at all: stale entries never
+//     outlive the live ones.
+//  4. streak counts the records taken in a row from the urgent lane while
 //     a background record waited; it never exceeds maxUrgentStreak, at
-//     which the next pop takes the head of the background ring.
+//     which the next pop takes from the background lane.
 type runQueue struct {
-	urgent, background ring[*record]
-	live               int
+	urgent, background lane
+	seq                uint64 // of the last entry pushed
 	streak             int
 }
 
-// len counts the entries of both rings, stale ones included.
-func (q *runQueue) len() int { return q.urgent.len() + q.background.len() }
+// lane is one priority of the run queue: its flows, in the order they take
+// turns.
+type lane struct {
+	turns ring[*flow]
+	flows map[string]*flow
+	live  int
+}
 
-// waiting counts the records queued in either ring (no stale entry).
-func (q *runQueue) waiting() int { return q.urgent.len() + q.live }
+// flow is the queued clusters of one namespace, in the order they take
+// turns.
+type flow struct {
+	name    string
+	entries ring[entry]
+	live    int
+}
 
-// push queues a record that is in no ring, at the end of the urgent ring or
-// of the background one.
+// entry is a record's place in a flow; live while the record's seq is its.
+type entry struct {
+	rec *record
+	seq uint64
+}
+
+// flowOf is the flow of a cluster's key: its namespace, the part before
+// the first '/'; a key without one is a flow of its own.
+func flowOf(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// waiting counts the records queued in either lane (no stale entry).
+func (q *runQueue) waiting() int { return q.urgent.live + q.background.live }
+
+// push queues a record that is in no lane, at the end of its flow in the
+// urgent lane or in the background one.
 func (q *runQueue) push(rec *record, urgent bool) {
+	q.seq++
+	rec.seq = q.seq
 	if urgent {
 		rec.queued = inUrgent
 		q.urgent.push(rec)
@@ -60,34 +104,29 @@ func (q *runQueue) push(rec *record, urgent bool) {
 	}
 	rec.queued = inBackground
 	q.background.push(rec)
-	q.live++
 }
 
-// promote moves a record queued in the background ring to the end of the
-// urgent ring.
+// promote moves a record queued in the background lane to the end of its
+// flow in the urgent lane.
 func (q *runQueue) promote(rec *record) {
-	rec.stale++
-	q.live--
-	q.dropStale()
-	rec.queued = inUrgent
-	q.urgent.push(rec)
+	q.background.remove(rec)
+	q.push(rec, true)
 }
 
-// pop takes the record whose plan starts next, and says from which ring;
-// nil when both are empty. It takes from the urgent ring first, except
+// pop takes the record whose plan starts next, and says from which lane;
+// nil when both are empty. It takes from the urgent lane first, except
 // that after maxUrgentStreak urgent records in a row it takes a background
 // one if one waits.
 func (q *runQueue) pop() (rec *record, urgent bool) {
-	if q.live > 0 && (q.streak >= maxUrgentStreak || q.urgent.len() == 0) {
+	if q.background.live > 0 && (q.streak >= maxUrgentStreak || q.urgent.live == 0) {
 		q.streak = 0
-		return q.popBackground(), false
+		return q.background.pop(), false
 	}
-	if q.urgent.len() == 0 {
+	if q.urgent.live == 0 {
 		return nil, false
 	}
 	rec = q.urgent.pop()
-	rec.queued = notQueued
-	if q.live > 0 {
+	if q.background.live > 0 {
 		q.streak++
 	} else {
 		q.streak = 0
@@ -95,28 +134,62 @@ func (q *runQueue) pop() (rec *record, urgent bool) {
 	return rec, true
 }
 
-// popBackground takes the first live entry of the background ring, which
-// must hold one, skipping the stale ones before it.
-func (q *runQueue) popBackground() *record {
-	for {
-		rec := q.background.pop()
-		if rec.stale > 0 {
-			rec.stale--
-			continue
+// push adds rec's entry at the end of its flow, and the flow at the end of
+// the turns if it had no live entry.
+func (l *lane) push(rec *record) {
+	name := flowOf(rec.key)
+	f := l.flows[name]
+	if f == nil {
+		if l.flows == nil {
+			l.flows = make(map[string]*flow)
 		}
-		rec.queued = notQueued
-		q.live--
-		q.dropStale()
-		return rec
+		f = &flow{name: name}
+		l.flows[name] = f
+		l.turns.push(f)
+	}
+	f.entries.push(entry{rec: rec, seq: rec.seq})
+	f.live++
+	l.live++
+}
+
+// remove makes rec's live entry stale; rec must be queued in the lane.
+func (l *lane) remove(rec *record) {
+	f := l.flows[flowOf(rec.key)]
+	if f.live--; f.live == 0 {
+		delete(l.flows, f.name)
+	}
+	l.left()
+}
+
+// pop takes the first live entry of the flow whose turn it is, which must
+// exist (live > 0); the flow goes to the back of the turns if it has more.
+func (l *lane) pop() *record {
+	for {
+		f := l.turns.pop()
+		if f.live == 0 {
+			continue // stale entries only (remove)
+		}
+		var e entry
+		for e = f.entries.pop(); e.seq != e.rec.seq; e = f.entries.pop() {
+		}
+		if f.live--; f.live > 0 {
+			l.turns.push(f)
+		} else {
+			delete(l.flows, f.name)
+		}
+		e.rec.queued = notQueued
+		l.left()
+		return e.rec
 	}
 }
 
-// dropStale empties the background ring once it holds no live entry.
-func (q *runQueue) dropStale() {
-	if q.live > 0 {
+// left counts one live entry less, and drops the flows once no live entry
+// remains: they hold stale entries only.
+func (l *lane) left() {
+	if l.live--; l.live > 0 {
 		return
 	}
-	for q.background.len() > 0 {
-		q.background.pop().stale--
+	for l.turns.len() > 0 {
+		l.turns.pop()
 	}
 }

@@ -11,22 +11,29 @@ import (
 	"testing"
 )
 
-// The run queue against a model of it: two lists of the queued records and
-// the streak, with the stale entries of promoted records left out. Random
-// pushes, promotions and pops must take the records in the model's order,
-// and the invariants of runQueue must hold after every operation.
+// The run queue against a model of it: for each lane, its flows in turn
+// order, each a list of its queued records, and the streak, with the stale
+// entries of promoted records left out. Random pushes, promotions and pops
+// of records of three namespaces (and keys without one, flows of their
+// own) must take the records in the model's order, and the invariants of
+// runQueue must hold after every operation.
 func TestRunQueue(t *testing.T) {
 	rng := rand.New(rand.NewPCG(14, 0))
-	recs := make([]*record, 12)
+	recs := make([]*record, 16)
 	for i := range recs {
-		recs[i] = &record{key: fmt.Sprint(i)}
+		switch i % 4 {
+		case 3:
+			recs[i] = &record{key: fmt.Sprint(i)}
+		default:
+			recs[i] = &record{key: fmt.Sprintf("ns%d/%d", i%4, i)}
+		}
 	}
 	var (
 		q                  runQueue
-		urgent, background []*record // the model
+		urgent, background modelLane
 		streak             int
 	)
-	for n := range 20000 {
+	for n := range 50000 {
 		rec := recs[rng.IntN(len(recs))]
 		var op string
 		switch r := rng.IntN(10); {
@@ -35,25 +42,25 @@ func TestRunQueue(t *testing.T) {
 			op = fmt.Sprintf("push %s urgent=%v", rec.key, u)
 			q.push(rec, u)
 			if u {
-				urgent = append(urgent, rec)
+				urgent.push(rec)
 			} else {
-				background = append(background, rec)
+				background.push(rec)
 			}
 		case r < 6 && rec.queued == inBackground:
 			op = "promote " + rec.key
 			q.promote(rec)
-			background = slices.DeleteFunc(background, func(r *record) bool { return r == rec })
-			urgent = append(urgent, rec)
+			background.remove(rec)
+			urgent.push(rec)
 		default:
 			op = "pop"
 			var want *record
 			wantUrgent := false
 			switch {
-			case len(background) > 0 && (streak >= maxUrgentStreak || len(urgent) == 0):
-				want, background, streak = background[0], background[1:], 0
-			case len(urgent) > 0:
-				want, urgent, wantUrgent = urgent[0], urgent[1:], true
-				if len(background) > 0 {
+			case background.len() > 0 && (streak >= maxUrgentStreak || urgent.len() == 0):
+				want, streak = background.pop(), 0
+			case urgent.len() > 0:
+				want, wantUrgent = urgent.pop(), true
+				if background.len() > 0 {
 					streak++
 				} else {
 					streak = 0
@@ -72,9 +79,55 @@ func TestRunQueue(t *testing.T) {
 	for rec, _ := q.pop(); rec != nil; rec, _ = q.pop() {
 		popped++
 	}
-	if want := len(urgent) + len(background); popped != want || q.len() != 0 {
-		t.Errorf("popped %d records, want %d; len %d after, want 0", popped, want, q.len())
+	if want := urgent.len() + background.len(); popped != want || q.waiting() != 0 || q.urgent.turns.len()+q.background.turns.len() != 0 {
+		t.Errorf("popped %d records, want %d; %d waiting and %d flows after, want none", popped, want, q.waiting(),
+			q.urgent.turns.len()+q.background.turns.len())
 	}
+}
+
+// modelLane is a lane of the run queue as TestRunQueue models it: the
+// names of the flows with a queued record, in turn order, and their records.
+type modelLane struct {
+	order []string
+	flows map[string][]*record
+}
+
+func (m *modelLane) len() int {
+	n := 0
+	for _, recs := range m.flows {
+		n += len(recs)
+	}
+	return n
+}
+
+func (m *modelLane) push(rec *record) {
+	if m.flows == nil {
+		m.flows = map[string][]*record{}
+	}
+	f := flowOf(rec.key)
+	if len(m.flows[f]) == 0 {
+		m.order = append(m.order, f)
+	}
+	m.flows[f] = append(m.flows[f], rec)
+}
+
+func (m *modelLane) remove(rec *record) {
+	f := flowOf(rec.key)
+	m.flows[f] = slices.DeleteFunc(m.flows[f], func(r *record) bool { return r == rec })
+	if len(m.flows[f]) == 0 {
+		m.order = slices.DeleteFunc(m.order, func(o string) bool { return o == f })
+	}
+}
+
+func (m *modelLane) pop() *record {
+	f := m.order[0]
+	rec := m.flows[f][0]
+	m.flows[f] = m.flows[f][1:]
+	m.order = m.order[1:]
+	if len(m.flows[f]) > 0 {
+		m.order = append(m.order, f)
+	}
+	return rec
 }
 
 func name(rec *record) string {
@@ -86,31 +139,9 @@ func name(rec *record) string {
 
 // checkRunQueue checks the invariants of runQueue for records recs.
 func checkRunQueue(q *runQueue, recs []*record) error {
-	inUrgentRing := entries(&q.urgent)
-	inBackgroundRing := entries(&q.background)
 	var errs []string
-	live := 0
-	for _, rec := range recs {
-		u, b := inUrgentRing[rec], inBackgroundRing[rec]
-		wantU, wantB := 0, rec.stale
-		switch rec.queued {
-		case inUrgent:
-			wantU = 1
-		case inBackground:
-			wantB++
-			live++
-		}
-		if u != wantU || b != wantB {
-			errs = append(errs, fmt.Sprintf("record %s (queued %d, stale %d): %d urgent and %d background entries, want %d and %d",
-				rec.key, rec.queued, rec.stale, u, b, wantU, wantB))
-		}
-	}
-	if live != q.live {
-		errs = append(errs, fmt.Sprintf("live %d, want %d", q.live, live))
-	}
-	if q.live == 0 && q.background.len() > 0 {
-		errs = append(errs, fmt.Sprintf("%d stale background entries and no live one", q.background.len()))
-	}
+	errs = checkLane(&q.urgent, inUrgent, recs, errs)
+	errs = checkLane(&q.background, inBackground, recs, errs)
 	if q.streak > maxUrgentStreak {
 		errs = append(errs, fmt.Sprintf("streak %d > %d", q.streak, maxUrgentStreak))
 	}
@@ -120,13 +151,59 @@ func checkRunQueue(q *runQueue, recs []*record) error {
 	return nil
 }
 
-// entries counts the entries of each record in r.
-func entries(r *ring[*record]) map[*record]int {
-	out := map[*record]int{}
-	for i := range r.n {
-		out[r.buf[(r.head+i)&(len(r.buf)-1)]]++
+// checkLane checks the invariants of runQueue for lane l, which holds the
+// records queued as which.
+func checkLane(l *lane, which queue, recs []*record, errs []string) []string {
+	inTurns := map[*flow]int{}
+	for i := range l.turns.n {
+		inTurns[l.turns.buf[(l.turns.head+i)&(len(l.turns.buf)-1)]]++
 	}
-	return out
+	liveEntries := map[*record]int{} // in the flow the record's key names
+	live := 0
+	for name, f := range l.flows {
+		if f.name != name || f.live == 0 || inTurns[f] != 1 {
+			errs = append(errs, fmt.Sprintf("lane %d: flow %q in the map as %q with %d live entries, %d times in the turns",
+				which, f.name, name, f.live, inTurns[f]))
+		}
+		fLive := 0
+		for i := range f.entries.n {
+			e := f.entries.buf[(f.entries.head+i)&(len(f.entries.buf)-1)]
+			if e.seq == e.rec.seq && e.rec.queued == which && flowOf(e.rec.key) == name {
+				liveEntries[e.rec]++
+				fLive++
+			}
+		}
+		if fLive != f.live {
+			errs = append(errs, fmt.Sprintf("lane %d: flow %q counts %d live entries, holds %d", which, name, f.live, fLive))
+		}
+		live += fLive
+	}
+	for f, n := range inTurns {
+		if n != 1 || (l.flows[f.name] != f && f.live != 0) {
+			errs = append(errs, fmt.Sprintf("lane %d: flow %q %d times in the turns, %d live entries, not in the map",
+				which, f.name, n, f.live))
+		}
+	}
+	for _, rec := range recs {
+		if want := b2i(rec.queued == which); liveEntries[rec] != want {
+			errs = append(errs, fmt.Sprintf("lane %d: record %s (queued %d) has %d live entries, want %d",
+				which, rec.key, rec.queued, liveEntries[rec], want))
+		}
+	}
+	if live != l.live {
+		errs = append(errs, fmt.Sprintf("lane %d: live %d, want %d", which, l.live, live))
+	}
+	if l.live == 0 && l.turns.len() > 0 {
+		errs = append(errs, fmt.Sprintf("lane %d: %d flows and no live entry", which, l.turns.len()))
+	}
+	return errs
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // queueTest is a loop with one worker, which the cluster "busy" holds until
@@ -280,6 +357,33 @@ func TestRunQueueRoundRobin(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Flows: the namespaces take turns. Two hundred clusters queued at once
+// in one namespace delay a cluster of another namespace queued after them
+// by one plan, not by their two hundred; two namespaces' bursts alternate,
+// and each namespace's clusters keep their order.
+func TestRunQueueFlows(t *testing.T) {
+	for _, signal := range []string{"bg", "urgent"} {
+		t.Run(signal, func(t *testing.T) {
+			q := (&queueTest{}).start(t)
+			a, b := make([]string, 200), make([]string, 3)
+			for i := range a {
+				a[i] = fmt.Sprintf("a/c%03d", i)
+			}
+			for i := range b {
+				b[i] = fmt.Sprintf("b/c%03d", i)
+			}
+			q.queue(t, signal, a...)
+			q.queue(t, signal, b...)
+			q.queue(t, signal, "one")
+			want := []string{a[0], b[0], "one", a[1], b[1], a[2], b[2]}
+			want = append(want, a[3:]...)
+			if got := clustersOf(q.release(t)); !slices.Equal(got, want) {
+				t.Errorf("plans started in order %q, want %q", got[:min(len(got), 10)], want[:10])
+			}
+		})
 	}
 }
 
