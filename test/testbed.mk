@@ -54,7 +54,7 @@ plane: testbed testbed-cmd data-plane-deps ## Run a control plane in the foregro
 BENCH_ISOLATION_ARGS ?=
 
 .PHONY: bench-isolation
-bench-isolation: testbed ## Healthy clusters' time to Running next to 0, 10, 100 stuck ones (issue 6); writes docs/isolation.md, fails above a 1.1 ratio.
+bench-isolation: testbed ## Healthy clusters' time to Running next to 0, 10, 100, 1000 stuck ones (issues 6, 14); writes docs/isolation.md, fails above a 1.1 ratio.
 	cd test && $(GO) build -o $(BIN)/bench-isolation ./bench/cmd/bench-isolation
 	PGLOOP_BIN=$(BIN) $(BIN)/bench-isolation $(BENCH_ISOLATION_ARGS)
 

@@ -1,7 +1,7 @@
 // Package isolation measures, on the local control plane, whether clusters
 // that cannot converge slow down healthy ones (issue 6, item 3): in one run,
 // on one fresh plane with one `pgloop operator` process, it creates K stuck
-// clusters (K = 0, 10, 100 by default, cumulatively), waits until every one
+// clusters (K = 0, 10, 100, 1000 by default, cumulatively), waits until every one
 // is Degraded with its cause, waits for the operator to be quiet, then
 // creates healthy clusters one after another and measures each one's
 // create → Running time and the operator-added latency (last pod Ready →
@@ -115,14 +115,14 @@ var DefaultFrozen = []int{0, 4, 8}
 // DefaultConfig is what `make bench-isolation` runs.
 func DefaultConfig() Config {
 	return Config{
-		Stuck:             []int{0, 10, 100},
+		Stuck:             []int{0, 10, 100, 1000},
 		Healthy:           20,
 		WarmUp:            2,
 		Instances:         1,
 		CreateTimeout:     15 * time.Second,
 		Nodes:             3,
 		MaxRatio:          1.1,
-		StuckTimeout:      3 * time.Minute,
+		StuckTimeout:      10 * time.Minute,
 		QuietTimeout:      3 * time.Minute,
 		ClusterTimeout:    3 * time.Minute,
 		FrozenTimeout:     4 * time.Minute,

@@ -53,6 +53,45 @@ func (r Requests) Writes() Requests {
 	return out
 }
 
+// Excess are the writes of one create beyond one write of each object
+// (objects, by resource; the cluster's own postgresql counts as one, the
+// finalizer's write) and statusWrites writes of its status; Events apart.
+// A refused write (a 409) is a write too.
+func (r Requests) Excess(objects map[string]int, statusWrites int) Requests {
+	byResource := map[string]float64{}
+	for c, n := range r.Writes() {
+		byResource[c.Resource] += n
+	}
+	out := Requests{}
+	for res, n := range byResource {
+		allowed := float64(objects[res])
+		switch res {
+		case eventsResource:
+			continue
+		case clusterResource:
+			allowed = 1
+		case clusterResource + "/status":
+			allowed = float64(statusWrites)
+		}
+		if n > allowed {
+			out[Call{Verb: "write", Resource: res}] = n - allowed
+		}
+	}
+	return out
+}
+
+// clusterResource is the resource of pgloop's clusters.
+const clusterResource = "postgresqls"
+
+// total adds up counts by resource.
+func total(byResource map[string]int) int {
+	n := 0
+	for _, k := range byResource {
+		n += k
+	}
+	return n
+}
+
 // Total adds the requests up; without events, leaving out those on
 // eventsResource.
 func (r Requests) Total(withEvents bool) int {

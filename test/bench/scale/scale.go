@@ -192,10 +192,8 @@ type bench struct {
 	began time.Time
 	// bin is the operator's binary, workDir where the planes and logs go.
 	bin, workDir string
-	// image is the image the operator gives clusters (its --spilo-image),
-	// objects the number of objects pgloop makes for one cluster.
-	image   string
-	objects int
+	// image is the image the operator gives clusters (its --spilo-image).
+	image string
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -249,8 +247,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	b.objects = len(objs.All())
-	res.Objects = b.objects
+	res.Objects = map[string]int{}
+	for _, o := range objs.All() {
+		res.Objects[strings.ToLower(o.GetObjectKind().GroupVersionKind().Kind)+"s"]++
+	}
 
 	for _, n := range cfg.Ns {
 		row := &Row{N: n}

@@ -110,8 +110,9 @@ func result() *Result {
 	create := Requests{{"create", "secrets", ""}: 2, {"create", "statefulsets", ""}: 1, {"update", "postgresqls/status", ""}: 3, {"create", "events", ""}: 2}
 	good := &Row{N: 1000, Nodes: 10, Plane: 50 * time.Second, PlaneCreated: 5 * time.Second, RTT: 10 * time.Millisecond,
 		Idle: idle, CreateRequests: []Requests{create, create, create},
-		Burst:   &Burst{Created: 10 * time.Second, AllRunning: 75 * time.Second, LagP99: 0.02, MaxInbox: 40, Requests: create},
-		OneMore: &benchkit.Probe{Name: "one-more", ToRunning: 540 * time.Millisecond},
+		Burst: &Burst{Created: 10 * time.Second, AllRunning: 75 * time.Second, LagP99: 0.02, MaxInbox: 40,
+			Requests: Requests{{"create", "secrets", ""}: 2000, {"update", "postgresqls/status", ""}: 3000}},
+		OneMore: ptr(probe(540 * time.Millisecond)),
 		Memory0: Memory{RSS: 80 << 20, Heap: 8 << 20}, MemoryN: Memory{RSS: 180 << 20, Heap: 58 << 20}, Clusters: 1000,
 		IdleWindow: &Window{Took: 10 * time.Minute, Requests: Requests{{"watch", "pods", ""}: 2}},
 		Restart:    &Restart{Ready: 3 * time.Second, Restored: 12 * time.Second, Clusters: 1000, Timers: 1000, Window: time.Minute, Requests: Requests{{"list", "pods", ""}: 1}},
@@ -120,13 +121,14 @@ func result() *Result {
 	bad.N = 5000
 	many := Requests{{"create", "secrets", ""}: 10, {"update", "postgresqls/status", ""}: 10}
 	bad.CreateRequests = []Requests{create, many}
-	bad.OneMore = &benchkit.Probe{Name: "one-more", ToRunning: 72 * time.Second}
+	bad.OneMore = ptr(probe(72 * time.Second))
 	bad.IdleWindow = &Window{Took: 10 * time.Minute, Requests: Requests{{"update", "postgresqls/status", ""}: 3}}
 	bad.Restart = &Restart{Ready: 5 * time.Second, Restored: 45 * time.Second, Window: time.Minute,
 		Requests: Requests{{"create", "roles", "409"}: 19, {"patch", "roles", ""}: 19}}
 	return &Result{Config: cfg, Start: time.Unix(0, 0), End: time.Unix(3600, 0), Nproc: 2, MemTotal: "7.8 GiB", Revision: "abc",
-		GoVersion: "go1.26.8", OperatorFlags: operatorFlags(), KubeFlags: "--kube-qps=50 --kube-burst=100", Objects: 10,
-		Rows: []*Row{good, &bad},
+		GoVersion: "go1.26.8", OperatorFlags: append(operatorFlags(), "--kube-qps=50"), KubeFlags: "--kube-qps=50 --kube-burst=100",
+		Objects: map[string]int{"serviceaccounts": 1, "roles": 1, "rolebindings": 1, "secrets": 2, "services": 3, "poddisruptionbudgets": 1, "statefulsets": 1},
+		Rows:    []*Row{good, &bad},
 		Fairness: &Fairness{K: 1000, Idle: idle, Burst: time.Minute, Image: "img-rollout", Ready: time.Second,
 			During: probe(time.Second), Rollout: 0, Left: 3}}
 }
@@ -138,18 +140,22 @@ func TestVerdicts(t *testing.T) {
 		got = append(got, v.String())
 	}
 	want := []string{
-		"PASS: N=1000: writes to create one cluster (idle operator, the most of 3): 6, Events apart (2 Events); goal at most 10 objects + 3 status writes = 13",
+		"PASS: N=1000: writes to create one cluster (idle operator, the most of 3): 6, Events apart (2 Events); beyond one write of each of its 10 objects and of its own postgresql, and 3 status writes: none; goal none",
 		"PASS: N=1000: writes in 10m0s idle: 0 (none); goal 0",
 		"PASS: N=1000: restart until every machine is back: 12s; goal at most 30s",
 		"PASS: N=1000: writes of the restart (its first 1m0s after ready): 0 (none); goal 0",
 		"PASS: N=1000: one more cluster after the burst: 540ms, 1.08 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
+		"INFO: N=1000: pgloop's share of the one more (create → StatefulSet, master label → Running): 216ms, 1.08 × its idle median 200ms; the plane's and the labeller's 324ms",
 		"INFO: N=1000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
-		"FAIL: N=5000: writes to create one cluster (idle operator, the most of 2): 20, Events apart (2 Events); goal at most 10 objects + 3 status writes = 13",
+		"INFO: N=1000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 5.0 requests / 50 per second = 1m40s",
+		"FAIL: N=5000: writes to create one cluster (idle operator, the most of 2): 20, Events apart (2 Events); beyond one write of each of its 10 objects and of its own postgresql, and 3 status writes: 7 write postgresqls/status, 8 write secrets; goal none",
 		"FAIL: N=5000: writes in 10m0s idle: 3 (3 update postgresqls/status); goal 0",
 		"FAIL: N=5000: restart until every machine is back: 45s; goal at most 30s",
 		"FAIL: N=5000: writes of the restart (its first 1m0s after ready): 38 (19 create roles (409), 19 patch roles); goal 0",
 		"FAIL: N=5000: one more cluster after the burst: 1m12s, 144.00 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
+		"INFO: N=5000: pgloop's share of the one more (create → StatefulSet, master label → Running): 28.8s, 144.00 × its idle median 200ms; the plane's and the labeller's 43.2s",
 		"INFO: N=5000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
+		"INFO: N=5000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 1.0 requests / 50 per second = 1m40s",
 		"INFO: K=1000: one more cluster while 1000 clusters roll out: 1s, 2.00 × its idle median 500ms",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -201,3 +207,5 @@ func TestSectionRenders(t *testing.T) {
 		t.Errorf("seconds(NaN) = %q", got)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

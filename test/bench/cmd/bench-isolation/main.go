@@ -34,7 +34,7 @@ import (
 
 func main() {
 	cfg := isolation.DefaultConfig()
-	stuck := flag.String("stuck", "0,10,100", "numbers of stuck clusters to measure next to, increasing from 0 (none when --frozen is given)")
+	stuck := flag.String("stuck", "0,10,100,1000", "numbers of stuck clusters to measure next to, increasing from 0 (none when --frozen is given)")
 	frozen := flag.String("frozen", "", "numbers of hung primaries to measure next to instead, increasing from 0, e.g. "+
 		counts(isolation.DefaultFrozen)+" (make bench-isolation-frozen): clusters of real Patroni and PostgreSQL on a process node "+
 		"(make data-plane-deps), frozen mid-sync")
@@ -48,10 +48,11 @@ func main() {
 	flag.IntVar(&cfg.Nodes, "nodes", cfg.Nodes, "fake nodes of the plane")
 	flag.Float64Var(&cfg.MaxRatio, "max-ratio", cfg.MaxRatio, "fail when the healthy median with the most stuck clusters exceeds this times the one with none")
 	flag.BoolVar(&cfg.RetryRound, "retry-round", cfg.RetryRound, "also measure, after the last K, during a retry round of the stuck clusters (not in the verdict)")
+	flag.DurationVar(&cfg.StuckTimeout, "stuck-timeout", cfg.StuckTimeout, "bound of the wait until every stuck cluster of a batch is Degraded with its cause")
 	flag.DurationVar(&cfg.QuietTimeout, "quiet-timeout", cfg.QuietTimeout, "longest wait for the operator to be quiet before measuring")
 	doc := flag.String("doc", "docs/isolation.md", "document to write the table into, relative to the repository (empty: none)")
 	flag.StringVar(&cfg.WorkDir, "work-dir", "", "keep the operator's log and the plane's directory here (default: a temporary directory, removed after a successful run)")
-	timeout := flag.Duration("timeout", 20*time.Minute, "bound of the whole run")
+	timeout := flag.Duration("timeout", 45*time.Minute, "bound of the whole run")
 	src := flag.String("source", "", "pgloop tree to build the operator from and read the CRDs of, e.g. an export of another revision (default: this repository)")
 	flag.StringVar(&cfg.Revision, "revision", "", "revision to record for the operator (default: git's, of --source)")
 	flag.Parse()
