@@ -374,7 +374,7 @@ func TestCacheEnsureFromNothingOnlyCreates(t *testing.T) {
 			if n, want := len(calls), len(buildAll(t, pg).All()); n != want {
 				t.Errorf("%d creates, want %d: %v", n, want, calls)
 			}
-			if got, want := h.pgCalls(), map[string]int{"Update": 1}; !equalCounts(got, want) {
+			if got, want := h.pgCalls(), map[string]int{"Patch": 1}; !equalCounts(got, want) {
 				t.Errorf("resource calls %v, want %v (the finalizer)", got, want)
 			}
 		})
@@ -592,8 +592,9 @@ func TestCacheObjectGoneBehindCache(t *testing.T) {
 	}
 }
 
-// The finalizer is added with the cached resourceVersion; a conflict reads
-// the resource from the API, and the objects are built from that spec.
+// The finalizer is added by a JSON patch that carries no resourceVersion:
+// a resource written since the cache's copy (a status write, an edit)
+// takes it at once, and the objects are built from the spec as patched.
 func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	pg := testCluster(t)
 	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
@@ -603,11 +604,11 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	if err := h.ensure(t, pg); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := h.pgCalls(), map[string]int{"Update": 2, "Get": 1}; !equalCounts(got, want) {
+	if got, want := h.pgCalls(), map[string]int{"Patch": 1}; !equalCounts(got, want) {
 		t.Errorf("resource calls %v, want %v", got, want)
 	}
 	stored := h.pg.get(pg.Namespace, pg.Name)
-	if !slices.Contains(stored.Finalizers, cluster.Finalizer) || stored.Spec.NumberOfInstances != 3 {
+	if !slices.Equal(stored.Finalizers, []string{cluster.Finalizer}) || stored.Spec.NumberOfInstances != 3 {
 		t.Errorf("stored finalizers %v, instances %d", stored.Finalizers, stored.Spec.NumberOfInstances)
 	}
 	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
@@ -616,6 +617,26 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	}
 	if n := ptr.Deref(sts.Spec.Replicas, 0); n != 3 {
 		t.Errorf("replicas %d: built from the stale spec", n)
+	}
+}
+
+// Another controller's finalizer, added since the cache's copy, fails the
+// patch's test: the resource is read from the API and patched again, with
+// both finalizers, ours once.
+func TestCacheFinalizerOtherAdded(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Finalizers = []string{"other"}
+	h.pg.put(edited) // not in the cache
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.pgCalls(), map[string]int{"Patch": 2, "Get": 1}; !equalCounts(got, want) {
+		t.Errorf("resource calls %v, want %v", got, want)
+	}
+	if got, want := h.pg.get(pg.Namespace, pg.Name).Finalizers, []string{"other", cluster.Finalizer}; !slices.Equal(got, want) {
+		t.Errorf("finalizers %v, want %v", got, want)
 	}
 }
 

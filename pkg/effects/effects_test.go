@@ -2,9 +2,11 @@ package effects
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -43,6 +45,8 @@ type pgAPI struct {
 	failGet func(n int) error
 	failUpd func(n int) error
 	failSt  func(n int) error
+	// failPatch injects errors into patches.
+	failPatch func(n int) error
 }
 
 func newPGAPI(pgs ...*v1.Postgresql) *pgAPI {
@@ -61,12 +65,17 @@ func (f *pgAPI) clientset() *pgfake.Clientset {
 	return cs
 }
 
-// react serves a get, an update and an update of the status subresource,
-// counted as Get, Update and UpdateStatus; the effects need nothing else.
+// react serves a get, an update, an update of the status subresource and
+// a JSON patch of the finalizers, counted as Get, Update, UpdateStatus and
+// Patch; the effects need nothing else.
 func (f *pgAPI) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	switch {
 	case a.GetVerb() == "get":
 		obj, err := f.getCall(a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+		return true, obj, err
+	case a.GetVerb() == "patch" && a.GetSubresource() == "":
+		p := a.(k8stesting.PatchAction)
+		obj, err := f.patch(a.GetNamespace(), p.GetName(), p.GetPatchType(), p.GetPatch())
 		return true, obj, err
 	case a.GetVerb() == "update" && a.GetSubresource() == "":
 		obj, err := f.update(a.(k8stesting.UpdateAction).GetObject().(*v1.Postgresql))
@@ -104,7 +113,7 @@ func (f *pgAPI) count(method string) int {
 	return f.calls[method]
 }
 
-func (f *pgAPI) writes() int { return f.count("Update") + f.count("UpdateStatus") }
+func (f *pgAPI) writes() int { return f.count("Update") + f.count("UpdateStatus") + f.count("Patch") }
 
 func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 	f.mu.Lock()
@@ -120,6 +129,66 @@ func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
 	}
 	return pg.DeepCopy(), nil
+}
+
+// patch applies a JSON patch of the finalizers, the only one the effects
+// send: its operations test and add /metadata/finalizers. As the
+// apiserver, it answers a failed test with 422 (Invalid), and refuses a new
+// finalizer on a resource being deleted.
+func (f *pgAPI) patch(ns, name string, pt types.PatchType, data []byte) (*v1.Postgresql, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Patch"]++
+	if f.failPatch != nil {
+		if err := f.failPatch(f.calls["Patch"]); err != nil {
+			return nil, err
+		}
+	}
+	if pt != types.JSONPatchType {
+		return nil, fmt.Errorf("patch type %s: not implemented", pt)
+	}
+	stored := f.objs[ns+"/"+name]
+	if stored == nil {
+		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
+	}
+	var ops []struct {
+		Op    string    `json:"op"`
+		Path  string    `json:"path"`
+		Value *[]string `json:"value"`
+	}
+	if err := json.Unmarshal(data, &ops); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	invalid := func(msg string) error {
+		return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch",
+			v1.Resource(v1.PostgresqlResource), name, msg, 0, false)
+	}
+	out := stored.DeepCopy()
+	for _, op := range ops {
+		if op.Path != "/metadata/finalizers" {
+			return nil, fmt.Errorf("patch of %s: not implemented", op.Path)
+		}
+		switch op.Op {
+		case "test":
+			if op.Value == nil && len(out.Finalizers) > 0 || op.Value != nil && !slices.Equal(*op.Value, out.Finalizers) {
+				return nil, invalid("testing value /metadata/finalizers failed")
+			}
+		case "add":
+			if op.Value == nil {
+				return nil, invalid("add of null")
+			}
+			out.Finalizers = slices.Clone(*op.Value)
+		default:
+			return nil, fmt.Errorf("patch op %s: not implemented", op.Op)
+		}
+	}
+	if out.DeletionTimestamp != nil && slices.ContainsFunc(out.Finalizers, func(fin string) bool { return !slices.Contains(stored.Finalizers, fin) }) {
+		return nil, invalid("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted")
+	}
+	f.rv++
+	out.ResourceVersion = fmt.Sprint(f.rv)
+	f.objs[ns+"/"+name] = out
+	return out.DeepCopy(), nil
 }
 
 func (f *pgAPI) write(method string, in *v1.Postgresql, fail func(int) error, apply func(stored, in *v1.Postgresql)) (*v1.Postgresql, error) {
@@ -701,21 +770,17 @@ func TestEnsureGrowsVolumes(t *testing.T) {
 
 func TestEnsureFinalizer(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
-		conflictOnce := func(n int) error {
-			if n == 1 {
-				return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
-			}
-			return nil
-		}
 		tests := []struct {
 			name          string
 			pg            func(*v1.Postgresql) *v1.Postgresql
-			failUpd       func(int) error
 			wantFinalizer bool
 			wantObjects   bool
 		}{
 			{name: "added", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, wantFinalizer: true, wantObjects: true},
-			{name: "added after a conflict", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, failUpd: conflictOnce, wantFinalizer: true, wantObjects: true},
+			{name: "added to another's", pg: func(pg *v1.Postgresql) *v1.Postgresql {
+				pg.Finalizers = []string{"other"}
+				return pg
+			}, wantFinalizer: true, wantObjects: true},
 			{name: "kept", pg: func(pg *v1.Postgresql) *v1.Postgresql {
 				pg.Finalizers = []string{"other", cluster.Finalizer}
 				return pg
@@ -735,14 +800,29 @@ func TestEnsureFinalizer(t *testing.T) {
 					pgs = append(pgs, p)
 				}
 				h := newHarness(t, pgs)
-				h.pg.failUpd = tt.failUpd
+				var before []string
+				if len(pgs) > 0 {
+					before = pgs[0].Finalizers
+				}
 				if err := h.ensure(t, pg); err != nil {
 					t.Fatal(err)
 				}
 				if stored := h.pg.get(pg.Namespace, pg.Name); stored != nil {
-					if got := slices.Contains(stored.Finalizers, cluster.Finalizer); got != tt.wantFinalizer {
-						t.Errorf("finalizers %v", stored.Finalizers)
+					want := before
+					if tt.wantFinalizer && !slices.Contains(before, cluster.Finalizer) {
+						want = append(slices.Clone(before), cluster.Finalizer)
 					}
+					if !slices.Equal(stored.Finalizers, want) {
+						t.Errorf("finalizers %v, want %v", stored.Finalizers, want)
+					}
+				}
+				// One patch when it is missing, no update.
+				wantPatches := 0
+				if tt.wantFinalizer && !slices.Contains(before, cluster.Finalizer) {
+					wantPatches = 1
+				}
+				if got := h.pg.count("Patch"); got != wantPatches || h.pg.count("Update") != 0 {
+					t.Errorf("%d patches (want %d), %d updates of the resource", got, wantPatches, h.pg.count("Update"))
 				}
 				if got := len(h.kubeWrites()) > 0; got != tt.wantObjects {
 					t.Errorf("objects written: %v, want %v", got, tt.wantObjects)

@@ -437,6 +437,15 @@ func controlled(obj metav1.Object, pg *v1.Postgresql, kind string) error {
 // unless it has it, and returns the resource as written. It returns nil
 // when the resource is gone or being deleted (no finalizer may be added
 // then), and nothing is to be ensured.
+//
+// The write is a JSON patch (finalizerPatch) that tests that the
+// finalizers are those read, then sets them with ours added. It carries no
+// resourceVersion, so the status writes of the same moments do not make it
+// conflict, as an update with the cached resourceVersion would; the test
+// makes sure it neither drops a finalizer another controller added since
+// the read nor adds ours twice. A failed test (or another refusal: a
+// resource being deleted takes no new finalizer) reads the resource from
+// the API and starts over.
 func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
 	for attempt := 1; ; attempt++ {
 		if slices.Contains(pg.Finalizers, cluster.Finalizer) {
@@ -448,17 +457,19 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		upd := pg.DeepCopy()
-		upd.Finalizers = append(upd.Finalizers, cluster.Finalizer)
-		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager})
+		patch, err := finalizerPatch(pg.Finalizers)
+		if err != nil {
+			return nil, fmt.Errorf("add finalizer to postgresql %s: %w", r.key, err)
+		}
+		out, err := r.postgresqls().Patch(ctx, r.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer added")
 			return out, nil
 		case apierrors.IsNotFound(err):
 			return nil, nil
-		case apierrors.IsConflict(err) && attempt < maxAttempts:
-			// The cache is behind: read the API.
+		case apierrors.IsInvalid(err) && attempt < maxAttempts:
+			// The finalizers changed since the read: read the API.
 			if pg, err = r.getCluster(ctx, true); pg == nil {
 				return nil, err
 			}
@@ -466,6 +477,23 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		}
 		return nil, fmt.Errorf("add finalizer to postgresql %s: %w", r.key, err)
 	}
+}
+
+// finalizerPatch is the JSON patch (RFC 6902) that adds cluster.Finalizer
+// to a resource whose finalizers are have: a test that they still are
+// (null when there are none: the field is then absent, and a test of an
+// absent field for null passes), then an add of the whole list, which
+// replaces the field or creates it.
+func finalizerPatch(have []string) ([]byte, error) {
+	var was any
+	if len(have) > 0 {
+		was = have
+	}
+	want := append(slices.Clone(have), cluster.Finalizer)
+	return json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/finalizers", "value": was},
+		{"op": "add", "path": "/metadata/finalizers", "value": want},
+	})
 }
 
 // growVolumes raises the storage request of the cluster's data volume

@@ -33,11 +33,11 @@ func TestInformersAreTheEffectsCache(t *testing.T) {
 	small := claim(pg, 0, corev1.ClaimBound)
 	small.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
 	inf, kube, pgc := start(t, Options{}, discard{}, []*v1.Postgresql{pg}, small)
-	// pgCalls counts the effects' calls of the resource client: gets and
-	// updates, not the informer's lists and watches.
+	// pgCalls counts the effects' calls of the resource client: gets,
+	// updates and patches, not the informer's lists and watches.
 	var pgCalls atomic.Int64
 	pgc.PrependReactor("*", v1.PostgresqlResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() == "get" || a.GetVerb() == "update" {
+		if a.GetVerb() == "get" || a.GetVerb() == "update" || a.GetVerb() == "patch" {
 			pgCalls.Add(1)
 		}
 		return false, nil, nil

@@ -75,7 +75,7 @@ func TestClusterRole(t *testing.T) {
 	}
 	// 3. What the informers and the effects do.
 	need := map[string][]string{
-		"pgloop.dev/postgresqls":                 {"get", "list", "watch", "update"},
+		"pgloop.dev/postgresqls":                 {"get", "list", "watch", "update", "patch"},
 		"pgloop.dev/postgresqls/status":          {"update"},
 		"pgloop.dev/postgresqls/finalizers":      {"update"},
 		"/pods":                                  {"get", "list", "watch", "delete"},
