@@ -29,6 +29,9 @@ import (
 type Cache interface {
 	// Postgresql returns the resource of cluster key ("namespace/name").
 	Postgresql(key string) (*v1.Postgresql, bool)
+	// Postgresqls returns the resources of a namespace, in no particular
+	// order.
+	Postgresqls(namespace string) []*v1.Postgresql
 	// StatefulSet, Service, Secret and PodDisruptionBudget return an
 	// object of a cluster by namespace and name. Only objects labelled
 	// application=spilo are cached.

@@ -212,6 +212,22 @@ func (c *fakeCache) Postgresql(key string) (*v1.Postgresql, bool) {
 	return pg, ok
 }
 
+func (c *fakeCache) Postgresqls(ns string) []*v1.Postgresql {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live {
+		c.syncLocked()
+	}
+	var out []*v1.Postgresql
+	for _, pg := range c.pgs {
+		if pg.Namespace == ns {
+			c.hand(pg)
+			out = append(out, pg)
+		}
+	}
+	return out
+}
+
 func typed[T cluster.Object](o cluster.Object, ok bool) (T, bool) {
 	if !ok {
 		var zero T
