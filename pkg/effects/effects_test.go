@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -65,14 +66,16 @@ func (f *pgAPI) clientset() *pgfake.Clientset {
 	return cs
 }
 
-// react serves a get, an update, an update of the status subresource and
-// a JSON patch of the finalizers, counted as Get, Update, UpdateStatus and
-// Patch; the effects need nothing else.
+// react serves a get, a list, an update, an update of the status
+// subresource and a JSON patch of the finalizers, counted as Get, List,
+// Update, UpdateStatus and Patch; the effects need nothing else.
 func (f *pgAPI) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	switch {
 	case a.GetVerb() == "get":
 		obj, err := f.getCall(a.GetNamespace(), a.(k8stesting.GetAction).GetName())
 		return true, obj, err
+	case a.GetVerb() == "list":
+		return true, f.list(a.GetNamespace()), nil
 	case a.GetVerb() == "patch" && a.GetSubresource() == "":
 		p := a.(k8stesting.PatchAction)
 		obj, err := f.patch(a.GetNamespace(), p.GetName(), p.GetPatchType(), p.GetPatch())
@@ -129,6 +132,19 @@ func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
 	}
 	return pg.DeepCopy(), nil
+}
+
+func (f *pgAPI) list(ns string) *v1.PostgresqlList {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["List"]++
+	out := &v1.PostgresqlList{}
+	for _, pg := range f.objs {
+		if pg.Namespace == ns {
+			out.Items = append(out.Items, *pg.DeepCopy())
+		}
+	}
+	return out
 }
 
 // patch applies a JSON patch of the finalizers, the only one the effects
@@ -473,12 +489,15 @@ func TestEnsureCreatesEverything(t *testing.T) {
 			kind := o.GetObjectKind().GroupVersionKind().Kind
 			got := getObject(t, h, o)
 			refs := got.GetOwnerReferences()
-			if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind {
-				t.Errorf("%s %s: owner references %+v", kind, o.GetName(), refs)
+			if shared[kind] {
+				// The namespace's, not the cluster's.
+				if len(refs) != 0 {
+					t.Errorf("%s %s: owner references %+v, want none", kind, o.GetName(), refs)
+				}
 				continue
 			}
-			if isController := refs[0].Controller != nil && *refs[0].Controller; isController == shared[kind] {
-				t.Errorf("%s %s: controller=%v, want %v", kind, o.GetName(), isController, !shared[kind])
+			if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind || metav1.GetControllerOf(got) == nil {
+				t.Errorf("%s %s: owner references %+v, want the cluster as controller", kind, o.GetName(), refs)
 			}
 		}
 	})
@@ -660,28 +679,50 @@ func TestEnsureRefusesForeignObject(t *testing.T) {
 	})
 }
 
+// legacyOwner is the owner reference a release before issue 14 put on the
+// shared objects for each cluster of the namespace.
+func legacyOwner(pg *v1.Postgresql) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "pgloop.dev/v1", Kind: "Postgresql", Name: pg.Name, UID: pg.UID, Controller: ptr.To(false)}
+}
+
+// foreignOwner is an owner reference of another controller's.
+var foreignOwner = metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Thing", Name: "x", UID: "foreign-uid"}
+
+// sharedObjects returns the shared objects of pg's namespace as an older
+// release left them: the Role with other rules, each with refs.
+func sharedObjects(pg *v1.Postgresql, refs ...metav1.OwnerReference) []runtime.Object {
+	sa, role, binding := cluster.ServiceAccount(pg), cluster.Role(pg), cluster.RoleBinding(pg)
+	role.Rules = role.Rules[:1]
+	out := []runtime.Object{sa, role, binding}
+	for _, o := range out {
+		o.(metav1.Object).SetOwnerReferences(slices.Clone(refs))
+	}
+	return out
+}
+
+// The shared objects belong to the namespace: the second cluster writes
+// none of them. The Role's rules are updated, and the owner references of
+// clusters an older release left are removed (those of other owners kept).
 func TestEnsureSharedRBAC(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		a, b := testCluster(t), otherCluster(t)
-		// An older pgloop granted other rules.
-		oldRole := cluster.Role(a)
-		oldRole.Rules = oldRole.Rules[:1]
-		h := newHarness(t, []*v1.Postgresql{a, b}, oldRole)
-		for _, pg := range []*v1.Postgresql{a, b} {
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
+		h := newHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a, legacyOwner(a), foreignOwner, legacyOwner(b))...)
+		if err := h.ensure(t, a); err != nil {
+			t.Fatal(err)
+		}
+		var shared []string
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				shared = append(shared, w)
 			}
+		}
+		if want := []string{"update rolebindings pgloop-pod", "update roles pgloop-pod", "update serviceaccounts pgloop-pod"}; !slices.Equal(shared, want) {
+			t.Errorf("shared writes:\n got %v\nwant %v", shared, want)
 		}
 		for _, o := range []cluster.Object{cluster.ServiceAccount(a), cluster.Role(a), cluster.RoleBinding(a)} {
 			got := getObject(t, h, o)
-			var uids []types.UID
-			for _, ref := range got.GetOwnerReferences() {
-				uids = append(uids, ref.UID)
-			}
-			// In any order: a patch puts its reference first.
-			slices.Sort(uids)
-			if want := []types.UID{b.UID, a.UID}; !slices.Equal(uids, want) {
-				t.Errorf("%s: owner UIDs %v, want both clusters", o.GetName(), uids)
+			if refs := got.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != foreignOwner.UID {
+				t.Errorf("%s: owner references %+v, want the foreign one only", o.GetName(), refs)
 			}
 		}
 		role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), cluster.PodRoleName, metav1.GetOptions{})
@@ -690,6 +731,14 @@ func TestEnsureSharedRBAC(t *testing.T) {
 		}
 		if cluster.RoleNeedsUpdate(role, cluster.Role(a)) {
 			t.Errorf("role rules not updated: %+v", role.Rules)
+		}
+		if err := h.ensure(t, b); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				t.Errorf("the second cluster wrote a shared object: %s", w)
+			}
 		}
 	})
 }
@@ -1108,9 +1157,15 @@ func TestCleanup(t *testing.T) {
 			}
 		}
 		h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
+		h.kubeWrites()
 
 		if err := h.cleanup(t, a); err != nil {
 			t.Fatal(err)
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				t.Errorf("cleanup of a cluster that is not the last wrote a shared object: %s", w)
+			}
 		}
 		if h.pg.get(a.Namespace, a.Name) != nil {
 			t.Error("finalizer not removed: the resource is still there")
@@ -1118,17 +1173,12 @@ func TestCleanup(t *testing.T) {
 		for _, o := range buildAll(t, a).All() {
 			kind := o.GetObjectKind().GroupVersionKind().Kind
 			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-			got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+			_, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
 			switch kind {
 			case "ServiceAccount", "Role", "RoleBinding":
 				// Still used by b.
 				if err != nil {
 					t.Errorf("shared %s deleted while another cluster uses it", kind)
-					continue
-				}
-				refs := got.(metav1.Object).GetOwnerReferences()
-				if len(refs) != 1 || refs[0].UID != b.UID {
-					t.Errorf("shared %s: owner references %+v, want b's only", kind, refs)
 				}
 			default:
 				if !apierrors.IsNotFound(err) {
