@@ -178,8 +178,8 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 //     of them, and a restarted operator finds every namespace's in place
 //     without a call;
 //  2. one the cache does not show is created (a new namespace needs only
-//     the creates); AlreadyExists (the cache lags) is success, but for
-//     the Role, which is then read, to compare its rules;
+//     the creates); one that exists after all (AlreadyExists: the cache
+//     lags) is read from the API, for 3 and 4;
 //  3. the Role is updated when its rules differ (an upgrade of pgloop);
 //  4. an object that still carries owner references of clusters, put by
 //     a release before issue 14, is updated without them, once per
