@@ -198,8 +198,8 @@ func RoleNeedsUpdate(current, desired *rbacv1.Role) bool {
 }
 
 // ApplyRole returns a copy of current with desired's rules and labels,
-// ready for an Update. The owner references, one per cluster of the
-// namespace, are kept: the Role is shared.
+// ready for an Update. Everything else of current is kept (an owner
+// reference left by an older release is the effects' business).
 func ApplyRole(current, desired *rbacv1.Role) *rbacv1.Role {
 	out := current.DeepCopy()
 	out.Labels = mergeInto(out.Labels, desired.Labels)

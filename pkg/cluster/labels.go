@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
@@ -110,32 +110,28 @@ func OwnerReference(pg *v1.Postgresql) metav1.OwnerReference {
 	return *metav1.NewControllerRef(pg, v1.SchemeGroupVersionKind)
 }
 
-// sharedOwnerReference is the reference a cluster puts on the objects it
-// shares with the other clusters of its namespace. It is not a controller
-// reference: the garbage collector deletes an object only once all its
-// owners are gone, so a shared object lives as long as one cluster uses it.
-func sharedOwnerReference(pg *v1.Postgresql) metav1.OwnerReference {
-	return metav1.OwnerReference{
-		APIVersion: v1.SchemeGroupVersion.String(),
-		Kind:       v1.PostgresqlKind,
-		Name:       pg.Name,
-		UID:        pg.UID,
-		Controller: ptr.To(false),
-	}
+// IsClusterOwnerReference tells whether ref names a Postgresql resource.
+// pgloop releases before issue 14 ("fewer writes") put one such reference
+// per cluster on the objects the clusters of a namespace share; they no
+// longer carry any (see rbac.go), and the effects strip the references
+// those releases left (WithoutClusterOwnerReferences).
+func IsClusterOwnerReference(ref metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	return err == nil && gv.Group == v1.SchemeGroupVersion.Group && ref.Kind == v1.PostgresqlKind
 }
 
-// AddOwnerReference returns refs with ref added, and whether it was missing.
-// References are the same when their UIDs are; an existing reference is
-// kept as it is. The effect that ensures a shared object (ServiceAccount,
-// Role, RoleBinding) merges the cluster's reference in with it instead of
-// overwriting the references of the other clusters. refs is not modified.
-func AddOwnerReference(refs []metav1.OwnerReference, ref metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
-	if slices.ContainsFunc(refs, func(r metav1.OwnerReference) bool { return r.UID == ref.UID }) {
+// WithoutClusterOwnerReferences returns refs without the references of
+// Postgresql resources (IsClusterOwnerReference), and whether there were
+// any. The references of other owners are kept; refs is not modified.
+func WithoutClusterOwnerReferences(refs []metav1.OwnerReference) ([]metav1.OwnerReference, bool) {
+	if !slices.ContainsFunc(refs, IsClusterOwnerReference) {
 		return refs, false
 	}
-	out := make([]metav1.OwnerReference, 0, len(refs)+1)
-	out = append(out, refs...)
-	return append(out, ref), true
+	out := slices.DeleteFunc(slices.Clone(refs), IsClusterOwnerReference)
+	if len(out) == 0 {
+		out = nil
+	}
+	return out, true
 }
 
 // objectMeta is the metadata of an object that belongs to one cluster.
@@ -149,13 +145,13 @@ func objectMeta(pg *v1.Postgresql, name string) metav1.ObjectMeta {
 }
 
 // sharedObjectMeta is the metadata of an object shared by the clusters of a
-// namespace.
+// namespace: it belongs to the namespace, not to a cluster, so it has no
+// owner reference (see rbac.go).
 func sharedObjectMeta(pg *v1.Postgresql, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name:            name,
-		Namespace:       pg.Namespace,
-		Labels:          sharedLabels(),
-		OwnerReferences: []metav1.OwnerReference{sharedOwnerReference(pg)},
+		Name:      name,
+		Namespace: pg.Namespace,
+		Labels:    sharedLabels(),
 	}
 }
 

@@ -114,7 +114,7 @@ type ObjectNames struct {
 	PodDisruptionBudget string
 	// ServiceAccount, Role and RoleBinding are shared with the other
 	// clusters of the namespace: cleanup of one cluster must not delete
-	// them (the garbage collector does when the last cluster is gone).
+	// them (the cleanup of the namespace's last cluster does).
 	ServiceAccount string
 	Role           string
 	RoleBinding    string

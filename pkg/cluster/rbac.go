@@ -14,12 +14,13 @@ import (
 // (postgres-pod): a Role could not be narrowed to one cluster's objects
 // anyway, since RBAC cannot restrict list, watch and create by name.
 //
-// Because they are shared, these objects carry a non-controller owner
-// reference per cluster that uses them, not one controller reference, and
-// only the labels application and managed-by. The effect that ensures them
-// adds the cluster's reference with AddOwnerReference; the garbage collector
-// deletes them once the last cluster of the namespace is gone, and never
-// while one still runs.
+// They belong to the namespace, not to any cluster: they carry no owner
+// reference, only the labels application and managed-by. The first cluster
+// of a namespace creates them, the others find them in place and write
+// nothing, and the cleanup of the namespace's last cluster deletes them.
+// (Releases before issue 14 put one owner reference per cluster on them,
+// so that every create and delete of a cluster rewrote all three; the
+// effects strip those references, see WithoutClusterOwnerReferences.)
 //
 // The operator must itself hold every permission of Role to create it
 // (RBAC refuses to grant more than the grantor has).

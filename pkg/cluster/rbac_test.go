@@ -56,28 +56,36 @@ func TestRoleBinding(t *testing.T) {
 	}
 }
 
-func TestAddOwnerReference(t *testing.T) {
+func TestSharedObjectsHaveNoOwner(t *testing.T) {
+	pg := loadSample(t, "minimal")
+	for _, o := range []Object{ServiceAccount(pg), Role(pg), RoleBinding(pg)} {
+		if refs := o.GetOwnerReferences(); len(refs) != 0 {
+			t.Errorf("%s: owner references %v, want none: it belongs to the namespace", o.GetName(), refs)
+		}
+	}
+}
+
+func TestWithoutClusterOwnerReferences(t *testing.T) {
 	a := metav1.OwnerReference{APIVersion: "pgloop.dev/v1", Kind: "Postgresql", Name: "a", UID: types.UID("ua"), Controller: ptr.To(false)}
 	b := metav1.OwnerReference{APIVersion: "pgloop.dev/v1", Kind: "Postgresql", Name: "b", UID: types.UID("ub"), Controller: ptr.To(false)}
-	renamed := a
-	renamed.Name = "a-renamed"
+	other := metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Postgresql", Name: "x", UID: types.UID("ux")}
+	cm := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "y", UID: types.UID("uy")}
 	cases := []struct {
 		name    string
 		refs    []metav1.OwnerReference
-		add     metav1.OwnerReference
 		want    []metav1.OwnerReference
 		changed bool
 	}{
-		{"first", nil, a, []metav1.OwnerReference{a}, true},
-		{"second cluster", []metav1.OwnerReference{a}, b, []metav1.OwnerReference{a, b}, true},
-		{"already there", []metav1.OwnerReference{a, b}, b, []metav1.OwnerReference{a, b}, false},
-		{"same UID is the same owner", []metav1.OwnerReference{a}, renamed, []metav1.OwnerReference{a}, false},
+		{"none", nil, nil, false},
+		{"legacy", []metav1.OwnerReference{a, b}, nil, true},
+		{"others kept", []metav1.OwnerReference{cm, a, other, b}, []metav1.OwnerReference{cm, other}, true},
+		{"others only", []metav1.OwnerReference{cm, other}, []metav1.OwnerReference{cm, other}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := slices.Clone(c.refs)
-			got, changed := AddOwnerReference(in, c.add)
-			if changed != c.changed || !slices.EqualFunc(got, c.want, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID && x.Name == y.Name }) {
+			got, changed := WithoutClusterOwnerReferences(in)
+			if changed != c.changed || !slices.EqualFunc(got, c.want, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID }) {
 				t.Errorf("got %v, %v; want %v, %v", got, changed, c.want, c.changed)
 			}
 			if !slices.EqualFunc(in, c.refs, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID }) {

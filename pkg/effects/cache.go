@@ -2,7 +2,6 @@ package effects
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,6 +28,9 @@ import (
 type Cache interface {
 	// Postgresql returns the resource of cluster key ("namespace/name").
 	Postgresql(key string) (*v1.Postgresql, bool)
+	// Postgresqls returns the resources of a namespace, in no particular
+	// order.
+	Postgresqls(namespace string) []*v1.Postgresql
 	// StatefulSet, Service, Secret and PodDisruptionBudget return an
 	// object of a cluster by namespace and name. Only objects labelled
 	// application=spilo are cached.
@@ -54,66 +56,82 @@ type Cache interface {
 // hand (the pods' ServiceAccount, say) goes unnoticed.
 const sharedRecheck = 30 * time.Minute
 
-// sharedMemo remembers, per namespace, the clusters whose owner reference
-// this process has seen (or put) on all three shared objects, the
-// ServiceAccount, Role and RoleBinding, with the Role's current rules (see
-// ensureShared). The
-// plans of several clusters run at once: it is safe for concurrent use.
+// sharedMemo remembers, per namespace, what this process knows of the
+// objects the clusters of the namespace share, the ServiceAccount, Role and
+// RoleBinding (see ensureShared). Its invariants:
+//
+//   - a namespace is in place when an ensure saw (or put) all three, with
+//     the Role's current rules and no owner reference of a cluster, less
+//     than sharedRecheck ago, and no cleanup deleted them since;
+//   - once a cleanup of this process deleted them, the namespace is
+//     deleted until an ensure writes them again: the cache may still show
+//     them, so an ensure creates them without asking it;
+//   - gen counts those deletions: an ensure records what it saw only if
+//     no deletion happened while it looked (a cleanup that runs at the
+//     same time as an ensure wins).
+//
+// The plans of several clusters run at once: it is safe for concurrent use.
 type sharedMemo struct {
 	mu sync.Mutex
 	ns map[string]*sharedEntry
-	// patchForbidden is set once RBAC refused a patch of a shared object:
-	// they are read and updated instead from then on.
-	patchForbidden atomic.Bool
 }
 
 type sharedEntry struct {
-	owners  map[types.UID]struct{}
+	// checked is when the objects were last seen or written in place,
+	// zero when they are not known to be.
 	checked time.Time
+	deleted bool
+	gen     uint64
 }
 
-// owned tells whether this process has seen (or put) uid's reference on
-// the namespace's objects less than sharedRecheck ago.
-func (m *sharedMemo) owned(ns string, uid types.UID, now time.Time) bool {
+// state returns whether the namespace's objects are in place as far as
+// this process knows, whether a cleanup of this process deleted them since
+// they last were, and the generation for record.
+func (m *sharedMemo) state(ns string, now time.Time) (inPlace, deleted bool, gen uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.ns[ns]
-	if e == nil || now.Sub(e.checked) >= sharedRecheck {
-		return false
+	if e == nil {
+		return false, false, 0
 	}
-	_, owned := e.owners[uid]
-	return owned
+	inPlace = !e.checked.IsZero() && now.Sub(e.checked) < sharedRecheck
+	return inPlace, e.deleted, e.gen
 }
 
-// record notes that the namespace's objects carry the references of owners,
-// as just read or written.
-func (m *sharedMemo) record(ns string, owners []types.UID, now time.Time) {
+// record notes that the namespace's objects are in place, as just read or
+// written, unless a cleanup deleted them since state returned gen.
+func (m *sharedMemo) record(ns string, gen uint64, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ns == nil {
 		m.ns = map[string]*sharedEntry{}
 	}
 	e := m.ns[ns]
-	if e == nil || now.Sub(e.checked) >= sharedRecheck {
-		// Only what was just seen counts: an expired entry is dropped,
-		// so its owners are checked again.
-		e = &sharedEntry{owners: map[types.UID]struct{}{}, checked: now}
+	if e == nil {
+		e = &sharedEntry{}
 		m.ns[ns] = e
 	}
-	for _, uid := range owners {
-		e.owners[uid] = struct{}{}
+	if e.gen != gen {
+		return
 	}
+	e.checked, e.deleted = now, false
 }
 
-// release notes that a cleanup is about to remove uid's reference from the
-// namespace's objects (and to delete them if no other cluster owns them):
-// the other clusters' references stay known, uid's is no longer.
-func (m *sharedMemo) release(ns string, uid types.UID) {
+// deleteAll notes that a cleanup deleted the namespace's objects (or tried
+// to: it is called after the deletions, whatever their outcome).
+func (m *sharedMemo) deleteAll(ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.ns[ns]; e != nil {
-		delete(e.owners, uid)
+	if m.ns == nil {
+		m.ns = map[string]*sharedEntry{}
 	}
+	e := m.ns[ns]
+	if e == nil {
+		e = &sharedEntry{}
+		m.ns[ns] = e
+	}
+	e.checked, e.deleted = time.Time{}, true
+	e.gen++
 }
 
 // statusMemo remembers the status this process last wrote for each cluster

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
@@ -212,6 +211,22 @@ func (c *fakeCache) Postgresql(key string) (*v1.Postgresql, bool) {
 	return pg, ok
 }
 
+func (c *fakeCache) Postgresqls(ns string) []*v1.Postgresql {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live {
+		c.syncLocked()
+	}
+	var out []*v1.Postgresql
+	for _, pg := range c.pgs {
+		if pg.Namespace == ns {
+			c.hand(pg)
+			out = append(out, pg)
+		}
+	}
+	return out
+}
+
 func typed[T cluster.Object](o cluster.Object, ok bool) (T, bool) {
 	if !ok {
 		var zero T
@@ -374,7 +389,7 @@ func TestCacheEnsureFromNothingOnlyCreates(t *testing.T) {
 			if n, want := len(calls), len(buildAll(t, pg).All()); n != want {
 				t.Errorf("%d creates, want %d: %v", n, want, calls)
 			}
-			if got, want := h.pgCalls(), map[string]int{"Update": 1}; !equalCounts(got, want) {
+			if got, want := h.pgCalls(), map[string]int{"Patch": 1}; !equalCounts(got, want) {
 				t.Errorf("resource calls %v, want %v (the finalizer)", got, want)
 			}
 		})
@@ -592,8 +607,9 @@ func TestCacheObjectGoneBehindCache(t *testing.T) {
 	}
 }
 
-// The finalizer is added with the cached resourceVersion; a conflict reads
-// the resource from the API, and the objects are built from that spec.
+// The finalizer is added by a JSON patch that carries no resourceVersion:
+// a resource written since the cache's copy (a status write, an edit)
+// takes it at once, and the objects are built from the spec as patched.
 func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	pg := testCluster(t)
 	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
@@ -603,11 +619,11 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	if err := h.ensure(t, pg); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := h.pgCalls(), map[string]int{"Update": 2, "Get": 1}; !equalCounts(got, want) {
+	if got, want := h.pgCalls(), map[string]int{"Patch": 1}; !equalCounts(got, want) {
 		t.Errorf("resource calls %v, want %v", got, want)
 	}
 	stored := h.pg.get(pg.Namespace, pg.Name)
-	if !slices.Contains(stored.Finalizers, cluster.Finalizer) || stored.Spec.NumberOfInstances != 3 {
+	if !slices.Equal(stored.Finalizers, []string{cluster.Finalizer}) || stored.Spec.NumberOfInstances != 3 {
 		t.Errorf("stored finalizers %v, instances %d", stored.Finalizers, stored.Spec.NumberOfInstances)
 	}
 	sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
@@ -616,6 +632,26 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	}
 	if n := ptr.Deref(sts.Spec.Replicas, 0); n != 3 {
 		t.Errorf("replicas %d: built from the stale spec", n)
+	}
+}
+
+// Another controller's finalizer, added since the cache's copy, fails the
+// patch's test: the resource is read from the API and patched again, with
+// both finalizers, ours once.
+func TestCacheFinalizerOtherAdded(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	edited := h.pg.get(pg.Namespace, pg.Name)
+	edited.Finalizers = []string{"other"}
+	h.pg.put(edited) // not in the cache
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.pgCalls(), map[string]int{"Patch": 2, "Get": 1}; !equalCounts(got, want) {
+		t.Errorf("resource calls %v, want %v", got, want)
+	}
+	if got, want := h.pg.get(pg.Namespace, pg.Name).Finalizers, []string{"other", cluster.Finalizer}; !slices.Equal(got, want) {
+		t.Errorf("finalizers %v, want %v", got, want)
 	}
 }
 
@@ -677,40 +713,56 @@ func TestCacheStatus(t *testing.T) {
 	}
 }
 
+// sharedCalls returns the calls on the shared objects since the last
+// kubeCalls.
+func (h *harness) sharedCalls() []string {
+	var out []string
+	for _, c := range h.kubeCalls() {
+		if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+var (
+	sharedCreates = []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}
+	sharedDeletes = []string{"delete serviceaccounts pgloop-pod", "delete roles pgloop-pod", "delete rolebindings pgloop-pod"}
+)
+
 // The shared ServiceAccount, Role and RoleBinding are read from the cache
-// only: created when it does not show them, patched when it shows them
-// without the cluster's reference, and left alone when it shows them in
-// place, by a new process too.
+// only: created when it does not show them, and left alone when it shows
+// them in place, by the other clusters of the namespace and by a new
+// process. The cleanup of a cluster that is not the last touches none;
+// the last one's deletes them, and a new cluster creates them again.
 func TestCacheSharedRBACMemo(t *testing.T) {
 	a, b := testCluster(t), otherCluster(t)
 	h := newCachedHarness(t, []*v1.Postgresql{a, b})
-	shared := func() []string {
-		var out []string
-		for _, c := range h.kubeCalls() {
-			if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
-				out = append(out, c)
-			}
-		}
-		return out
-	}
 	ensure := func(pg *v1.Postgresql, want ...string) {
 		t.Helper()
 		if err := h.ensure(t, pg); err != nil {
 			t.Fatal(err)
 		}
-		if got := shared(); !slices.Equal(got, want) {
+		if got := h.sharedCalls(); !slices.Equal(got, want) {
 			t.Errorf("ensure of %s, shared objects:\n got %v\nwant %v", pg.Name, got, want)
 		}
 	}
-	creates := []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}
-	patches := []string{"patch serviceaccounts pgloop-pod", "patch roles pgloop-pod", "patch rolebindings pgloop-pod"}
+	cleanup := func(pg *v1.Postgresql, want ...string) {
+		t.Helper()
+		h.pg.put(deleting(h.pg.get(pg.Namespace, pg.Name)))
+		if err := h.cleanup(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.sharedCalls(); !slices.Equal(got, want) {
+			t.Errorf("cleanup of %s, shared objects:\n got %v\nwant %v", pg.Name, got, want)
+		}
+	}
 
 	// A new namespace: created without a read.
-	ensure(a, creates...)
-	// They exist: b's reference is patched in.
-	ensure(b, patches...)
-	ensure(a)
+	ensure(a, sharedCreates...)
+	// They exist: the second cluster writes none.
 	ensure(b)
+	ensure(a)
 	// Checked again after a while: the cache shows them in place.
 	now := time.Now()
 	h.eff.now = func() time.Time { return now.Add(sharedRecheck) }
@@ -720,86 +772,134 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	h.eff = New(h.kube, h.pgc, h.rec, Options{Log: h.eff.log, Cache: h.cache})
 	ensure(a)
 	ensure(b)
-	// a's cleanup removes its reference; b's is still known.
-	h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
-	if err := h.cleanup(t, a); err != nil {
-		t.Fatal(err)
-	}
-	shared()
+	// a's cleanup leaves them to b.
+	cleanup(a)
 	ensure(b)
-	// So does b's, which deletes them: a new cluster creates them.
-	h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
-	if err := h.cleanup(t, b); err != nil {
-		t.Fatal(err)
-	}
-	shared()
+	// b's, the last, deletes them: a new cluster creates them.
+	cleanup(b, sharedDeletes...)
 	c := testCluster(t)
 	c.Name, c.UID = "acid-third", "33333333-2222-4333-8444-555555555555"
 	h.pg.put(c)
-	ensure(c, creates...)
+	ensure(c, sharedCreates...)
 	for _, o := range []cluster.Object{cluster.ServiceAccount(c), cluster.Role(c), cluster.RoleBinding(c)} {
-		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if uids := ownerUIDs(got.(metav1.Object)); !slices.Equal(uids, []types.UID{c.UID}) {
-			t.Errorf("%s: owners %v, want the new cluster's", o.GetName(), uids)
+		if refs := getObject(t, h, o).GetOwnerReferences(); len(refs) != 0 {
+			t.Errorf("%s: owner references %v, want none", o.GetName(), refs)
 		}
 	}
 }
 
-// An operator whose RBAC does not allow patching the shared objects reads
-// and updates them, and does not try to patch again.
-func TestCacheSharedRBACPatchForbidden(t *testing.T) {
-	a, b := testCluster(t), otherCluster(t)
+// Two clusters of a namespace deleted at once: neither counts the other,
+// so the shared objects go with them.
+func TestCacheSharedRBACDeletedTogether(t *testing.T) {
+	a, b := deleting(testCluster(t)), deleting(otherCluster(t))
+	h := newCachedHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a)...)
+	if err := h.cleanup(t, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sharedCalls(); !slices.Equal(got, sharedDeletes) {
+		t.Errorf("shared objects:\n got %v\nwant %v", got, sharedDeletes)
+	}
+	if err := h.cleanup(t, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cluster created while the last one is cleaned up: the cache of
+// resources does not show it yet, so the cleanup deletes the shared
+// objects the new cluster's ensure found in place. Its next ensure creates
+// them again, though the cache still shows them.
+func TestCacheSharedRBACDeletedUnderNewCluster(t *testing.T) {
+	a := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{a})
+	if err := h.ensure(t, a); err != nil {
+		t.Fatal(err)
+	}
+	h.cache.sync()
 	c := testCluster(t)
 	c.Name, c.UID = "acid-third", "33333333-2222-4333-8444-555555555555"
-	h := newCachedHarness(t, []*v1.Postgresql{a, b, c})
-	for _, res := range []string{"serviceaccounts", "roles", "rolebindings"} {
-		h.kube.PrependReactor("patch", res, func(a k8stesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewForbidden(a.GetResource().GroupResource(), "pgloop-pod", errors.New("RBAC"))
-		})
+	h.pg.put(c)
+	h.cache.mu.Lock()
+	h.cache.pgs[keyOf(c)] = h.pg.get(c.Namespace, c.Name)
+	h.cache.mu.Unlock()
+	h.kubeCalls()
+	if err := h.ensure(t, c); err != nil {
+		t.Fatal(err)
 	}
-	shared := func() []string {
-		var out []string
-		for _, c := range h.kubeCalls() {
-			if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
-				out = append(out, c)
+	if got := h.sharedCalls(); len(got) != 0 {
+		t.Errorf("ensure of the new cluster, shared objects: %v, want none", got)
+	}
+	// a's deletion reaches the cache; c is not in it.
+	h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
+	h.cache.mu.Lock()
+	h.cache.pgs[keyOf(a)] = h.pg.get(a.Namespace, a.Name)
+	delete(h.cache.pgs, keyOf(c))
+	h.cache.mu.Unlock()
+	if err := h.cleanup(t, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sharedCalls(); !slices.Equal(got, sharedDeletes) {
+		t.Errorf("cleanup of the last cluster, shared objects:\n got %v\nwant %v", got, sharedDeletes)
+	}
+	// The cache still shows them; c's next ensure (its retry, a resync)
+	// creates them, once.
+	h.cache.syncPG()
+	for i, want := range [][]string{sharedCreates, nil} {
+		if err := h.ensure(t, c); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.sharedCalls(); !slices.Equal(got, want) {
+			t.Errorf("ensure %d of the new cluster, shared objects:\n got %v\nwant %v", i+1, got, want)
+		}
+	}
+}
+
+// Shared objects an older release left with the owner references of the
+// clusters: the first ensure removes them, once; a cleanup that finds its
+// cluster's reference removes it (and the others), so the garbage
+// collector never deletes the objects under the clusters left.
+func TestCacheSharedRBACLegacyOwners(t *testing.T) {
+	t.Run("ensure", func(t *testing.T) {
+		a, b := testCluster(t), otherCluster(t)
+		h := newCachedHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a, legacyOwner(a), legacyOwner(b))...)
+		for i, tt := range []struct {
+			pg   *v1.Postgresql
+			want []string
+		}{
+			{a, []string{"update serviceaccounts pgloop-pod", "update roles pgloop-pod", "update rolebindings pgloop-pod"}},
+			{b, nil},
+			{a, nil},
+		} {
+			if err := h.ensure(t, tt.pg); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.sharedCalls(); !slices.Equal(got, tt.want) {
+				t.Errorf("ensure %d, shared objects:\n got %v\nwant %v", i+1, got, tt.want)
 			}
 		}
-		return out
-	}
-	for _, tt := range []struct {
-		pg   *v1.Postgresql
-		want []string
-	}{
-		{a, []string{"create serviceaccounts pgloop-pod", "create roles pgloop-pod", "create rolebindings pgloop-pod"}},
-		{b, []string{"patch serviceaccounts pgloop-pod", "get serviceaccounts pgloop-pod", "update serviceaccounts pgloop-pod",
-			"get roles pgloop-pod", "update roles pgloop-pod", "get rolebindings pgloop-pod", "update rolebindings pgloop-pod"}},
-		{c, []string{"get serviceaccounts pgloop-pod", "update serviceaccounts pgloop-pod",
-			"get roles pgloop-pod", "update roles pgloop-pod", "get rolebindings pgloop-pod", "update rolebindings pgloop-pod"}},
-		{a, nil},
-		{b, nil},
-		{c, nil},
-	} {
-		if err := h.ensure(t, tt.pg); err != nil {
+	})
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		a, b := deleting(testCluster(t)), otherCluster(t)
+		a.Finalizers = []string{cluster.Finalizer}
+		objs := sharedObjects(a, legacyOwner(a), legacyOwner(b), foreignOwner)
+		h := newHarness(t, []*v1.Postgresql{a, b}, objs...)
+		if err := h.cleanup(t, a); err != nil {
 			t.Fatal(err)
 		}
-		if got := shared(); !slices.Equal(got, tt.want) {
-			t.Errorf("ensure of %s, shared objects:\n got %v\nwant %v", tt.pg.Name, got, tt.want)
+		var updates []string
+		for _, c := range h.sharedCalls() {
+			if !strings.HasPrefix(c, "get ") {
+				updates = append(updates, c)
+			}
 		}
-	}
-	for _, o := range []cluster.Object{cluster.ServiceAccount(a), cluster.Role(a), cluster.RoleBinding(a)} {
-		gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-		got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
-		if err != nil {
-			t.Fatal(err)
+		if want := []string{"update serviceaccounts pgloop-pod", "update roles pgloop-pod", "update rolebindings pgloop-pod"}; !slices.Equal(updates, want) {
+			t.Errorf("cleanup, shared objects:\n got %v\nwant %v", updates, want)
 		}
-		if uids := ownerUIDs(got.(metav1.Object)); len(uids) != 3 {
-			t.Errorf("%s: owners %v, want the three clusters", o.GetName(), uids)
+		for _, o := range objs {
+			if refs := getObject(t, h, o.(cluster.Object)).GetOwnerReferences(); len(refs) != 1 || refs[0].UID != foreignOwner.UID {
+				t.Errorf("%s: owner references %+v, want the foreign one only", o.(cluster.Object).GetName(), refs)
+			}
 		}
-	}
+	})
 }
 
 // With a cache, the cleanup waits for terminating pods without an API call,
@@ -866,7 +966,8 @@ func TestCacheCleanupPods(t *testing.T) {
 }
 
 // A cache that does not show the shared objects yet, in a new process:
-// each create finds the object (AlreadyExists) and patches it instead.
+// each create finds the object (AlreadyExists), which is then read to be
+// compared; being in place, none is written.
 func TestCacheSharedRBACLagging(t *testing.T) {
 	a := testCluster(t)
 	h := newSnapshotHarness(t, []*v1.Postgresql{a})
@@ -878,15 +979,9 @@ func TestCacheSharedRBACLagging(t *testing.T) {
 	if err := h.ensure(t, a); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, c := range h.kubeCalls() {
-		if strings.Contains(c, " serviceaccounts") || strings.Contains(c, " roles") || strings.Contains(c, " rolebindings") {
-			got = append(got, c)
-		}
-	}
-	want := []string{"create serviceaccounts pgloop-pod", "patch serviceaccounts pgloop-pod", "create roles pgloop-pod",
-		"patch roles pgloop-pod", "create rolebindings pgloop-pod", "patch rolebindings pgloop-pod"}
-	if !slices.Equal(got, want) {
+	want := []string{"create serviceaccounts pgloop-pod", "get serviceaccounts pgloop-pod", "create roles pgloop-pod",
+		"get roles pgloop-pod", "create rolebindings pgloop-pod", "get rolebindings pgloop-pod"}
+	if got := h.sharedCalls(); !slices.Equal(got, want) {
 		t.Errorf("shared objects:\n got %v\nwant %v", got, want)
 	}
 }

@@ -11,18 +11,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
 
-// sharedClient is what the cleanup needs of the clients of the shared RBAC
+// sharedClient is what dropOwner needs of the clients of the shared RBAC
 // objects.
 type sharedClient[T cluster.Object] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
 	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
-	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
 }
 
 // deleteFunc is a typed client's Delete.
@@ -49,8 +47,8 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     at once (deletecollection), as `patronictl remove` deletes them.
 //     Their names are Patroni's business (<cluster>-config, -leader,
 //     -failover, -sync in Patroni 3); its labels are fixed by pgloop.
-//  4. The cluster's owner reference on the shared ServiceAccount, Role and
-//     RoleBinding; each is deleted when no other cluster owns it.
+//  4. The shared ServiceAccount, Role and RoleBinding, when no other
+//     cluster of the namespace needs them (see releaseShared).
 //  5. The finalizer.
 //
 // Data is never deleted by pgloop: the volume claims pgdata-<cluster>-<n>
@@ -100,15 +98,7 @@ func (r *run) cleanup(ctx context.Context) error {
 	if err := r.deletePatroniConfigMaps(ctx, pg); err != nil {
 		return err
 	}
-	rbac := r.kube.RbacV1()
-	r.shared.release(r.ns, pg.UID)
-	if err := releaseShared(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", names.ServiceAccount, pg.UID); err != nil {
-		return err
-	}
-	if err := releaseShared(ctx, r, rbac.Roles(r.ns), "role", names.Role, pg.UID); err != nil {
-		return err
-	}
-	if err := releaseShared(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", names.RoleBinding, pg.UID); err != nil {
+	if err := r.releaseShared(ctx, pg); err != nil {
 		return err
 	}
 	return r.removeFinalizer(ctx, pg)
@@ -219,51 +209,110 @@ func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 	return nil
 }
 
-// releaseShared removes the cluster's owner reference (by uid) from a
-// shared object and deletes the object once no owner remains. The deletion
-// is conditional on the version read, so a cluster that has just added its
-// reference keeps the object: the conflict makes this start over.
-func releaseShared[T cluster.Object](ctx context.Context, r *run, c sharedClient[T], kind, name string, uid types.UID) error {
-	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
+// releaseShared deletes the ServiceAccount, Role and RoleBinding the
+// clusters of the namespace share (see ensureShared) when pg is the last
+// cluster of the namespace: no other resource of the namespace, but those
+// being deleted themselves, is in the cache (or, without one, the API).
+// Otherwise it writes nothing, unless a shared object still carries pg's
+// owner reference, put by a release before issue 14: the object is then
+// updated without the references of clusters (as ensureShared would), so
+// the garbage collector does not delete it under the other clusters once
+// pg's resource is gone.
+//
+// A cluster created while the last one is cleaned up may find the objects
+// in place, write nothing, and see them deleted by this cleanup (the cache
+// of resources did not show it yet). Its pods then cannot be created (no
+// ServiceAccount) until its next ensure re-creates them: the memo
+// (sharedMemo) notes the deletion, so that ensure creates them even if
+// the cache still shows them; it comes with the cluster's retry once the
+// Creating timeout made it Degraded, or with the resync of a Running one.
+func (r *run) releaseShared(ctx context.Context, pg *v1.Postgresql) error {
+	last, err := r.lastCluster(ctx, pg)
+	if err != nil {
+		return err
+	}
+	names := cluster.Names(pg)
+	core, rbac := r.kube.CoreV1(), r.kube.RbacV1()
+	if last {
+		r.log.Debug("the namespace's last cluster: the shared objects go")
+		defer r.shared.deleteAll(r.ns)
+		if err := r.deleteObject(ctx, "serviceaccount", names.ServiceAccount, core.ServiceAccounts(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		if err := r.deleteObject(ctx, "role", names.Role, rbac.Roles(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		return r.deleteObject(ctx, "rolebinding", names.RoleBinding, rbac.RoleBindings(r.ns).Delete, metav1.DeleteOptions{})
+	}
+	if err := dropOwner(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", names.ServiceAccount, pg.UID,
+		cached(r, names.ServiceAccount, Cache.ServiceAccount)); err != nil {
+		return err
+	}
+	if err := dropOwner(ctx, r, rbac.Roles(r.ns), "role", names.Role, pg.UID, cached(r, names.Role, Cache.Role)); err != nil {
+		return err
+	}
+	return dropOwner(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", names.RoleBinding, pg.UID,
+		cached(r, names.RoleBinding, Cache.RoleBinding))
+}
+
+// lastCluster tells whether pg is the last cluster of its namespace that
+// is not being deleted, by the cache (the API without one).
+func (r *run) lastCluster(ctx context.Context, pg *v1.Postgresql) (bool, error) {
+	var all []*v1.Postgresql
+	if r.cache != nil {
+		all = r.cache.Postgresqls(r.ns)
+	} else {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		list, err := r.postgresqls().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, fmt.Errorf("list postgresqls of namespace %s: %w", r.ns, err)
+		}
+		for i := range list.Items {
+			all = append(all, &list.Items[i])
+		}
+	}
+	for _, other := range all {
+		if other.UID != pg.UID && other.DeletionTimestamp == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// dropOwner updates a shared object that carries the owner reference of
+// uid without the references of clusters (withoutClusterOwners). It is
+// read from lookup (the cache) first, when there is one, and from the API
+// after a conflict; one that is gone, or without uid's reference, is left
+// as it is.
+func dropOwner[T cluster.Object](ctx context.Context, r *run, c sharedClient[T], kind, name string, uid types.UID, lookup lookupFunc[T]) error {
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		cur, err := c.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("get %s %s: %w", kind, name, err)
-		}
-		refs := cur.GetOwnerReferences()
-		kept := slices.DeleteFunc(slices.Clone(refs), func(ref metav1.OwnerReference) bool { return ref.UID == uid })
-		if len(kept) == len(refs) {
-			return nil // not, or no longer, ours
-		}
-		if len(kept) == 0 {
-			pre := &metav1.Preconditions{UID: ptr.To(cur.GetUID())}
-			if rv := cur.GetResourceVersion(); rv != "" {
-				pre.ResourceVersion = &rv
-			}
-			err = c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: pre})
+		var cur T
+		var found bool
+		if attempt == 1 && lookup != nil {
+			cur, found = lookup()
+		} else {
+			var err error
+			cur, err = c.Get(ctx, name, metav1.GetOptions{})
 			switch {
 			case err == nil:
-				log.Info("deleted: no cluster uses it")
-				return nil
-			case apierrors.IsNotFound(err):
-				return nil
-			case apierrors.IsConflict(err) && attempt < maxAttempts:
-				continue
+				found = true
+			case !apierrors.IsNotFound(err):
+				return fmt.Errorf("get %s %s: %w", kind, name, err)
 			}
-			return fmt.Errorf("delete %s %s: %w", kind, name, err)
 		}
-		out := cur.DeepCopyObject().(T)
-		out.SetOwnerReferences(kept)
-		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
+		if !found || !slices.ContainsFunc(cur.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == uid }) {
+			return nil
+		}
+		out, _, _ := withoutClusterOwners(cur)
+		_, err := c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
-			log.Info("owner reference removed")
+			r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("owner references of clusters removed")
 			return nil
 		case apierrors.IsNotFound(err):
 			return nil

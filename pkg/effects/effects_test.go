@@ -2,9 +2,11 @@ package effects
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -43,6 +46,8 @@ type pgAPI struct {
 	failGet func(n int) error
 	failUpd func(n int) error
 	failSt  func(n int) error
+	// failPatch injects errors into patches.
+	failPatch func(n int) error
 }
 
 func newPGAPI(pgs ...*v1.Postgresql) *pgAPI {
@@ -61,12 +66,19 @@ func (f *pgAPI) clientset() *pgfake.Clientset {
 	return cs
 }
 
-// react serves a get, an update and an update of the status subresource,
-// counted as Get, Update and UpdateStatus; the effects need nothing else.
+// react serves a get, a list, an update, an update of the status
+// subresource and a JSON patch of the finalizers, counted as Get, List,
+// Update, UpdateStatus and Patch; the effects need nothing else.
 func (f *pgAPI) react(a k8stesting.Action) (bool, runtime.Object, error) {
 	switch {
 	case a.GetVerb() == "get":
 		obj, err := f.getCall(a.GetNamespace(), a.(k8stesting.GetAction).GetName())
+		return true, obj, err
+	case a.GetVerb() == "list":
+		return true, f.list(a.GetNamespace()), nil
+	case a.GetVerb() == "patch" && a.GetSubresource() == "":
+		p := a.(k8stesting.PatchAction)
+		obj, err := f.patch(a.GetNamespace(), p.GetName(), p.GetPatchType(), p.GetPatch())
 		return true, obj, err
 	case a.GetVerb() == "update" && a.GetSubresource() == "":
 		obj, err := f.update(a.(k8stesting.UpdateAction).GetObject().(*v1.Postgresql))
@@ -104,7 +116,7 @@ func (f *pgAPI) count(method string) int {
 	return f.calls[method]
 }
 
-func (f *pgAPI) writes() int { return f.count("Update") + f.count("UpdateStatus") }
+func (f *pgAPI) writes() int { return f.count("Update") + f.count("UpdateStatus") + f.count("Patch") }
 
 func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 	f.mu.Lock()
@@ -120,6 +132,79 @@ func (f *pgAPI) getCall(ns, name string) (*v1.Postgresql, error) {
 		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
 	}
 	return pg.DeepCopy(), nil
+}
+
+func (f *pgAPI) list(ns string) *v1.PostgresqlList {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["List"]++
+	out := &v1.PostgresqlList{}
+	for _, pg := range f.objs {
+		if pg.Namespace == ns {
+			out.Items = append(out.Items, *pg.DeepCopy())
+		}
+	}
+	return out
+}
+
+// patch applies a JSON patch of the finalizers, the only one the effects
+// send: its operations test and add /metadata/finalizers. As the
+// apiserver, it answers a failed test with 422 (Invalid), and refuses a new
+// finalizer on a resource being deleted.
+func (f *pgAPI) patch(ns, name string, pt types.PatchType, data []byte) (*v1.Postgresql, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["Patch"]++
+	if f.failPatch != nil {
+		if err := f.failPatch(f.calls["Patch"]); err != nil {
+			return nil, err
+		}
+	}
+	if pt != types.JSONPatchType {
+		return nil, fmt.Errorf("patch type %s: not implemented", pt)
+	}
+	stored := f.objs[ns+"/"+name]
+	if stored == nil {
+		return nil, apierrors.NewNotFound(v1.Resource(v1.PostgresqlResource), name)
+	}
+	var ops []struct {
+		Op    string    `json:"op"`
+		Path  string    `json:"path"`
+		Value *[]string `json:"value"`
+	}
+	if err := json.Unmarshal(data, &ops); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	invalid := func(msg string) error {
+		return apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch",
+			v1.Resource(v1.PostgresqlResource), name, msg, 0, false)
+	}
+	out := stored.DeepCopy()
+	for _, op := range ops {
+		if op.Path != "/metadata/finalizers" {
+			return nil, fmt.Errorf("patch of %s: not implemented", op.Path)
+		}
+		switch op.Op {
+		case "test":
+			if op.Value == nil && len(out.Finalizers) > 0 || op.Value != nil && !slices.Equal(*op.Value, out.Finalizers) {
+				return nil, invalid("testing value /metadata/finalizers failed")
+			}
+		case "add":
+			if op.Value == nil {
+				return nil, invalid("add of null")
+			}
+			out.Finalizers = slices.Clone(*op.Value)
+		default:
+			return nil, fmt.Errorf("patch op %s: not implemented", op.Op)
+		}
+	}
+	if out.DeletionTimestamp != nil && slices.ContainsFunc(out.Finalizers, func(fin string) bool { return !slices.Contains(stored.Finalizers, fin) }) {
+		return nil, invalid("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted")
+	}
+	f.rv++
+	out.ResourceVersion = fmt.Sprint(f.rv)
+	f.objs[ns+"/"+name] = out
+	return out.DeepCopy(), nil
 }
 
 func (f *pgAPI) write(method string, in *v1.Postgresql, fail func(int) error, apply func(stored, in *v1.Postgresql)) (*v1.Postgresql, error) {
@@ -404,12 +489,15 @@ func TestEnsureCreatesEverything(t *testing.T) {
 			kind := o.GetObjectKind().GroupVersionKind().Kind
 			got := getObject(t, h, o)
 			refs := got.GetOwnerReferences()
-			if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind {
-				t.Errorf("%s %s: owner references %+v", kind, o.GetName(), refs)
+			if shared[kind] {
+				// The namespace's, not the cluster's.
+				if len(refs) != 0 {
+					t.Errorf("%s %s: owner references %+v, want none", kind, o.GetName(), refs)
+				}
 				continue
 			}
-			if isController := refs[0].Controller != nil && *refs[0].Controller; isController == shared[kind] {
-				t.Errorf("%s %s: controller=%v, want %v", kind, o.GetName(), isController, !shared[kind])
+			if len(refs) != 1 || refs[0].UID != pg.UID || refs[0].Kind != v1.PostgresqlKind || metav1.GetControllerOf(got) == nil {
+				t.Errorf("%s %s: owner references %+v, want the cluster as controller", kind, o.GetName(), refs)
 			}
 		}
 	})
@@ -591,28 +679,50 @@ func TestEnsureRefusesForeignObject(t *testing.T) {
 	})
 }
 
+// legacyOwner is the owner reference a release before issue 14 put on the
+// shared objects for each cluster of the namespace.
+func legacyOwner(pg *v1.Postgresql) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "pgloop.dev/v1", Kind: "Postgresql", Name: pg.Name, UID: pg.UID, Controller: ptr.To(false)}
+}
+
+// foreignOwner is an owner reference of another controller's.
+var foreignOwner = metav1.OwnerReference{APIVersion: "example.com/v1", Kind: "Thing", Name: "x", UID: "foreign-uid"}
+
+// sharedObjects returns the shared objects of pg's namespace as an older
+// release left them: the Role with other rules, each with refs.
+func sharedObjects(pg *v1.Postgresql, refs ...metav1.OwnerReference) []runtime.Object {
+	sa, role, binding := cluster.ServiceAccount(pg), cluster.Role(pg), cluster.RoleBinding(pg)
+	role.Rules = role.Rules[:1]
+	out := []runtime.Object{sa, role, binding}
+	for _, o := range out {
+		o.(metav1.Object).SetOwnerReferences(slices.Clone(refs))
+	}
+	return out
+}
+
+// The shared objects belong to the namespace: the second cluster writes
+// none of them. The Role's rules are updated, and the owner references of
+// clusters an older release left are removed (those of other owners kept).
 func TestEnsureSharedRBAC(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		a, b := testCluster(t), otherCluster(t)
-		// An older pgloop granted other rules.
-		oldRole := cluster.Role(a)
-		oldRole.Rules = oldRole.Rules[:1]
-		h := newHarness(t, []*v1.Postgresql{a, b}, oldRole)
-		for _, pg := range []*v1.Postgresql{a, b} {
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
+		h := newHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a, legacyOwner(a), foreignOwner, legacyOwner(b))...)
+		if err := h.ensure(t, a); err != nil {
+			t.Fatal(err)
+		}
+		var shared []string
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				shared = append(shared, w)
 			}
+		}
+		if want := []string{"update rolebindings pgloop-pod", "update roles pgloop-pod", "update serviceaccounts pgloop-pod"}; !slices.Equal(shared, want) {
+			t.Errorf("shared writes:\n got %v\nwant %v", shared, want)
 		}
 		for _, o := range []cluster.Object{cluster.ServiceAccount(a), cluster.Role(a), cluster.RoleBinding(a)} {
 			got := getObject(t, h, o)
-			var uids []types.UID
-			for _, ref := range got.GetOwnerReferences() {
-				uids = append(uids, ref.UID)
-			}
-			// In any order: a patch puts its reference first.
-			slices.Sort(uids)
-			if want := []types.UID{b.UID, a.UID}; !slices.Equal(uids, want) {
-				t.Errorf("%s: owner UIDs %v, want both clusters", o.GetName(), uids)
+			if refs := got.GetOwnerReferences(); len(refs) != 1 || refs[0].UID != foreignOwner.UID {
+				t.Errorf("%s: owner references %+v, want the foreign one only", o.GetName(), refs)
 			}
 		}
 		role, err := h.kube.RbacV1().Roles(a.Namespace).Get(context.Background(), cluster.PodRoleName, metav1.GetOptions{})
@@ -621,6 +731,14 @@ func TestEnsureSharedRBAC(t *testing.T) {
 		}
 		if cluster.RoleNeedsUpdate(role, cluster.Role(a)) {
 			t.Errorf("role rules not updated: %+v", role.Rules)
+		}
+		if err := h.ensure(t, b); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				t.Errorf("the second cluster wrote a shared object: %s", w)
+			}
 		}
 	})
 }
@@ -701,21 +819,17 @@ func TestEnsureGrowsVolumes(t *testing.T) {
 
 func TestEnsureFinalizer(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
-		conflictOnce := func(n int) error {
-			if n == 1 {
-				return apierrors.NewConflict(v1.Resource(v1.PostgresqlResource), "x", errors.New("modified"))
-			}
-			return nil
-		}
 		tests := []struct {
 			name          string
 			pg            func(*v1.Postgresql) *v1.Postgresql
-			failUpd       func(int) error
 			wantFinalizer bool
 			wantObjects   bool
 		}{
 			{name: "added", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, wantFinalizer: true, wantObjects: true},
-			{name: "added after a conflict", pg: func(pg *v1.Postgresql) *v1.Postgresql { return pg }, failUpd: conflictOnce, wantFinalizer: true, wantObjects: true},
+			{name: "added to another's", pg: func(pg *v1.Postgresql) *v1.Postgresql {
+				pg.Finalizers = []string{"other"}
+				return pg
+			}, wantFinalizer: true, wantObjects: true},
 			{name: "kept", pg: func(pg *v1.Postgresql) *v1.Postgresql {
 				pg.Finalizers = []string{"other", cluster.Finalizer}
 				return pg
@@ -735,14 +849,29 @@ func TestEnsureFinalizer(t *testing.T) {
 					pgs = append(pgs, p)
 				}
 				h := newHarness(t, pgs)
-				h.pg.failUpd = tt.failUpd
+				var before []string
+				if len(pgs) > 0 {
+					before = pgs[0].Finalizers
+				}
 				if err := h.ensure(t, pg); err != nil {
 					t.Fatal(err)
 				}
 				if stored := h.pg.get(pg.Namespace, pg.Name); stored != nil {
-					if got := slices.Contains(stored.Finalizers, cluster.Finalizer); got != tt.wantFinalizer {
-						t.Errorf("finalizers %v", stored.Finalizers)
+					want := before
+					if tt.wantFinalizer && !slices.Contains(before, cluster.Finalizer) {
+						want = append(slices.Clone(before), cluster.Finalizer)
 					}
+					if !slices.Equal(stored.Finalizers, want) {
+						t.Errorf("finalizers %v, want %v", stored.Finalizers, want)
+					}
+				}
+				// One patch when it is missing, no update.
+				wantPatches := 0
+				if tt.wantFinalizer && !slices.Contains(before, cluster.Finalizer) {
+					wantPatches = 1
+				}
+				if got := h.pg.count("Patch"); got != wantPatches || h.pg.count("Update") != 0 {
+					t.Errorf("%d patches (want %d), %d updates of the resource", got, wantPatches, h.pg.count("Update"))
 				}
 				if got := len(h.kubeWrites()) > 0; got != tt.wantObjects {
 					t.Errorf("objects written: %v, want %v", got, tt.wantObjects)
@@ -1028,9 +1157,15 @@ func TestCleanup(t *testing.T) {
 			}
 		}
 		h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
+		h.kubeWrites()
 
 		if err := h.cleanup(t, a); err != nil {
 			t.Fatal(err)
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.Contains(w, "pgloop-pod") {
+				t.Errorf("cleanup of a cluster that is not the last wrote a shared object: %s", w)
+			}
 		}
 		if h.pg.get(a.Namespace, a.Name) != nil {
 			t.Error("finalizer not removed: the resource is still there")
@@ -1038,17 +1173,12 @@ func TestCleanup(t *testing.T) {
 		for _, o := range buildAll(t, a).All() {
 			kind := o.GetObjectKind().GroupVersionKind().Kind
 			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-			got, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+			_, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
 			switch kind {
 			case "ServiceAccount", "Role", "RoleBinding":
 				// Still used by b.
 				if err != nil {
 					t.Errorf("shared %s deleted while another cluster uses it", kind)
-					continue
-				}
-				refs := got.(metav1.Object).GetOwnerReferences()
-				if len(refs) != 1 || refs[0].UID != b.UID {
-					t.Errorf("shared %s: owner references %+v, want b's only", kind, refs)
 				}
 			default:
 				if !apierrors.IsNotFound(err) {

@@ -3,7 +3,6 @@ package effects
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -73,7 +72,7 @@ func (r *run) ensure(ctx context.Context) error {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
 	}
 
-	if err := r.ensureShared(ctx, pg, objs); err != nil {
+	if err := r.ensureShared(ctx, objs); err != nil {
 		return err
 	}
 	core := r.kube.CoreV1()
@@ -166,189 +165,113 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the
-// pods of every cluster of the namespace share, each with the cluster's
-// owner reference.
+// pods of every cluster of the namespace share. They belong to the
+// namespace (no owner reference): the first cluster's ensure creates them,
+// the cleanup of the last cluster deletes them (see releaseShared).
 //
 // Without a cache, each is read, then created or updated, as the other
 // objects are. With one (the informers cache the three: they are labelled
 // application=spilo), nothing is read from the API:
-//   - when the cache shows all three with the cluster's reference (and the
-//     Role with its rules), nothing is written: a restarted operator finds
-//     the objects of every namespace in place without a call;
-//   - one the cache does not show is created (a new namespace needs only
-//     the creates); if it exists after all (the cache lags), AlreadyExists
-//     is answered and it is patched;
-//   - one it shows without the reference is patched (a strategic merge
-//     patch, which merges owner references by UID): the clusters of a
-//     namespace would all update the same three at once, each update in
-//     conflict with the others'; a patch is one call, no conflict, no
-//     reference lost.
 //
-// Once this process has written or seen the cluster's reference on all
-// three, it trusts that for sharedRecheck (the memo), so an ensure that
-// follows before the cache has caught up writes nothing either.
+//  1. when the memo (sharedMemo) or the cache shows all three in place,
+//     nothing is written: the second cluster of a namespace writes none
+//     of them, and a restarted operator finds every namespace's in place
+//     without a call;
+//  2. one the cache does not show is created (a new namespace needs only
+//     the creates); one that exists after all (AlreadyExists: the cache
+//     lags) is read from the API, for 3 and 4;
+//  3. the Role is updated when its rules differ (an upgrade of pgloop);
+//  4. an object that still carries owner references of clusters, put by
+//     a release before issue 14, is updated without them, once per
+//     namespace: the garbage collector would delete it once those clusters
+//     are gone, under the clusters that use it and own none of it;
+//  5. after a cleanup of this process deleted them, the cache is not asked
+//     (it may still show them): they are created, as in 2.
 //
-// An operator whose RBAC does not allow the patch (the ClusterRole of an
-// older release) reads and updates them instead, as without a cache.
-func (r *run) ensureShared(ctx context.Context, pg *v1.Postgresql, objs *cluster.Objects) error {
-	memo := r.cache != nil
-	var cached [3]bool
-	if memo {
-		if r.shared.owned(r.ns, pg.UID, r.now()) {
-			return nil
-		}
+// Once they are in place, the memo trusts that for sharedRecheck, so the
+// ensures that follow before the cache has caught up write nothing either.
+func (r *run) ensureShared(ctx context.Context, objs *cluster.Objects) error {
+	var deleted bool
+	var gen uint64
+	if r.cache != nil {
 		var inPlace bool
-		if cached, inPlace = r.sharedCached(objs); inPlace {
-			r.shared.record(r.ns, []types.UID{pg.UID}, r.now())
+		now := r.now()
+		if inPlace, deleted, gen = r.shared.state(r.ns, now); inPlace {
 			return nil
 		}
-	}
-	ref := objs.ServiceAccount.OwnerReferences[0]
-	ownerPatch := map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}}
-	rolePatch := map[string]any{
-		"metadata": map[string]any{"labels": objs.Role.Labels, "ownerReferences": []metav1.OwnerReference{ref}},
-		"rules":    objs.Role.Rules,
+		if !deleted && r.sharedCached(objs) {
+			r.shared.record(r.ns, gen, now)
+			return nil
+		}
 	}
 	core, rbac := r.kube.CoreV1(), r.kube.RbacV1()
-	var owners [3][]types.UID
-	var err error
-	if owners[0], err = ensureSharedObject(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", objs.ServiceAccount,
-		ownerPatch, cached[0], func(cur *corev1.ServiceAccount) (*corev1.ServiceAccount, bool, error) {
-			out := cur.DeepCopy()
-			return out, addOwner(out, objs.ServiceAccount), nil
-		}); err != nil {
+	sa, role, binding := objs.ServiceAccount, objs.Role, objs.RoleBinding
+	if err := ensureObject(ctx, r, core.ServiceAccounts(r.ns), "serviceaccount", sa,
+		sharedLookup(r, sa.Name, deleted, Cache.ServiceAccount), withoutClusterOwners[*corev1.ServiceAccount]); err != nil {
 		return err
 	}
-	if owners[1], err = ensureSharedObject(ctx, r, rbac.Roles(r.ns), "role", objs.Role,
-		rolePatch, cached[1], func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
-			out, write := cur.DeepCopy(), false
-			if cluster.RoleNeedsUpdate(cur, objs.Role) {
-				out, write = cluster.ApplyRole(cur, objs.Role), true
+	if err := ensureObject(ctx, r, rbac.Roles(r.ns), "role", role, sharedLookup(r, role.Name, deleted, Cache.Role),
+		func(cur *rbacv1.Role) (*rbacv1.Role, bool, error) {
+			out, write, _ := withoutClusterOwners(cur)
+			if cluster.RoleNeedsUpdate(out, role) {
+				out, write = cluster.ApplyRole(out, role), true
 			}
-			return out, addOwner(out, objs.Role) || write, nil
+			return out, write, nil
 		}); err != nil {
 		return err
 	}
-	if owners[2], err = ensureSharedObject(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", objs.RoleBinding,
-		ownerPatch, cached[2], func(cur *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, error) {
-			out := cur.DeepCopy()
-			return out, addOwner(out, objs.RoleBinding), nil
-		}); err != nil {
+	if err := ensureObject(ctx, r, rbac.RoleBindings(r.ns), "rolebinding", binding,
+		sharedLookup(r, binding.Name, deleted, Cache.RoleBinding), withoutClusterOwners[*rbacv1.RoleBinding]); err != nil {
 		return err
 	}
-	if memo {
-		all := slices.DeleteFunc(owners[0], func(uid types.UID) bool {
-			return !slices.Contains(owners[1], uid) || !slices.Contains(owners[2], uid)
-		})
-		r.shared.record(r.ns, all, r.now())
+	if r.cache != nil {
+		r.shared.record(r.ns, gen, r.now())
 	}
 	return nil
 }
 
-// sharedCached reports which of the shared objects the cache shows, and
-// whether it shows all three with the cluster's owner reference and the
-// Role with its rules: then they are in place.
-func (r *run) sharedCached(objs *cluster.Objects) (cached [3]bool, inPlace bool) {
-	uid := objs.ServiceAccount.OwnerReferences[0].UID
-	owns := func(o metav1.Object) bool { return slices.Contains(ownerUIDs(o), uid) }
+// sharedCached reports whether the cache shows the three shared objects in
+// place: all there, none with an owner reference of a cluster, the Role
+// with its rules.
+func (r *run) sharedCached(objs *cluster.Objects) bool {
 	sa, ok0 := r.cache.ServiceAccount(r.ns, objs.ServiceAccount.Name)
 	role, ok1 := r.cache.Role(r.ns, objs.Role.Name)
 	binding, ok2 := r.cache.RoleBinding(r.ns, objs.RoleBinding.Name)
-	cached = [3]bool{ok0, ok1, ok2}
-	inPlace = ok0 && ok1 && ok2 && owns(sa) && owns(role) && owns(binding) && !cluster.RoleNeedsUpdate(role, objs.Role)
-	return cached, inPlace
+	if !ok0 || !ok1 || !ok2 {
+		return false
+	}
+	for _, o := range []metav1.Object{sa, role, binding} {
+		if slices.ContainsFunc(o.GetOwnerReferences(), cluster.IsClusterOwnerReference) {
+			return false
+		}
+	}
+	return !cluster.RoleNeedsUpdate(role, objs.Role)
 }
 
-// sharedObjectClient is what ensureSharedObject needs of a typed client-go
-// client.
-type sharedObjectClient[T cluster.Object] interface {
-	objectClient[T]
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+// sharedLookup is the cache lookup of a shared object (see cached), or one
+// that finds nothing when a cleanup of this process deleted the shared
+// objects (the cache may still show them).
+func sharedLookup[T cluster.Object](r *run, name string, deleted bool, get func(Cache, string, string) (T, bool)) lookupFunc[T] {
+	if deleted {
+		return func() (T, bool) {
+			var none T
+			return none, false
+		}
+	}
+	return cached(r, name, get)
 }
 
-// errPatchForbidden is returned, wrapped, when RBAC refuses the patch of a
-// shared object.
-var errPatchForbidden = errors.New("patch forbidden")
-
-// ensureSharedObject ensures one shared object (see ensureShared) and
-// returns the UIDs of its owner references as written or found. Without a
-// cache, or once a patch was forbidden, it reads the object and writes what
-// reconcile returns; otherwise it creates desired (first unless the cache
-// shows it, or once the patch finds no object) or applies patch to it.
-func ensureSharedObject[T cluster.Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T,
-	patch any, cached bool, reconcile reconcileFunc[T]) ([]types.UID, error) {
-	owners := ownerUIDs(desired)
-	byReading := func() ([]types.UID, error) {
-		err := ensureObject(ctx, r, c, kind, desired, nil, func(cur T) (T, bool, error) {
-			out, write, err := reconcile(cur)
-			if err == nil {
-				owners = ownerUIDs(out)
-			}
-			return out, write, err
-		})
-		return owners, err
+// withoutClusterOwners is the reconcileFunc of a shared object: a copy of
+// cur without the owner references of clusters (put by a release before
+// issue 14), if it has any. cur is not modified.
+func withoutClusterOwners[T cluster.Object](cur T) (T, bool, error) {
+	refs, changed := cluster.WithoutClusterOwnerReferences(cur.GetOwnerReferences())
+	if !changed {
+		return cur, false, nil
 	}
-	if r.cache == nil || r.shared.patchForbidden.Load() {
-		return byReading()
-	}
-	owners, err := patchShared(ctx, r, c, kind, desired, patch, !cached)
-	if errors.Is(err, errPatchForbidden) {
-		if r.shared.patchForbidden.CompareAndSwap(false, true) {
-			r.log.WithError(err).Warn("the shared objects are read and updated instead: grant the operator patch on " +
-				"serviceaccounts, roles and rolebindings (manifests/operator/clusterrole.yaml)")
-		}
-		return byReading()
-	}
-	return owners, err
-}
-
-// patchShared creates desired (first when create, or when the patch finds
-// no object) or applies patch, a strategic merge patch, to the existing
-// object. It returns the UIDs of the object's owner references as written.
-func patchShared[T cluster.Object](ctx context.Context, r *run, c sharedObjectClient[T], kind string, desired T, patch any, create bool) ([]types.UID, error) {
-	name := desired.GetName()
-	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return nil, fmt.Errorf("patch of %s %s: %w", kind, name, err)
-	}
-	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if create {
-			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
-			switch {
-			case err == nil:
-				log.Info("created")
-				return ownerUIDs(desired), nil
-			case !apierrors.IsAlreadyExists(err):
-				return nil, fmt.Errorf("create %s %s: %w", kind, name, err)
-			}
-		}
-		out, err := c.Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-		switch {
-		case err == nil:
-			log.Debug("owner reference ensured")
-			return ownerUIDs(out), nil
-		case apierrors.IsNotFound(err) && attempt < maxAttempts:
-			create = true
-			continue
-		case apierrors.IsForbidden(err):
-			return nil, fmt.Errorf("patch %s %s: %w: %w", kind, name, errPatchForbidden, err)
-		}
-		return nil, fmt.Errorf("patch %s %s: %w", kind, name, err)
-	}
-}
-
-// ownerUIDs returns the UIDs of obj's owner references.
-func ownerUIDs(obj metav1.Object) []types.UID {
-	refs := obj.GetOwnerReferences()
-	uids := make([]types.UID, len(refs))
-	for i, ref := range refs {
-		uids[i] = ref.UID
-	}
-	return uids
+	out := cur.DeepCopyObject().(T)
+	out.SetOwnerReferences(refs)
+	return out, true, nil
 }
 
 // ensureObject brings one object in line: it reads it, creates desired when
@@ -414,17 +337,6 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 	}
 }
 
-// addOwner merges the cluster's owner reference, the one on desired, into
-// obj's (a shared object's references of the other clusters are kept), and
-// reports whether it was missing.
-func addOwner(obj, desired cluster.Object) bool {
-	refs, added := cluster.AddOwnerReference(obj.GetOwnerReferences(), desired.GetOwnerReferences()[0])
-	if added {
-		obj.SetOwnerReferences(refs)
-	}
-	return added
-}
-
 // controlled fails with ErrNotControlled unless obj's controller is pg.
 func controlled(obj metav1.Object, pg *v1.Postgresql, kind string) error {
 	if ref := metav1.GetControllerOf(obj); ref != nil && ref.UID == pg.UID {
@@ -437,6 +349,15 @@ func controlled(obj metav1.Object, pg *v1.Postgresql, kind string) error {
 // unless it has it, and returns the resource as written. It returns nil
 // when the resource is gone or being deleted (no finalizer may be added
 // then), and nothing is to be ensured.
+//
+// The write is a JSON patch (finalizerPatch) that tests that the
+// finalizers are those read, then sets them with ours added. It carries no
+// resourceVersion, so the status writes of the same moments do not make it
+// conflict, as an update with the cached resourceVersion would; the test
+// makes sure it neither drops a finalizer another controller added since
+// the read nor adds ours twice. A failed test (or another refusal: a
+// resource being deleted takes no new finalizer) reads the resource from
+// the API and starts over.
 func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgresql, error) {
 	for attempt := 1; ; attempt++ {
 		if slices.Contains(pg.Finalizers, cluster.Finalizer) {
@@ -448,17 +369,19 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		upd := pg.DeepCopy()
-		upd.Finalizers = append(upd.Finalizers, cluster.Finalizer)
-		out, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager})
+		patch, err := finalizerPatch(pg.Finalizers)
+		if err != nil {
+			return nil, fmt.Errorf("add finalizer to postgresql %s: %w", r.key, err)
+		}
+		out, err := r.postgresqls().Patch(ctx, r.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer added")
 			return out, nil
 		case apierrors.IsNotFound(err):
 			return nil, nil
-		case apierrors.IsConflict(err) && attempt < maxAttempts:
-			// The cache is behind: read the API.
+		case apierrors.IsInvalid(err) && attempt < maxAttempts:
+			// The finalizers changed since the read: read the API.
 			if pg, err = r.getCluster(ctx, true); pg == nil {
 				return nil, err
 			}
@@ -466,6 +389,23 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		}
 		return nil, fmt.Errorf("add finalizer to postgresql %s: %w", r.key, err)
 	}
+}
+
+// finalizerPatch is the JSON patch (RFC 6902) that adds cluster.Finalizer
+// to a resource whose finalizers are have: a test that they still are
+// (null when there are none: the field is then absent, and a test of an
+// absent field for null passes), then an add of the whole list, which
+// replaces the field or creates it.
+func finalizerPatch(have []string) ([]byte, error) {
+	var was any
+	if len(have) > 0 {
+		was = have
+	}
+	want := append(slices.Clone(have), cluster.Finalizer)
+	return json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/finalizers", "value": was},
+		{"op": "add", "path": "/metadata/finalizers", "value": want},
+	})
 }
 
 // growVolumes raises the storage request of the cluster's data volume

@@ -33,11 +33,11 @@ func TestInformersAreTheEffectsCache(t *testing.T) {
 	small := claim(pg, 0, corev1.ClaimBound)
 	small.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
 	inf, kube, pgc := start(t, Options{}, discard{}, []*v1.Postgresql{pg}, small)
-	// pgCalls counts the effects' calls of the resource client: gets and
-	// updates, not the informer's lists and watches.
+	// pgCalls counts the effects' calls of the resource client: gets,
+	// updates and patches, not the informer's lists and watches.
 	var pgCalls atomic.Int64
 	pgc.PrependReactor("*", v1.PostgresqlResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() == "get" || a.GetVerb() == "update" {
+		if a.GetVerb() == "get" || a.GetVerb() == "update" || a.GetVerb() == "patch" {
 			pgCalls.Add(1)
 		}
 		return false, nil, nil
@@ -145,4 +145,23 @@ func cached(inf *Informers, key string, objs *cluster.Objects) bool {
 	}
 	size := claims[0].Spec.Resources.Requests[corev1.ResourceStorage]
 	return size.Cmp(pg.Spec.Volume.Size) == 0
+}
+
+// Postgresqls returns the clusters of one namespace, which the cleanup
+// reads to tell whether its cluster is the namespace's last.
+func TestPostgresqlsOfNamespace(t *testing.T) {
+	c1, c2, other := newPG("c1", 1), newPG("c2", 1), newPG("c3", 1)
+	other.Namespace = "elsewhere"
+	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{c1, c2, other})
+	var names []string
+	for _, pg := range inf.Postgresqls(c1.Namespace) {
+		names = append(names, pg.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"c1", "c2"}; !slices.Equal(names, want) {
+		t.Errorf("postgresqls of %s: %v, want %v", c1.Namespace, names, want)
+	}
+	if got := inf.Postgresqls("none"); len(got) != 0 {
+		t.Errorf("postgresqls of an empty namespace: %v", got)
+	}
 }

@@ -302,6 +302,18 @@ func (i *Informers) Keys() []string {
 	return keys
 }
 
+// Postgresqls returns the clusters of namespace in the cache, in no
+// particular order: the cleanup of a cluster deletes the objects the
+// clusters of its namespace share when it finds no other. They are the
+// cache's own objects: callers must not modify them.
+func (i *Informers) Postgresqls(namespace string) []*v1.Postgresql {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil
+	}
+	return indexed[*v1.Postgresql](s.postgresqls, cache.NamespaceIndex, namespace)
+}
+
 // Postgresql returns the cluster key from the cache. It is the cache's own
 // object, shared with every reader: callers must not modify it (DeepCopy
 // first).

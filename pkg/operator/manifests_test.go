@@ -75,7 +75,7 @@ func TestClusterRole(t *testing.T) {
 	}
 	// 3. What the informers and the effects do.
 	need := map[string][]string{
-		"pgloop.dev/postgresqls":                 {"get", "list", "watch", "update"},
+		"pgloop.dev/postgresqls":                 {"get", "list", "watch", "update", "patch"},
 		"pgloop.dev/postgresqls/status":          {"update"},
 		"pgloop.dev/postgresqls/finalizers":      {"update"},
 		"/pods":                                  {"get", "list", "watch", "delete"},
@@ -87,9 +87,9 @@ func TestClusterRole(t *testing.T) {
 		"/persistentvolumeclaims":                {"list", "watch", "patch", "delete"},
 		"/resourcequotas":                        {"list", "watch"},
 		"/events":                                {"create", "patch", "list", "watch"},
-		"/serviceaccounts":                       {"get", "list", "watch", "create", "update", "patch", "delete"},
-		"rbac.authorization.k8s.io/roles":        {"get", "list", "watch", "create", "update", "patch", "delete"},
-		"rbac.authorization.k8s.io/rolebindings": {"get", "list", "watch", "create", "update", "patch", "delete"},
+		"/serviceaccounts":                       {"get", "list", "watch", "create", "update", "delete"},
+		"rbac.authorization.k8s.io/roles":        {"get", "list", "watch", "create", "update", "delete"},
+		"rbac.authorization.k8s.io/rolebindings": {"get", "list", "watch", "create", "update", "delete"},
 	}
 	for gr, verbs := range need {
 		group, resource, _ := strings.Cut(gr, "/")

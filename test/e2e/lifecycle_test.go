@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -48,6 +49,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	assertCondition(t, running, v1.ConditionReady, metav1.ConditionTrue)
 	assertOwnedObjects(ctx, t, pg)
+	assertSharedObjects(ctx, t, ns, true)
 	pods := mustPods(ctx, t, ns, name, ReadyPods(2))
 	assertOneMaster(t, pods)
 
@@ -120,8 +122,40 @@ func TestLifecycle(t *testing.T) {
 	}
 	t.Logf("delete -> gone in %v", time.Since(began).Round(time.Millisecond))
 	assertOwnedObjectsGone(ctx, t, pg)
+	// The namespace's last cluster: its cleanup deleted the shared
+	// objects before the finalizer went.
+	assertSharedObjects(ctx, t, ns, false)
 	if _, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool { return len(pods) == 0 }); err != nil {
 		t.Error(err)
+	}
+}
+
+// assertSharedObjects checks that the pods' ServiceAccount, Role and
+// RoleBinding of namespace ns exist with no owner reference (they belong to
+// the namespace, not to a cluster), or, unless present, that they are gone.
+func assertSharedObjects(ctx context.Context, t *testing.T, ns string, present bool) {
+	t.Helper()
+	kube := env.Kube
+	for kind, get := range map[string]func() (metav1.Object, error){
+		"ServiceAccount": func() (metav1.Object, error) {
+			return kube.CoreV1().ServiceAccounts(ns).Get(ctx, cluster.PodServiceAccountName, metav1.GetOptions{})
+		},
+		"Role": func() (metav1.Object, error) {
+			return kube.RbacV1().Roles(ns).Get(ctx, cluster.PodRoleName, metav1.GetOptions{})
+		},
+		"RoleBinding": func() (metav1.Object, error) {
+			return kube.RbacV1().RoleBindings(ns).Get(ctx, cluster.PodRoleBindingName, metav1.GetOptions{})
+		},
+	} {
+		obj, err := get()
+		switch {
+		case !present && !apierrors.IsNotFound(err):
+			t.Errorf("shared %s kept after the namespace's last cluster (%v)", kind, err)
+		case present && err != nil:
+			t.Errorf("shared %s: %v", kind, err)
+		case present && len(obj.GetOwnerReferences()) != 0:
+			t.Errorf("shared %s: owner references %+v, want none", kind, obj.GetOwnerReferences())
+		}
 	}
 }
 
