@@ -435,7 +435,6 @@ func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
 	// The pods run as pgloop's ServiceAccount, which must exist.
 	for _, ns := range s.burstNS {
 		sa := cluster.ServiceAccount(pgtest.Cluster(ns, "any", 1))
-		sa.OwnerReferences = nil
 		if _, err := s.env.Kube.CoreV1().ServiceAccounts(ns).Create(s.ctx, sa, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("while creating ServiceAccount %s/%s: %w", ns, sa.Name, err)
 		}
