@@ -217,3 +217,17 @@ func step(name string, run func(ctx context.Context) error) Step {
 func plan(id uint64, steps ...Step) *Plan { return &Plan{ID: id, Steps: steps} }
 
 func ok(context.Context) error { return nil }
+
+// waitFor polls cond until it holds, for at most ten seconds; it may be
+// called from a step (a worker goroutine): it reports a timeout with
+// t.Errorf and returns.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Errorf("timed out waiting for %s", what)
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}

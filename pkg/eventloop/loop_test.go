@@ -642,6 +642,7 @@ var errKaboom = errors.New("kaboom")
 // loop running.
 func TestPanicInStepIsContained(t *testing.T) {
 	var cleanedUp atomic.Bool
+	var l *testLoop
 	g := newGate()
 	rec := newRecorder(func(ev Event) Outcome {
 		if g.handle(ev) || ev.Kind != Signal {
@@ -649,14 +650,20 @@ func TestPanicInStepIsContained(t *testing.T) {
 		}
 		if ev.Key == "bad" {
 			return Outcome{Plan: plan(7,
-				step("explode", func(context.Context) error { panic(errKaboom) }),
+				step("explode", func(context.Context) error {
+					// The loop may start bad's plan before it has
+					// queued good's: wait for that, or bad would
+					// see no cluster waiting and not pause.
+					waitFor(t, func() bool { return l.Stats().PlansWaiting > 0 }, "good's plan to wait")
+					panic(errKaboom)
+				}),
 				step("skipped", func(context.Context) error { panic("skipped step ran") }),
 				Step{Name: "status", Always: true, Run: func(context.Context) error { cleanedUp.Store(true); return nil }},
 			)}
 		}
 		return Outcome{Plan: plan(1, step("fine", ok))}
 	})
-	l := startLoop(t, rec, Options{Workers: 1})
+	l = startLoop(t, rec, Options{Workers: 1})
 	g.hold(t, l) // so that both signals are dispatched before any result
 	l.Notify("bad", "go")
 	l.Notify("good", "go")
