@@ -36,6 +36,20 @@ test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the 
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/eventloop/ ./pkg/controller/ ./pkg/facts/
 
+# Fuzz targets, as package:target; `make fuzz` runs each for FUZZTIME, one
+# at a time (go test takes one -fuzz pattern per package). Their seed corpora
+# (testdata/fuzz/ and f.Add) run with the unit tests.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./pkg/apis/pgloop/v1:FuzzDecodeValidate ./pkg/cluster:FuzzBuild ./pkg/patroni:FuzzParseMember
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s; 3 targets); see docs/reliability.md.
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
 ##@ Run
 
 .PHONY: run

@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -21,6 +23,13 @@ var SupportedVersions = []string{"13", "14", "15", "16", "17", "18"}
 // MinVolumeSize is the smallest volume pgloop accepts: below it, initdb, a
 // few WAL segments and a base backup for a new replica do not fit.
 var MinVolumeSize = resource.MustParse("1Gi")
+
+// PodAnnotationsReserve is the part of the apiserver's limit on the total
+// size of a pod's annotations (256 KiB) that spec.podAnnotations may not
+// take: pgloop adds its pod template hash to the template, and Patroni its
+// member status to every pod. Without it, annotations that fit the limit
+// alone make a StatefulSet the apiserver refuses.
+const PodAnnotationsReserve = 4 << 10
 
 // Patroni's defaults, which apply to fields left unset.
 const (
@@ -141,7 +150,19 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	if s.Patroni != nil {
 		errs = append(errs, s.Patroni.validate(path.Child("patroni"))...)
 	}
+	if s.DockerImage != strings.TrimSpace(s.DockerImage) {
+		// The apiserver takes such an image in the StatefulSet's template
+		// but refuses every pod made from it.
+		errs = append(errs, field.Invalid(path.Child("dockerImage"), s.DockerImage, "must not have leading or trailing whitespace"))
+	}
+	errs = append(errs, validateTolerations(s.Tolerations, path.Child("tolerations"))...)
+	if s.NodeAffinity != nil {
+		errs = append(errs, validateNodeAffinity(s.NodeAffinity, path.Child("nodeAffinity"))...)
+	}
 	errs = append(errs, apivalidation.ValidateAnnotations(s.PodAnnotations, path.Child("podAnnotations"))...)
+	if size, limit := annotationsSize(s.PodAnnotations), int64(apivalidation.TotalAnnotationSizeLimitB-PodAnnotationsReserve); size > limit {
+		errs = append(errs, field.TooLong(path.Child("podAnnotations"), "", int(limit)))
+	}
 	errs = append(errs, apivalidation.ValidateAnnotations(s.ServiceAnnotations, path.Child("serviceAnnotations"))...)
 	return errs
 }
@@ -338,6 +359,139 @@ func (p *Patroni) validate(path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// validateTolerations applies the apiserver's rules for a pod's
+// tolerations (ValidateTolerations of Kubernetes' core validation). The CRD
+// embeds the type without them, so a toleration the apiserver refuses in a
+// pod would otherwise reach the StatefulSet, whose every write it refuses.
+func validateTolerations(tolerations []corev1.Toleration, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, t := range tolerations {
+		ip := path.Index(i)
+		if t.Key != "" {
+			errs = append(errs, metav1validation.ValidateLabelName(t.Key, ip.Child("key"))...)
+		} else if t.Operator != corev1.TolerationOpExists {
+			errs = append(errs, field.Invalid(ip.Child("operator"), t.Operator, "must be Exists when key is empty (which matches every taint)"))
+		}
+		if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
+			errs = append(errs, field.Invalid(ip.Child("effect"), t.Effect, "must be NoExecute when tolerationSeconds is set"))
+		}
+		switch t.Operator {
+		case corev1.TolerationOpEqual, "":
+			for _, msg := range validation.IsValidLabelValue(t.Value) {
+				errs = append(errs, field.Invalid(ip.Child("value"), t.Value, msg))
+			}
+		case corev1.TolerationOpExists:
+			if t.Value != "" {
+				errs = append(errs, field.Invalid(ip.Child("value"), t.Value, "must be empty when operator is Exists"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(ip.Child("operator"), t.Operator,
+				[]corev1.TolerationOperator{corev1.TolerationOpEqual, corev1.TolerationOpExists}))
+		}
+		switch t.Effect {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			errs = append(errs, field.NotSupported(ip.Child("effect"), t.Effect,
+				[]corev1.TaintEffect{corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute}))
+		}
+	}
+	return errs
+}
+
+// validateNodeAffinity applies the apiserver's rules for a pod's node
+// affinity (validateNodeAffinity of Kubernetes' core validation), for the
+// same reason as validateTolerations.
+func validateNodeAffinity(na *corev1.NodeAffinity, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r := na.RequiredDuringSchedulingIgnoredDuringExecution; r != nil {
+		rp := path.Child("requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+		if len(r.NodeSelectorTerms) == 0 {
+			errs = append(errs, field.Required(rp, "at least one node selector term"))
+		}
+		for i, term := range r.NodeSelectorTerms {
+			errs = append(errs, validateNodeSelectorTerm(term, true, rp.Index(i))...)
+		}
+	}
+	for i, p := range na.PreferredDuringSchedulingIgnoredDuringExecution {
+		pp := path.Child("preferredDuringSchedulingIgnoredDuringExecution").Index(i)
+		if p.Weight < 1 || p.Weight > 100 {
+			errs = append(errs, field.Invalid(pp.Child("weight"), p.Weight, "must be between 1 and 100"))
+		}
+		errs = append(errs, validateNodeSelectorTerm(p.Preference, false, pp.Child("preference"))...)
+	}
+	return errs
+}
+
+// validateNodeSelectorTerm checks one term; the values of a required
+// term's expressions must be label values, as the apiserver asks of a new
+// pod.
+func validateNodeSelectorTerm(term corev1.NodeSelectorTerm, required bool, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i, r := range term.MatchExpressions {
+		rp := path.Child("matchExpressions").Index(i)
+		errs = append(errs, metav1validation.ValidateLabelName(r.Key, rp.Child("key"))...)
+		switch r.Operator {
+		case corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn:
+			if len(r.Values) == 0 {
+				errs = append(errs, field.Required(rp.Child("values"), "at least one value when operator is In or NotIn"))
+			}
+		case corev1.NodeSelectorOpExists, corev1.NodeSelectorOpDoesNotExist:
+			if len(r.Values) > 0 {
+				errs = append(errs, field.Forbidden(rp.Child("values"), "must be empty when operator is Exists or DoesNotExist"))
+			}
+		case corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt:
+			if len(r.Values) != 1 {
+				errs = append(errs, field.Required(rp.Child("values"), "exactly one integer when operator is Gt or Lt"))
+			}
+			for j, v := range r.Values {
+				if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+					errs = append(errs, field.Invalid(rp.Child("values").Index(j), v, "must be an integer when operator is Gt or Lt"))
+				}
+			}
+		default:
+			errs = append(errs, field.NotSupported(rp.Child("operator"), r.Operator, []corev1.NodeSelectorOperator{
+				corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn, corev1.NodeSelectorOpExists,
+				corev1.NodeSelectorOpDoesNotExist, corev1.NodeSelectorOpGt, corev1.NodeSelectorOpLt}))
+		}
+		if required {
+			for j, v := range r.Values {
+				for _, msg := range validation.IsValidLabelValue(v) {
+					errs = append(errs, field.Invalid(rp.Child("values").Index(j), v, msg))
+				}
+			}
+		}
+	}
+	for i, r := range term.MatchFields {
+		rp := path.Child("matchFields").Index(i)
+		if r.Key != "metadata.name" {
+			errs = append(errs, field.NotSupported(rp.Child("key"), r.Key, []string{"metadata.name"}))
+		}
+		switch {
+		case r.Operator != corev1.NodeSelectorOpIn && r.Operator != corev1.NodeSelectorOpNotIn:
+			errs = append(errs, field.NotSupported(rp.Child("operator"), r.Operator,
+				[]corev1.NodeSelectorOperator{corev1.NodeSelectorOpIn, corev1.NodeSelectorOpNotIn}))
+		case len(r.Values) != 1:
+			errs = append(errs, field.Required(rp.Child("values"), "exactly one node name"))
+		}
+		for j, v := range r.Values {
+			for _, msg := range validation.IsDNS1123Subdomain(v) {
+				errs = append(errs, field.Invalid(rp.Child("values").Index(j), v, msg))
+			}
+		}
+	}
+	return errs
+}
+
+// annotationsSize is the size the apiserver counts against its annotation
+// limit: every key and value.
+func annotationsSize(annotations map[string]string) int64 {
+	var size int64
+	for k, v := range annotations {
+		size += int64(len(k)) + int64(len(v))
+	}
+	return size
 }
 
 // EffectiveTimings returns ttl, loop_wait and retry_timeout with Patroni's

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
@@ -281,6 +282,101 @@ func TestValidate(t *testing.T) {
 			name:   "bad annotation key",
 			mutate: func(p *Postgresql) { p.Spec.PodAnnotations = map[string]string{"not a key": "x"} },
 			want:   []string{"spec.podAnnotations: Invalid value: \"not a key\""},
+		},
+		{
+			name:   "image with surrounding whitespace",
+			mutate: func(p *Postgresql) { p.Spec.DockerImage = " ghcr.io/zalando/spilo-17:4.0-p2" },
+			want:   []string{"spec.dockerImage: Invalid value", "whitespace"},
+		},
+		{
+			name: "tolerations the apiserver takes",
+			mutate: func(p *Postgresql) {
+				p.Spec.Tolerations = []corev1.Toleration{
+					{Operator: corev1.TolerationOpExists},
+					{Key: "postgres", Value: "yes", Effect: corev1.TaintEffectNoSchedule},
+					{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64)},
+				}
+			},
+		},
+		{
+			name: "tolerations the apiserver refuses",
+			mutate: func(p *Postgresql) {
+				p.Spec.Tolerations = []corev1.Toleration{
+					{Key: "postgres", Operator: "Sometimes"},
+					{Key: "bad key", Operator: corev1.TolerationOpExists},
+					{Key: "postgres", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule, TolerationSeconds: new(int64)},
+					{Operator: corev1.TolerationOpEqual},
+					{Key: "postgres", Operator: corev1.TolerationOpExists, Value: "x"},
+					{Key: "postgres", Effect: "Never"},
+				}
+			},
+			want: []string{
+				"spec.tolerations[0].operator: Unsupported value: \"Sometimes\"",
+				"spec.tolerations[1].key: Invalid value: \"bad key\"",
+				"spec.tolerations[2].effect: Invalid value: \"NoSchedule\": must be NoExecute when tolerationSeconds is set",
+				"spec.tolerations[3].operator: Invalid value: \"Equal\": must be Exists when key is empty",
+				"spec.tolerations[4].value: Invalid value: \"x\"",
+				"spec.tolerations[5].effect: Unsupported value: \"Never\"",
+			},
+		},
+		{
+			name: "node affinity the apiserver takes",
+			mutate: func(p *Postgresql) {
+				p.Spec.NodeAffinity = &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{
+							{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}},
+							{Key: "cores", Operator: corev1.NodeSelectorOpGt, Values: []string{"4"}},
+						},
+						MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}},
+					}}},
+					PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+						Weight:     100,
+						Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpExists}}},
+					}},
+				}
+			},
+		},
+		{
+			name: "node affinity the apiserver refuses",
+			mutate: func(p *Postgresql) {
+				p.Spec.NodeAffinity = &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{
+							{Key: "disk", Operator: corev1.NodeSelectorOpIn},
+							{Key: "cores", Operator: corev1.NodeSelectorOpGt, Values: []string{"four"}},
+							{Key: "zone", Operator: "Near"},
+						},
+						MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.labels", Operator: corev1.NodeSelectorOpIn, Values: []string{"a", "b"}}},
+					}}},
+					PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+						Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpExists, Values: []string{"a"}}}},
+					}},
+				}
+			},
+			want: []string{
+				"matchExpressions[0].values: Required value",
+				"matchExpressions[1].values[0]: Invalid value: \"four\"",
+				"matchExpressions[2].operator: Unsupported value: \"Near\"",
+				"matchFields[0].key: Unsupported value: \"metadata.labels\"",
+				"matchFields[0].values: Required value: exactly one node name",
+				"preferredDuringSchedulingIgnoredDuringExecution[0].weight: Invalid value: 0",
+				"preference.matchExpressions[0].values: Forbidden",
+			},
+		},
+		{
+			name: "no node selector term",
+			mutate: func(p *Postgresql) {
+				p.Spec.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{}}
+			},
+			want: []string{"spec.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms: Required value"},
+		},
+		{
+			name: "pod annotations leave no room for pgloop's and Patroni's",
+			mutate: func(p *Postgresql) {
+				p.Spec.PodAnnotations = map[string]string{"k": strings.Repeat("a", 256<<10-PodAnnotationsReserve)}
+			},
+			want: []string{"spec.podAnnotations: Too long"},
 		},
 		{
 			name: "errors accumulate",
