@@ -427,13 +427,13 @@ func (s *stage) restart() (*Restart, error) {
 func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
 	n := row.N
 	began := time.Now()
-	s, err := b.startStage(ctx, fmt.Sprintf("plane-n%d", n), n, n, false)
+	s, err := b.startStage(ctx, fmt.Sprintf("plane-n%d", n), n+b.cfg.Probes+1, n, false)
 	defer func() { err = errors.Join(s.err(err), s.stop()) }()
 	if err != nil {
 		return err
 	}
 	// The pods run as pgloop's ServiceAccount, which must exist.
-	for _, ns := range s.burstNS {
+	for _, ns := range append([]string{s.probeNS}, s.burstNS...) {
 		sa := cluster.ServiceAccount(pgtest.Cluster(ns, "any", 1))
 		if _, err := s.env.Kube.CoreV1().ServiceAccounts(ns).Create(s.ctx, sa, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("while creating ServiceAccount %s/%s: %w", ns, sa.Name, err)
@@ -443,6 +443,17 @@ func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
 		s.env.Tracker.Expect(s.burstNamespace(i)+"/"+s.burstName(i), 1)
 	}
 	b.wall(&row.Walls, "plane baseline: plane up", began)
+	began = time.Now()
+	for i := range b.cfg.Probes {
+		d, err := s.bareProbe(s.ctx, fmt.Sprintf("bare-idle-%d", i), b.cfg.ProbeTimeout)
+		if err != nil {
+			return err
+		}
+		row.PlaneIdle = append(row.PlaneIdle, d)
+	}
+	b.logf("plane-n%d: %d bare StatefulSets one after another on the idle plane, create → pod Ready median %v", n, len(row.PlaneIdle),
+		benchkit.Ms(benchkit.Summarize(row.PlaneIdle).Median))
+	b.wall(&row.Walls, "plane baseline: idle probes", began)
 	began = time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, b.cfg.BurstTimeout)
 	defer cancel()
@@ -457,7 +468,16 @@ func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
 		return err
 	}
 	row.PlaneCreated = time.Since(began)
-	b.logf("plane-n%d: %d StatefulSets created in %v; waiting until all their pods are Ready", n, n, benchkit.Ms(row.PlaneCreated))
+	b.logf("plane-n%d: %d StatefulSets created in %v; one more at once, and waiting until all their pods are Ready", n, n, benchkit.Ms(row.PlaneCreated))
+	type probed struct {
+		d   time.Duration
+		err error
+	}
+	one := make(chan probed, 1)
+	go func() {
+		d, err := s.bareProbe(ctx, "bare-one-more", b.cfg.BurstTimeout)
+		one <- probed{d, err}
+	}()
 	progress := time.NewTicker(30 * time.Second)
 	defer progress.Stop()
 	done := make(chan error, 1)
@@ -472,12 +492,40 @@ func (b *bench) planeBaseline(ctx context.Context, row *Row) (err error) {
 			}
 			row.Plane = time.Since(began)
 			b.logf("plane-n%d: all %d pods Ready %v after the first Create", n, n, benchkit.Ms(row.Plane))
+			p := <-one
+			if p.err != nil {
+				return p.err
+			}
+			row.PlaneOneMore = p.d
+			b.logf("plane-n%d: one more bare StatefulSet's pod Ready %v after its Create", n, benchkit.Ms(row.PlaneOneMore))
 			b.wall(&row.Walls, "plane baseline: burst", began)
 			return nil
 		case <-progress.C:
 			b.logf("plane-n%d: %d of %d pods Ready", n, s.env.Tracker.Count(s.burstNS...).AllReady, n)
 		}
 	}
+}
+
+// bareProbe creates a bare StatefulSet named name in the probes' namespace
+// and returns the time from its Create's return until the watch saw its
+// pod Ready, waiting at most timeout.
+func (s *stage) bareProbe(ctx context.Context, name string, timeout time.Duration) (time.Duration, error) {
+	sts := bareStatefulSet(s.probeNS, name, s.b.image)
+	key := sts.Namespace + "/" + sts.Name
+	s.env.Tracker.Expect(key, 1)
+	if _, err := s.env.Kube.AppsV1().StatefulSets(sts.Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		return 0, fmt.Errorf("while creating StatefulSet %s: %w", key, err)
+	}
+	created := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := s.env.Tracker.Wait(wctx, func(m map[string]*benchkit.Seen) bool {
+		seen := m[key]
+		return seen != nil && !seen.AllReady.IsZero()
+	}); err != nil {
+		return 0, fmt.Errorf("pod of StatefulSet %s never Ready: %w", key, context.Cause(wctx))
+	}
+	return s.env.Tracker.Snapshot(key).AllReady.Sub(created), nil
 }
 
 // bareStatefulSet is the StatefulSet pgloop would make for a cluster of one
