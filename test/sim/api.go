@@ -163,13 +163,32 @@ func (a *apiServer) serve(c caller, verb string, key objKey, action k8stesting.A
 		}
 		return nil, nil
 	case k8stesting.DeleteActionImpl:
-		if _, ok := a.objs[key]; !ok {
+		cur, ok := a.objs[key]
+		if !ok {
 			return nil, apierrors.NewNotFound(gr, key.name)
+		}
+		if err := preconditions(gr, key.name, objMeta(cur), act.DeleteOptions.Preconditions); err != nil {
+			return nil, err
 		}
 		a.remove(c, verb, key)
 		return nil, nil
 	}
 	return nil, fmt.Errorf("simulated API: %s not served", action)
+}
+
+// preconditions checks a delete's preconditions on the object m, as the
+// apiserver does: a UID or resourceVersion that is not the object's is a
+// Conflict.
+func preconditions(gr schema.GroupResource, name string, m metav1.Object, p *metav1.Preconditions) error {
+	switch {
+	case p == nil:
+		return nil
+	case p.UID != nil && *p.UID != m.GetUID():
+		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", *p.UID, m.GetUID()))
+	case p.ResourceVersion != nil && *p.ResourceVersion != m.GetResourceVersion():
+		return apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %s", *p.ResourceVersion, m.GetResourceVersion()))
+	}
+	return nil
 }
 
 // keys returns the keys of res in ns ("" for all) whose labels sel selects,
