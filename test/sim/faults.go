@@ -26,6 +26,9 @@ const (
 	FaultWatchLate = "watchLate" // a change delivered to the cache late
 	FaultWatchDrop = "watchDrop" // a watch that broke, then relisted
 	FaultCrash     = "crash"     // the operator crashed and restarted
+	// FaultUndone: Patroni accepted a switchover, and the primary stayed
+	// (the candidate failed to promote, the old primary kept the lock).
+	FaultUndone = "switchoverUndone"
 )
 
 // swarm is what one seed turns on, and how often: each fault kind is on
@@ -47,7 +50,7 @@ type swarm struct {
 func newSwarm(rng *rand.Rand, active time.Duration) swarm {
 	levels := []float64{0, 0, 0.01, 0.05, 0.2}
 	sw := swarm{rates: map[string]float64{}, workers: 1 + rng.IntN(4)}
-	for _, k := range []string{FaultConflict, FaultThrottle, FaultServer, FaultLostReply, FaultSlow, FaultHang, FaultWatchDrop} {
+	for _, k := range []string{FaultConflict, FaultThrottle, FaultServer, FaultLostReply, FaultSlow, FaultHang, FaultWatchDrop, FaultUndone} {
 		sw.rates[k] = levels[rng.IntN(len(levels))]
 	}
 	if rng.IntN(2) == 0 {
@@ -129,6 +132,9 @@ func (s *Sim) callFault(verb string, key objKey, since time.Duration) (error, bo
 // stepFault draws the fault of one step: how long it waits before its
 // calls, and whether it hangs until its deadline.
 func (s *Sim) stepFault(ctx context.Context) (wait time.Duration, hang bool) {
+	if s.since() >= s.opt.Active {
+		return 0, false
+	}
 	deadline, ok := ctx.Deadline()
 	if ok && s.sw.rates[FaultHang] > 0 && s.rng.Float64() < s.sw.rates[FaultHang] {
 		s.count(FaultHang)

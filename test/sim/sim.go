@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -651,11 +652,22 @@ func (a *actor) SyncRoles(ctx context.Context, _ string) error { return a.enter(
 
 func (a *actor) Configure(ctx context.Context, _ string, _ []string) error { return a.enter(ctx) }
 
+// Switchover is Patroni's: it refuses a candidate that is not Ready, and
+// may accept one and keep the primary (FaultUndone).
 func (a *actor) Switchover(ctx context.Context, key, _, to string) error {
 	if err := a.enter(ctx); err != nil {
 		return err
 	}
-	a.s.world.switchover(key, to)
+	s := a.s
+	obj, ok := s.api.get(objKey{"pods", keyNS(key), to})
+	if !ok || !podReady(obj.(*corev1.Pod)) {
+		return fmt.Errorf("patroni switchover to %s: 412 candidate not healthy", to)
+	}
+	if s.since() < s.opt.Active && s.sw.rates[FaultUndone] > 0 && s.rng.Float64() < s.sw.rates[FaultUndone] {
+		s.count(FaultUndone)
+		return nil
+	}
+	s.world.switchover(key, to)
 	return nil
 }
 
