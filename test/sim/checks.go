@@ -102,7 +102,7 @@ func (c *checkState) event(s *Sim, inc int, ev eventloop.Event) {
 		if e.done || e.inc != inc || e.key != ev.Key || e.name != ev.Name || e.epoch != ev.Epoch {
 			continue
 		}
-		s.res.Checks++
+		s.res.Checks["timerNotEarly"]++
 		e.done = true
 		if ev.At.Before(e.deadline) {
 			s.violation("timer %s of %s fired at %v, before its persisted deadline %v", e.name, e.key, ev.At, e.deadline)
@@ -153,7 +153,7 @@ func (s *Sim) checkTimers(now time.Time) {
 		if e.done || e.inc != s.live || now.Before(e.deadline.Add(timerGrace)) {
 			continue
 		}
-		s.res.Checks++
+		s.res.Checks["timerNotLost"]++
 		e.done = true
 		if _, gone := s.checks.goneAt[e.key]; !gone {
 			s.violation("timer %s of %s (epoch %d) persisted with deadline %v never fired after the restart", e.name, e.key, e.epoch, e.deadline)
@@ -167,7 +167,7 @@ func (c *checkState) write(s *Sim, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.res.Writes++
-	s.res.Checks++
+	s.res.Checks["writesPerMinute"]++
 	minute := int64(s.since() / time.Minute)
 	if c.writes[key] == nil {
 		c.writes[key] = map[int64]int{}
@@ -186,7 +186,7 @@ func (c *checkState) write(s *Sim, key string) {
 func (c *checkState) committed(s *Sim, planKey, verb string, key objKey, before, after runtime.Object) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.res.Checks++
+	s.res.Checks["noWriteAfterDeletion"]++
 	if at, ok := c.goneAt[planKey]; ok {
 		s.violation("%s %s by a plan of %s, whose deletion finished at %v", verb, key, planKey, at)
 	}
@@ -195,7 +195,7 @@ func (c *checkState) committed(s *Sim, planKey, verb string, key objKey, before,
 	if !ok1 || !ok2 {
 		return
 	}
-	s.res.Checks++
+	s.res.Checks["statusMonotonic"]++
 	if a.Status.Epoch < b.Status.Epoch {
 		s.violation("%s: status.epoch went back from %d to %d", planKey, b.Status.Epoch, a.Status.Epoch)
 	}
@@ -210,6 +210,7 @@ func (c *checkState) committed(s *Sim, planKey, verb string, key objKey, before,
 // says why.
 func (s *Sim) finalChecks() {
 	end := s.clock.Now()
+	objs, _ := s.api.snapshot()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, pc := range s.plan {
@@ -222,9 +223,9 @@ func (s *Sim) finalChecks() {
 			until = at
 		}
 		s.res.ClusterHours += until.Sub(created).Hours()
-		s.res.Checks++
-		obj, exists := s.api.objs[objKey{"postgresqls", keyNS(pc.key), keyName(pc.key)}]
+		obj, exists := objs[objKey{"postgresqls", keyNS(pc.key), keyName(pc.key)}]
 		if s.checks.deleteAsked[pc.key] {
+			s.res.Checks["deletionFinished"]++
 			if exists {
 				s.violation("%s: deletion asked, resource still there (state %s)", pc.key, obj.(*v1.Postgresql).Status.State)
 			}
@@ -236,7 +237,8 @@ func (s *Sim) finalChecks() {
 		}
 		pg := obj.(*v1.Postgresql)
 		st := pg.Status
-		s.res.Checks += 2
+		s.res.Checks["observedGeneration"]++
+		s.res.Checks["runningOrReason"]++
 		if st.ObservedGeneration != pg.Generation {
 			s.violation("%s: generation %d never observed (status.observedGeneration %d, state %s)", pc.key, pg.Generation, st.ObservedGeneration, st.State)
 		}

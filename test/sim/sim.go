@@ -49,8 +49,8 @@ type Result struct {
 	ClusterHours float64
 	// Faults counts the faults injected, by kind (Fault*).
 	Faults map[string]int
-	// Checks counts the invariant checks made.
-	Checks int
+	// Checks counts the invariant checks made, by invariant.
+	Checks map[string]int
 	// Writes counts the operator's write calls; MaxWritesPerMinute is the
 	// most one cluster made in one simulated minute.
 	Writes, MaxWritesPerMinute int
@@ -174,7 +174,7 @@ func Run(seed int64, opt Options) Result {
 func newSim(seed int64, opt Options) *Sim {
 	s := &Sim{seed: seed, opt: opt, rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)),
 		clock: newSimClock(t0), yield: make(chan *job)}
-	s.res = Result{Seed: seed, Faults: map[string]int{}}
+	s.res = Result{Seed: seed, Faults: map[string]int{}, Checks: map[string]int{}}
 	s.api = newAPIServer(s.clock.Now, func() caller {
 		if s.active == nil {
 			return nil
@@ -228,13 +228,6 @@ func (s *Sim) count(kind string) {
 	s.mu.Lock()
 	s.res.Faults[kind]++
 	s.traceLocked("fault %s", kind)
-	s.mu.Unlock()
-}
-
-// checked counts invariant checks.
-func (s *Sim) checked(n int) {
-	s.mu.Lock()
-	s.res.Checks += n
 	s.mu.Unlock()
 }
 
@@ -489,7 +482,7 @@ func (s *Sim) stopOperator() {
 func (s *Sim) exec(inc int, key string, work func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.res.Checks++
+	s.res.Checks["onePlanInFlight"]++
 	for _, j := range slices.Concat(s.pending, s.parked) {
 		if j.inc == inc && j.key == key {
 			s.res.Violations = append(s.res.Violations, fmt.Sprintf("at %v: two plans of %s in flight", s.since(), key))

@@ -67,7 +67,8 @@ func swarm(first int64, n, jobs int) int {
 	}()
 	var (
 		faults           = map[string]int{}
-		checks, writes   int
+		checks           = map[string]int{}
+		writes           int
 		maxWrites        int
 		hours, simulated float64
 		failed           []sim.Result
@@ -76,7 +77,9 @@ func swarm(first int64, n, jobs int) int {
 		for k, v := range res.Faults {
 			faults[k] += v
 		}
-		checks += res.Checks
+		for k, v := range res.Checks {
+			checks[k] += v
+		}
 		writes += res.Writes
 		maxWrites = max(maxWrites, res.MaxWritesPerMinute)
 		hours += res.ClusterHours
@@ -96,15 +99,23 @@ func swarm(first int64, n, jobs int) int {
 	}
 	fmt.Printf("seeds %d from %d in %v on %d jobs: %.1f seeds/s\n", n, first, wall.Round(time.Millisecond), jobs, float64(n)/wall.Seconds())
 	fmt.Printf("simulated %.0f h, %.0f cluster-hours: %.0f cluster-hours per wall second\n", simulated, hours, hours/wall.Seconds())
-	var kinds []string
-	for _, k := range slices.Sorted(maps.Keys(faults)) {
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, faults[k]))
-	}
-	fmt.Printf("faults injected: %s\n", strings.Join(kinds, ", "))
-	fmt.Printf("invariant checks: %d; operator write calls: %d, at most %d by one cluster in a simulated minute\n", checks, writes, maxWrites)
+	fmt.Printf("faults injected: %s\n", counts(faults))
+	fmt.Printf("invariant checks: %s\n", counts(checks))
+	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
 	fmt.Printf("failures: %d\n", len(failed))
 	if len(failed) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// counts renders counts by kind, sorted by kind, with their total.
+func counts(m map[string]int) string {
+	var parts []string
+	total := 0
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		total += m[k]
+	}
+	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
 }
