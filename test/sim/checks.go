@@ -102,7 +102,7 @@ func (c *checkState) event(s *Sim, inc int, ev eventloop.Event) {
 		if e.done || e.inc != inc || e.key != ev.Key || e.name != ev.Name || e.epoch != ev.Epoch {
 			continue
 		}
-		s.res.Checks["timerNotEarly"]++
+		s.res.Checks["timerAfterRestart"]++
 		e.done = true
 		if ev.At.Before(e.deadline) {
 			s.violation("timer %s of %s fired at %v, before its persisted deadline %v", e.name, e.key, ev.At, e.deadline)
@@ -153,7 +153,7 @@ func (s *Sim) checkTimers(now time.Time) {
 		if e.done || e.inc != s.live || now.Before(e.deadline.Add(timerGrace)) {
 			continue
 		}
-		s.res.Checks["timerNotLost"]++
+		s.res.Checks["timerAfterRestart"]++
 		e.done = true
 		if _, gone := s.checks.goneAt[e.key]; !gone {
 			s.violation("timer %s of %s (epoch %d) persisted with deadline %v never fired after the restart", e.name, e.key, e.epoch, e.deadline)

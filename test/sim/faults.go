@@ -26,6 +26,7 @@ const (
 	FaultWatchLate = "watchLate" // a change delivered to the cache late
 	FaultWatchDrop = "watchDrop" // a watch that broke, then relisted
 	FaultCrash     = "crash"     // the operator crashed and restarted
+	FaultPodKilled = "podKilled" // a pod deleted under a cluster (its node lost)
 	// FaultUndone: Patroni accepted a switchover, and the primary stayed
 	// (the candidate failed to promote, the old primary kept the lock).
 	FaultUndone = "switchoverUndone"
@@ -40,8 +41,10 @@ type swarm struct {
 	watchLag time.Duration
 	// refuseFrom, refuseTo: every write is refused in between.
 	refuseFrom, refuseTo time.Duration
-	// crashes are when the operator crashes, from the start.
-	crashes []time.Duration
+	// crashes are when the operator crashes, from the start; kills when
+	// a pod is deleted under its cluster (the primary's, often: Patroni
+	// fails over).
+	crashes, kills []time.Duration
 	// workers is the executor's size (Options.Workers).
 	workers int
 }
@@ -64,6 +67,10 @@ func newSwarm(rng *rand.Rand, active time.Duration) swarm {
 		sw.crashes = append(sw.crashes, time.Duration(rng.Int64N(int64(active))))
 	}
 	slices.Sort(sw.crashes)
+	for range rng.IntN(4) {
+		sw.kills = append(sw.kills, time.Duration(rng.Int64N(int64(active))))
+	}
+	slices.Sort(sw.kills)
 	return sw
 }
 
@@ -81,7 +88,7 @@ func (sw swarm) String() string {
 	if sw.refuseTo > 0 {
 		fmt.Fprintf(&b, "refuse=%v..%v ", sw.refuseFrom.Round(time.Second), sw.refuseTo.Round(time.Second))
 	}
-	fmt.Fprintf(&b, "crashes=%v workers=%d", sw.crashes, sw.workers)
+	fmt.Fprintf(&b, "crashes=%v kills=%v workers=%d", sw.crashes, sw.kills, sw.workers)
 	return b.String()
 }
 

@@ -95,6 +95,7 @@ type Sim struct {
 	ops    []op
 	nextOp int
 	crash  int // next of sw.crashes
+	kill   int // next of sw.kills
 
 	op  *operator
 	inc int // the operator's last incarnation, counted from 1
@@ -272,9 +273,9 @@ func (s *Sim) settle() {
 	}
 }
 
-// act does one thing due at now, in this order: a crash, a user's action,
-// the world's reaction, a change reaching the cache, a plan's turn. It
-// reports whether it did anything.
+// act does one thing due at now, in this order: a crash, a pod killed, a
+// user's action, the world's reaction, a change reaching the cache, a
+// plan's turn. It reports whether it did anything.
 func (s *Sim) act(now time.Time) bool {
 	since := now.Sub(t0)
 	if s.crash < len(s.sw.crashes) && s.sw.crashes[s.crash] <= since {
@@ -282,6 +283,14 @@ func (s *Sim) act(now time.Time) bool {
 		s.count(FaultCrash)
 		s.stopOperator()
 		s.startOperator()
+		return true
+	}
+	if s.kill < len(s.sw.kills) && s.sw.kills[s.kill] <= since {
+		s.kill++
+		if pod := s.world.kill(s.rng); pod != "" {
+			s.count(FaultPodKilled)
+			s.tracef("world: pod %s killed", pod)
+		}
 		return true
 	}
 	if s.nextOp < len(s.ops) && s.ops[s.nextOp].at <= since {
@@ -311,6 +320,9 @@ func (s *Sim) next(now time.Time) (time.Time, bool) {
 	add(s.world.next(now))
 	if s.crash < len(s.sw.crashes) {
 		add(t0.Add(s.sw.crashes[s.crash]), true)
+	}
+	if s.kill < len(s.sw.kills) {
+		add(t0.Add(s.sw.kills[s.kill]), true)
 	}
 	if s.nextOp < len(s.ops) {
 		add(t0.Add(s.ops[s.nextOp].at), true)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,6 +254,32 @@ func (w *world) patroni(ns, name string, objs map[objKey]runtime.Object) bool {
 		Labels:      map[string]string{cluster.LabelApplication: cluster.ApplicationSpilo, cluster.LabelClusterName: name},
 		Annotations: map[string]string{cluster.AnnotationLeader: master}}})
 	return true
+}
+
+// kill deletes a Ready pod chosen by rng, the primary more often than
+// not, as when its node is lost; it returns its name, "" when no pod is
+// Ready. The StatefulSet controller makes it again; Patroni fails over.
+func (w *world) kill(rng *rand.Rand) string {
+	objs, _ := w.api.snapshot()
+	var ready, primaries []objKey
+	for k, obj := range objs {
+		if p, ok := obj.(*corev1.Pod); ok && podReady(p) {
+			ready = append(ready, k)
+			if p.Labels[cluster.LabelRole] == cluster.RoleMaster {
+				primaries = append(primaries, k)
+			}
+		}
+	}
+	if len(primaries) > 0 && rng.IntN(3) > 0 {
+		ready = primaries
+	}
+	if len(ready) == 0 {
+		return ""
+	}
+	slices.SortFunc(ready, func(x, y objKey) int { return strings.Compare(x.String(), y.String()) })
+	k := ready[rng.IntN(len(ready))]
+	w.api.write(k, nil)
+	return k.ns + "/" + k.name
 }
 
 // switchover moves a cluster's primary to pod to, as Patroni does when
