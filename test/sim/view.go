@@ -116,7 +116,7 @@ func signals(key objKey, old, cur runtime.Object) [][2]string {
 	clusterKey := m.GetNamespace() + "/" + m.GetLabels()[cluster.LabelClusterName]
 	switch key.res {
 	case "postgresqls":
-		if old != nil && cur != nil && !specChanged(old.(*v1.Postgresql), cur.(*v1.Postgresql)) {
+		if old != nil && cur != nil && !informers.SpecChanged(old.(*v1.Postgresql), cur.(*v1.Postgresql)) {
 			return nil
 		}
 		return [][2]string{{key.ns + "/" + key.name, informers.SignalSpec}}
@@ -138,15 +138,6 @@ func signals(key objKey, old, cur runtime.Object) [][2]string {
 		}
 	}
 	return nil
-}
-
-// specChanged is the rule of pkg/informers' handler of the resources: the
-// status alone (pgloop's own writes) notifies nothing.
-func specChanged(old, cur *v1.Postgresql) bool {
-	return old.UID != cur.UID || old.Generation != cur.Generation ||
-		!old.DeletionTimestamp.Equal(cur.DeletionTimestamp) ||
-		!slices.Equal(old.Finalizers, cur.Finalizers) ||
-		!maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations)
 }
 
 // lookup returns the cached object res/ns/name as a T.
