@@ -228,6 +228,13 @@ func (l *Loop) run(ctx context.Context) {
 			continue
 		}
 		l.publish()
+		// The wake-up is armed before WaitIdle callers are told: one
+		// that steps a fake clock to the next thing due (test/sim) must
+		// find the next timer armed on it.
+		wake, due := l.armWake(now)
+		if due {
+			continue
+		}
 		if l.exec != nil || (l.inflight == 0 && l.runq.waiting() == 0) {
 			if !l.in.takeIdle(&l.idle) {
 				continue // an event arrived since take
@@ -244,10 +251,6 @@ func (l *Loop) run(ctx context.Context) {
 				clear(l.idle)
 				l.idle = l.idle[:0]
 			}
-		}
-		wake, due := l.armWake(now)
-		if due {
-			continue
 		}
 		select {
 		case <-ctx.Done():
