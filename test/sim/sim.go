@@ -103,6 +103,11 @@ type Sim struct {
 	// runs: a crashed operator's calls fail.
 	live int
 
+	// signals wait to be handed to the loop, one per round: handed at
+	// once, how many the loop takes in one batch (and so merges) would
+	// depend on the goroutines' timing.
+	signals [][2]string
+
 	// Jobs: plans handed by the loop (Exec), run one at a time.
 	active  *job
 	yield   chan *job
@@ -273,9 +278,9 @@ func (s *Sim) settle() {
 	}
 }
 
-// act does one thing due at now, in this order: a crash, a pod killed, a
-// user's action, the world's reaction, a change reaching the cache, a
-// plan's turn. It reports whether it did anything.
+// act does one thing due at now, in this order: a crash, a signal for the
+// loop, a pod killed, a user's action, the world's reaction, a change
+// reaching the cache, a plan's turn. It reports whether it did anything.
 func (s *Sim) act(now time.Time) bool {
 	since := now.Sub(t0)
 	if s.crash < len(s.sw.crashes) && s.sw.crashes[s.crash] <= since {
@@ -283,6 +288,12 @@ func (s *Sim) act(now time.Time) bool {
 		s.count(FaultCrash)
 		s.stopOperator()
 		s.startOperator()
+		return true
+	}
+	if len(s.signals) > 0 {
+		sig := s.signals[0]
+		s.signals = s.signals[1:]
+		s.op.loop.Notify(sig[0], sig[1])
 		return true
 	}
 	if s.kill < len(s.sw.kills) && s.sw.kills[s.kill] <= since {
@@ -421,12 +432,8 @@ func (s *Sim) deliver(now time.Time) bool {
 	return true
 }
 
-// notify hands the cache's signals to the loop.
-func (s *Sim) notify(sigs [][2]string) {
-	for _, sig := range sigs {
-		s.op.loop.Notify(sig[0], sig[1])
-	}
-}
+// notify queues the cache's signals for the loop.
+func (s *Sim) notify(sigs [][2]string) { s.signals = append(s.signals, sigs...) }
 
 // startOperator starts an incarnation of the operator from what the API
 // holds: a cache from a list, a controller and a loop, every cluster
@@ -438,7 +445,7 @@ func (s *Sim) startOperator() {
 	for _, k := range slices.SortedFunc(maps.Keys(objs), func(x, y objKey) int { return strings.Compare(x.String(), y.String()) }) {
 		v.apply(k, objs[k])
 	}
-	s.watch = watchState{seen: rv}
+	s.watch, s.signals = watchState{seen: rv}, nil
 	build := cluster.Options{Image: images[0]}
 	entry := logrus.NewEntry(s.log)
 	var seed [32]byte
@@ -459,14 +466,14 @@ func (s *Sim) startOperator() {
 		loop.Notify(key, informers.SignalSpec)
 	}
 	s.checks.restarted(s, objs)
+	s.tracef("operator %d started with %d clusters", inc, len(keys))
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{inc: inc, loop: loop, view: v, cancel: cancel, done: make(chan struct{})}
+	s.op, s.live = op, inc
 	go func() {
 		defer close(op.done)
 		_ = loop.Run(ctx)
 	}()
-	s.op, s.live = op, inc
-	s.tracef("operator %d started with %d clusters", inc, len(keys))
 }
 
 // stopOperator stops the running incarnation as a crash would: the loop
