@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pgloop/pgloop/test/sim"
@@ -89,6 +90,7 @@ func swarm(first int64, n, jobs int) int {
 		}
 	}
 	wall := time.Since(start)
+	cpu := cpuTime()
 	slices.SortFunc(failed, func(a, b sim.Result) int { return int(a.Seed - b.Seed) })
 	for _, res := range failed {
 		fmt.Printf("FAIL seed %d: %s\n", res.Seed, strings.Join(res.Violations, "; "))
@@ -97,8 +99,10 @@ func swarm(first int64, n, jobs int) int {
 			fmt.Println("  | " + line)
 		}
 	}
-	fmt.Printf("seeds %d from %d in %v on %d jobs: %.1f seeds/s\n", n, first, wall.Round(time.Millisecond), jobs, float64(n)/wall.Seconds())
-	fmt.Printf("simulated %.0f h, %.0f cluster-hours: %.0f cluster-hours per wall second\n", simulated, hours, hours/wall.Seconds())
+	fmt.Printf("seeds %d from %d in %v on %d jobs (%v of CPU): %.1f seeds/s, %.1f per CPU second\n", n, first,
+		wall.Round(time.Millisecond), jobs, cpu.Round(time.Millisecond), float64(n)/wall.Seconds(), float64(n)/cpu.Seconds())
+	fmt.Printf("simulated %.0f h, %.0f cluster-hours: %.0f cluster-hours per wall second, %.0f per CPU second\n",
+		simulated, hours, hours/wall.Seconds(), hours/cpu.Seconds())
 	fmt.Printf("faults injected: %s\n", counts(faults))
 	fmt.Printf("invariant checks: %s\n", counts(checks))
 	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
@@ -118,4 +122,14 @@ func counts(m map[string]int) string {
 		total += m[k]
 	}
 	return fmt.Sprintf("%d (%s)", total, strings.Join(parts, ", "))
+}
+
+// cpuTime is the CPU time the process used so far: on a shared machine the
+// wall time says more about the other load than about the simulation.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
