@@ -28,8 +28,8 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni and postgre
 	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the worker model's, the bench's and pgtest's unit tests (not the e2e suites).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./model/... ./bench/... ./pgtest/... ./cmd/...
+test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the worker model's, the bench's and pgtest's unit tests, and a short simulation budget (not the e2e suites).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/...
 
 .PHONY: test-e2e
 test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
@@ -82,3 +82,11 @@ bench-scale: testbed ## N clusters on one operator, N = 1000, 5000 (issue 14): b
 model: ## Run the worker-design model (test/model) and rewrite its tables in docs/worker-question.md and the diagram copy in docs/design.md.
 	cd test && $(GO) test -count=1 ./model/ -run '^(TestTable|TestDesignDiagram)$$' -update
 	cd test && $(GO) test -count=1 ./model/...
+
+# Seeds of `make sim`: about a minute on two cores (docs/reliability.md).
+SEEDS ?= 500
+SEED ?=
+
+.PHONY: sim
+sim: ## Run the deterministic simulation of the operator for SEEDS seeds (default 500, ~1 min); SEED=N replays one seed with its whole trace.
+	cd test && $(GO) run ./sim/cmd/sim $(if $(SEED),-seed $(SEED),-seeds $(SEEDS))

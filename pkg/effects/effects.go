@@ -96,6 +96,10 @@ type Options struct {
 	// RestartTimeout bounds a member's restart (Patroni waits for
 	// PostgreSQL to come back up that long).
 	RestartTimeout time.Duration
+	// Now tells the time the memo of the shared objects ages by; nil
+	// means time.Now. The simulation (test/sim) passes its clock, on which
+	// hours pass in a second.
+	Now func() time.Time
 }
 
 // Effects are the client-go calls that carry out the state machine's plans,
@@ -140,8 +144,12 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 	if pc == nil {
 		pc = &patroni.Client{}
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, now: time.Now,
+		cache: opts.Cache, now: now,
 		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
 }
 

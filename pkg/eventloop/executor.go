@@ -95,7 +95,7 @@ func (l *Loop) schedule() {
 			// The cluster's plan in flight goes on where it paused.
 			rec.paused = nil
 			l.inflight++
-			l.work <- *j
+			l.start(*j)
 			continue
 		}
 		p := rec.waiting
@@ -113,8 +113,17 @@ func (l *Loop) schedule() {
 		ctx, cancel := context.WithCancel(l.runCtx)
 		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
 		l.inflight++
-		l.work <- job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent}
+		l.start(job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent})
 	}
+}
+
+// start hands a job to a worker, or to Options.Exec when set.
+func (l *Loop) start(j job) {
+	if l.exec != nil {
+		l.exec(j.key, func() { l.runJob(j) })
+		return
+	}
+	l.work <- j
 }
 
 // planPaused takes back a plan a worker paused between two steps: the
@@ -169,26 +178,32 @@ func (l *Loop) planAccounted(key string) {
 func (l *Loop) worker() {
 	defer l.wg.Done()
 	for j := range l.work {
-		if !l.runPlan(&j) {
-			l.in.post(Event{Key: j.key, Kind: paused, At: l.clock.Now(), cont: &j})
-			continue
-		}
-		err, panicErr := j.err, j.panicErr
-		j.cancel()
-		l.st.plansRun.Add(1)
-		if err != nil {
-			l.st.plansFailed.Add(1)
-		}
-		now := l.clock.Now()
-		// PlanDone first: the handler learns the plan is over, then that
-		// it panicked. Both are queued in order on the cluster's FIFO, at
-		// once, so the loop is never idle between them.
-		done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now}
-		if panicErr != nil {
-			l.in.postPair(done, Event{Key: j.key, Kind: Panicked, PlanID: j.plan.ID, Err: panicErr, At: now})
-		} else {
-			l.in.post(done)
-		}
+		l.runJob(j)
+	}
+}
+
+// runJob runs a job's steps until it is done or pauses, and reports to the
+// loop: the rest of a paused plan, or the plan's result.
+func (l *Loop) runJob(j job) {
+	if !l.runPlan(&j) {
+		l.in.post(Event{Key: j.key, Kind: paused, At: l.clock.Now(), cont: &j})
+		return
+	}
+	err, panicErr := j.err, j.panicErr
+	j.cancel()
+	l.st.plansRun.Add(1)
+	if err != nil {
+		l.st.plansFailed.Add(1)
+	}
+	now := l.clock.Now()
+	// PlanDone first: the handler learns the plan is over, then that it
+	// panicked. Both are queued in order on the cluster's FIFO, at once,
+	// so the loop is never idle between them.
+	done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now}
+	if panicErr != nil {
+		l.in.postPair(done, Event{Key: j.key, Kind: Panicked, PlanID: j.plan.ID, Err: panicErr, At: now})
+	} else {
+		l.in.post(done)
 	}
 }
 

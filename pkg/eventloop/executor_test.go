@@ -262,3 +262,57 @@ func TestLongPlanYieldsBetweenSteps(t *testing.T) {
 		t.Errorf("big's results %+v, want one success", done)
 	}
 }
+
+// TestExecRunsPlansWhenTold checks Options.Exec: the loop hands each plan's
+// work to Exec instead of running it, WaitIdle does not wait for work Exec
+// holds, Workers still bounds what is handed out, and the plan reports
+// only once Exec runs the work.
+func TestExecRunsPlansWhenTold(t *testing.T) {
+	var (
+		mu   sync.Mutex
+		held []func()
+		keys []string
+		ran  []string
+	)
+	exec := func(key string, work func()) {
+		mu.Lock()
+		defer mu.Unlock()
+		held, keys = append(held, work), append(keys, key)
+	}
+	rec := newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{}
+		}
+		return Outcome{Plan: plan(1, step("s", func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ran = append(ran, ev.Key)
+			return nil
+		}))}
+	})
+	l := startLoop(t, rec, Options{Exec: exec, Workers: 1})
+	l.Notify("ns/a", "spec")
+	l.Notify("ns/b", "spec")
+	l.waitIdle(t)
+	take := func() func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(held) != 1 || len(ran) != 0 {
+			t.Fatalf("held %d plans (%v), ran %v; want one held (Workers: 1), none run", len(held), keys, ran)
+		}
+		w := held[0]
+		held = held[:0]
+		return w
+	}
+	take()()
+	rec.waitUntil(t, "ns/a's PlanDone", has(is("ns/a", PlanDone)))
+	l.waitIdle(t)
+	mu.Lock()
+	if !slices.Equal(keys, []string{"ns/a", "ns/b"}) || !slices.Equal(ran, []string{"ns/a"}) {
+		t.Errorf("handed %v, ran %v; want [ns/a ns/b], [ns/a]", keys, ran)
+	}
+	ran = ran[:0]
+	mu.Unlock()
+	take()()
+	rec.waitUntil(t, "ns/b's PlanDone", has(is("ns/b", PlanDone)))
+}

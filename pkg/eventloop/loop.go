@@ -50,6 +50,17 @@ type Options struct {
 	// coalesced Signal, since the first of its kind). It is on the hot
 	// path: it must be cheap and never block (a histogram's Observe is).
 	Observe func(kind Kind, lag time.Duration)
+	// Exec, when set, runs the plans in place of the executor's workers:
+	// the loop calls it on its goroutine with the work of one plan (or of
+	// the rest of a paused one), and Exec decides when, and on which
+	// goroutine, work runs; it must not block. Workers still bounds the
+	// plans handed out at once. A deterministic simulation (test/sim) sets
+	// it to run one plan at a time in an order it chooses, since the
+	// scheduler's order of the workers' goroutines differs run to run.
+	// WaitIdle then waits only for what the loop itself holds (its inbox,
+	// its due timers), not for plans handed to Exec. Default: nil, the
+	// workers run the plans.
+	Exec func(key string, work func())
 }
 
 // Loop runs every cluster's state machine on one goroutine: it takes events
@@ -66,6 +77,7 @@ type Loop struct {
 	stepTimeout time.Duration
 	log         logrus.FieldLogger
 	observe     func(Kind, time.Duration)
+	exec        func(string, func())
 
 	in      *inbox
 	st      counters
@@ -122,6 +134,7 @@ func New(h Handler, opts Options) *Loop {
 		stepTimeout: opts.StepTimeout,
 		log:         opts.Log,
 		observe:     opts.Observe,
+		exec:        opts.Exec,
 		in:          newInbox(),
 		stopped:     make(chan struct{}),
 		clusters:    make(map[string]*record),
@@ -164,9 +177,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	l.runCtx = runCtx
 	l.work = make(chan job, l.workers)
-	l.wg.Add(l.workers)
-	for range l.workers {
-		go l.worker()
+	if l.exec == nil {
+		l.wg.Add(l.workers)
+		for range l.workers {
+			go l.worker()
+		}
 	}
 	defer func() {
 		cancel()
@@ -184,8 +199,9 @@ func (l *Loop) Run(ctx context.Context) error {
 // no timer is due by the loop's clock, and no plan is running or waiting.
 // Timers not yet due do not count. It is meant for tests: step a fake clock,
 // then WaitIdle, and every timer due at the new time has been fired and
-// handled, and every plan it started has reported. It returns ctx.Err() if
-// ctx ends first and ErrStopped if Run has returned.
+// handled, and every plan it started has reported (with Options.Exec, only
+// handed to Exec). It returns ctx.Err() if ctx ends first and ErrStopped if
+// Run has returned.
 func (l *Loop) WaitIdle(ctx context.Context) error {
 	ch := make(chan struct{})
 	l.in.addIdle(ch)
@@ -212,7 +228,14 @@ func (l *Loop) run(ctx context.Context) {
 			continue
 		}
 		l.publish()
-		if l.inflight == 0 && l.runq.waiting() == 0 {
+		// The wake-up is armed before WaitIdle callers are told: one
+		// that steps a fake clock to the next thing due (test/sim) must
+		// find the next timer armed on it.
+		wake, due := l.armWake(now)
+		if due {
+			continue
+		}
+		if l.exec != nil || (l.inflight == 0 && l.runq.waiting() == 0) {
 			if !l.in.takeIdle(&l.idle) {
 				continue // an event arrived since take
 			}
@@ -228,10 +251,6 @@ func (l *Loop) run(ctx context.Context) {
 				clear(l.idle)
 				l.idle = l.idle[:0]
 			}
-		}
-		wake, due := l.armWake(now)
-		if due {
-			continue
 		}
 		select {
 		case <-ctx.Done():

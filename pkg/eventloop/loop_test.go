@@ -13,6 +13,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // A producer is never blocked, even while every executor slot is busy with
@@ -896,4 +898,39 @@ func TestDropPlanWaitingForWorker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitIdleArmsWake checks that when WaitIdle returns, the loop's
+// wake-up for its next timer is armed on the clock: a caller that steps a
+// fake clock to the next thing due (test/sim reads it off the clock) finds
+// it, and the timer fires at its deadline, not at the next step after. The
+// clock is slow to make a timer, so that a WaitIdle returning before the
+// loop armed it would be seen.
+func TestWaitIdleArmsWake(t *testing.T) {
+	fc := testingclock.NewFakeClock(t0)
+	rec := newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{Epoch: 1}
+		}
+		return Outcome{Epoch: 1, Timers: []TimerOp{{Name: "retry", Deadline: t0.Add(time.Second)}}}
+	})
+	l := startLoop(t, rec, Options{Clock: slowTimerClock{fc}})
+	l.Notify("ns/a", "spec")
+	l.waitIdle(t)
+	if !fc.HasWaiters() {
+		t.Fatal("WaitIdle returned before the wake-up for the timer was armed")
+	}
+	fc.Step(time.Second)
+	l.waitIdle(t)
+	if evs := only(rec.snapshot(), is("ns/a", TimerFired)); len(evs) != 1 || !evs[0].At.Equal(t0.Add(time.Second)) {
+		t.Errorf("timer events %v; want one, fired at its deadline", brief(evs))
+	}
+}
+
+// slowTimerClock is a fake clock that takes a while to make a timer.
+type slowTimerClock struct{ *testingclock.FakeClock }
+
+func (c slowTimerClock) NewTimer(d time.Duration) clock.Timer {
+	time.Sleep(20 * time.Millisecond)
+	return c.FakeClock.NewTimer(d)
 }

@@ -197,10 +197,13 @@ func (o *outbox) replacePods(refs, listed []PodRef) {
 	o.replace = append(slices.Clone(o.replace), refs...)
 }
 
-// retried forgets the quota version last nudged for: the retry timer
-// fired, and a nudge that failed (or whose annotation the cache still does
-// not show) is asked for again.
-func (o *outbox) retried() { o.nudged = "" }
+// retried forgets what was asked for once and may not have happened: the
+// retry timer fired, and a nudge that failed (or whose annotation the cache
+// still does not show) is asked for again, and so is a switchover Patroni
+// accepted while the primary stayed (its candidate failed to promote, or
+// the old primary took the lock back before pgloop saw another): else the
+// rollout would wait for a primary change that never comes.
+func (o *outbox) retried() { o.nudged, o.switchedFrom = "", "" }
 
 // askNudge asks for the quota version v to be recorded on the StatefulSet,
 // once per version.

@@ -26,7 +26,7 @@ func (i *Informers) specHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*v1.Postgresql)
 			cur, ok2 := newObj.(*v1.Postgresql)
-			if ok1 && ok2 && !specChanged(old, cur) {
+			if ok1 && ok2 && !SpecChanged(old, cur) {
 				return
 			}
 			notify(newObj)
@@ -42,14 +42,15 @@ func (i *Informers) specHandler() cache.ResourceEventHandler {
 	}
 }
 
-// specChanged reports whether an update of a Postgresql is one the state
+// SpecChanged reports whether an update of a Postgresql is one the state
 // machine must see. pgloop's own status writes are not: each would be
 // observed, may change the status again (a new message, a new timestamp),
 // and the loop would feed itself. So an update that changes only status,
 // resourceVersion or managed fields is dropped. A resync (the informer hands
 // the cached object itself as both old and new) always notifies: that is
-// what a resync period is for.
-func specChanged(old, cur *v1.Postgresql) bool {
+// what a resync period is for. Exported for the simulation (test/sim),
+// whose cache notifies by the same rule.
+func SpecChanged(old, cur *v1.Postgresql) bool {
 	if old == cur {
 		return true
 	}

@@ -282,12 +282,12 @@ func TestSpecChanged(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cur := base.DeepCopy()
 			tt.mod(cur)
-			if got := specChanged(base, cur); got != tt.want {
-				t.Errorf("specChanged = %v, want %v", got, tt.want)
+			if got := SpecChanged(base, cur); got != tt.want {
+				t.Errorf("SpecChanged = %v, want %v", got, tt.want)
 			}
 		})
 	}
-	if !specChanged(base, base) {
+	if !SpecChanged(base, base) {
 		t.Error("a resync (same object) must notify")
 	}
 }

@@ -1,0 +1,233 @@
+package sim
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/effects"
+	"github.com/pgloop/pgloop/pkg/facts"
+	"github.com/pgloop/pgloop/pkg/informers"
+)
+
+// view stands in for pkg/informers: the operator's caches of the API,
+// which the simulator fills with the API's changes when it decides (late,
+// or dropped and then relisted), and which notifies the loop as the
+// informers' handlers do. The real informers run goroutines of their own
+// whose order a seed cannot decide; the view is filled on the simulator's
+// goroutine only. Like the informers it caches only the objects labelled
+// application=spilo among the owned kinds, and no Secret or ConfigMap data.
+type view struct {
+	mu   sync.RWMutex
+	objs map[objKey]runtime.Object
+}
+
+var (
+	_ facts.Reader  = (*view)(nil)
+	_ effects.Cache = (*view)(nil)
+)
+
+// owned are the kinds cached only when labelled application=spilo.
+var owned = map[string]bool{"pods": true, "statefulsets": true, "services": true, "secrets": true,
+	"poddisruptionbudgets": true, "persistentvolumeclaims": true, "configmaps": true,
+	"serviceaccounts": true, "roles": true, "rolebindings": true}
+
+func newView() *view { return &view{objs: map[objKey]runtime.Object{}} }
+
+// cached returns what the cache keeps of obj, nil when it keeps nothing.
+func cached(key objKey, obj runtime.Object) runtime.Object {
+	if obj == nil {
+		return nil
+	}
+	if owned[key.res] && objMeta(obj).GetLabels()[cluster.LabelApplication] != cluster.ApplicationSpilo {
+		return nil
+	}
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		o.Data, o.StringData = nil, nil
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = nil, nil
+	}
+	return obj
+}
+
+// apply puts one object (nil: its deletion) in the cache and returns the
+// signals the informers' handlers would send for the change, as
+// "cluster-key signal" pairs.
+func (v *view) apply(key objKey, obj runtime.Object) [][2]string {
+	obj = cached(key, obj)
+	v.mu.Lock()
+	old := v.objs[key]
+	if obj == nil {
+		delete(v.objs, key)
+	} else {
+		v.objs[key] = obj
+	}
+	v.mu.Unlock()
+	if old == nil && obj == nil {
+		return nil
+	}
+	return signals(key, old, obj)
+}
+
+// relist replaces the whole cache with a list of the API, as an informer
+// does when its watch ends, and returns the signals of what differed.
+func (v *view) relist(objs map[objKey]runtime.Object) [][2]string {
+	keys := slices.Collect(maps.Keys(objs))
+	v.mu.RLock()
+	for k := range v.objs {
+		if _, ok := objs[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	v.mu.RUnlock()
+	slices.SortFunc(keys, func(x, y objKey) int { return strings.Compare(x.String(), y.String()) })
+	var out [][2]string
+	for _, k := range keys {
+		v.mu.RLock()
+		old := v.objs[k]
+		v.mu.RUnlock()
+		obj := objs[k]
+		if old != nil && obj != nil && objMeta(old).GetResourceVersion() == objMeta(obj).GetResourceVersion() {
+			continue
+		}
+		out = append(out, v.apply(k, obj)...)
+	}
+	return out
+}
+
+// signals are what pkg/informers' handlers notify for a change of one
+// object from old to cur (either may be nil).
+func signals(key objKey, old, cur runtime.Object) [][2]string {
+	either := cur
+	if either == nil {
+		either = old
+	}
+	m := objMeta(either)
+	clusterKey := m.GetNamespace() + "/" + m.GetLabels()[cluster.LabelClusterName]
+	switch key.res {
+	case "postgresqls":
+		if old != nil && cur != nil && !informers.SpecChanged(old.(*v1.Postgresql), cur.(*v1.Postgresql)) {
+			return nil
+		}
+		return [][2]string{{key.ns + "/" + key.name, informers.SignalSpec}}
+	case "configmaps":
+		if m.GetLabels()[cluster.LabelClusterName] == "" || key.name != cluster.LeaderConfigMapName(m.GetLabels()[cluster.LabelClusterName]) {
+			return nil
+		}
+		if old != nil && cur != nil && objMeta(old).GetAnnotations()[cluster.AnnotationLeader] == objMeta(cur).GetAnnotations()[cluster.AnnotationLeader] {
+			return nil
+		}
+		return [][2]string{{clusterKey, informers.SignalLeader}}
+	case "pods":
+		if m.GetLabels()[cluster.LabelClusterName] != "" {
+			return [][2]string{{clusterKey, informers.SignalPods}}
+		}
+	case "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims":
+		if m.GetLabels()[cluster.LabelClusterName] != "" {
+			return [][2]string{{clusterKey, informers.SignalObjects}}
+		}
+	}
+	return nil
+}
+
+// lookup returns the cached object res/ns/name as a T.
+func lookup[T runtime.Object](v *view, res, ns, name string) (T, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	obj, ok := v.objs[objKey{res, ns, name}].(T)
+	return obj, ok
+}
+
+// members returns the cached objects of res labelled for the cluster
+// key, sorted by name.
+func members[T runtime.Object](v *view, res, key string) []T {
+	ns, name, _ := strings.Cut(key, "/")
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []T
+	for k, obj := range v.objs {
+		if k.res == res && k.ns == ns && objMeta(obj).GetLabels()[cluster.LabelClusterName] == name {
+			out = append(out, obj.(T))
+		}
+	}
+	slices.SortFunc(out, func(a, b T) int { return strings.Compare(objMeta(a).GetName(), objMeta(b).GetName()) })
+	return out
+}
+
+func (v *view) Objects(key string) (facts.Objects, bool) {
+	pg, ok := v.Postgresql(key)
+	if !ok {
+		return facts.Objects{}, false
+	}
+	objs := facts.Objects{Postgresql: pg, Pods: v.Pods(key), Claims: v.PersistentVolumeClaims(key)}
+	objs.StatefulSet, _ = v.StatefulSet(pg.Namespace, cluster.StatefulSetName(pg.Name))
+	objs.Leader, _ = lookup[*corev1.ConfigMap](v, "configmaps", pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	for _, name := range facts.SecretNames(pg) {
+		if s, ok := v.Secret(pg.Namespace, name); ok {
+			objs.Secrets = append(objs.Secrets, s)
+		}
+	}
+	return objs, true
+}
+
+func (v *view) Postgresql(key string) (*v1.Postgresql, bool) {
+	ns, name, _ := strings.Cut(key, "/")
+	return lookup[*v1.Postgresql](v, "postgresqls", ns, name)
+}
+
+func (v *view) Postgresqls(namespace string) []*v1.Postgresql {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []*v1.Postgresql
+	for k, obj := range v.objs {
+		if k.res == "postgresqls" && k.ns == namespace {
+			out = append(out, obj.(*v1.Postgresql))
+		}
+	}
+	slices.SortFunc(out, func(a, b *v1.Postgresql) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (v *view) StatefulSet(ns, name string) (*appsv1.StatefulSet, bool) {
+	return lookup[*appsv1.StatefulSet](v, "statefulsets", ns, name)
+}
+
+func (v *view) Service(ns, name string) (*corev1.Service, bool) {
+	return lookup[*corev1.Service](v, "services", ns, name)
+}
+
+func (v *view) Secret(ns, name string) (*corev1.Secret, bool) {
+	return lookup[*corev1.Secret](v, "secrets", ns, name)
+}
+
+func (v *view) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudget, bool) {
+	return lookup[*policyv1.PodDisruptionBudget](v, "poddisruptionbudgets", ns, name)
+}
+
+func (v *view) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {
+	return lookup[*corev1.ServiceAccount](v, "serviceaccounts", ns, name)
+}
+
+func (v *view) Role(ns, name string) (*rbacv1.Role, bool) {
+	return lookup[*rbacv1.Role](v, "roles", ns, name)
+}
+
+func (v *view) RoleBinding(ns, name string) (*rbacv1.RoleBinding, bool) {
+	return lookup[*rbacv1.RoleBinding](v, "rolebindings", ns, name)
+}
+
+func (v *view) PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim {
+	return members[*corev1.PersistentVolumeClaim](v, "persistentvolumeclaims", key)
+}
+
+func (v *view) Pods(key string) []*corev1.Pod { return members[*corev1.Pod](v, "pods", key) }
