@@ -38,6 +38,14 @@ type Options struct {
 	// Trace is how many of the last lines of the trace a Result keeps
 	// (0: 60).
 	Trace int
+	// serial runs the plans one at a time, first come, first served, a
+	// step that waits holding every other (and the loop hands every plan
+	// at once): an executor that breaks isolation, for
+	// TestIsolationFailsWhenSerial.
+	serial bool
+	// hung, when not 0, makes that many hung clusters in stuckNS in
+	// every seed (newStuck).
+	hung int
 }
 
 // Result is what one run saw.
@@ -54,6 +62,13 @@ type Result struct {
 	// Writes counts the operator's write calls; MaxWritesPerMinute is the
 	// most one cluster made in one simulated minute.
 	Writes, MaxWritesPerMinute int
+	// MaxWait is the longest a plan of a cluster outside stuckNS waited
+	// to start once it could (isolationBound), MaxWaitKey its cluster.
+	MaxWait    time.Duration
+	MaxWaitKey string
+	// MaxStuckStarts is the most plan starts of stuck clusters during one
+	// such wait.
+	MaxStuckStarts int
 	// Violations are the invariants that did not hold, empty when all did.
 	Violations []string
 	// Trace is the end of the run's trace: what happened, in order.
@@ -90,6 +105,7 @@ type Sim struct {
 	world *world
 	sw    swarm
 	log   *logrus.Logger
+	hung  map[string]bool // clusters whose steps hang (plannedCluster.hung)
 
 	plan   []plannedCluster
 	ops    []op
@@ -114,6 +130,7 @@ type Sim struct {
 	jobSeq  int
 	watch   watchState
 	checks  checkState
+	iso     isolation
 	rounds  int
 	roundAt time.Time
 
@@ -191,10 +208,17 @@ func newSim(seed int64, opt Options) *Sim {
 	s.world = newWorld(s.api)
 	s.sw = newSwarm(s.rng, opt.Active)
 	s.plan, s.ops = newWorkload(s.rng, opt.Active)
+	stuck, ops := newStuck(seed, opt.Active, opt.hung)
+	s.plan = append(s.plan, stuck...)
+	s.ops = append(s.ops, ops...)
+	slices.SortStableFunc(s.ops, func(a, b op) int { return int(a.at - b.at) })
+	s.hung = map[string]bool{}
 	for _, pc := range s.plan {
 		s.world.fates[pc.key] = pc.fate
+		s.hung[pc.key] = pc.hung
 	}
 	s.checks = newCheckState()
+	s.iso = newIsolation()
 	s.api.gone = func(k objKey) { s.checks.gone(s, k) }
 	s.log = logrus.New()
 	s.log.SetOutput(io.Discard)
@@ -266,6 +290,7 @@ func (s *Sim) run() {
 	s.stopOperator()
 	s.finalChecks()
 	s.res.Simulated = s.since()
+	s.res.MaxWait, s.res.MaxWaitKey, s.res.MaxStuckStarts = s.iso.max, s.iso.maxKey, s.iso.maxStuck
 	s.res.Trace = s.trace[max(0, len(s.trace)-s.opt.Trace):]
 }
 
@@ -457,7 +482,11 @@ func (s *Sim) startOperator() {
 	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, facts.NewDeriver(build, true), s.clock.Now),
 		steps, s.clock, entry)
 	inc := s.inc
-	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: s.clock, Workers: s.sw.workers,
+	workers := s.sw.workers
+	if s.opt.serial {
+		workers = 1000
+	}
+	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: s.clock, Workers: workers,
 		StepTimeout: stepTimeout, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
 	ctrl.SetRolloutBudget(rolloutBudget, loop.Notify)
 	keys := v.keys("postgresqls")
@@ -466,6 +495,9 @@ func (s *Sim) startOperator() {
 		loop.Notify(key, informers.SignalSpec)
 	}
 	s.checks.restarted(s, objs)
+	s.mu.Lock()
+	s.iso.reset()
+	s.mu.Unlock()
 	s.tracef("operator %d started with %d clusters", inc, len(keys))
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{inc: inc, loop: loop, view: v, cancel: cancel, done: make(chan struct{})}
@@ -507,6 +539,9 @@ func (s *Sim) exec(inc int, key string, work func()) {
 			s.res.Violations = append(s.res.Violations, fmt.Sprintf("at %v: two plans of %s in flight", s.since(), key))
 		}
 	}
+	if inc == s.inc {
+		s.iso.handed(key)
+	}
 	s.jobSeq++
 	s.pending = append(s.pending, &job{id: s.jobSeq, inc: inc, key: key, work: work, wake: make(chan struct{})})
 }
@@ -522,14 +557,33 @@ func (s *Sim) runJob(now time.Time) bool {
 			ready = append(ready, j)
 		}
 	}
-	ready = append(ready, s.pending...)
+	switch {
+	case !s.opt.serial:
+		ready = append(ready, s.pending...)
+	case len(s.parked) == 0:
+		ready = s.pending
+	case len(ready) < len(s.parked):
+		ready = nil // a parked plan holds the one worker
+	}
 	if len(ready) == 0 {
 		s.mu.Unlock()
 		return false
 	}
 	j := ready[s.rng.IntN(len(ready))]
+	if s.opt.serial {
+		j = ready[0]
+	}
 	s.pending = slices.DeleteFunc(s.pending, func(x *job) bool { return x == j })
 	s.parked = slices.DeleteFunc(s.parked, func(x *job) bool { return x == j })
+	if !j.started && j.inc == s.live {
+		if d, stuck, other, ok := s.iso.started(j.key, now); ok {
+			s.res.Checks["isolation"]++
+			if !fair(stuck, other) {
+				s.violation("a plan of %s waited %v to start, behind %d starts of stuck clusters and %d of others (at most %d per other start): stuck clusters delay it",
+					j.key, d.Round(time.Millisecond), stuck, other, maxStuckShare)
+			}
+		}
+	}
 	s.mu.Unlock()
 	s.resume(j)
 	if !j.done {
@@ -554,6 +608,11 @@ func (s *Sim) resume(j *job) {
 		j.wake <- struct{}{}
 	}
 	<-s.yield
+	if j.done && j.inc == s.live {
+		s.mu.Lock()
+		s.iso.ended(j.key, s.clock.Now())
+		s.mu.Unlock()
+	}
 	s.active = nil
 	s.kube.ClearActions()
 	s.pg.ClearActions()
@@ -581,6 +640,11 @@ func (p *probe) Handle(ev eventloop.Event) eventloop.Outcome {
 	p.s.checks.event(p.s, p.inc, ev)
 	out := p.ctrl.Handle(ev)
 	p.s.checks.outcome(p.s, p.inc, ev, out)
+	if out.Plan != nil {
+		p.s.mu.Lock()
+		p.s.iso.planned(ev.Key, p.s.clock.Now())
+		p.s.mu.Unlock()
+	}
 	line := fmt.Sprintf("%s %s %s", ev.Key, ev.Kind, ev.Name)
 	if m := p.ctrl.Machine(ev.Key); m != nil {
 		st := m.Status()
@@ -618,6 +682,14 @@ func (a *actor) enter(ctx context.Context) error {
 	j.ctx = ctx
 	if j.inc != s.live {
 		return errCrashed
+	}
+	if d, ok := ctx.Deadline(); ok && s.hung[j.key] && s.since() < s.opt.Active {
+		s.count(FaultHungCluster)
+		s.park(d)
+		if j.inc != s.live {
+			return errCrashed
+		}
+		return fmt.Errorf("simulated call of a hung cluster: %w", context.DeadlineExceeded)
 	}
 	wait, hang := s.stepFault(ctx)
 	if wait > 0 {

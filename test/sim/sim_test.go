@@ -78,9 +78,51 @@ var regressions = []struct {
 
 func TestRegressions(t *testing.T) {
 	for _, r := range regressions {
+		if stuck, _ := newStuck(r.seed, time.Minute, 0); len(stuck) > 0 {
+			t.Errorf("seed %d draws stuck clusters: its run is not the one that found %s", r.seed, r.found)
+		}
 		res := Run(r.seed, Options{})
 		for _, v := range res.Violations {
 			t.Errorf("seed %d (%s): %s\n%s", r.seed, r.found, v, strings.Join(res.Trace, "\n"))
+		}
+	}
+}
+
+// TestIsolationFailsWhenSerial checks the isolation invariant against an
+// executor that breaks it: with 24 hung clusters in stuckNS, the real
+// loop keeps every other cluster's waits within their share, and a
+// simulator that runs plans first come, first served, a hung step holding
+// every other, fails it.
+func TestIsolationFailsWhenSerial(t *testing.T) {
+	for _, s := range []int64{2, 3, 5} {
+		res := Run(s, Options{hung: 24})
+		if res.Faults[FaultHungCluster] == 0 {
+			t.Errorf("seed %d: no step of a hung cluster", s)
+		}
+		for _, v := range res.Violations {
+			t.Errorf("seed %d, the loop's executor: %s", s, v)
+		}
+		serial := Run(s, Options{hung: 24, serial: true})
+		if !slices.ContainsFunc(serial.Violations, func(v string) bool { return strings.Contains(v, "stuck clusters delay it") }) {
+			t.Errorf("seed %d, a serial executor: isolation held (most stuck starts in one wait %d, longest wait %v): the check does not see it",
+				s, serial.MaxStuckStarts, serial.MaxWait)
+		}
+	}
+}
+
+func TestFair(t *testing.T) {
+	for _, c := range []struct {
+		stuck, other int
+		want         bool
+	}{
+		{0, 0, true},
+		{maxStuckShare, 0, true},
+		{maxStuckShare + 1, 0, false},
+		{2 * maxStuckShare, 1, true},
+		{24, 1, false},
+	} {
+		if got := fair(c.stuck, c.other); got != c.want {
+			t.Errorf("fair(%d, %d) = %t, want %t", c.stuck, c.other, got, c.want)
 		}
 	}
 }

@@ -35,6 +35,9 @@ type plannedCluster struct {
 	key   string
 	fate  fate
 	valid bool
+	// hung: every step of the cluster blocks until its deadline while
+	// the faults last (FaultHungCluster).
+	hung bool
 }
 
 // images are the Spilo images edits switch between: a new image is a

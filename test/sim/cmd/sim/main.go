@@ -71,6 +71,8 @@ func swarm(first int64, n, jobs int) int {
 		checks           = map[string]int{}
 		writes           int
 		maxWrites        int
+		maxWait          time.Duration
+		maxStuck         int
 		hours, simulated float64
 		failed           []sim.Result
 	)
@@ -83,6 +85,7 @@ func swarm(first int64, n, jobs int) int {
 		}
 		writes += res.Writes
 		maxWrites = max(maxWrites, res.MaxWritesPerMinute)
+		maxWait, maxStuck = max(maxWait, res.MaxWait), max(maxStuck, res.MaxStuckStarts)
 		hours += res.ClusterHours
 		simulated += res.Simulated.Hours()
 		if len(res.Violations) > 0 {
@@ -106,6 +109,8 @@ func swarm(first int64, n, jobs int) int {
 	fmt.Printf("faults injected: %s\n", counts(faults))
 	fmt.Printf("invariant checks: %s\n", counts(checks))
 	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
+	fmt.Printf("isolation: a plan outside the stuck namespace waited at most %v to start, behind at most %d starts of stuck clusters\n",
+		maxWait.Round(time.Millisecond), maxStuck)
 	fmt.Printf("failures: %d\n", len(failed))
 	if len(failed) > 0 {
 		return 1
