@@ -150,8 +150,11 @@ func (c *isolation) started(key string, now time.Time) (d time.Duration, stuck, 
 }
 
 // fair tells whether the stuck clusters took at most their share of the
-// starts while a plan waited (maxStuckShare).
-func fair(stuck, other int) bool { return stuck <= maxStuckShare*(other+1) }
+// starts while a plan waited (maxStuckShare), with workers the executor's
+// size: the run queue chose up to that many plans before the wait began
+// that start during it (the simulator starts the plans the loop handed
+// in an order of its own; the pool's workers pick theirs as they free).
+func fair(stuck, other, workers int) bool { return stuck <= maxStuckShare*(other+1)+workers }
 
 // ended notes a job of key that ended at now.
 func (c *isolation) ended(key string, now time.Time) {

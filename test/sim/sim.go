@@ -578,9 +578,9 @@ func (s *Sim) runJob(now time.Time) bool {
 	if !j.started && j.inc == s.live {
 		if d, stuck, other, ok := s.iso.started(j.key, now); ok {
 			s.res.Checks["isolation"]++
-			if !fair(stuck, other) {
-				s.violation("a plan of %s waited %v to start, behind %d starts of stuck clusters and %d of others (at most %d per other start): stuck clusters delay it",
-					j.key, d.Round(time.Millisecond), stuck, other, maxStuckShare)
+			if !fair(stuck, other, s.sw.workers) {
+				s.violation("a plan of %s waited %v to start, behind %d starts of stuck clusters and %d of others (at most %d per other start, and %d handed before): stuck clusters delay it",
+					j.key, d.Round(time.Millisecond), stuck, other, maxStuckShare, s.sw.workers)
 			}
 		}
 	}

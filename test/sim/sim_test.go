@@ -112,17 +112,18 @@ func TestIsolationFailsWhenSerial(t *testing.T) {
 
 func TestFair(t *testing.T) {
 	for _, c := range []struct {
-		stuck, other int
-		want         bool
+		stuck, other, workers int
+		want                  bool
 	}{
-		{0, 0, true},
-		{maxStuckShare, 0, true},
-		{maxStuckShare + 1, 0, false},
-		{2 * maxStuckShare, 1, true},
-		{24, 1, false},
+		{0, 0, 1, true},
+		{maxStuckShare + 1, 0, 1, true},
+		{maxStuckShare + 2, 0, 1, false},
+		{maxStuckShare + 4, 0, 4, true},
+		{2*maxStuckShare + 1, 1, 1, true},
+		{24, 1, 1, false},
 	} {
-		if got := fair(c.stuck, c.other); got != c.want {
-			t.Errorf("fair(%d, %d) = %t, want %t", c.stuck, c.other, got, c.want)
+		if got := fair(c.stuck, c.other, c.workers); got != c.want {
+			t.Errorf("fair(%d, %d, %d) = %t, want %t", c.stuck, c.other, c.workers, got, c.want)
 		}
 	}
 }
