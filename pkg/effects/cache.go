@@ -103,6 +103,15 @@ func (m *sharedMemo) state(ns string, now time.Time) (inPlace, deleted bool, gen
 func (m *sharedMemo) record(ns string, gen uint64, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	e := m.entry(ns)
+	if e.gen != gen {
+		return
+	}
+	e.checked, e.deleted = now, false
+}
+
+// entry returns the namespace's entry, made when missing; m.mu is held.
+func (m *sharedMemo) entry(ns string) *sharedEntry {
 	if m.ns == nil {
 		m.ns = map[string]*sharedEntry{}
 	}
@@ -111,10 +120,7 @@ func (m *sharedMemo) record(ns string, gen uint64, now time.Time) {
 		e = &sharedEntry{}
 		m.ns[ns] = e
 	}
-	if e.gen != gen {
-		return
-	}
-	e.checked, e.deleted = now, false
+	return e
 }
 
 // deleteAll notes that a cleanup deleted the namespace's objects (or tried
@@ -122,14 +128,7 @@ func (m *sharedMemo) record(ns string, gen uint64, now time.Time) {
 func (m *sharedMemo) deleteAll(ns string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ns == nil {
-		m.ns = map[string]*sharedEntry{}
-	}
-	e := m.ns[ns]
-	if e == nil {
-		e = &sharedEntry{}
-		m.ns[ns] = e
-	}
+	e := m.entry(ns)
 	e.checked, e.deleted = time.Time{}, true
 	e.gen++
 }

@@ -291,25 +291,15 @@ func dropOwner[T cluster.Object](ctx context.Context, r *run, c sharedClient[T],
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var cur T
-		var found bool
-		if attempt == 1 && lookup != nil {
-			cur, found = lookup()
-		} else {
-			var err error
-			cur, err = c.Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case err == nil:
-				found = true
-			case !apierrors.IsNotFound(err):
-				return fmt.Errorf("get %s %s: %w", kind, name, err)
-			}
+		cur, found, err := current(ctx, attempt, c.Get, kind, name, lookup)
+		if err != nil {
+			return err
 		}
 		if !found || !slices.ContainsFunc(cur.GetOwnerReferences(), func(ref metav1.OwnerReference) bool { return ref.UID == uid }) {
 			return nil
 		}
 		out, _, _ := withoutClusterOwners(cur)
-		_, err := c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("owner references of clusters removed")

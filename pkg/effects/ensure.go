@@ -290,19 +290,9 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var cur T
-		var found bool
-		if attempt == 1 && lookup != nil {
-			cur, found = lookup()
-		} else {
-			var err error
-			cur, err = c.Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case err == nil:
-				found = true
-			case !apierrors.IsNotFound(err):
-				return fmt.Errorf("get %s %s: %w", kind, name, err)
-			}
+		cur, found, err := current(ctx, attempt, c.Get, kind, name, lookup)
+		if err != nil {
+			return err
 		}
 		if !found {
 			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
@@ -335,6 +325,25 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 		}
 		return fmt.Errorf("update %s %s: %w", kind, name, err)
 	}
+}
+
+// current reads the object name: on the first attempt from lookup (the
+// cache) when there is one, else, and after a conflict, from the API
+// through get. found is false when it does not exist.
+func current[T cluster.Object](ctx context.Context, attempt int, get func(context.Context, string, metav1.GetOptions) (T, error),
+	kind, name string, lookup lookupFunc[T]) (cur T, found bool, err error) {
+	if attempt == 1 && lookup != nil {
+		cur, found = lookup()
+		return cur, found, nil
+	}
+	cur, err = get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return cur, true, nil
+	case apierrors.IsNotFound(err):
+		return cur, false, nil
+	}
+	return cur, false, fmt.Errorf("get %s %s: %w", kind, name, err)
 }
 
 // controlled fails with ErrNotControlled unless obj's controller is pg.

@@ -125,14 +125,13 @@ type Sim struct {
 	signals [][2]string
 
 	// Jobs: plans handed by the loop (Exec), run one at a time.
-	active  *job
-	yield   chan *job
-	jobSeq  int
-	watch   watchState
-	checks  checkState
-	iso     isolation
-	rounds  int
-	roundAt time.Time
+	active *job
+	yield  chan *job
+	jobSeq int
+	watch  watchState
+	checks checkState
+	iso    isolation
+	rounds int
 
 	// mu guards what the loop goroutine writes too: the pending jobs,
 	// the result, the trace and the checks' state.
