@@ -31,19 +31,17 @@ const FaultHungCluster = "hungCluster"
 // holds a worker for at most one step, which its deadline ends
 // (stepTimeout), so the time stuck clusters add to a wait is at most
 // maxStuckShare * (other starts + 1) * stepTimeout: it does not grow with
-// their number. Served first come, first served, a plan waits a step of
-// every stuck cluster ahead of it (TestIsolationFailsWhenSerial).
+// their number (plus the plans chosen before the wait began: fair). Served
+// first come, first served, a plan waits a step of every stuck cluster
+// ahead of it (TestIsolationFailsWhenSerial).
 const maxStuckShare = 2*4 + 1
-
-// maxClusters is the most clusters newWorkload makes outside stuckNS.
-const maxClusters = 5
 
 // newStuck draws the clusters of stuckNS: in half of the seeds, 1 to 8,
 // each hung (every step blocks until its deadline while faults last) or
 // with pods never scheduled, created in the first minutes. They use
 // their own stream of draws so that the runs of seeds without them are
-// the runs of the simulator before them (the regression seeds).
-// A test forces n hung clusters (n > 0).
+// the runs of the simulator before them (the regression seeds). A test
+// forces n hung clusters (n > 0), in every seed.
 func newStuck(seed int64, active time.Duration, n int) ([]plannedCluster, []op) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x57ac))
 	if n == 0 && rng.IntN(2) == 0 {

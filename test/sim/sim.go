@@ -63,7 +63,7 @@ type Result struct {
 	// most one cluster made in one simulated minute.
 	Writes, MaxWritesPerMinute int
 	// MaxWait is the longest a plan of a cluster outside stuckNS waited
-	// to start once it could (isolationBound), MaxWaitKey its cluster.
+	// to start once it could (isolation), MaxWaitKey its cluster.
 	MaxWait    time.Duration
 	MaxWaitKey string
 	// MaxStuckStarts is the most plan starts of stuck clusters during one
