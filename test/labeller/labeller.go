@@ -229,6 +229,10 @@ type labeller struct {
 	nodes      listersv1.NodeLister
 	log        logrus.FieldLogger
 	now        func() time.Time
+	// promoted is, by clusterKey, the UID of the pod this labeller last
+	// labelled master, until it demotes it: its cache may not show that
+	// label yet (sync).
+	promoted sync.Map
 }
 
 // sync plays Patroni for one cluster: the role labels of its pods as Roles
@@ -256,6 +260,19 @@ func (l *labeller) sync(ctx context.Context, key clusterKey) error {
 	if len(pods) == 0 {
 		return nil
 	}
+	// The master this labeller promoted last may not carry its label in
+	// the cache yet (the watch lags the patch): counted as labelled, or
+	// Roles would pick a lower ordinal that just became Ready, and two
+	// pods would be master at once.
+	if uid, ok := l.promoted.Load(key); ok {
+		for i, pod := range pods {
+			if pod.UID == uid && pod.Labels[cluster.LabelRole] != cluster.RoleMaster {
+				c := pod.DeepCopy()
+				c.Labels = mergeLabels(c.Labels, map[string]string{cluster.LabelRole: cluster.RoleMaster})
+				pods[i] = c
+			}
+		}
+	}
 	want := Roles(pods)
 	master := ""
 	var demote, promote []*corev1.Pod
@@ -275,8 +292,10 @@ func (l *labeller) sync(ctx context.Context, key clusterKey) error {
 	}
 	var errs []error
 	for _, pod := range demote {
-		if err := l.label(ctx, pod, want[pod.Name]); err != nil {
+		if wrote, err := l.label(ctx, pod, want[pod.Name]); err != nil {
 			errs = append(errs, err)
+		} else if wrote {
+			l.promoted.CompareAndDelete(key, pod.UID)
 		}
 	}
 	if master != "" {
@@ -286,8 +305,10 @@ func (l *labeller) sync(ctx context.Context, key clusterKey) error {
 		}
 	}
 	for _, pod := range promote {
-		if err := l.label(ctx, pod, want[pod.Name]); err != nil {
+		if wrote, err := l.label(ctx, pod, want[pod.Name]); err != nil {
 			errs = append(errs, err)
+		} else if wrote {
+			l.promoted.Store(key, pod.UID)
 		}
 	}
 	return errors.Join(errs...)
@@ -304,23 +325,24 @@ func (l *labeller) onKwok(pod *corev1.Pod) bool {
 // label sets the role label of pod with a merge patch that carries the
 // resourceVersion the decision was made on: a pod that changed meanwhile
 // answers Conflict, and its update event brings the cluster back to the
-// queue. A pod that is gone needs no label.
-func (l *labeller) label(ctx context.Context, pod *corev1.Pod, role string) error {
+// queue. A pod that is gone needs no label. wrote says whether the label
+// was written.
+func (l *labeller) label(ctx context.Context, pod *corev1.Pod, role string) (wrote bool, err error) {
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"labels":{%q:%q}}}`, pod.ResourceVersion, cluster.LabelRole, role)
 	ctx, cancel := context.WithTimeout(ctx, patchTimeout)
 	defer cancel()
-	_, err := l.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	_, err = l.kube.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		l.log.WithFields(logrus.Fields{"pod": pod.Namespace + "/" + pod.Name, "role": role}).Info("labeller: labelled")
-		return nil
+		return true, nil
 	case apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	case apierrors.IsConflict(err):
 		// The newer version is in the queue already, or will be.
-		return nil
+		return false, nil
 	default:
-		return fmt.Errorf("label pod %s/%s %s: %w", pod.Namespace, pod.Name, role, err)
+		return false, fmt.Errorf("label pod %s/%s %s: %w", pod.Namespace, pod.Name, role, err)
 	}
 }
 
