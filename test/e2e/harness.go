@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -288,11 +289,68 @@ func (e *Env) deleteClusters(t testing.TB, o *Operator, namespace string) {
 		}
 	}
 	for _, name := range stuck {
+		e.explainStuck(t, namespace, name)
 		e.dropFinalizers(t, namespace, name)
 	}
 	if len(stuck) > 0 {
 		t.Logf("cleanup: removed the finalizers of %v in %s by hand (operator %s exited: %v)", stuck, namespace, o.Name, o.Exited())
 	}
+}
+
+// explainStuck logs what holds up the deletion of cluster namespace/name:
+// its pods as the API has them and, for those of a process node, the
+// process kubelet's and Patroni's last lines about them (the plane's
+// directory goes with the run).
+func (e *Env) explainStuck(t testing.TB, namespace, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := e.Kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("cleanup: while listing the pods of %s: %v", namespace, err)
+		return
+	}
+	nodes := map[string]testbed.ProcessNode{}
+	for _, n := range e.Plane.ProcessNodes() {
+		nodes[n.Name] = n
+	}
+	for _, pod := range pods.Items {
+		if !strings.HasPrefix(pod.Name, name+"-") {
+			continue
+		}
+		var deleting string
+		if pod.DeletionTimestamp != nil {
+			deleting = fmt.Sprintf(", deleting since %s (grace %ds)", pod.DeletionTimestamp.UTC().Format(time.TimeOnly), ptr.Deref(pod.DeletionGracePeriodSeconds, -1))
+		}
+		t.Logf("cleanup: pod %s on %q: phase %s%s, finalizers %v", pod.Name, pod.Spec.NodeName, pod.Status.Phase, deleting, pod.Finalizers)
+		node, ok := nodes[pod.Spec.NodeName]
+		if !ok {
+			continue
+		}
+		key := "pod=" + namespace + "/" + pod.Name + " "
+		t.Logf("--- process kubelet %s on pod %s (last lines) ---\n%s", node.Name, pod.Name,
+			lastLines(node.Log, 25, func(l string) bool { return strings.Contains(l, key) }))
+		t.Logf("--- Patroni of pod %s (last lines) ---\n%s", pod.Name,
+			lastLines(filepath.Join(PodDir(node, &pod), "patroni.log"), 25, nil))
+	}
+}
+
+// lastLines returns the last n lines of file path that keep accepts (all
+// when keep is nil), or why it could not read them.
+func lastLines(path string, n int, keep func(string) bool) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if keep == nil || keep(l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
 }
 
 func (e *Env) dropFinalizers(t testing.TB, namespace, name string) {

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 		ProcessNodes:      1,
 		TaintProcessNodes: true,
 		Log:               os.Stderr,
+		KeepDir:           os.Getenv("PGLOOP_KEEP_PLANE") != "",
 	})
 	cancel()
 	if err != nil {
