@@ -252,6 +252,15 @@ func DefaultConfig() Config {
 	}
 }
 
+// waitDelay is the delay of the retry after the waits-th effects in a row
+// that waited: RetryBase doubled each time up to 8 times RetryBase (and
+// RetryMax). An observation asks the effects again sooner (pods gone,
+// Patroni's member data changed): the retry is for what no watch shows,
+// such as Patroni applying configuration within its loop_wait.
+func (c *Config) waitDelay(waits int32) time.Duration {
+	return min(c.backoff(min(waits, 3)), 8*c.RetryBase)
+}
+
 // backoff is RetryBase * 2^attempt, capped at RetryMax.
 func (c *Config) backoff(attempt int32) time.Duration {
 	d := c.RetryBase

@@ -105,6 +105,11 @@ type Machine struct {
 	// write each time they are armed; a restarted operator arms them
 	// afresh (Resume) instead.
 	soft []v1.Timer
+	// waits counts the effects that reported waiting (ErrWaiting) one
+	// after another in this state: the retry that asks again in case no
+	// observation does backs off with it. Not kept in status: a restarted
+	// operator asks again soon, as after any restart.
+	waits int32
 
 	call call // scratch of the Handle in progress
 }
@@ -274,16 +279,19 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	switch r.outcome {
 	case waiting:
 		m.st.Message = err.Error()
-		m.setTimer(TimerRetry, m.cfg.RetryBase)
+		m.setTimer(TimerRetry, m.cfg.waitDelay(m.waits))
+		m.waits++
 		if part != nil {
 			m.partCondition(part, ReasonSyncPending, ReasonConfigPending)
 		}
 	case failed:
+		m.waits = 0
 		if part != nil {
 			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
 		}
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
 	case succeeded:
+		m.waits = 0
 		if r.inDatabase != nil {
 			m.recordInDatabase(r.inDatabase)
 		}
@@ -412,6 +420,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 	now := metav1.NewTime(c.now)
 	m.st.State = e.Dst
 	m.st.StateSince = &now
+	m.waits = 0
 	m.st.Reason, m.st.Message = c.reason, c.message
 	m.addHistory(v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
 	m.out.changed()
@@ -1007,14 +1016,22 @@ func (m *Machine) setTimer(name string, d time.Duration) {
 // dropTimer removes the timer name from status (copy-on-write) and reports
 // whether it was there.
 func (m *Machine) dropTimer(name string) bool {
-	for i := range m.st.Timers {
-		if m.st.Timers[i].Name == name {
-			m.st.Timers = slices.Delete(slices.Clone(m.st.Timers), i, i+1)
-			m.out.changed()
-			return true
-		}
+	if !m.removeTimer(name) {
+		return false
 	}
-	return false
+	m.out.changed()
+	return true
+}
+
+// removeTimer removes the timer name from status (copy-on-write), without
+// asking for a write, and reports whether it was there.
+func (m *Machine) removeTimer(name string) bool {
+	i := slices.IndexFunc(m.st.Timers, func(t v1.Timer) bool { return t.Name == name })
+	if i < 0 {
+		return false
+	}
+	m.st.Timers = slices.Delete(slices.Clone(m.st.Timers), i, i+1)
+	return true
 }
 
 func (m *Machine) cancelTimer(name string) {
@@ -1043,7 +1060,10 @@ func (m *Machine) takeTimer(name string, epoch int64) bool {
 	if softTimer(name) {
 		return m.dropSoft(name)
 	}
-	return m.dropTimer(name)
+	// A fired timer left in status fires again, at once, after a
+	// restart, which plans what its event did anyway: its removal alone
+	// is not worth a write; the next write takes it along.
+	return m.removeTimer(name)
 }
 
 // softTimer reports whether the timer name is one status does not keep.
