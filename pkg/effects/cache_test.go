@@ -903,13 +903,19 @@ func TestCacheSharedRBACLegacyOwners(t *testing.T) {
 }
 
 // With a cache, the cleanup waits for terminating pods without an API call,
-// but goes on only once the API says that no pod is left.
+// but goes on only once the API says that no pod is left; a pod the cache
+// shows terminating for longer than terminatingTrust is looked for in the
+// API, in case the cache missed its end.
 func TestCacheCleanupPods(t *testing.T) {
-	since := &metav1.Time{Time: time.Unix(1700000000, 0)}
-	pod := func(pg *v1.Postgresql, ord int32, terminating bool) *corev1.Pod {
+	// A deletion with a grace period of 5 minutes, asked for 10 s ago or
+	// (long) a minute ago.
+	grace := int64(300)
+	recently := &metav1.Time{Time: time.Now().Add(-10*time.Second + time.Duration(grace)*time.Second)}
+	longAgo := &metav1.Time{Time: recently.Add(-50 * time.Second)}
+	pod := func(pg *v1.Postgresql, ord int32, terminating bool, since *metav1.Time) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(pg.Name, ord), Namespace: pg.Namespace, Labels: cluster.Labels(pg)}}
 		if terminating {
-			p.DeletionTimestamp, p.Finalizers = since, []string{"kubelet"}
+			p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.Finalizers = since, &grace, []string{"kubelet"}
 		}
 		return p
 	}
@@ -918,10 +924,17 @@ func TestCacheCleanupPods(t *testing.T) {
 		// cached and notCached are the pods in the API, the first in the
 		// cache too.
 		cached, notCached []bool // terminating
-		wantErr           error
-		wantCalls         []string // on pods
+		// long: the cached pods' deletion was asked for a minute ago;
+		// gone: they are no longer in the API (the cache missed it).
+		long, gone bool
+		wantErr    error
+		wantCalls  []string // on pods
 	}{
 		{name: "terminating: waits without a call", cached: []bool{true}, wantErr: ErrPodsTerminating},
+		{name: "terminating for long: listed, still there", cached: []bool{true}, long: true, wantErr: ErrPodsTerminating,
+			wantCalls: []string{"list pods"}},
+		{name: "terminating for long: listed, gone, done", cached: []bool{true}, long: true, gone: true,
+			wantCalls: []string{"list pods"}},
 		{name: "running: deleted, then listed", cached: []bool{false, true}, wantErr: ErrPodsTerminating,
 			wantCalls: []string{"delete pods acid-minimal-cluster-0", "list pods"}},
 		{name: "one the cache missed: listed and deleted", notCached: []bool{false}, wantErr: ErrPodsTerminating,
@@ -934,14 +947,26 @@ func TestCacheCleanupPods(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pg := deleting(testCluster(t))
 			pg.Finalizers = []string{cluster.Finalizer}
+			since := recently
+			if tt.long {
+				since = longAgo
+			}
 			var objs []runtime.Object
 			for i, term := range tt.cached {
-				objs = append(objs, pod(pg, int32(i), term))
+				objs = append(objs, pod(pg, int32(i), term, since))
 			}
 			h := newSnapshotHarness(t, []*v1.Postgresql{pg}, objs...)
 			for i, term := range tt.notCached {
-				if err := h.kube.Tracker().Add(pod(pg, int32(len(tt.cached)+i), term)); err != nil {
+				if err := h.kube.Tracker().Add(pod(pg, int32(len(tt.cached)+i), term, since)); err != nil {
 					t.Fatal(err)
+				}
+			}
+			if tt.gone {
+				for i := range tt.cached {
+					gvr := corev1.SchemeGroupVersion.WithResource("pods")
+					if err := h.kube.Tracker().Delete(gvr, pg.Namespace, cluster.PodName(pg.Name, int32(i))); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			err := h.cleanup(t, pg)

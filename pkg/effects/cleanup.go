@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
@@ -143,10 +144,13 @@ func (r *run) deletePatroniConfigMaps(ctx context.Context, pg *v1.Postgresql) er
 //
 // With a cache, pods are first looked up there: while it shows only
 // terminating pods, the step waits for them (their deletion is an event
-// that plans the cleanup again) without an API call. Before it goes on to
-// the ConfigMaps, though, the apiserver, not a cache that may lag, must
-// say that no pod is left: the pods are then listed from the API, as they
-// are right after a deletion (pods never scheduled are gone at once).
+// that plans the cleanup again) without an API call, unless one of them has
+// been terminating for longer than terminatingTrust: then a cache that
+// missed its deletion would hold the cluster forever, so the API is asked.
+// Before it goes on to the ConfigMaps, though, the apiserver, not a cache
+// that may lag, must say that no pod is left: the pods are then listed from
+// the API, as they are right after a deletion (pods never scheduled are
+// gone at once).
 func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -190,8 +194,8 @@ func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 		return err
 	}
 	switch {
-	case r.cache != nil && len(found) > 0 && !deleted:
-		// All terminating, as far as the cache knows.
+	case r.cache != nil && len(found) > 0 && !deleted && !terminatingLong(found, r.now()):
+		// All terminating, as far as the cache knows, and lately.
 	case r.cache != nil || deleted:
 		if found, err = list(); err != nil {
 			return err
@@ -207,6 +211,30 @@ func (r *run) deletePods(ctx context.Context, pg *v1.Postgresql) error {
 		return fmt.Errorf("%w: %d of postgresql %s", ErrPodsTerminating, n, r.key)
 	}
 	return nil
+}
+
+// terminatingTrust is how long the cache is trusted to show a pod still
+// terminating: a kubelet usually stops one in seconds, and a retry of the
+// cleanup (every 16 s at most while it waits) then asks the API.
+const terminatingTrust = 30 * time.Second
+
+// terminatingLong reports whether the deletion of a pod of pods was asked
+// for more than terminatingTrust before now: its deletionTimestamp is the
+// time of the request plus its grace period.
+func terminatingLong(pods []*corev1.Pod, now time.Time) bool {
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil {
+			continue
+		}
+		asked := p.DeletionTimestamp.Time
+		if p.DeletionGracePeriodSeconds != nil {
+			asked = asked.Add(-time.Duration(*p.DeletionGracePeriodSeconds) * time.Second)
+		}
+		if now.Sub(asked) > terminatingTrust {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseShared deletes the ServiceAccount, Role and RoleBinding the
