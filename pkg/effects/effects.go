@@ -100,6 +100,11 @@ type Options struct {
 	// means time.Now. The simulation (test/sim) passes its clock, on which
 	// hours pass in a second.
 	Now func() time.Time
+	// Serial makes an effect's independent writes (the Secrets, Services
+	// and PodDisruptionBudget of an ensure) one after another rather than
+	// at once: the simulation (test/sim) needs its calls in an order its
+	// seed decides.
+	Serial bool
 }
 
 // Effects are the client-go calls that carry out the state machine's plans,
@@ -122,6 +127,7 @@ type Effects struct {
 	shared   sharedMemo
 	statuses statusMemo
 	now      func() time.Time
+	serial   bool
 
 	sql            pgsql.Options
 	observeSQL     func(key, outcome string)
@@ -149,7 +155,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 		now = time.Now
 	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, now: now,
+		cache: opts.Cache, now: now, serial: opts.Serial,
 		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
 }
 
@@ -242,7 +248,8 @@ func (e *Effects) run(key string) (*run, error) {
 	return &run{Effects: e, key: key, ns: ns, name: name, log: e.log.WithField("cluster", key)}, nil
 }
 
-// run is one effect on one cluster, on one goroutine: it needs no lock.
+// run is one effect on one cluster, on one goroutine but for the writes
+// it makes at once (together), which only read it.
 type run struct {
 	*Effects
 	key, ns, name string

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -75,43 +76,50 @@ func (r *run) ensure(ctx context.Context) error {
 	if err := r.ensureShared(ctx, objs); err != nil {
 		return err
 	}
+	// The Secrets, Services and PodDisruptionBudget depend on nothing but
+	// the resource: they are written at once (three round trips fewer
+	// than one after another on an API server under load), the
+	// StatefulSet after them, since its pods read the Secrets.
 	core := r.kube.CoreV1()
+	var writes []func() error
 	for _, s := range objs.Secrets {
 		// Created when missing, never updated: the password in an
 		// existing Secret is the one PostgreSQL and the applications use.
 		// Its data is not looked at, nor logged, nor even read: one that
 		// exists (AlreadyExists included) is left as it is.
-		if err := ensureObject(ctx, r, core.Secrets(r.ns), "secret", s,
-			cached(r, s.Name, Cache.Secret), nil); err != nil {
-			return err
-		}
+		writes = append(writes, func() error {
+			return ensureObject(ctx, r, core.Secrets(r.ns), "secret", s, cached(r, s.Name, Cache.Secret), nil)
+		})
 	}
 	for _, s := range objs.Services {
-		if err := ensureObject(ctx, r, core.Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
-			func(cur *corev1.Service) (*corev1.Service, bool, error) {
-				if err := controlled(cur, pg, "service"); err != nil {
-					return nil, false, err
-				}
-				if !cluster.ServiceNeedsUpdate(cur, s) {
-					return nil, false, nil
-				}
-				return cluster.ApplyService(cur, s), true, nil
-			}); err != nil {
-			return err
-		}
+		writes = append(writes, func() error {
+			return ensureObject(ctx, r, core.Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
+				func(cur *corev1.Service) (*corev1.Service, bool, error) {
+					if err := controlled(cur, pg, "service"); err != nil {
+						return nil, false, err
+					}
+					if !cluster.ServiceNeedsUpdate(cur, s) {
+						return nil, false, nil
+					}
+					return cluster.ApplyService(cur, s), true, nil
+				})
+		})
 	}
 	pdb := objs.PodDisruptionBudget
-	if err := ensureObject(ctx, r, r.kube.PolicyV1().PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
-		cached(r, pdb.Name, Cache.PodDisruptionBudget),
-		func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
-			if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
-				return nil, false, err
-			}
-			if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
-				return nil, false, nil
-			}
-			return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
-		}); err != nil {
+	writes = append(writes, func() error {
+		return ensureObject(ctx, r, r.kube.PolicyV1().PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
+			cached(r, pdb.Name, Cache.PodDisruptionBudget),
+			func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
+				if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
+					return nil, false, err
+				}
+				if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
+					return nil, false, nil
+				}
+				return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
+			})
+	})
+	if err := r.together(writes); err != nil {
 		return err
 	}
 	sts := objs.StatefulSet
@@ -140,6 +148,33 @@ func (r *run) ensure(ctx context.Context) error {
 		return err
 	}
 	return r.growVolumes(ctx, pg)
+}
+
+// together runs writes at once, each on a goroutine of its own, and
+// returns the error of the first (in their order) that failed, so the
+// message a status shows does not depend on which finished first. With
+// Options.Serial they run one after another, stopping at the first error.
+func (r *run) together(writes []func() error) error {
+	if r.serial {
+		for _, w := range writes {
+			if err := w(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(writes))
+	var wg sync.WaitGroup
+	for i, w := range writes {
+		wg.Go(func() { errs[i] = w() })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recreateStatefulSet deletes the StatefulSet cur, leaving its pods and
