@@ -33,7 +33,7 @@ var (
 // then deletes them and checks their volumes are deleted. It logs how long
 // each half took; it asserts no time.
 func TestPlane(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	p, err := testbed.Start(ctx, testbed.Options{Nodes: 1, VolumeWorkers: *workers})
 	if err != nil {
