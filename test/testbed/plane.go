@@ -60,6 +60,16 @@ type Options struct {
 	// its pods.
 	ControllerQPS   float32
 	ControllerBurst int
+	// VolumeWorkers, when above 0, makes the plane's own provisioner
+	// (test/provisioner) provision, bind, release and delete the volumes
+	// of StorageClassName with that many workers, in place of kwok's
+	// volume stages, which kwok plays one at a time (docs/testbed.md):
+	// kwok is then started without them. 0 keeps kwok's stages.
+	VolumeWorkers int
+	// VolumeQPS and VolumeBurst are the provisioner's client rate limits;
+	// 0 means 500 and 1000.
+	VolumeQPS   float32
+	VolumeBurst int
 	// NodeLabels are added to every node.
 	NodeLabels map[string]string
 	// Zones, when set, are spread over the nodes in turn as the
@@ -89,6 +99,12 @@ func (o Options) withDefaults() Options {
 			corev1.ResourceMemory: resource.MustParse("16Gi"),
 			corev1.ResourcePods:   resource.MustParse("110"),
 		}
+	}
+	if o.VolumeQPS <= 0 {
+		o.VolumeQPS = 500
+	}
+	if o.VolumeBurst <= 0 {
+		o.VolumeBurst = 1000
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 2 * time.Minute
@@ -128,8 +144,11 @@ type Plane struct {
 	nodes    atomic.Int32 // created so far, numbering their addresses
 
 	processNodes []ProcessNode
-	stopOnce     sync.Once
-	stopErr      error
+	// volumes is the provisioner when Options.VolumeWorkers is set.
+	volumes *volumes
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // ports are the plane's listening ports, all on 127.0.0.1.
@@ -247,6 +266,12 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		}
 	}
 	step("controller-manager, scheduler and kwok healthy")
+	if opts.VolumeWorkers > 0 {
+		if err := p.startVolumes(); err != nil {
+			return nil, err
+		}
+		step("provisioner up (%d workers)", opts.VolumeWorkers)
+	}
 
 	if err := p.createStorageClass(ctx); err != nil {
 		return nil, err
@@ -287,6 +312,9 @@ func (p *Plane) Healthy() error {
 			errs = append(errs, proc.failure(errors.New("process is gone")))
 		}
 	}
+	if err := p.volumes.failed(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -308,6 +336,10 @@ func (p *Plane) Stop() error {
 func (p *Plane) stop() error {
 	var etcd *process
 	var errs []error
+	// The provisioner first, while the apiserver still answers.
+	if err := p.volumes.stop(); err != nil {
+		errs = append(errs, err)
+	}
 	stopAll := func(first bool) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -528,6 +560,9 @@ func (p *Plane) startKwok(pt ports) (*process, error) {
 		fmt.Sprintf("--server-address=127.0.0.1:%d", pt.kwok),
 	}
 	for _, stage := range p.bins.stages {
+		if p.opts.VolumeWorkers > 0 && volumeStages[filepath.Base(stage)] {
+			continue // the provisioner's
+		}
 		args = append(args, "--config="+stage)
 	}
 	return p.run(binKwok, args...)

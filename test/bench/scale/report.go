@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgloop/pgloop/test/bench/benchkit"
+	"github.com/pgloop/pgloop/test/provisioner"
 )
 
 // Result is a whole run.
@@ -507,8 +508,9 @@ func walls(ws []Wall) string {
 	return strings.Join(parts, ", ")
 }
 
-// Key names a run's section in docs/scale.md: its values of N, and its
-// extra operator flags or "defaults".
+// Key names a run's section in docs/scale.md: its values of N, its extra
+// operator flags or "defaults", and who makes the volumes when it is not
+// the default (the provisioner with provisioner.DefaultWorkers).
 func (r *Result) Key() string {
 	flags := "defaults"
 	if len(r.Config.OperatorArgs) > 0 {
@@ -518,7 +520,19 @@ func (r *Result) Key() string {
 	for i, n := range r.Config.Ns {
 		ns[i] = fmt.Sprint(n)
 	}
-	return fmt.Sprintf("N = %s; operator: %s", strings.Join(ns, ", "), flags)
+	key := fmt.Sprintf("N = %s; operator: %s", strings.Join(ns, ", "), flags)
+	if r.Config.VolumeWorkers != provisioner.DefaultWorkers {
+		key += "; volumes: " + volumeMaker(r.Config)
+	}
+	return key
+}
+
+// volumeMaker says who makes the plane's volumes.
+func volumeMaker(cfg Config) string {
+	if cfg.VolumeWorkers <= 0 {
+		return "kwok's stages"
+	}
+	return fmt.Sprintf("provisioner, %d workers", cfg.VolumeWorkers)
 }
 
 // Section renders the run as the section of docs/scale.md for its key.
@@ -530,9 +544,9 @@ func (r *Result) Section() string {
 	fmt.Fprintf(&b, "Measured %s (took %v) at revision %s, %s, on %d CPUs and %s of memory; load average %s at the start, %s at the end.\n\n",
 		r.Start.UTC().Format("2006-01-02 15:04 MST"), r.End.Sub(r.Start).Round(time.Second), r.Revision, r.GoVersion, r.Nproc, r.MemTotal, r.LoadStart, r.LoadEnd)
 	fmt.Fprintf(&b, "Operator: `pgloop operator --kubeconfig … %s`; its client's rate limit in effect: `%s`. "+
-		"Labeller client: %g requests/s, burst %d. Plane: KWOK nodes of %d pods, kube-controller-manager and kube-scheduler at %s. "+
+		"Labeller client: %g requests/s, burst %d. Plane: KWOK nodes of %d pods, kube-controller-manager and kube-scheduler at %s, volumes by %s. "+
 		"Clusters of one instance (pgtest.Cluster), %d per namespace, created by %d workers of the bench's client (1000 requests/s); phases %s; idle period %v.\n\n",
-		strings.Join(r.OperatorFlags, " "), r.KubeFlags, cfg.LabellerQPS, cfg.LabellerBurst, cfg.PodsPerNode, planeRate(cfg),
+		strings.Join(r.OperatorFlags, " "), r.KubeFlags, cfg.LabellerQPS, cfg.LabellerBurst, cfg.PodsPerNode, planeRate(cfg), volumesText(cfg),
 		cfg.PerNamespace, cfg.Workers, strings.Join(cfg.Phases, ","), cfg.Idle)
 	r.WriteTable(&b)
 	b.WriteString("\n")
@@ -556,6 +570,14 @@ func planeRate(cfg Config) string {
 	return fmt.Sprintf("%g requests/s, burst %d", cfg.PlaneQPS, cfg.PlaneBurst)
 }
 
+// volumesText says who made the plane's volumes, for a section.
+func volumesText(cfg Config) string {
+	if cfg.VolumeWorkers <= 0 {
+		return "kwok's volume stages (played one at a time)"
+	}
+	return fmt.Sprintf("the plane's provisioner (test/provisioner) with %d workers", cfg.VolumeWorkers)
+}
+
 // doc is docs/scale.md: a section per configuration.
 var doc = benchkit.Doc{Name: "bench-scale", Header: docHeader}
 
@@ -568,7 +590,8 @@ const docHeader = `# Scale: thousands of clusters on one operator (measured)
 ` + "`make bench-scale`" + ` measures pgloop with N one-instance clusters on the local control plane
 (docs/testbed.md), the operator built from this tree (issue 14, item 1). Each N has a fresh plane
 of its own, with KWOK nodes enough for its pods; the labeller (test/labeller) plays Patroni's role
-labels.
+labels, and the plane's provisioner (test/provisioner, ` + "`--volume-workers`" + `, 16 workers) makes
+the claims' volumes in place of kwok's one-at-a-time volume stages (` + "`--volume-workers=0`" + `).
 
 ## What is measured
 

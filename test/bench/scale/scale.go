@@ -47,6 +47,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/pgtest"
+	"github.com/pgloop/pgloop/test/provisioner"
 )
 
 // Phases of a run, as --phases names them.
@@ -92,6 +93,11 @@ type Config struct {
 	// client.
 	LabellerQPS   float32
 	LabellerBurst int
+	// VolumeWorkers are the workers of the plane's volume provisioner
+	// (test/provisioner, testbed.Options.VolumeWorkers); 0 leaves the
+	// volumes to kwok's stages, played one at a time, which bound a burst
+	// of thousands of claims (docs/testbed.md).
+	VolumeWorkers int
 	// PlaneQPS and PlaneBurst are the client rate limits of the plane's
 	// kube-controller-manager and kube-scheduler; 0 keeps theirs.
 	PlaneQPS   float32
@@ -136,6 +142,7 @@ func DefaultConfig() Config {
 		Workers:         32,
 		LabellerQPS:     1000,
 		LabellerBurst:   2000,
+		VolumeWorkers:   provisioner.DefaultWorkers,
 		PlaneQPS:        200,
 		PlaneBurst:      400,
 		RestartWindow:   time.Minute,
@@ -175,6 +182,9 @@ func (c *Config) Check() error {
 	}
 	if c.Has(PhaseFairness) && c.Busy < 1 {
 		errs = append(errs, fmt.Errorf("the fairness phase needs at least 1 busy cluster, got %d", c.Busy))
+	}
+	if c.VolumeWorkers < 0 {
+		errs = append(errs, fmt.Errorf("volume workers must be 0 (kwok's stages) or more, got %d", c.VolumeWorkers))
 	}
 	if c.Probes < 1 || c.PerNamespace < 1 || c.PodsPerNode < 1 || c.Workers < 1 {
 		errs = append(errs, errors.New("probes, clusters per namespace, pods per node and workers must be at least 1"))

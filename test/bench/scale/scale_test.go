@@ -3,6 +3,7 @@ package scale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -200,6 +201,7 @@ func TestSectionRenders(t *testing.T) {
 		"A bare StatefulSet's create → pod Ready: 250ms on the idle plane (median of 3, 200ms to 300ms), 1m20.3s for one more created right after the N's Creates returned: the plane alone adds 1m20s.",
 		"the rollout did not end within 10m0s: 3 of the 1000 clusters not Running with the new image",
 		"`--kube-qps=50 --kube-burst=100`", "on 2 CPUs and 7.8 GiB of memory",
+		"volumes by the plane's provisioner (test/provisioner) with 16 workers.",
 		"- **INCOMPLETE**: the run stopped before measuring everything.",
 		doc.End(),
 	} {
@@ -209,6 +211,30 @@ func TestSectionRenders(t *testing.T) {
 	}
 	if got := seconds(math.NaN()); got != "n/a" {
 		t.Errorf("seconds(NaN) = %q", got)
+	}
+}
+
+// TestKeyNamesVolumes: a run whose volumes are not the default's (the
+// provisioner, 16 workers) has a section of its own, and says so.
+func TestKeyNamesVolumes(t *testing.T) {
+	for _, tc := range []struct {
+		workers      int
+		key, section string
+	}{
+		{16, "N = 1000, 5000; operator: defaults", "volumes by the plane's provisioner (test/provisioner) with 16 workers."},
+		{0, "N = 1000, 5000; operator: defaults; volumes: kwok's stages", "volumes by kwok's volume stages (played one at a time)."},
+		{4, "N = 1000, 5000; operator: defaults; volumes: provisioner, 4 workers", "volumes by the plane's provisioner (test/provisioner) with 4 workers."},
+	} {
+		t.Run(fmt.Sprint(tc.workers), func(t *testing.T) {
+			r := result()
+			r.Config.VolumeWorkers = tc.workers
+			if got := r.Key(); got != tc.key {
+				t.Errorf("Key() = %q, want %q", got, tc.key)
+			}
+			if s := r.Section(); !strings.Contains(s, tc.section) {
+				t.Errorf("section lacks %q:\n%s", tc.section, s)
+			}
+		})
 	}
 }
 

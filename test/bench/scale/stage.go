@@ -75,7 +75,9 @@ func (b *bench) startStage(ctx context.Context, name string, pods, burst int, wi
 			corev1.ResourcePods:   *resource.NewQuantity(int64(b.cfg.PodsPerNode), resource.DecimalSI),
 		},
 		ControllerQPS: b.cfg.PlaneQPS, ControllerBurst: b.cfg.PlaneBurst,
-		TempDir: b.workDir, KeepDir: b.cfg.WorkDir != "",
+		// The plane's provisioner, or kwok's volume stages.
+		VolumeWorkers: b.cfg.VolumeWorkers,
+		TempDir:       b.workDir, KeepDir: b.cfg.WorkDir != "",
 		StartTimeout: 5 * time.Minute,
 	}
 	plane, err := testbed.Start(ctx, opts)
@@ -94,7 +96,7 @@ func (b *bench) startStage(ctx context.Context, name string, pods, burst int, wi
 		b.logf("%s: plane stopped", name)
 		return errors.Join(errs...)
 	})
-	b.logf("%s: plane up in %v (%s of %d pods)", name, benchkit.Ms(plane.StartupTime), plural(nodes, "node"), b.cfg.PodsPerNode)
+	b.logf("%s: plane up in %v (%s of %d pods; volumes by %s)", name, benchkit.Ms(plane.StartupTime), plural(nodes, "node"), b.cfg.PodsPerNode, volumesText(b.cfg))
 
 	rc, kube, pg, err := benchkit.Clients(plane.Config)
 	if err != nil {

@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W]
 package main
 
 import (
@@ -41,6 +41,7 @@ type config struct {
 	keepDir       bool
 	processNodes  int
 	taint         bool
+	volumeWorkers int
 }
 
 const usage = `usage: testbed up [flags]
@@ -72,8 +73,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	fs.BoolVar(&cfg.keepDir, "keep-dir", false, "keep the plane's directory (etcd data, logs) on exit")
+	fs.IntVar(&cfg.volumeWorkers, "volume-workers", 0, "make volumes with the plane's provisioner (test/provisioner) and this many workers instead of kwok's one-at-a-time volume stages (0: kwok's)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if cfg.volumeWorkers < 0 {
+		return fmt.Errorf("--volume-workers %d: want 0 (kwok's stages) or more", cfg.volumeWorkers)
 	}
 	if cfg.nodes < 0 || cfg.processNodes < 0 || cfg.nodes+cfg.processNodes == 0 {
 		return fmt.Errorf("--nodes %d --process-nodes %d: want at least one node and no negative count", cfg.nodes, cfg.processNodes)
@@ -91,6 +96,7 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		ProcessNodes:      cfg.processNodes,
 		TaintProcessNodes: cfg.taint,
 		KeepDir:           cfg.keepDir,
+		VolumeWorkers:     cfg.volumeWorkers,
 		Log:               stderr,
 	})
 	if err != nil {

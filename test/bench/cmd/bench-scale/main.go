@@ -42,6 +42,7 @@ func main() {
 	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "the bench's Creates in flight during a burst")
 	labellerQPS := flag.Float64("labeller-qps", float64(cfg.LabellerQPS), "requests per second of the labeller's client")
 	flag.IntVar(&cfg.LabellerBurst, "labeller-burst", cfg.LabellerBurst, "burst of the labeller's client")
+	flag.IntVar(&cfg.VolumeWorkers, "volume-workers", cfg.VolumeWorkers, "workers of the plane's volume provisioner (test/provisioner); 0: kwok's volume stages, played one at a time")
 	planeQPS := flag.Float64("plane-qps", float64(cfg.PlaneQPS), "client rate of the plane's kube-controller-manager and kube-scheduler (0: theirs, 20 and 50)")
 	flag.IntVar(&cfg.PlaneBurst, "plane-burst", cfg.PlaneBurst, "client burst of the plane's kube-controller-manager and kube-scheduler (0: theirs, 30 and 100)")
 	var opArgs benchkit.ListFlag
