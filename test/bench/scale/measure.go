@@ -556,6 +556,9 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	}
 	b.wall(&f.Walls, "plane and operator up", began)
 	began = time.Now()
+	if f.RTT, err = s.rtt(); err != nil {
+		return err
+	}
 	for i := range b.cfg.Probes {
 		p, _, err := s.probeIdle(fmt.Sprintf("idle-%d", i))
 		if err != nil {

@@ -127,8 +127,10 @@ type Restart struct {
 // Fairness is one more cluster created while K clusters roll out.
 type Fairness struct {
 	K int
-	// Idle are the probes on the idle operator, before the K.
+	// Idle are the probes on the idle operator, before the K; RTT one
+	// API round trip then (a GET, median of 5).
 	Idle []benchkit.Probe
+	RTT  time.Duration
 	// Burst is from the K's first Create to all Running.
 	Burst time.Duration
 	// Image is the --spilo-image the operator was restarted with; Ready
@@ -300,8 +302,13 @@ func (r *Result) Verdicts() []Verdict {
 		}
 	}
 	if f := r.Fairness; f != nil && len(f.Idle) > 0 && f.During.ToRunning > 0 {
-		out = append(out, info("K=%d: one more cluster while %d clusters roll out: %v, %.2f × its idle median %v",
-			f.K, f.K, benchkit.Ms(f.During.ToRunning), f.Ratio(), benchkit.Ms(idleMedian(f.Idle))))
+		idle := idleMedian(f.Idle)
+		bound := time.Duration(cfg.MaxOneMoreRatio*float64(idle)) + f.RTT
+		out = append(out, judged(f.During.ToRunning <= bound, "K=%d: one more cluster while %d clusters roll out: %v, %.2f × its idle median %v; goal at most %.2f × idle + one API round trip (%v) = %v",
+			f.K, f.K, benchkit.Ms(f.During.ToRunning), f.Ratio(), benchkit.Ms(idle), cfg.MaxOneMoreRatio, benchkit.Ms(f.RTT), benchkit.Ms(bound)))
+		own, idleOwn := f.During.Own(), ownMedian(f.Idle)
+		out = append(out, info("K=%d: pgloop's share of the one more (create → StatefulSet, master label → Running): %v, %.2f × its idle median %v; the plane's and the labeller's %v",
+			f.K, benchkit.Ms(own), benchkit.Ratio(own, idleOwn), benchkit.Ms(idleOwn), benchkit.Ms(f.During.ToRunning-own)))
 	}
 	return out
 }
@@ -486,8 +493,8 @@ func (r *Result) WriteDetails(w io.Writer) {
 		if f.Rollout == 0 {
 			rollout = fmt.Sprintf("the rollout did not end within %v: %d of the %d clusters not Running with the new image", r.Config.RolloutTimeout, f.Left, f.K)
 		}
-		fmt.Fprintf(w, "A plane of its own: %d idle probes (median %v), then %d clusters created at once, all Running in %v; the operator stopped and started with `--spilo-image=%s` (every pod template changes), ready in %v; one more cluster created at once: %v (segments %s; pgloop's share %v), %.2f × the idle median; %s. Wall time: %s.\n\n",
-			len(f.Idle), benchkit.Ms(idleMedian(f.Idle)), f.K, benchkit.Ms(f.Burst), f.Image, benchkit.Ms(f.Ready), benchkit.Ms(f.During.ToRunning),
+		fmt.Fprintf(w, "A plane of its own: %d idle probes (median %v; API round trip %v), then %d clusters created at once, all Running in %v; the operator stopped and started with `--spilo-image=%s` (every pod template changes), ready in %v; one more cluster created at once: %v (segments %s; pgloop's share %v), %.2f × the idle median; %s. Wall time: %s.\n\n",
+			len(f.Idle), benchkit.Ms(idleMedian(f.Idle)), benchkit.Ms(f.RTT), f.K, benchkit.Ms(f.Burst), f.Image, benchkit.Ms(f.Ready), benchkit.Ms(f.During.ToRunning),
 			benchkit.SegmentsText(f.During), benchkit.Ms(f.During.Own()), f.Ratio(), rollout, walls(f.Walls))
 	}
 }

@@ -133,8 +133,8 @@ func result() *Result {
 		GoVersion: "go1.26.8", OperatorFlags: append(operatorFlags(), "--kube-qps=50"), KubeFlags: "--kube-qps=50 --kube-burst=100",
 		Objects: map[string]int{"serviceaccounts": 1, "roles": 1, "rolebindings": 1, "secrets": 2, "services": 3, "poddisruptionbudgets": 1, "statefulsets": 1},
 		Rows:    []*Row{good, &bad},
-		Fairness: &Fairness{K: 1000, Idle: idle, Burst: time.Minute, Image: "img-rollout", Ready: time.Second,
-			During: probe(time.Second), Rollout: 0, Left: 3}}
+		Fairness: &Fairness{K: 1000, Idle: idle, RTT: 10 * time.Millisecond, Burst: time.Minute, Image: "img-rollout", Ready: time.Second,
+			During: probe(540 * time.Millisecond), Rollout: 0, Left: 3}}
 }
 
 func TestVerdicts(t *testing.T) {
@@ -160,7 +160,8 @@ func TestVerdicts(t *testing.T) {
 		"INFO: N=5000: pgloop's share of the one more (create → StatefulSet, master label → Running): 28.8s, 144.00 × its idle median 200ms; the plane's and the labeller's 43.2s",
 		"INFO: N=5000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
 		"INFO: N=5000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 1.0 requests / 50 per second = 1m40s",
-		"INFO: K=1000: one more cluster while 1000 clusters roll out: 1s, 2.00 × its idle median 500ms",
+		"PASS: K=1000: one more cluster while 1000 clusters roll out: 540ms, 1.08 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
+		"INFO: K=1000: pgloop's share of the one more (create → StatefulSet, master label → Running): 216ms, 1.08 × its idle median 200ms; the plane's and the labeller's 324ms",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("verdicts:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -172,6 +173,14 @@ func TestVerdicts(t *testing.T) {
 	if !r.Pass() {
 		t.Error("no Pass with every goal met")
 	}
+	fair := r.Fairness
+	slow := *fair
+	slow.During.ToRunning = time.Second
+	r.Fairness = &slow
+	if r.Pass() {
+		t.Error("Pass with the one more during the rollout at 2 × idle")
+	}
+	r.Fairness = fair
 	if r.Complete() {
 		t.Error("Complete with one of two values of N")
 	}
