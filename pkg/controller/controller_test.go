@@ -250,28 +250,36 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// The plans of a user's actions reach the loop urgent, the others as
-// background work.
+// The plans of a user's actions, and of the rest of a create, reach the
+// loop urgent, the others as background work.
 func TestPlanUrgency(t *testing.T) {
 	w := newWorld()
 	c := New(fsm.DefaultConfig(), w, w, clocktesting.NewFakeClock(t0), quiet())
 	deleting := ready(2)
 	deleting.Deleting = true
+	var last uint64 // the latest plan
 	for _, step := range []struct {
 		what   string
 		facts  fsm.Facts
+		failed bool // the latest plan fails, rather than a spec signal
 		urgent bool
 	}{
-		{"created", starting(1), true},
-		{"pods Ready", ready(1), false},
-		{"spec edited", ready(2), true},
-		{"deleted", deleting, true},
+		{what: "created", facts: starting(1), urgent: true},
+		{what: "pods Ready: the create's end", facts: ready(1), urgent: true},
+		{what: "spec edited", facts: ready(2), urgent: true},
+		{what: "the edit's ensure failed", facts: ready(2), failed: true, urgent: false},
+		{what: "deleted", facts: deleting, urgent: true},
 	} {
 		w.set("ns/a", step.facts)
-		out := c.Handle(eventloop.Event{Key: "ns/a", Kind: eventloop.Signal, Name: "spec", At: t0})
+		ev := eventloop.Event{Key: "ns/a", Kind: eventloop.Signal, Name: "spec", At: t0}
+		if step.failed {
+			ev = eventloop.Event{Key: "ns/a", Kind: eventloop.PlanDone, PlanID: last, Err: errors.New("forbidden"), At: t0}
+		}
+		out := c.Handle(ev)
 		if out.Plan == nil {
 			t.Fatalf("%s: no plan", step.what)
 		}
+		last = out.Plan.ID
 		if out.Plan.Urgent != step.urgent {
 			t.Errorf("%s: plan urgent %v, want %v", step.what, out.Plan.Urgent, step.urgent)
 		}

@@ -47,8 +47,10 @@ type Plan struct {
 	// ID identifies the plan; its PlanDone input carries it back.
 	ID uint64
 	// Urgent says the plan answers a user's action (userActions fired: a
-	// new cluster, an edited spec, valid or not, a deletion), or carries
-	// the cleanup that a deletion asked for, retries included. It is run
+	// new cluster, an edited spec, valid or not, a deletion), takes a
+	// create on (createSteps fired in Creating: its objects written, its
+	// pods Ready), or carries the cleanup that a deletion asked for,
+	// retries included. It is run
 	// ahead of other clusters' background plans: those of timers (retry,
 	// resync), rollout steps, nudges and status writes.
 	Urgent bool

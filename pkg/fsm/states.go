@@ -106,6 +106,11 @@ const (
 // urgent (Plan.Urgent).
 var userActions = []string{EventCreate, EventSpecChanged, EventInvalidSpec, EventDelete}
 
+// createSteps are the events that take a create on, fired in Creating: a
+// plan they fire is urgent too. A retry is not one: it is background, as
+// in every state.
+var createSteps = []string{EventEffectsSucceeded, EventPodsReady}
+
 // recordedEvents are the events the machine records without the FSM: they
 // change no state, so they are not in Table.
 var recordedEvents = []string{EventPrimaryChanged}
