@@ -229,13 +229,6 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 		return err
 	}
 	log = log.WithFields(logrus.Fields{"lease": cfg.LeaderElectionNamespace + "/" + cfg.LeaderElectionID, "identity": id})
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaderElectionNamespace, cfg.LeaderElectionID,
-		cl.election.CoreV1(), cl.election.CoordinationV1(),
-		resourcelock.ResourceLockConfig{Identity: id, EventRecorder: rec})
-	if err != nil {
-		return fmt.Errorf("create leader election lock: %w", err)
-	}
-
 	var (
 		mu       sync.Mutex
 		stopping bool
@@ -244,6 +237,22 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 	)
 	workCtx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	// stop ends the leader's work, or makes sure it never starts, and
+	// waits for it.
+	stop := func() {
+		stopWork()
+		mu.Lock()
+		stopping = true
+		mu.Unlock()
+		leading.Wait()
+	}
+	lease, err := resourcelock.New(resourcelock.LeasesResourceLock, cfg.LeaderElectionNamespace, cfg.LeaderElectionID,
+		cl.election.CoreV1(), cl.election.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: id, EventRecorder: rec})
+	if err != nil {
+		return fmt.Errorf("create leader election lock: %w", err)
+	}
+	lock := newFencedLock(lease, stop)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		Name:            cfg.LeaderElectionID,
@@ -269,6 +278,13 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 				wctx, cancel := context.WithCancel(lctx)
 				defer cancel()
 				defer context.AfterFunc(workCtx, cancel)()
+				// The work stops once the renew deadline has passed
+				// since the last renewal, before the Lease can expire
+				// for the other replicas (fencedLock).
+				go watchRenewals(wctx, lock, cfg.RenewDeadline, max(cfg.RetryPeriod/4, 10*time.Millisecond), func() {
+					log.WithField("renewDeadline", cfg.RenewDeadline).Warn("the Lease was not renewed within the renew deadline: stopping the leader's work before another replica may take over")
+					cancel()
+				})
 				leadErr <- lead(wctx)
 			},
 			OnStoppedLeading: func() { m.SetLeader(false) },
@@ -299,12 +315,9 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 	case <-electorDone:
 	}
 	// 1. Stop the leader's work and wait for it (or make sure it never
-	//    starts), 2. then release the Lease.
-	stopWork()
-	mu.Lock()
-	stopping = true
-	mu.Unlock()
-	leading.Wait()
+	//    starts), 2. then release the Lease (the lock stops the work
+	//    before a release anyway, also when the elector gives up alone).
+	stop()
 	select {
 	case err := <-leadErr:
 		workErr = err
