@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -618,4 +619,48 @@ func (p *Plane) Wait(ctx context.Context) error {
 	case proc := <-exited:
 		return proc.failure(errors.New("process is gone"))
 	}
+}
+
+// RestartAPIServer stops the kube-apiserver, with SIGKILL when kill (a
+// crash), else SIGTERM and its grace, and starts it again with the same
+// flags: the same port, etcd (which keeps the data) and serving certificate
+// (kept in its --cert-dir, which it reuses), so every kubeconfig and client
+// of the plane stays valid. It returns once /readyz answers ok again, with
+// how long the apiserver did not serve. The other processes of the plane
+// reconnect by themselves. It must not run at the same time as Stop or
+// Healthy.
+func (p *Plane) RestartAPIServer(ctx context.Context, kill bool) (time.Duration, error) {
+	i := slices.IndexFunc(p.procs, func(proc *process) bool { return proc.name == binAPIServer })
+	if i < 0 {
+		return 0, errors.New("the plane has no kube-apiserver")
+	}
+	old := p.procs[i]
+	began := time.Now()
+	if kill {
+		old.kill()
+	} else if old.stop() {
+		fmt.Fprintf(p.opts.Log, "testbed: %s ignored SIGTERM for %v, killed\n", old.name, old.grace)
+	}
+	var proc *process
+	for attempt := 1; ; attempt++ {
+		var err error
+		proc, err = p.launcher.start(old.name, old.cmd.Path, old.logPath, old.cmd.Args[1:], old.cmd.Env)
+		if err != nil {
+			return 0, err
+		}
+		p.procs[i] = proc
+		err = poll(ctx, proc, func() (bool, error) {
+			body, err := p.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err == nil && string(body) == "ok", nil
+		})
+		if err == nil {
+			break
+		}
+		// The port may linger a moment after a crash.
+		if !errors.Is(err, errPortInUse) || attempt == startAttempts {
+			return 0, fmt.Errorf("while restarting the apiserver: %w", err)
+		}
+		fmt.Fprintf(p.opts.Log, "testbed: apiserver's port still in use, retrying\n")
+	}
+	return time.Since(began), nil
 }
