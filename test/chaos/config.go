@@ -79,6 +79,9 @@ type Result struct {
 	Detail           string
 	// Operators is the number of operator processes started.
 	Operators int
+	// PlaneRestarts are the plane's processes that exited and were
+	// restarted (not a fault injected: the plane's own reaction to one).
+	PlaneRestarts string
 	// LastFault is when the last fault ended (the operator restarted, the
 	// proxy passing again, the apiserver ready, a new leader leading);
 	// LastAction when the user's last action landed.
@@ -108,6 +111,9 @@ func (r Result) Line() string {
 	v := r.Verdict
 	s := fmt.Sprintf("chaos %-9s seed %d: faults %d (%s), clusters converged %d/%d, deleted gone %d/%d, duplicates %d, lost actions %d",
 		r.Scenario, r.Seed, r.Faults, r.Detail, v.Converged, v.Live, v.Gone, v.Deleted, len(v.Duplicates), len(v.Lost))
+	if r.PlaneRestarts != "" {
+		s += fmt.Sprintf(", plane processes restarted after exiting: %s", r.PlaneRestarts)
+	}
 	switch {
 	case r.Err != nil:
 		s += fmt.Sprintf(", run failed: %v", r.Err)

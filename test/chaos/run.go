@@ -72,9 +72,14 @@ type run struct {
 	operatorFlags []string      // leader election's
 	opChanged     chan struct{} // closed, and replaced, when an operator leads or exits
 
-	bg        context.Context // the labellers' and informers' until teardown
+	bg        context.Context // the labellers', informers' and supervisor's until teardown
 	stopBG    context.CancelFunc
-	labellers sync.WaitGroup
+	labellers sync.WaitGroup // and the supervisor
+
+	// planeMu is held while a scenario restarts a process of the plane,
+	// so the supervisor leaves it alone.
+	planeMu       sync.Mutex
+	planeRestarts map[string]int // by the supervisor, by process
 
 	informed chan struct{} // a change reached the check's caches
 	snapshot func() Snapshot
@@ -103,6 +108,8 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 		detail:     map[string]int{},
 		informed:   make(chan struct{}, 1),
 		opChanged:  make(chan struct{}),
+
+		planeRestarts: map[string]int{},
 	}
 	r.log = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "chaos %s seed %d: %s "+format+"\n", append([]any{s.Name, seed, time.Now().UTC().Format("15:04:05.0")}, args...)...)
@@ -184,6 +191,7 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 	}
 	r.mu.Lock()
 	res.Faults, res.Detail, res.LastFault, res.LastAction = r.injected, byKind(r.detail), r.lastFault, r.lastAction
+	res.PlaneRestarts = byKind(r.planeRestarts)
 	res.Workload = len(actions)
 	r.mu.Unlock()
 	r.log("workload and faults done after %v (%s); waiting for convergence", time.Since(began).Round(time.Second), res.Detail)
@@ -193,7 +201,10 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 		from = res.LastAction
 	}
 	res.Verdict, res.ConvergedAt, res.Err = r.converge(ctx, from.Add(cfg.ConvergeTimeout))
+	r.mu.Lock()
 	res.Operators = r.started
+	res.PlaneRestarts = byKind(r.planeRestarts)
+	r.mu.Unlock()
 	return res
 }
 
@@ -217,6 +228,7 @@ func (r *run) setup(ctx context.Context) error {
 		return fmt.Errorf("while starting the plane: %w", err)
 	}
 	r.log("plane up in %v at %s", r.plane.StartupTime.Round(time.Millisecond), r.plane.Config.Host)
+	r.labellers.Go(r.supervise)
 	var pg pgclient.Interface
 	var kube kubernetes.Interface
 	if _, kube, pg, err = benchkit.Clients(r.plane.Config); err != nil {
@@ -248,6 +260,35 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	return r.startInformers(ctx)
+}
+
+// supervise restarts a process of the plane that exits, as a kubelet
+// restarts a static pod, until teardown: kube-scheduler exits on purpose
+// when it finds its cache inconsistent, which an apiserver crash can
+// cause. Restarts are logged and counted.
+func (r *run) supervise() {
+	for {
+		wctx, cancel := context.WithCancel(r.bg)
+		err := r.plane.Wait(wctx)
+		cancel()
+		if r.bg.Err() != nil {
+			return
+		}
+		r.planeMu.Lock()
+		for _, name := range r.plane.Dead() {
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			r.log("plane: %s exited (%s); restarting it", name, first)
+			if _, err := r.plane.RestartProcess(r.bg, name, false); err != nil {
+				r.log("plane: %s not restarted: %v", name, err)
+				r.planeMu.Unlock()
+				return
+			}
+			r.mu.Lock()
+			r.planeRestarts[name]++
+			r.mu.Unlock()
+		}
+		r.planeMu.Unlock()
+	}
 }
 
 // writeProxyKubeconfig copies the kubeconfig at from to to, every cluster

@@ -150,7 +150,9 @@ func injectRestarts(ctx context.Context, r *run) error {
 		if err := r.waitProgress(ctx, func(_ Phase, done int) bool { return done >= target }); err != nil {
 			return err
 		}
+		r.planeMu.Lock()
 		down, err := r.plane.RestartAPIServer(ctx, true)
+		r.planeMu.Unlock()
 		if err != nil {
 			return err
 		}

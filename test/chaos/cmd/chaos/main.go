@@ -18,9 +18,12 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/pgloop/pgloop/test/bench/benchkit"
 	"github.com/pgloop/pgloop/test/chaos"
@@ -51,6 +54,10 @@ func main() {
 	cfg.Scenarios = strings.Split(*scenarios, ",")
 	cfg.OperatorArgs = opArgs
 	cfg.Log = os.Stdout
+	// client-go's reflectors log every watch an apiserver restart or the
+	// proxy breaks; the runs say what happened in their own lines.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 	if err := run(cfg, *src, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(1)
