@@ -201,6 +201,11 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 		from = res.LastAction
 	}
 	res.Verdict, res.ConvergedAt, res.Err = r.converge(ctx, from.Add(cfg.ConvergeTimeout))
+	if keep {
+		if err := r.dumpEvents(ctx); err != nil {
+			r.log("events not written: %v", err)
+		}
+	}
 	r.mu.Lock()
 	res.Operators = r.started
 	res.PlaneRestarts = byKind(r.planeRestarts)
@@ -223,7 +228,12 @@ func byKind(m map[string]int) string {
 func (r *run) setup(ctx context.Context) error {
 	var err error
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
-	r.plane, err = testbed.Start(ctx, testbed.Options{Nodes: 3, BinDir: r.cfg.BinDir, Log: io.Discard})
+	opts := testbed.Options{Nodes: 3, BinDir: r.cfg.BinDir, Log: io.Discard}
+	if r.cfg.WorkDir != "" {
+		// The plane's logs (and etcd's data) stay with the run's.
+		opts.TempDir, opts.KeepDir = r.dir, true
+	}
+	r.plane, err = testbed.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("while starting the plane: %w", err)
 	}
@@ -269,15 +279,14 @@ func (r *run) setup(ctx context.Context) error {
 func (r *run) supervise() {
 	for {
 		wctx, cancel := context.WithCancel(r.bg)
-		err := r.plane.Wait(wctx)
+		_ = r.plane.Wait(wctx) // which process exited is Dead's to say
 		cancel()
 		if r.bg.Err() != nil {
 			return
 		}
 		r.planeMu.Lock()
 		for _, name := range r.plane.Dead() {
-			first, _, _ := strings.Cut(err.Error(), "\n")
-			r.log("plane: %s exited (%s); restarting it", name, first)
+			r.log("plane: %s exited; restarting it (its log is in the plane's directory)", name)
 			if _, err := r.plane.RestartProcess(r.bg, name, false); err != nil {
 				r.log("plane: %s not restarted: %v", name, err)
 				r.planeMu.Unlock()
@@ -459,6 +468,30 @@ func (r *run) bookCopy() Book {
 		out[k] = &c
 	}
 	return out
+}
+
+// dumpEvents writes the Kubernetes Events of the workload's namespaces
+// into events.txt of the run's directory, oldest first.
+func (r *run) dumpEvents(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var lines []string
+	for i := range r.cfg.Workload.Namespaces {
+		list, err := r.kube.CoreV1().Events(Namespace(i)).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ev := range list.Items {
+			t := ev.LastTimestamp.Time
+			if t.IsZero() {
+				t = ev.EventTime.Time
+			}
+			lines = append(lines, fmt.Sprintf("%s %s %s x%d %s/%s/%s (%s): %s", t.UTC().Format(time.RFC3339), ev.Type, ev.Reason, ev.Count,
+				ev.InvolvedObject.Kind, ev.InvolvedObject.Namespace, ev.InvolvedObject.Name, ev.Source.Component, ev.Message))
+		}
+	}
+	slices.Sort(lines)
+	return os.WriteFile(filepath.Join(r.dir, "events.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 }
 
 // teardown stops the operators, the labellers, the proxy and the plane.

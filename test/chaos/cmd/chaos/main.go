@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 
 	"github.com/pgloop/pgloop/test/bench/benchkit"
@@ -58,6 +59,7 @@ func main() {
 	// proxy breaks; the runs say what happened in their own lines.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
+	klog.SetLogger(logr.Discard())
 	if err := run(cfg, *src, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(1)
