@@ -151,7 +151,10 @@ func Summary(scenario string, results []Result) string {
 		}
 	}
 	conv := fmt.Sprintf("longest %v", longest.Round(100*time.Millisecond))
-	if failed > 0 {
+	switch {
+	case runs == 0:
+		conv = "not run"
+	case failed > 0:
 		conv = fmt.Sprintf("%d runs NOT converged", failed)
 	}
 	return fmt.Sprintf("%-9s runs %d, faults injected %d, clusters converged %d/%d, deleted gone %d/%d, duplicates %d, lost actions %d, converge after last fault: %s",

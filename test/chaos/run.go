@@ -228,7 +228,8 @@ func byKind(m map[string]int) string {
 func (r *run) setup(ctx context.Context) error {
 	var err error
 	r.bg, r.stopBG = context.WithCancel(context.WithoutCancel(ctx))
-	opts := testbed.Options{Nodes: 3, BinDir: r.cfg.BinDir, Log: io.Discard}
+	// A busy machine may need more than the default 2 minutes.
+	opts := testbed.Options{Nodes: 3, BinDir: r.cfg.BinDir, Log: io.Discard, StartTimeout: 5 * time.Minute}
 	if r.cfg.WorkDir != "" {
 		// The plane's logs (and etcd's data) stay with the run's.
 		opts.TempDir, opts.KeepDir = r.dir, true
