@@ -49,6 +49,7 @@ func main() {
 	var opArgs benchkit.ListFlag
 	flag.Var(&opArgs, "operator-arg", "a further flag for the operators, e.g. --operator-arg=--workers=4 (repeatable)")
 	flag.StringVar(&cfg.WorkDir, "work-dir", "", "keep every run's operator logs here (default: only a failed run's, in a temporary directory)")
+	flag.StringVar(&cfg.Pgloop, "pgloop", "", "operator binary to run (default: built from --source; building takes minutes on busy cores)")
 	src := flag.String("source", "", "pgloop tree to build the operator from and read the CRDs of (default: this repository)")
 	timeout := flag.Duration("timeout", time.Hour, "bound of the whole run")
 	flag.Parse()
@@ -80,12 +81,15 @@ func run(cfg chaos.Config, source string, timeout time.Duration) error {
 	}
 	defer os.RemoveAll(buildDir)
 	began := time.Now()
-	if cfg.Pgloop, err = pgtest.Build(ctx, paths.Source, buildDir); err != nil {
-		return err
+	operator := "given: " + cfg.Pgloop
+	if cfg.Pgloop == "" {
+		if cfg.Pgloop, err = pgtest.Build(ctx, paths.Source, buildDir); err != nil {
+			return err
+		}
+		operator = fmt.Sprintf("%s built in %v", benchkit.Revision(ctx, paths.Source), time.Since(began).Round(time.Second))
 	}
-	fmt.Printf("chaos: seed %d (replay: make chaos CHAOS_ARGS=\"--seed %d --scenarios %s\"), pgloop %s built in %v, load average %s\n",
-		cfg.Seed, cfg.Seed, strings.Join(cfg.Scenarios, ","), benchkit.Revision(ctx, paths.Source),
-		time.Since(began).Round(time.Second), benchkit.Loadavg())
+	fmt.Printf("chaos: seed %d (replay: make chaos CHAOS_ARGS=\"--seed %d --scenarios %s\"), pgloop %s, load average %s\n",
+		cfg.Seed, cfg.Seed, strings.Join(cfg.Scenarios, ","), operator, benchkit.Loadavg())
 	results, err := chaos.Run(ctx, cfg)
 	fmt.Printf("\nchaos: seed %d, %v, load average %s\n", cfg.Seed, time.Since(began).Round(time.Second), benchkit.Loadavg())
 	bad := 0
