@@ -28,8 +28,8 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni and postgre
 	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the worker model's, the bench's and pgtest's unit tests, and a short simulation budget (not the e2e suites).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./provisioner/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/...
+test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./provisioner/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/...
 
 .PHONY: test-e2e
 test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
@@ -75,6 +75,17 @@ BENCH_SCALE_ARGS ?=
 bench-scale: testbed ## N clusters on one operator, N = 1000, 5000 (issue 14): burst vs the plane alone, one more, memory, API writes, restart, fairness; writes docs/scale.md, fails when a goal is missed.
 	cd test && $(GO) build -o $(BIN)/bench-scale ./bench/cmd/bench-scale
 	PGLOOP_BIN=$(BIN) $(BIN)/bench-scale $(BENCH_SCALE_ARGS)
+
+##@ Chaos
+
+# Flags of `make chaos`, e.g. CHAOS_ARGS="--scenarios kill --kills 10 --seed 7"
+# (`--seed N --scenarios S` replays a run; `--help` lists them all).
+CHAOS_ARGS ?=
+
+.PHONY: chaos
+chaos: testbed ## Faults on the real plane (issue 15): operator SIGKILLs, a faulty proxy before the apiserver, apiserver restarts, leader handovers, 20 clusters each; ~5-10 min; figures in docs/reliability.md.
+	cd test && $(GO) build -o $(BIN)/chaos ./chaos/cmd/chaos
+	PGLOOP_BIN=$(BIN) $(BIN)/chaos $(CHAOS_ARGS)
 
 ##@ Worker-design model
 

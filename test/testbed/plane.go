@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,7 +141,8 @@ type Plane struct {
 	opts     Options
 	bins     binaries
 	launcher *launcher
-	procs    []*process   // in start order: etcd first
+	procsMu  sync.Mutex
+	procs    []*process   // in start order: etcd first; under procsMu
 	nodes    atomic.Int32 // created so far, numbering their addresses
 
 	processNodes []ProcessNode
@@ -296,8 +298,9 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 
 // Processes lists what the plane started, in start order.
 func (p *Plane) Processes() []Process {
-	out := make([]Process, 0, len(p.procs))
-	for _, proc := range p.procs {
+	procs := p.processes()
+	out := make([]Process, 0, len(procs))
+	for _, proc := range procs {
 		out = append(out, Process{Name: proc.name, PID: proc.pid(), Log: proc.logPath})
 	}
 	return out
@@ -307,7 +310,7 @@ func (p *Plane) Processes() []Process {
 // with the end of its log; tests call it to tell a broken plane from a bug.
 func (p *Plane) Healthy() error {
 	var errs []error
-	for _, proc := range p.procs {
+	for _, proc := range p.processes() {
 		if proc.hasExited() {
 			errs = append(errs, proc.failure(errors.New("process is gone")))
 		}
@@ -343,7 +346,7 @@ func (p *Plane) stop() error {
 	stopAll := func(first bool) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for _, proc := range p.procs {
+		for _, proc := range p.processes() {
 			// Process kubelets go first, while the apiserver still serves
 			// their last status writes.
 			if proc.name == binEtcd || (proc.cleanup != nil) != first {
@@ -366,7 +369,7 @@ func (p *Plane) stop() error {
 	}
 	stopAll(true)
 	stopAll(false)
-	for _, proc := range p.procs {
+	for _, proc := range p.processes() {
 		if proc.name == binEtcd {
 			etcd = proc
 		}
@@ -398,8 +401,17 @@ func (p *Plane) run(name string, args ...string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.procsMu.Lock()
 	p.procs = append(p.procs, proc)
+	p.procsMu.Unlock()
 	return proc, nil
+}
+
+// processes returns the plane's processes, in start order.
+func (p *Plane) processes() []*process {
+	p.procsMu.Lock()
+	defer p.procsMu.Unlock()
+	return slices.Clone(p.procs)
 }
 
 // env is the environment of the plane's processes: ours, without what would
@@ -637,8 +649,9 @@ func waitHealthy(ctx context.Context, proc *process, url string, tlsConfig *tls.
 // exits, returning which and the end of its log: a foreground plane should
 // not outlive a dead apiserver.
 func (p *Plane) Wait(ctx context.Context) error {
-	exited := make(chan *process, len(p.procs))
-	for _, proc := range p.procs {
+	procs := p.processes()
+	exited := make(chan *process, len(procs))
+	for _, proc := range procs {
 		go func() {
 			select {
 			case <-proc.exited:
@@ -652,5 +665,76 @@ func (p *Plane) Wait(ctx context.Context) error {
 		return nil
 	case proc := <-exited:
 		return proc.failure(errors.New("process is gone"))
+	}
+}
+
+// RestartAPIServer stops the kube-apiserver, with SIGKILL when kill (a
+// crash), else SIGTERM and its grace, and starts it again with the same
+// flags: the same port, etcd (which keeps the data) and serving certificate
+// (kept in its --cert-dir, which it reuses), so every kubeconfig and client
+// of the plane stays valid. It returns once /readyz answers ok again, with
+// how long the apiserver did not serve. The other processes of the plane
+// reconnect by themselves.
+func (p *Plane) RestartAPIServer(ctx context.Context, kill bool) (time.Duration, error) {
+	return p.RestartProcess(ctx, binAPIServer, kill)
+}
+
+// Dead returns the names of the plane's processes that have exited.
+func (p *Plane) Dead() []string {
+	var out []string
+	for _, proc := range p.processes() {
+		if proc.hasExited() {
+			out = append(out, proc.name)
+		}
+	}
+	return out
+}
+
+// RestartProcess stops the plane's process name (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kwok) if it still runs, as
+// RestartAPIServer does, and starts it again with the same flags, as a
+// kubelet restarts a static pod; for the apiserver it waits until /readyz
+// answers ok. It returns how long the process was stopped or starting.
+// Process kubelets are not restarted this way.
+func (p *Plane) RestartProcess(ctx context.Context, name string, kill bool) (time.Duration, error) {
+	p.procsMu.Lock()
+	i := slices.IndexFunc(p.procs, func(proc *process) bool { return proc.name == name })
+	var old *process
+	if i >= 0 {
+		old = p.procs[i]
+	}
+	p.procsMu.Unlock()
+	if old == nil || old.cleanup != nil {
+		return 0, fmt.Errorf("the plane has no process %s to restart", name)
+	}
+	began := time.Now()
+	if kill {
+		old.kill()
+	} else if old.stop() {
+		fmt.Fprintf(p.opts.Log, "testbed: %s ignored SIGTERM for %v, killed\n", old.name, old.grace)
+	}
+	for attempt := 1; ; attempt++ {
+		proc, err := p.launcher.start(old.name, old.cmd.Path, old.logPath, old.cmd.Args[1:], old.cmd.Env)
+		if err != nil {
+			return 0, err
+		}
+		p.procsMu.Lock()
+		p.procs[i] = proc
+		p.procsMu.Unlock()
+		if name != binAPIServer {
+			return time.Since(began), nil
+		}
+		err = poll(ctx, proc, func() (bool, error) {
+			body, err := p.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err == nil && string(body) == "ok", nil
+		})
+		if err == nil {
+			return time.Since(began), nil
+		}
+		// The port may linger a moment after a crash.
+		if !errors.Is(err, errPortInUse) || attempt == startAttempts {
+			return 0, fmt.Errorf("while restarting %s: %w", name, err)
+		}
+		fmt.Fprintf(p.opts.Log, "testbed: %s's port still in use, retrying\n", name)
 	}
 }

@@ -100,6 +100,16 @@ func (p *process) stop() (killed bool) {
 	}
 }
 
+// kill sends SIGKILL to the process group and waits until the process is
+// reaped.
+func (p *process) kill() {
+	if p.hasExited() {
+		return
+	}
+	_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	<-p.exited
+}
+
 // failure wraps err with the end of the process's log, which is where the
 // reason of a failed start-up always is.
 func (p *process) failure(err error) error {

@@ -107,7 +107,9 @@ func (p *Plane) startProcessNodes(ctx context.Context) error {
 		}
 		proc.grace = kubeletStopGrace
 		proc.cleanup = func() error { return kubelet.Cleanup(n.Root) }
+		p.procsMu.Lock()
 		p.procs = append(p.procs, proc)
+		p.procsMu.Unlock()
 		p.processNodes = append(p.processNodes, n)
 	}
 	for _, n := range p.processNodes {
