@@ -166,10 +166,12 @@ type operator struct {
 
 // watchState is the delivery of the API's changes to the operator's cache.
 type watchState struct {
-	seen   int64    // the last change queued
-	queue  []queued // changes on their way, in order
-	broken bool     // the watch broke: nothing arrives until the relist
-	relist time.Time
+	seen  int64    // the last change queued
+	queue []queued // changes on their way, in order
+	// broken are the kinds (resources) whose watch ended with 410 Gone,
+	// with when their informer's list comes: nothing of theirs arrives
+	// until then; the other kinds' watches go on.
+	broken map[string]time.Time
 }
 
 type queued struct {
@@ -365,8 +367,8 @@ func (s *Sim) next(now time.Time) (time.Time, bool) {
 	if len(s.watch.queue) > 0 {
 		add(s.watch.queue[0].due, true)
 	}
-	if s.watch.broken {
-		add(s.watch.relist, true)
+	for _, at := range s.watch.broken {
+		add(at, true)
 	}
 	s.mu.Lock()
 	for _, j := range s.parked {
@@ -409,7 +411,8 @@ func (s *Sim) user(o op) {
 
 // deliver moves the API's changes towards the operator's cache: each is
 // queued when committed, with its lag, and applied once due, in order;
-// a watch that breaks drops what comes until its relist.
+// the watch of a kind that ends with 410 Gone drops that kind's changes
+// until its informer lists it again.
 func (s *Sim) deliver(now time.Time) bool {
 	w := &s.watch
 	for _, c := range s.api.since(w.seen) {
@@ -427,11 +430,17 @@ func (s *Sim) deliver(now time.Time) bool {
 		}
 		w.queue = append(w.queue, queued{c: c, due: due})
 	}
-	if w.broken && !now.Before(w.relist) {
+	for _, res := range slices.Sorted(maps.Keys(w.broken)) {
+		if now.Before(w.broken[res]) {
+			continue
+		}
+		// Every change committed is queued: the list holds those of
+		// res still queued.
 		objs, rv := s.api.snapshot()
-		w.broken, w.queue, w.seen = false, nil, rv
-		s.tracef("relist at rv %d", rv)
-		s.notify(s.op.view.relist(objs))
+		delete(w.broken, res)
+		w.queue = slices.DeleteFunc(w.queue, func(q queued) bool { return q.c.key.res == res })
+		s.tracef("relist %s at rv %d", res, rv)
+		s.notify(s.op.view.relist(res, objs))
 		return true
 	}
 	if len(w.queue) == 0 || now.Before(w.queue[0].due) {
@@ -439,13 +448,16 @@ func (s *Sim) deliver(now time.Time) bool {
 	}
 	q := w.queue[0]
 	w.queue = w.queue[1:]
-	if w.broken {
+	if _, broken := w.broken[q.c.key.res]; broken {
 		return true
 	}
 	if r := s.sw.rates[FaultWatchDrop]; r > 0 && s.rng.Float64() < r/10 {
 		s.count(FaultWatchDrop)
-		w.broken = true
-		w.relist = now.Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
+		if w.broken == nil {
+			w.broken = map[string]time.Time{}
+		}
+		w.broken[q.c.key.res] = now.Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
+		s.tracef("watch of %s: 410 Gone", q.c.key.res)
 		return true
 	}
 	var obj runtime.Object
