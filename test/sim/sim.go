@@ -38,6 +38,9 @@ type Options struct {
 	// Trace is how many of the last lines of the trace a Result keeps
 	// (0: 60).
 	Trace int
+	// Variant leaves choices of the seed out (Shrink); the zero Variant
+	// runs the seed as drawn.
+	Variant Variant
 	// serial runs the plans one at a time, first come, first served, a
 	// step that waits holding every other (and the loop hands every plan
 	// at once): an executor that breaks isolation, for
@@ -49,6 +52,9 @@ type Options struct {
 	// handovers, when set, are the run's handovers instead of the
 	// seed's (TestHandover).
 	handovers []handover
+	// fail, when set, is an invariant of a test's, checked on the
+	// result after the run: a violation when it returns a message.
+	fail func(Result) string
 }
 
 // Result is what one run saw.
@@ -237,6 +243,7 @@ func newSim(seed int64, opt Options) *Sim {
 	s.plan = append(s.plan, stuck...)
 	s.ops = append(s.ops, ops...)
 	slices.SortStableFunc(s.ops, func(a, b op) int { return int(a.at - b.at) })
+	s.applyVariant()
 	s.hung = map[string]bool{}
 	for _, pc := range s.plan {
 		s.world.fates[pc.key] = pc.fate
@@ -314,6 +321,11 @@ func (s *Sim) run() {
 	s.retire()
 	s.stopOperator()
 	s.finalChecks()
+	if s.opt.fail != nil {
+		if msg := s.opt.fail(s.res); msg != "" {
+			s.failf("%s", msg)
+		}
+	}
 	s.res.Simulated = s.since()
 	s.res.MaxWait, s.res.MaxWaitKey, s.res.MaxStuckStarts = s.iso.max, s.iso.maxKey, s.iso.maxStuck
 	s.res.Trace = s.trace[max(0, len(s.trace)-s.opt.Trace):]

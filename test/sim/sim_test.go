@@ -2,6 +2,7 @@ package sim
 
 import (
 	"flag"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -184,5 +185,54 @@ func TestKnownBugs(t *testing.T) {
 		if !slices.ContainsFunc(res.Violations, func(v string) bool { return strings.Contains(v, b.found) }) {
 			t.Errorf("seed %d no longer finds %q (violations %q): fixed? Move it to regressions", b.seed, b.found, res.Violations)
 		}
+	}
+}
+
+// TestShrink checks shrinking against an invariant of the test's own that
+// fails whenever the API answered a Conflict: the smallest variant of
+// seed 27 (ten fault kinds on, two clusters) keeps conflicts alone, one
+// cluster and a shorter active time, and still fails; the zero Variant
+// replays the seed as drawn.
+func TestShrink(t *testing.T) {
+	fail := func(r Result) string {
+		if r.Faults[FaultConflict] > 0 {
+			return fmt.Sprintf("the API answered %d conflicts", r.Faults[FaultConflict])
+		}
+		return ""
+	}
+	opt := Options{fail: fail, Trace: 100_000}
+	on := newSim(27, Options{Active: 20 * time.Minute}).kindsOn()
+	sh, failed := Shrink(27, opt, 40)
+	if !failed {
+		t.Fatal("seed 27 does not fail")
+	}
+	t.Logf("shrunk in %d runs: %s", sh.Runs, sh.Variant)
+	for _, k := range on {
+		if off := slices.Contains(sh.Variant.Off, k); off == (k == FaultConflict) {
+			t.Errorf("kind %s off %t in %s", k, off, sh.Variant)
+		}
+	}
+	if len(sh.Variant.Drop) != 1 || sh.Variant.Until == 0 || sh.Variant.Until >= 20*time.Minute {
+		t.Errorf("variant %s: want one of the two clusters dropped and a shorter active time", sh.Variant)
+	}
+	if len(sh.Result.Violations) == 0 || !strings.Contains(sh.Result.Violations[0], "conflicts") {
+		t.Errorf("the shrunk run's violations: %q", sh.Result.Violations)
+	}
+	again, err := ParseVariant(sh.Variant.String())
+	if err != nil || again.String() != sh.Variant.String() {
+		t.Errorf("ParseVariant(%q) = %s, %v", sh.Variant, again, err)
+	}
+	if rel := Relevant(sh.Result.Trace, sh.Result.Violations); len(rel) == 0 || len(rel) >= len(sh.Result.Trace) {
+		t.Errorf("%d relevant lines of %d", len(rel), len(sh.Result.Trace))
+	}
+}
+
+// TestZeroVariant checks that a run with the zero Variant is the seed's:
+// the variant's code draws nothing and leaves nothing out.
+func TestZeroVariant(t *testing.T) {
+	a := Run(27, Options{Trace: 100_000})
+	b := Run(27, Options{Trace: 100_000, Variant: Variant{Until: time.Hour}})
+	if !slices.Equal(a.Trace, b.Trace) {
+		t.Error("seed 27 with a variant that leaves nothing out ran another run")
 	}
 }
