@@ -35,7 +35,7 @@ func TestSwarm(t *testing.T) {
 			t.Logf("seed %d trace:\n%s", s, strings.Join(res.Trace, "\n"))
 		}
 		for _, v := range res.Violations {
-			t.Errorf("seed %d: %s (replay: cd test && go test ./sim/ -run TestSwarm -sim.seed=%d)", s, v, s)
+			t.Errorf("seed %d: %s (replay: cd test && go test ./sim/ -run TestSwarm -sim.seed=%d; replay and shrink: go run ./sim/cmd/sim -seed %d)", s, v, s, s)
 		}
 	}
 	t.Logf("%d seeds in %v: %.1f cluster-hours simulated", n, time.Since(start).Round(time.Millisecond), hours)
@@ -177,6 +177,11 @@ var knownBugs = []struct {
 	// epoch 1) after a Conflict: it read the resource again and wrote
 	// over the status the new leader had written (Running, epoch 2).
 	{62, "status.epoch went back from 2 to 1"},
+	// The same, 1.9 s after the handover (within the 7 s the defaults
+	// allow a leader in good health): the old leader's retry timer fired,
+	// its status write met a Conflict, and it wrote Degraded, epoch 5,
+	// over the new leader's Running, epoch 6.
+	{483, "status.epoch went back from 6 to 5"},
 }
 
 func TestKnownBugs(t *testing.T) {

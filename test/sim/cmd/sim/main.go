@@ -111,6 +111,8 @@ func swarm(first int64, n, jobs, shrink int) int {
 		maxWrites        int
 		maxWait          time.Duration
 		maxStuck         int
+		oldWrites        int
+		overlapping      int
 		hours, simulated float64
 		failed           []sim.Result
 	)
@@ -122,6 +124,8 @@ func swarm(first int64, n, jobs, shrink int) int {
 			checks[k] += v
 		}
 		writes += res.Writes
+		oldWrites += res.OldWrites
+		overlapping += res.Overlapping
 		maxWrites = max(maxWrites, res.MaxWritesPerMinute)
 		maxWait, maxStuck = max(maxWait, res.MaxWait), max(maxStuck, res.MaxStuckStarts)
 		hours += res.ClusterHours
@@ -152,6 +156,8 @@ func swarm(first int64, n, jobs, shrink int) int {
 	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
 	fmt.Printf("isolation: a plan outside the stuck namespace waited at most %v to start, behind at most %d starts of stuck clusters\n",
 		maxWait.Round(time.Millisecond), maxStuck)
+	fmt.Printf("handovers: %d writes of an incarnation that lost its Lease stored during its overlap, %d plans handed while the other incarnation had one of the same cluster in flight\n",
+		oldWrites, overlapping)
 	fmt.Printf("failures: %d\n", len(failed))
 	if len(failed) > 0 {
 		return 1
