@@ -97,7 +97,8 @@ model: ## Run the worker-design model (test/model) and rewrite its tables in doc
 # Seeds of `make sim`: about a minute on two cores (docs/reliability.md).
 SEEDS ?= 500
 SEED ?=
+VARIANT ?=
 
 .PHONY: sim
-sim: ## Run the deterministic simulation of the operator for SEEDS seeds (default 500, ~1 min); SEED=N replays one seed with its whole trace.
-	cd test && $(GO) run ./sim/cmd/sim $(if $(SEED),-seed $(SEED),-seeds $(SEEDS))
+sim: ## Run the deterministic simulation of the operator for SEEDS seeds (default 500, ~1 min), shrinking each failure; SEED=N replays one seed with its whole trace (VARIANT='off=...;drop=...;until=...' a shrunk variant of it).
+	cd test && $(GO) run ./sim/cmd/sim $(if $(SEED),-seed $(SEED) $(if $(VARIANT),-variant '$(VARIANT)'),-seeds $(SEEDS))

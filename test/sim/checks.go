@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -204,6 +205,20 @@ func (c *checkState) committed(s *Sim, planKey, verb string, key objKey, before,
 	}
 }
 
+// oldWrite checks a write of incarnation inc, which lost its Lease, that
+// the API stored: within its overlap only (handover.go). After it the
+// process is gone; this checks the simulation's model of the handover as
+// much as the operator.
+func (c *checkState) oldWrite(s *Sim, inc int, planKey, verb string, key objKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.res.Checks["oldLeaderStops"]++
+	s.res.OldWrites++
+	if s.old == nil || s.old.inc != inc || !s.clock.Now().Before(s.old.until) {
+		s.violation("%s %s by a plan of %s of operator %d, after its overlap ended", verb, key, planKey, inc)
+	}
+}
+
 // finalChecks runs once the faults have stopped and the quiet time
 // passed: every deletion finished; every cluster observed its last
 // generation; every cluster that can be served is Running, every other
@@ -242,6 +257,11 @@ func (s *Sim) finalChecks() {
 		if st.ObservedGeneration != pg.Generation {
 			s.violation("%s: generation %d never observed (status.observedGeneration %d, state %s)", pc.key, pg.Generation, st.ObservedGeneration, st.State)
 		}
+		s.res.Checks["statusOfMachine"]++
+		if m := s.op.ctrl.Machine(pc.key); m != nil && !sameStatus(m.Status(), &st) {
+			s.violation("%s: status in the API (%s epoch %d, %s) is not its machine's (%s epoch %d, %s)", pc.key,
+				st.State, st.Epoch, st.Reason, m.Status().State, m.Status().Epoch, m.Status().Reason)
+		}
 		switch servable := pc.valid && pc.fate.kind == fateReady; {
 		case servable && st.State != fsm.Running:
 			s.violation("%s: servable, %s after the quiet time, not Running (reason %q: %s)", pc.key, st.State, st.Reason, st.Message)
@@ -249,6 +269,14 @@ func (s *Sim) finalChecks() {
 			s.violation("%s: cannot be served (valid %t, pods %s), state %s without a reason", pc.key, pc.valid, pc.fate.kind, st.State)
 		}
 	}
+}
+
+// sameStatus tells whether the machine's status a is the stored one b,
+// once a is stored as the API stores it (times in whole seconds).
+func sameStatus(a, b *v1.PostgresqlStatus) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
 func keyNS(key string) string {

@@ -67,10 +67,3 @@ func (c *simClock) next() (time.Time, bool) {
 	}
 	return best, !best.IsZero()
 }
-
-// forget drops the timers of a loop that stopped (a crashed operator).
-func (c *simClock) forget() {
-	c.mu.Lock()
-	c.timers = nil
-	c.mu.Unlock()
-}

@@ -32,4 +32,10 @@
 //   - The operator crashes at seeded times and restarts from what the API
 //     holds: a new cache from a list, a new controller and loop, timers
 //     re-armed from status (Machine.Resume).
+//   - The leader loses its Lease at seeded times (handover.go): a new
+//     incarnation starts from the API while the old one goes on, unaware,
+//     for up to a step deadline, its plans' calls reaching the API, as
+//     client-go's leader election lets it; each incarnation has its own
+//     clock, and the simulator settles one loop before it moves the
+//     other's.
 package sim

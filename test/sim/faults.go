@@ -26,6 +26,9 @@ const (
 	FaultWatchLate = "watchLate" // a change delivered to the cache late
 	FaultWatchDrop = "watchDrop" // a watch that broke, then relisted
 	FaultCrash     = "crash"     // the operator crashed and restarted
+	// FaultHandover: the leader lost its Lease and a new one took over
+	// while the old one's plans went on for a while (handover.go).
+	FaultHandover  = "handover"
 	FaultPodKilled = "podKilled" // a pod deleted under a cluster (its node lost)
 	// FaultUndone: Patroni accepted a switchover, and the primary stayed
 	// (the candidate failed to promote, the old primary kept the lock).

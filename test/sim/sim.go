@@ -38,6 +38,9 @@ type Options struct {
 	// Trace is how many of the last lines of the trace a Result keeps
 	// (0: 60).
 	Trace int
+	// Variant leaves choices of the seed out (Shrink); the zero Variant
+	// runs the seed as drawn.
+	Variant Variant
 	// serial runs the plans one at a time, first come, first served, a
 	// step that waits holding every other (and the loop hands every plan
 	// at once): an executor that breaks isolation, for
@@ -46,6 +49,12 @@ type Options struct {
 	// hung, when not 0, makes that many hung clusters in stuckNS in
 	// every seed (newStuck).
 	hung int
+	// handovers, when set, are the run's handovers instead of the
+	// seed's (TestHandover).
+	handovers []handover
+	// fail, when set, is an invariant of a test's, checked on the
+	// result after the run: a violation when it returns a message.
+	fail func(Result) string
 }
 
 // Result is what one run saw.
@@ -69,6 +78,11 @@ type Result struct {
 	// MaxStuckStarts is the most plan starts of stuck clusters during one
 	// such wait.
 	MaxStuckStarts int
+	// Overlapping counts the plans handed while a plan of the same
+	// cluster was in flight in the other incarnation, during a
+	// handover's overlap; OldWrites the writes of an incarnation that
+	// lost its Lease that the API stored during its overlap.
+	Overlapping, OldWrites int
 	// Violations are the invariants that did not hold, empty when all did.
 	Violations []string
 	// Trace is the end of the run's trace: what happened, in order.
@@ -107,17 +121,22 @@ type Sim struct {
 	log   *logrus.Logger
 	hung  map[string]bool // clusters whose steps hang (plannedCluster.hung)
 
-	plan   []plannedCluster
-	ops    []op
-	nextOp int
-	crash  int // next of sw.crashes
-	kill   int // next of sw.kills
+	plan      []plannedCluster
+	ops       []op
+	nextOp    int
+	crash     int // next of sw.crashes
+	kill      int // next of sw.kills
+	handovers []handover
+	handover  int // next of handovers
 
 	op  *operator
 	inc int // the operator's last incarnation, counted from 1
 	// live is the incarnation whose calls reach the API, 0 while none
 	// runs: a crashed operator's calls fail.
 	live int
+	// old is the incarnation that lost its Lease, while it goes on
+	// (handover.go); nil when none does.
+	old *operator
 
 	// signals wait to be handed to the loop, one per round: handed at
 	// once, how many the loop takes in one batch (and so merges) would
@@ -157,19 +176,28 @@ type job struct {
 
 // operator is one incarnation of the operator process.
 type operator struct {
-	inc    int
+	inc int
+	// clock is the incarnation's own: its loop, controller, facts and
+	// effects read it, and the simulator sets it to the simulated time
+	// and settles the loop before it sets another incarnation's.
+	clock  *simClock
+	ctrl   *controller.Controller
 	loop   *eventloop.Loop
 	view   *view
 	cancel context.CancelFunc
 	done   chan struct{}
+	// until is when an incarnation that lost its Lease stops.
+	until time.Time
 }
 
 // watchState is the delivery of the API's changes to the operator's cache.
 type watchState struct {
-	seen   int64    // the last change queued
-	queue  []queued // changes on their way, in order
-	broken bool     // the watch broke: nothing arrives until the relist
-	relist time.Time
+	seen  int64    // the last change queued
+	queue []queued // changes on their way, in order
+	// broken are the kinds (resources) whose watch ended with 410 Gone,
+	// with when their informer's list comes: nothing of theirs arrives
+	// until then; the other kinds' watches go on.
+	broken map[string]time.Time
 }
 
 type queued struct {
@@ -207,10 +235,15 @@ func newSim(seed int64, opt Options) *Sim {
 	s.world = newWorld(s.api)
 	s.sw = newSwarm(s.rng, opt.Active)
 	s.plan, s.ops = newWorkload(s.rng, opt.Active)
+	s.handovers = newHandovers(seed, opt.Active)
+	if opt.handovers != nil {
+		s.handovers = opt.handovers
+	}
 	stuck, ops := newStuck(seed, opt.Active, opt.hung)
 	s.plan = append(s.plan, stuck...)
 	s.ops = append(s.ops, ops...)
 	slices.SortStableFunc(s.ops, func(a, b op) int { return int(a.at - b.at) })
+	s.applyVariant()
 	s.hung = map[string]bool{}
 	for _, pc := range s.plan {
 		s.world.fates[pc.key] = pc.fate
@@ -279,26 +312,57 @@ func (s *Sim) run() {
 		}
 		next, ok := s.next(now)
 		if !ok || next.After(end) {
-			s.clock.SetTime(end)
-			s.settle()
+			s.setTime(end)
 			break
 		}
 		s.rounds = 0
-		s.clock.SetTime(next)
+		s.setTime(next)
 	}
+	s.retire()
 	s.stopOperator()
 	s.finalChecks()
+	if s.opt.fail != nil {
+		if msg := s.opt.fail(s.res); msg != "" {
+			s.failf("%s", msg)
+		}
+	}
 	s.res.Simulated = s.since()
 	s.res.MaxWait, s.res.MaxWaitKey, s.res.MaxStuckStarts = s.iso.max, s.iso.maxKey, s.iso.maxStuck
 	s.res.Trace = s.trace[max(0, len(s.trace)-s.opt.Trace):]
 }
 
-// settle waits until the loop has handled everything it was given.
+// setTime moves the simulated time to t: the simulator's clock, then
+// each incarnation's, settling its loop before the next one's moves, so
+// that two loops never run at once.
+func (s *Sim) setTime(t time.Time) {
+	s.clock.SetTime(t)
+	for _, op := range s.running() {
+		op.clock.SetTime(t)
+		s.settleOne(op)
+	}
+}
+
+// running returns the incarnations whose loops run: the one that lost its
+// Lease, if any, first.
+func (s *Sim) running() []*operator {
+	if s.old != nil {
+		return []*operator{s.old, s.op}
+	}
+	return []*operator{s.op}
+}
+
+// settle waits until the loops have handled everything they were given.
 func (s *Sim) settle() {
+	for _, op := range s.running() {
+		s.settleOne(op)
+	}
+}
+
+func (s *Sim) settleOne(op *operator) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.op.loop.WaitIdle(ctx); err != nil {
-		s.failf("the loop did not settle within a wall minute: %v", err)
+	if err := op.loop.WaitIdle(ctx); err != nil {
+		s.failf("the loop of operator %d did not settle within a wall minute: %v", op.inc, err)
 	}
 }
 
@@ -310,8 +374,19 @@ func (s *Sim) act(now time.Time) bool {
 	if s.crash < len(s.sw.crashes) && s.sw.crashes[s.crash] <= since {
 		s.crash++
 		s.count(FaultCrash)
+		s.retire()
 		s.stopOperator()
 		s.startOperator()
+		return true
+	}
+	if s.old != nil && !now.Before(s.old.until) {
+		s.tracef("operator %d stops: its overlap ended", s.old.inc)
+		s.retire()
+		return true
+	}
+	if s.handover < len(s.handovers) && s.handovers[s.handover].at <= since {
+		s.handOver(s.handovers[s.handover])
+		s.handover++
 		return true
 	}
 	if len(s.signals) > 0 {
@@ -351,8 +426,16 @@ func (s *Sim) next(now time.Time) (time.Time, bool) {
 			times = append(times, t)
 		}
 	}
-	add(s.clock.next())
+	for _, op := range s.running() {
+		add(op.clock.next())
+	}
 	add(s.world.next(now))
+	if s.old != nil {
+		add(s.old.until, true)
+	}
+	if s.handover < len(s.handovers) {
+		add(t0.Add(s.handovers[s.handover].at), true)
+	}
 	if s.crash < len(s.sw.crashes) {
 		add(t0.Add(s.sw.crashes[s.crash]), true)
 	}
@@ -365,8 +448,8 @@ func (s *Sim) next(now time.Time) (time.Time, bool) {
 	if len(s.watch.queue) > 0 {
 		add(s.watch.queue[0].due, true)
 	}
-	if s.watch.broken {
-		add(s.watch.relist, true)
+	for _, at := range s.watch.broken {
+		add(at, true)
 	}
 	s.mu.Lock()
 	for _, j := range s.parked {
@@ -409,7 +492,8 @@ func (s *Sim) user(o op) {
 
 // deliver moves the API's changes towards the operator's cache: each is
 // queued when committed, with its lag, and applied once due, in order;
-// a watch that breaks drops what comes until its relist.
+// the watch of a kind that ends with 410 Gone drops that kind's changes
+// until its informer lists it again.
 func (s *Sim) deliver(now time.Time) bool {
 	w := &s.watch
 	for _, c := range s.api.since(w.seen) {
@@ -427,11 +511,17 @@ func (s *Sim) deliver(now time.Time) bool {
 		}
 		w.queue = append(w.queue, queued{c: c, due: due})
 	}
-	if w.broken && !now.Before(w.relist) {
+	for _, res := range slices.Sorted(maps.Keys(w.broken)) {
+		if now.Before(w.broken[res]) {
+			continue
+		}
+		// Every change committed is queued: the list holds those of
+		// res still queued.
 		objs, rv := s.api.snapshot()
-		w.broken, w.queue, w.seen = false, nil, rv
-		s.tracef("relist at rv %d", rv)
-		s.notify(s.op.view.relist(objs))
+		delete(w.broken, res)
+		w.queue = slices.DeleteFunc(w.queue, func(q queued) bool { return q.c.key.res == res })
+		s.tracef("relist %s at rv %d", res, rv)
+		s.notify(s.op.view.relist(res, objs))
 		return true
 	}
 	if len(w.queue) == 0 || now.Before(w.queue[0].due) {
@@ -439,13 +529,16 @@ func (s *Sim) deliver(now time.Time) bool {
 	}
 	q := w.queue[0]
 	w.queue = w.queue[1:]
-	if w.broken {
+	if _, broken := w.broken[q.c.key.res]; broken {
 		return true
 	}
 	if r := s.sw.rates[FaultWatchDrop]; r > 0 && s.rng.Float64() < r/10 {
 		s.count(FaultWatchDrop)
-		w.broken = true
-		w.relist = now.Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
+		if w.broken == nil {
+			w.broken = map[string]time.Time{}
+		}
+		w.broken[q.c.key.res] = now.Add(time.Duration(1+s.rng.IntN(60)) * time.Second)
+		s.tracef("watch of %s: 410 Gone", q.c.key.res)
 		return true
 	}
 	var obj runtime.Object
@@ -464,6 +557,7 @@ func (s *Sim) notify(sigs [][2]string) { s.signals = append(s.signals, sigs...) 
 // resumed from its status, as pkg/operator's runLeader does.
 func (s *Sim) startOperator() {
 	s.inc++
+	clk := newSimClock(s.clock.Now())
 	objs, rv := s.api.snapshot()
 	v := newView()
 	for _, k := range slices.SortedFunc(maps.Keys(objs), func(x, y objKey) int { return strings.Compare(x.String(), y.String()) }) {
@@ -476,16 +570,16 @@ func (s *Sim) startOperator() {
 	binary.LittleEndian.PutUint64(seed[:], uint64(s.seed))
 	binary.LittleEndian.PutUint64(seed[8:], uint64(s.inc))
 	eff := effects.New(s.kube, s.pg, &record.FakeRecorder{}, effects.Options{Build: build, Log: entry, Cache: v,
-		Random: rand.NewChaCha8(seed), Now: s.clock.Now, Serial: true})
+		Random: rand.NewChaCha8(seed), Now: clk.Now, Serial: true})
 	steps := controller.NewEffects(&actor{s: s, real: eff}, controller.Timeouts{})
-	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, facts.NewDeriver(build, true), s.clock.Now),
-		steps, s.clock, entry)
+	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, facts.NewDeriver(build, true), clk.Now),
+		steps, clk, entry)
 	inc := s.inc
 	workers := s.sw.workers
 	if s.opt.serial {
 		workers = 1000
 	}
-	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: s.clock, Workers: workers,
+	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: clk, Workers: workers,
 		StepTimeout: stepTimeout, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
 	ctrl.SetRolloutBudget(rolloutBudget, loop.Notify)
 	keys := v.keys("postgresqls")
@@ -499,7 +593,7 @@ func (s *Sim) startOperator() {
 	s.mu.Unlock()
 	s.tracef("operator %d started with %d clusters", inc, len(keys))
 	ctx, cancel := context.WithCancel(context.Background())
-	op := &operator{inc: inc, loop: loop, view: v, cancel: cancel, done: make(chan struct{})}
+	op := &operator{inc: inc, clock: clk, ctrl: ctrl, loop: loop, view: v, cancel: cancel, done: make(chan struct{})}
 	s.op, s.live = op, inc
 	go func() {
 		defer close(op.done)
@@ -507,19 +601,30 @@ func (s *Sim) startOperator() {
 	}()
 }
 
-// stopOperator stops the running incarnation as a crash would: the loop
-// stops, plans not started are lost, and the plans in flight end with
-// every call failing (the process is gone).
+// stopOperator stops the running incarnation as a crash would.
 func (s *Sim) stopOperator() {
-	s.op.cancel()
-	<-s.op.done
-	s.clock.forget()
-	s.tracef("operator %d stopped", s.op.inc)
-	s.mu.Lock()
-	parked := s.parked
-	s.pending, s.parked = nil, nil
-	s.mu.Unlock()
 	s.live = 0
+	s.stop(s.op)
+}
+
+// stop stops an incarnation, no longer alive, as a crash would: the loop
+// stops, its plans not started are lost, and its plans in flight end with
+// every call failing (the process is gone).
+func (s *Sim) stop(op *operator) {
+	op.cancel()
+	<-op.done
+	s.tracef("operator %d stopped", op.inc)
+	s.mu.Lock()
+	var parked []*job
+	for _, j := range s.parked {
+		if j.inc == op.inc {
+			parked = append(parked, j)
+		}
+	}
+	mine := func(j *job) bool { return j.inc == op.inc }
+	s.pending = slices.DeleteFunc(s.pending, mine)
+	s.parked = slices.DeleteFunc(s.parked, mine)
+	s.mu.Unlock()
 	for _, j := range parked {
 		for !j.done {
 			s.resume(j)
@@ -534,8 +639,14 @@ func (s *Sim) exec(inc int, key string, work func()) {
 	defer s.mu.Unlock()
 	s.res.Checks["onePlanInFlight"]++
 	for _, j := range slices.Concat(s.pending, s.parked) {
-		if j.inc == inc && j.key == key {
+		switch {
+		case j.key != key:
+		case j.inc == inc:
 			s.res.Violations = append(s.res.Violations, fmt.Sprintf("at %v: two plans of %s in flight", s.since(), key))
+		default:
+			// One of each incarnation during a handover's overlap:
+			// allowed, and counted.
+			s.res.Overlapping++
 		}
 	}
 	if inc == s.inc {
@@ -639,12 +750,15 @@ func (p *probe) Handle(ev eventloop.Event) eventloop.Outcome {
 	p.s.checks.event(p.s, p.inc, ev)
 	out := p.ctrl.Handle(ev)
 	p.s.checks.outcome(p.s, p.inc, ev, out)
-	if out.Plan != nil {
+	if out.Plan != nil && p.inc == p.s.live {
 		p.s.mu.Lock()
 		p.s.iso.planned(ev.Key, p.s.clock.Now())
 		p.s.mu.Unlock()
 	}
 	line := fmt.Sprintf("%s %s %s", ev.Key, ev.Kind, ev.Name)
+	if p.inc != p.s.live {
+		line = fmt.Sprintf("[operator %d] %s", p.inc, line)
+	}
 	if m := p.ctrl.Machine(ev.Key); m != nil {
 		st := m.Status()
 		line += fmt.Sprintf(" -> %s epoch %d gen %d %s", st.State, st.Epoch, st.ObservedGeneration, st.Reason)
@@ -679,13 +793,13 @@ func (a *actor) enter(ctx context.Context) error {
 	s := a.s
 	j := s.active
 	j.ctx = ctx
-	if j.inc != s.live {
+	if !s.alive(j.inc) {
 		return errCrashed
 	}
 	if d, ok := ctx.Deadline(); ok && s.hung[j.key] && s.since() < s.opt.Active {
 		s.count(FaultHungCluster)
 		s.park(d)
-		if j.inc != s.live {
+		if !s.alive(j.inc) {
 			return errCrashed
 		}
 		return fmt.Errorf("simulated call of a hung cluster: %w", context.DeadlineExceeded)
@@ -695,7 +809,7 @@ func (a *actor) enter(ctx context.Context) error {
 		s.park(s.clock.Now().Add(wait))
 	}
 	switch {
-	case j.inc != s.live:
+	case !s.alive(j.inc):
 		return errCrashed
 	case hang:
 		return fmt.Errorf("simulated call hung: %w", context.DeadlineExceeded)
@@ -778,13 +892,17 @@ type jobCaller struct {
 
 func (c *jobCaller) intercept(verb string, key objKey) (error, bool) {
 	s, j := c.s, c.j
-	if j.inc != s.live {
+	if !s.alive(j.inc) {
 		return errCrashed, false
 	}
 	if d, ok := j.ctx.Deadline(); ok && !s.clock.Now().Before(d) {
 		return context.DeadlineExceeded, false
 	}
-	s.tracef("%s call %s %s", j.key, verb, key)
+	if j.inc != s.live {
+		s.tracef("[operator %d] %s call %s %s", j.inc, j.key, verb, key)
+	} else {
+		s.tracef("%s call %s %s", j.key, verb, key)
+	}
 	if isWrite(verb) {
 		s.checks.write(s, j.key)
 	}
@@ -796,6 +914,9 @@ func (c *jobCaller) intercept(verb string, key objKey) (error, bool) {
 
 func (c *jobCaller) committed(verb string, key objKey, before, after runtime.Object) {
 	c.s.checks.committed(c.s, c.j.key, verb, key, before, after)
+	if c.j.inc != c.s.live {
+		c.s.checks.oldWrite(c.s, c.j.inc, c.j.key, verb, key)
+	}
 }
 
 // keys returns the keys of the cached objects of res, sorted.

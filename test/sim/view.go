@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -79,28 +78,40 @@ func (v *view) apply(key objKey, obj runtime.Object) [][2]string {
 	return signals(key, old, obj)
 }
 
-// relist replaces the whole cache with a list of the API, as an informer
-// does when its watch ends, and returns the signals of what differed.
-func (v *view) relist(objs map[objKey]runtime.Object) [][2]string {
-	keys := slices.Collect(maps.Keys(objs))
+// relist replaces the cached objects of one kind (res) with a list of
+// the API, as the informer of that kind does when its watch ends with 410
+// Gone (its resourceVersion too old, compacted) and its reflector lists
+// again: client-go (tools/cache processReplacedAllInfo) hands the
+// handlers first a delete of each cached object the list lacks (a
+// DeletedFinalStateUnknown), then an update of every listed object that
+// was cached, changed or not, and an add of the others; each in key
+// order here. It returns the signals the handlers send for them: an
+// update that changed nothing still notifies for the owned kinds (their
+// handlers do not compare), not for a Postgresql whose spec is the same
+// (informers.SpecChanged) nor for a leader record naming the same member.
+func (v *view) relist(res string, objs map[objKey]runtime.Object) [][2]string {
+	var listed, deleted []objKey
+	for k := range objs {
+		if k.res == res {
+			listed = append(listed, k)
+		}
+	}
 	v.mu.RLock()
 	for k := range v.objs {
-		if _, ok := objs[k]; !ok {
-			keys = append(keys, k)
+		if _, ok := objs[k]; !ok && k.res == res {
+			deleted = append(deleted, k)
 		}
 	}
 	v.mu.RUnlock()
-	slices.SortFunc(keys, func(x, y objKey) int { return strings.Compare(x.String(), y.String()) })
+	byKey := func(x, y objKey) int { return strings.Compare(x.String(), y.String()) }
+	slices.SortFunc(deleted, byKey)
+	slices.SortFunc(listed, byKey)
 	var out [][2]string
-	for _, k := range keys {
-		v.mu.RLock()
-		old := v.objs[k]
-		v.mu.RUnlock()
-		obj := objs[k]
-		if old != nil && obj != nil && objMeta(old).GetResourceVersion() == objMeta(obj).GetResourceVersion() {
-			continue
-		}
-		out = append(out, v.apply(k, obj)...)
+	for _, k := range deleted {
+		out = append(out, v.apply(k, nil)...)
+	}
+	for _, k := range listed {
+		out = append(out, v.apply(k, objs[k])...)
 	}
 	return out
 }

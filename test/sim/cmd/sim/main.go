@@ -2,7 +2,10 @@
 // test/sim) for many seeds, on every core, and prints seeds per second,
 // simulated cluster-hours per wall second, the faults injected by kind,
 // the invariant checks made and the failures, each with the command that
-// replays it and the end of its trace. `make sim` runs it.
+// replays it and the end of its trace, then shrunk (sim.Shrink): the
+// smallest variant of the seed that still fails so, with its own replay
+// command and the lines of its trace about the failure. `make sim` runs
+// it.
 package main
 
 import (
@@ -24,29 +27,64 @@ func main() {
 	seeds := flag.Int("seeds", 1000, "how many seeds to run")
 	first := flag.Int64("first", 1, "the first seed")
 	seed := flag.Int64("seed", 0, "replay this one seed and print its whole trace")
+	variant := flag.String("variant", "", "with -seed: leave out of the run what this says (as a shrunk failure prints it: off=KIND,...;drop=CLUSTER,...;until=DURATION)")
+	shrink := flag.Int("shrink", 60, "shrink each failing seed in at most this many runs (0: do not)")
 	jobs := flag.Int("jobs", runtime.GOMAXPROCS(0), "seeds run at once")
 	flag.Parse()
 	if *seed != 0 {
-		os.Exit(replay(*seed))
+		v, err := sim.ParseVariant(*variant)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(replay(*seed, v, *shrink))
 	}
-	os.Exit(swarm(*first, *seeds, *jobs))
+	os.Exit(swarm(*first, *seeds, *jobs, *shrink))
 }
 
-// replay runs one seed and prints its trace and its violations.
-func replay(seed int64) int {
-	res := sim.Run(seed, sim.Options{Trace: 1_000_000})
+// replay runs one seed and prints its trace and its violations, then, if
+// it failed, its shrunk variant.
+func replay(seed int64, v sim.Variant, shrink int) int {
+	res := sim.Run(seed, sim.Options{Trace: 1_000_000, Variant: v})
 	fmt.Println(strings.Join(res.Trace, "\n"))
 	for _, v := range res.Violations {
 		fmt.Printf("seed %d: %s\n", seed, v)
 	}
-	if len(res.Violations) > 0 {
-		return 1
+	if len(res.Violations) == 0 {
+		return 0
 	}
-	return 0
+	if v.String() == "" && shrink > 0 {
+		printShrunk(seed, shrink)
+	}
+	return 1
+}
+
+// printShrunk shrinks a failing seed and prints the smallest variant that
+// still fails as it does: the command that replays it and the lines of
+// its trace about the failure.
+func printShrunk(seed int64, runs int) {
+	sh, failed := sim.Shrink(seed, sim.Options{Trace: 1_000_000}, runs)
+	if !failed {
+		return
+	}
+	if sh.Variant.String() == "" {
+		fmt.Printf("  shrunk: no smaller run of seed %d fails so (%d runs)\n", seed, sh.Runs)
+		return
+	}
+	fmt.Printf("  shrunk in %d runs: %s\n", sh.Runs, sh.Result.Violations[0])
+	fmt.Printf("  replay: cd test && go run ./sim/cmd/sim -seed %d -variant '%s'\n", seed, sh.Variant)
+	lines := sim.Relevant(sh.Result.Trace, sh.Result.Violations)
+	if len(lines) > 60 {
+		fmt.Printf("  | (%d relevant lines before)\n", len(lines)-60)
+		lines = lines[len(lines)-60:]
+	}
+	for _, line := range lines {
+		fmt.Println("  | " + line)
+	}
 }
 
 // swarm runs n seeds from first, jobs at a time, and prints the totals.
-func swarm(first int64, n, jobs int) int {
+func swarm(first int64, n, jobs, shrink int) int {
 	start := time.Now()
 	results := make(chan sim.Result)
 	next := make(chan int64)
@@ -73,6 +111,8 @@ func swarm(first int64, n, jobs int) int {
 		maxWrites        int
 		maxWait          time.Duration
 		maxStuck         int
+		oldWrites        int
+		overlapping      int
 		hours, simulated float64
 		failed           []sim.Result
 	)
@@ -84,6 +124,8 @@ func swarm(first int64, n, jobs int) int {
 			checks[k] += v
 		}
 		writes += res.Writes
+		oldWrites += res.OldWrites
+		overlapping += res.Overlapping
 		maxWrites = max(maxWrites, res.MaxWritesPerMinute)
 		maxWait, maxStuck = max(maxWait, res.MaxWait), max(maxStuck, res.MaxStuckStarts)
 		hours += res.ClusterHours
@@ -101,6 +143,9 @@ func swarm(first int64, n, jobs int) int {
 		for _, line := range res.Trace[max(0, len(res.Trace)-20):] {
 			fmt.Println("  | " + line)
 		}
+		if shrink > 0 {
+			printShrunk(res.Seed, shrink)
+		}
 	}
 	fmt.Printf("seeds %d from %d in %v on %d jobs (%v of CPU): %.1f seeds/s, %.1f per CPU second\n", n, first,
 		wall.Round(time.Millisecond), jobs, cpu.Round(time.Millisecond), float64(n)/wall.Seconds(), float64(n)/cpu.Seconds())
@@ -111,6 +156,8 @@ func swarm(first int64, n, jobs int) int {
 	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
 	fmt.Printf("isolation: a plan outside the stuck namespace waited at most %v to start, behind at most %d starts of stuck clusters\n",
 		maxWait.Round(time.Millisecond), maxStuck)
+	fmt.Printf("handovers: %d writes of an incarnation that lost its Lease stored during its overlap, %d plans handed while the other incarnation had one of the same cluster in flight\n",
+		oldWrites, overlapping)
 	fmt.Printf("failures: %d\n", len(failed))
 	if len(failed) > 0 {
 		return 1
