@@ -2,7 +2,11 @@ package operator
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -29,8 +33,9 @@ type fencedLock struct {
 	now  func() time.Time
 	stop func() // cancels the leader's work and waits for it; idempotent
 
-	mu      sync.Mutex
-	renewed time.Time // when the last successful Create or Update of ours was sent
+	mu       sync.Mutex
+	renewed  time.Time   // when the last successful Create or Update of ours was sent
+	released atomic.Bool // a release began
 }
 
 func newFencedLock(lock resourcelock.Interface, stop func()) *fencedLock {
@@ -53,6 +58,7 @@ func (l *fencedLock) Create(ctx context.Context, ler resourcelock.LeaderElection
 // first.
 func (l *fencedLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	if ler.HolderIdentity != l.Identity() {
+		l.released.Store(true)
 		l.stop()
 	}
 	sent := l.now()
@@ -93,4 +99,52 @@ func watchRenewals(ctx context.Context, lock *fencedLock, deadline, period time.
 		case <-ticker.C:
 		}
 	}
+}
+
+// held reports whether this replica may still act as the leader: it has
+// renewed the Lease within deadline and not begun to release it.
+func (l *fencedLock) held(deadline time.Duration) bool {
+	last := l.lastRenewed()
+	return !l.released.Load() && !last.IsZero() && l.now().Sub(last) < deadline
+}
+
+// writeFence refuses the writes of the operator's clients (not the
+// elector's) once its lock no longer holds the Lease: a process paused
+// past its renew deadline (a long GC, a frozen node) would otherwise send
+// the writes it was about to make when it runs again, before its work is
+// cancelled. Unarmed (no leader election) it lets everything through.
+type writeFence struct {
+	lock     atomic.Pointer[fencedLock]
+	deadline time.Duration
+}
+
+// arm makes the fence follow lock; it is called once, before the elector
+// runs.
+func (f *writeFence) arm(lock *fencedLock, deadline time.Duration) {
+	f.deadline = deadline
+	f.lock.Store(lock)
+}
+
+// wrap is a rest.Config WrapTransport.
+func (f *writeFence) wrap(rt http.RoundTripper) http.RoundTripper {
+	return fencedTransport{next: rt, f: f}
+}
+
+type fencedTransport struct {
+	next http.RoundTripper
+	f    *writeFence
+}
+
+func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch {
+	case req.Method == http.MethodGet, req.Method == http.MethodHead, req.Method == http.MethodOptions:
+	case strings.Contains(req.URL.Path, "/events"):
+		// Kubernetes Events change no cluster; the elector's own
+		// ("stopped leading") comes after the release.
+	default:
+		if lock := t.f.lock.Load(); lock != nil && !lock.held(t.f.deadline) {
+			return nil, fmt.Errorf("%w: %s %s refused, another replica may lead", ErrLeadershipLost, req.Method, req.URL.Path)
+		}
+	}
+	return t.next.RoundTrip(req)
 }

@@ -3,6 +3,7 @@ package operator
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -151,5 +152,73 @@ func TestWatchRenewals(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("not expired 10 s after the last renewal")
+	}
+}
+
+// okTransport answers every request 200.
+type okTransport struct{}
+
+func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+}
+
+// The fence lets reads and Events through always, and writes only while
+// the Lease is held: renewed within the deadline and not being released.
+func TestWriteFence(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		log []string
+	)
+	now := time.Unix(1000, 0)
+	lock := newFencedLock(recordingLock{id: "a", log: &log, mu: &mu}, func() {})
+	lock.now = func() time.Time { return now }
+	f := &writeFence{}
+	rt := f.wrap(okTransport{})
+	do := func(method, path string) error {
+		req, err := http.NewRequest(method, "https://127.0.0.1"+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = rt.RoundTrip(req)
+		return err
+	}
+	write, read, event := func() error { return do(http.MethodPut, "/api/v1/namespaces/a/services/b") },
+		func() error { return do(http.MethodGet, "/api/v1/namespaces/a/services/b") },
+		func() error { return do(http.MethodPost, "/api/v1/namespaces/a/events") }
+
+	if err := write(); err != nil {
+		t.Errorf("unarmed: a write refused: %v", err)
+	}
+	f.arm(lock, 10*time.Second)
+	if err := write(); !errors.Is(err, ErrLeadershipLost) {
+		t.Errorf("armed, never renewed (a standby): write error %v, want ErrLeadershipLost", err)
+	}
+	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(); err != nil {
+		t.Errorf("just renewed: a write refused: %v", err)
+	}
+	now = now.Add(10 * time.Second)
+	if err := write(); !errors.Is(err, ErrLeadershipLost) {
+		t.Errorf("renew deadline passed: write error %v, want ErrLeadershipLost", err)
+	}
+	if err := read(); err != nil {
+		t.Errorf("renew deadline passed: a read refused: %v", err)
+	}
+	if err := event(); err != nil {
+		t.Errorf("renew deadline passed: an Event refused: %v", err)
+	}
+	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(); err != nil {
+		t.Errorf("renewed again: a write refused: %v", err)
+	}
+	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(); !errors.Is(err, ErrLeadershipLost) {
+		t.Errorf("released: write error %v, want ErrLeadershipLost", err)
 	}
 }

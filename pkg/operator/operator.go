@@ -67,6 +67,9 @@ var eventScheme = func() *runtime.Scheme {
 type clients struct {
 	kube kubernetes.Interface
 	pg   pgclient.Interface
+	// fence refuses the writes of kube and pg once this replica no
+	// longer holds the Lease (armed by elect).
+	fence *writeFence
 	// election renews the Lease. Its requests time out well within the
 	// renew deadline, so that one hung request cannot cost the lease.
 	election kubernetes.Interface
@@ -125,11 +128,14 @@ func restConfig(cfg *Config) (*rest.Config, error) {
 }
 
 func newClients(rc *rest.Config, cfg *Config) (clients, error) {
-	kube, err := kubernetes.NewForConfig(rc)
+	fence := &writeFence{}
+	wc := rest.CopyConfig(rc)
+	wc.Wrap(fence.wrap)
+	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
 		return clients{}, fmt.Errorf("create kubernetes client: %w", err)
 	}
-	pg, err := pgclient.NewForConfig(rc)
+	pg, err := pgclient.NewForConfig(wc)
 	if err != nil {
 		return clients{}, fmt.Errorf("create pgloop.dev client: %w", err)
 	}
@@ -141,7 +147,7 @@ func newClients(rc *rest.Config, cfg *Config) (clients, error) {
 	if err != nil {
 		return clients{}, fmt.Errorf("create leader election client: %w", err)
 	}
-	return clients{kube: kube, pg: pg, election: election}, nil
+	return clients{kube: kube, pg: pg, election: election, fence: fence}, nil
 }
 
 // run is Run once the clients and the metrics exist.
@@ -253,6 +259,9 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 		return fmt.Errorf("create leader election lock: %w", err)
 	}
 	lock := newFencedLock(lease, stop)
+	if cl.fence != nil {
+		cl.fence.arm(lock, cfg.RenewDeadline)
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		Name:            cfg.LeaderElectionID,

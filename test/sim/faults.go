@@ -99,6 +99,12 @@ func (sw swarm) String() string {
 // process is gone, nothing it sends arrives.
 var errCrashed = errors.New("simulated operator crashed")
 
+// errFenced answers a write of an incarnation that lost its Lease: the
+// real operator stops its work before the Lease can pass (pkg/operator's
+// fencedLock), so none of its writes may land after the new leader
+// started; its reads, harmless, still do.
+var errFenced = errors.New("simulated operator lost its Lease: write refused")
+
 // isWrite tells the verbs that change the API.
 func isWrite(verb string) bool {
 	v, _, _ := strings.Cut(verb, "/")

@@ -39,9 +39,14 @@ import (
 // long GC, CPU throttling, a frozen node) overlaps longer: nothing bounds
 // the pause, but once it runs again a step past its own deadline is
 // cancelled by it, so its calls stop within the step deadline of the
-// step they belong to. Nothing fences the old leader's writes: the
-// resourceVersion of an update is the only guard, and a status write that
-// meets a Conflict reads again and retries (effects.writeStatus).
+// step they belong to. Nothing fenced the old leader's writes: the
+// resourceVersion of an update was the only guard, and a status write
+// that meets a Conflict reads again and retries (effects.writeStatus).
+// That is what the handover seeds of TestHandoverFence found; since then
+// pkg/operator stops the work before a release and at the renew deadline,
+// and its clients refuse the work's writes from then on (fencedLock,
+// writeFence): the simulation refuses the old incarnation's writes too
+// (errFenced), unless Options.unfenced.
 //
 // The simulation models this worst case: at a seeded time the new
 // incarnation starts from what the API holds (as after a crash) while the

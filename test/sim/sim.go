@@ -52,6 +52,10 @@ type Options struct {
 	// handovers, when set, are the run's handovers instead of the
 	// seed's (TestHandover).
 	handovers []handover
+	// unfenced lets the writes of an incarnation that lost its Lease
+	// reach the API during its overlap, as before pkg/operator fenced
+	// them (fencedLock): for TestHandoverFence.
+	unfenced bool
 	// fail, when set, is an invariant of a test's, checked on the
 	// result after the run: a violation when it returns a message.
 	fail func(Result) string
@@ -899,6 +903,10 @@ func (c *jobCaller) intercept(verb string, key objKey) (error, bool) {
 		return context.DeadlineExceeded, false
 	}
 	if j.inc != s.live {
+		if isWrite(verb) && !s.opt.unfenced {
+			s.tracef("[operator %d] %s call %s %s refused: the Lease is lost (fence)", j.inc, j.key, verb, key)
+			return errFenced, false
+		}
 		s.tracef("[operator %d] %s call %s %s", j.inc, j.key, verb, key)
 	} else {
 		s.tracef("%s call %s %s", j.key, verb, key)
