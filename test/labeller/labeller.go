@@ -51,6 +51,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/test/internal/workers"
 )
 
 const (
@@ -188,29 +189,9 @@ func Run(ctx context.Context, kube kubernetes.Interface, namespace string, log l
 	log.WithField("namespace", namespace).Info("labeller: watching spilo pods on kwok nodes")
 
 	l := &labeller{kube: kube, pods: pods.Lister(), configMaps: configMaps.Lister(), nodes: nodes.Lister(), log: log, now: time.Now}
-	go func() {
-		<-ctx.Done()
-		queue.ShutDown()
-	}()
-	var workers sync.WaitGroup
-	for range Workers {
-		workers.Go(func() {
-			for {
-				key, shutdown := queue.Get()
-				if shutdown {
-					return
-				}
-				if err := l.sync(ctx, key); err != nil && ctx.Err() == nil {
-					log.WithField("cluster", key.String()).WithError(err).Debug("labeller: retrying")
-					queue.AddRateLimited(key)
-				} else {
-					queue.Forget(key)
-				}
-				queue.Done(key)
-			}
-		})
-	}
-	workers.Wait()
+	workers.Run(ctx, queue, Workers, l.sync, func(k clusterKey, err error) {
+		log.WithField("cluster", k.String()).WithError(err).Debug("labeller: retrying")
+	})
 	return nil
 }
 

@@ -45,6 +45,8 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/pgloop/pgloop/test/internal/workers"
 )
 
 const (
@@ -164,29 +166,9 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 	}
 	cfg.Log.WithFields(logrus.Fields{"class": cfg.StorageClass, "workers": cfg.Workers}).Info("provisioner: watching claims and volumes")
 
-	go func() {
-		<-ctx.Done()
-		queue.ShutDown()
-	}()
-	var workers sync.WaitGroup
-	for range cfg.Workers {
-		workers.Go(func() {
-			for {
-				k, shutdown := queue.Get()
-				if shutdown {
-					return
-				}
-				if err := p.sync(ctx, k); err != nil && ctx.Err() == nil {
-					cfg.Log.WithField("key", k.String()).WithError(err).Debug("provisioner: retrying")
-					queue.AddRateLimited(k)
-				} else {
-					queue.Forget(k)
-				}
-				queue.Done(k)
-			}
-		})
-	}
-	workers.Wait()
+	workers.Run(ctx, queue, cfg.Workers, p.sync, func(k key, err error) {
+		cfg.Log.WithField("key", k.String()).WithError(err).Debug("provisioner: retrying")
+	})
 	return nil
 }
 

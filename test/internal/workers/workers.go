@@ -1,0 +1,42 @@
+// Package workers runs the workers of the test-only controllers (the
+// labeller, the volume provisioner): n goroutines draining one typed
+// workqueue until their context ends.
+package workers
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Run hands each key of queue to handle on n workers until ctx ends, then
+// shuts the queue down and returns once every worker has. A key whose handling
+// fails, ctx still going, is told to retrying and queued again with the
+// queue's rate limit; one that succeeds is forgotten by the rate limiter.
+func Run[K comparable](ctx context.Context, queue workqueue.TypedRateLimitingInterface[K], n int,
+	handle func(context.Context, K) error, retrying func(K, error)) {
+	go func() {
+		<-ctx.Done()
+		queue.ShutDown()
+	}()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for {
+				key, shutdown := queue.Get()
+				if shutdown {
+					return
+				}
+				if err := handle(ctx, key); err != nil && ctx.Err() == nil {
+					retrying(key, err)
+					queue.AddRateLimited(key)
+				} else {
+					queue.Forget(key)
+				}
+				queue.Done(key)
+			}
+		})
+	}
+	wg.Wait()
+}
