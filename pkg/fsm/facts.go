@@ -258,7 +258,7 @@ func DefaultConfig() Config {
 // Patroni's member data changed): the retry is for what no watch shows,
 // such as Patroni applying configuration within its loop_wait.
 func (c *Config) waitDelay(waits int32) time.Duration {
-	return min(c.backoff(min(waits, 3)), 8*c.RetryBase)
+	return c.backoff(min(waits, 3))
 }
 
 // backoff is RetryBase * 2^attempt, capped at RetryMax.

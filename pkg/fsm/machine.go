@@ -280,7 +280,7 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	case waiting:
 		m.st.Message = err.Error()
 		m.setTimer(TimerRetry, m.cfg.waitDelay(m.waits))
-		m.waits++
+		m.waits = min(m.waits+1, 3)
 		if part != nil {
 			m.partCondition(part, ReasonSyncPending, ReasonConfigPending)
 		}
