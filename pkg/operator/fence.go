@@ -114,15 +114,20 @@ func (l *fencedLock) held(deadline time.Duration) bool {
 // the writes it was about to make when it runs again, before its work is
 // cancelled. Unarmed (no leader election) it lets everything through.
 type writeFence struct {
-	lock     atomic.Pointer[fencedLock]
+	armed atomic.Pointer[armedFence]
+}
+
+// armedFence is what an armed fence follows, published at once: the
+// Event recorder's goroutine may already write while elect arms it.
+type armedFence struct {
+	lock     *fencedLock
 	deadline time.Duration
 }
 
 // arm makes the fence follow lock; it is called once, before the elector
 // runs.
 func (f *writeFence) arm(lock *fencedLock, deadline time.Duration) {
-	f.deadline = deadline
-	f.lock.Store(lock)
+	f.armed.Store(&armedFence{lock: lock, deadline: deadline})
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -142,7 +147,7 @@ func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Kubernetes Events change no cluster; the elector's own
 		// ("stopped leading") comes after the release.
 	default:
-		if lock := t.f.lock.Load(); lock != nil && !lock.held(t.f.deadline) {
+		if a := t.f.armed.Load(); a != nil && !a.lock.held(a.deadline) {
 			return nil, fmt.Errorf("%w: %s %s refused, another replica may lead", ErrLeadershipLost, req.Method, req.URL.Path)
 		}
 	}
