@@ -93,6 +93,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"address of /healthz, /readyz and /metrics (host:port; port 0 picks a free port, logged at start)")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers,
 		"effect executor size: plans of effects running at once across all clusters")
+	f.IntVar(&cfg.UrgentWorkers, "urgent-workers", cfg.UrgentWorkers,
+		"of --workers, how many only urgent plans (a new cluster, a spec change, a delete) may take, so they never wait behind resyncs, retries and rollouts; at most a quarter of --workers; -1: none")
 	f.DurationVar(&cfg.StepTimeout, "step-timeout", cfg.StepTimeout,
 		"deadline of one effect step (API calls); a hung call frees its worker after it")
 	f.DurationVar(&cfg.CreateTimeout, "create-timeout", cfg.CreateTimeout,

@@ -81,20 +81,28 @@ func (l *Loop) dropWaiting(rec *record) {
 }
 
 // schedule starts queued plans while workers are free, in the run queue's
-// order. The work channel has one slot per worker and at most Workers plans
-// are in flight (counted until their PlanDone is dispatched), so the send
+// order, with at most workers-reserved background plans in flight: the
+// last l.reserved workers are kept for urgent plans, which may take any.
+// The work channel has one slot per worker and at most Workers plans are
+// in flight (counted until their PlanDone is dispatched), so the send
 // never blocks.
 func (l *Loop) schedule() {
 	defer func() { l.contended.Store(l.runq.waiting() > 0) }()
 	for l.inflight < l.workers {
-		rec, urgent := l.runq.pop()
+		var rec *record
+		urgent := true
+		if l.background < l.workers-l.reserved {
+			rec, urgent = l.runq.pop()
+		} else {
+			rec = l.runq.popUrgent()
+		}
 		if rec == nil {
 			return
 		}
 		if j := rec.paused; j != nil {
 			// The cluster's plan in flight goes on where it paused.
 			rec.paused = nil
-			l.inflight++
+			l.handed(rec, j.urgent)
 			l.start(*j)
 			continue
 		}
@@ -112,8 +120,26 @@ func (l *Loop) schedule() {
 		}
 		ctx, cancel := context.WithCancel(l.runCtx)
 		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
-		l.inflight++
+		l.handed(rec, urgent)
 		l.start(job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent})
+	}
+}
+
+// handed counts a plan of rec handed to a worker, and whether it is a
+// background one; freed counts it back when its worker is free.
+func (l *Loop) handed(rec *record, urgent bool) {
+	l.inflight++
+	rec.background = !urgent
+	if !urgent {
+		l.background++
+	}
+}
+
+func (l *Loop) freed(rec *record) {
+	l.inflight--
+	if rec.background {
+		rec.background = false
+		l.background--
 	}
 }
 
@@ -130,14 +156,15 @@ func (l *Loop) start(j job) {
 // worker is free, and the plan, still in flight for its cluster, waits for
 // its turn again at the end of its flow, behind the clusters that waited.
 func (l *Loop) planPaused(j *job) {
-	l.inflight--
 	rec := l.clusters[j.key]
 	if rec == nil || !rec.running || rec.planID != j.plan.ID {
 		// Cannot happen: a record is kept while its plan runs.
 		l.log.WithField("cluster", j.key).Debug("paused plan for a cluster with no plan in flight")
+		l.inflight--
 		l.schedule()
 		return
 	}
+	l.freed(rec)
 	rec.paused = j
 	l.runq.push(rec, j.urgent)
 	l.schedule()
@@ -157,7 +184,7 @@ func (l *Loop) planFinished(key string) {
 		return
 	}
 	rec.running, rec.cancel, rec.planID = false, nil, 0
-	l.inflight--
+	l.freed(rec)
 }
 
 // planAccounted queues the cluster's waiting plan, if any and not queued

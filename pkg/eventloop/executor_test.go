@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,4 +316,155 @@ func TestExecRunsPlansWhenTold(t *testing.T) {
 	mu.Unlock()
 	take()()
 	rec.waitUntil(t, "ns/b's PlanDone", has(is("ns/b", PlanDone)))
+}
+
+// The workers kept for urgent plans: background plans fill the rest of the
+// pool and wait, and a user's action still starts at once, on a kept
+// worker; the kept workers never run a background plan.
+func TestUrgentWorkersKept(t *testing.T) {
+	const workers, kept = 8, 2
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, bgMax := map[string]bool{}, 0
+	hold := func(key string, urgent bool) *Plan {
+		p := plan(1, step("hold", func(context.Context) error {
+			mu.Lock()
+			running[key] = true
+			n := 0
+			for k := range running {
+				if k[0] == 'b' {
+					n++
+				}
+			}
+			bgMax = max(bgMax, n)
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			delete(running, key)
+			mu.Unlock()
+			return nil
+		}))
+		p.Urgent = urgent
+		return p
+	}
+	rec := newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{}
+		}
+		return Outcome{Plan: hold(ev.Key, ev.Name == "urgent")}
+	})
+	l := startLoop(t, rec, Options{Workers: workers, UrgentWorkers: kept})
+	for i := range 3 * workers {
+		l.Notify(fmt.Sprintf("bg/c%02d", i), "background")
+	}
+	isRunning := func(n int, prefix string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			c := 0
+			for k := range running {
+				if k[:len(prefix)] == prefix {
+					c++
+				}
+			}
+			return c == n
+		}
+	}
+	waitFor(t, isRunning(workers-kept, "bg/"), "the background plans to fill the pool but the kept workers")
+	l.Notify("user/a", "urgent")
+	l.Notify("user/b", "urgent")
+	waitFor(t, isRunning(kept, "user/"), "both urgent plans to start while background plans wait")
+	l.Notify("user/c", "urgent") // the pool is full: it waits for a worker
+	close(release)
+	l.waitIdle(t)
+	st := l.Stats()
+	if st.PlansRun != 3*workers+3 || st.PlansUrgent != 3 || st.PlansBackground != 3*workers {
+		t.Errorf("stats %+v, want %d plans run: 3 urgent, %d background", st, 3*workers+3, 3*workers)
+	}
+	if bgMax > workers-kept {
+		t.Errorf("%d background plans ran at once, want at most %d: the kept workers took some", bgMax, workers-kept)
+	}
+}
+
+func TestReservedWorkers(t *testing.T) {
+	for _, tt := range []struct{ urgent, workers, want int }{
+		{0, 16, DefaultUrgentWorkers},
+		{-1, 16, 0},
+		{3, 16, 3},
+		{8, 16, 4}, // a quarter at most
+		{0, 4, 1},
+		{0, 3, 0}, // too small a pool to keep any
+		{1, 1, 0},
+	} {
+		if got := reservedWorkers(tt.urgent, tt.workers); got != tt.want {
+			t.Errorf("reservedWorkers(%d, %d) = %d, want %d", tt.urgent, tt.workers, got, tt.want)
+		}
+	}
+}
+
+// Urgent plans may take every worker, the kept ones and the rest: then a
+// background plan still gets its turn within maxUrgentStreak urgent starts,
+// as with no worker kept (a regression: the workers kept for urgent plans
+// once starved background ones whenever urgent plans filled the pool; the
+// simulator's seed 568, stuck clusters' retries).
+func TestUrgentWorkersDoNotStarveBackground(t *testing.T) {
+	const workers, limit = 4, 40
+	tokens := make(chan struct{})
+	var mu sync.Mutex
+	var starts []string
+	var nextID atomic.Uint64
+	hold := func(key string, urgent bool) *Plan {
+		p := plan(nextID.Add(1), step("hold", func(ctx context.Context) error {
+			mu.Lock()
+			starts = append(starts, key)
+			mu.Unlock()
+			select {
+			case <-tokens:
+			case <-ctx.Done():
+			}
+			return nil
+		}))
+		p.Urgent = urgent
+		return p
+	}
+	rec := newRecorder(func(ev Event) Outcome {
+		switch {
+		case ev.Kind == Signal:
+			return Outcome{Plan: hold(ev.Key, ev.Name == "urgent")}
+		case ev.Kind == PlanDone && ev.Key[0] == 'u' && nextID.Load() < limit:
+			return Outcome{Plan: hold(ev.Key, true)} // the next retry at once
+		}
+		return Outcome{}
+	})
+	l := startLoop(t, rec, Options{Workers: workers, UrgentWorkers: 1})
+	for _, key := range keys("u/", workers+2) {
+		l.Notify(key, "urgent")
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(starts) }
+	waitFor(t, func() bool { return count() == workers }, "urgent plans to take every worker")
+	l.Notify("b/c", "background")
+	rec.waitUntil(t, "the background plan to be queued", has(func(ev Event) bool { return ev.Key == "b/c" }))
+	queuedAt := count()
+	for i := 0; i < limit; i++ {
+		n := count()
+		tokens <- struct{}{}
+		waitFor(t, func() bool { return count() > n || nextID.Load() >= limit }, "a plan to start after one ended")
+		mu.Lock()
+		started := slices.Contains(starts, "b/c")
+		mu.Unlock()
+		if started || nextID.Load() >= limit {
+			break
+		}
+	}
+	close(tokens)
+	l.waitIdle(t)
+	mu.Lock()
+	defer mu.Unlock()
+	at := slices.Index(starts, "b/c")
+	if at < 0 {
+		t.Fatalf("the background plan never started among %d urgent plans: %q", len(starts), starts)
+	}
+	if ahead := at - queuedAt; ahead > maxUrgentStreak {
+		t.Errorf("%d urgent plans started ahead of the background one, want at most %d: %q", ahead, maxUrgentStreak, starts[queuedAt:at+1])
+	}
 }

@@ -16,6 +16,10 @@ import (
 const (
 	// DefaultWorkers is the executor pool size when Options.Workers is zero.
 	DefaultWorkers = 16
+	// DefaultUrgentWorkers is how many of the workers only urgent plans
+	// may take when Options.UrgentWorkers is zero (fewer when the pool is
+	// small: see Options.UrgentWorkers).
+	DefaultUrgentWorkers = 2
 	// DefaultStepTimeout bounds a step whose Timeout is zero when
 	// Options.StepTimeout is zero.
 	DefaultStepTimeout = 30 * time.Second
@@ -39,6 +43,15 @@ type Options struct {
 	// only delay the point where hung clusters exhaust the pool; the
 	// deadline is what frees it. Default: DefaultWorkers.
 	Workers int
+	// UrgentWorkers is how many of the Workers are kept for urgent plans:
+	// at most Workers-UrgentWorkers background plans (resyncs, retries, a
+	// rollout's steps) run at once, so a user's action finds a worker at
+	// once even while background work would fill the pool. Urgent plans
+	// may take every worker, and then the run queue's turns let background
+	// ones through (maxUrgentStreak). At most Workers/4 (a pool of fewer
+	// than 4 keeps none). Default (0): DefaultUrgentWorkers; negative:
+	// none.
+	UrgentWorkers int
 	// StepTimeout bounds steps whose Timeout is zero. Default:
 	// DefaultStepTimeout.
 	StepTimeout time.Duration
@@ -74,6 +87,7 @@ type Loop struct {
 	clock       clock.WithTicker
 	afterFunc   func(time.Duration, func()) func()
 	workers     int
+	reserved    int // of the workers, for urgent plans only
 	stepTimeout time.Duration
 	log         logrus.FieldLogger
 	observe     func(Kind, time.Duration)
@@ -93,6 +107,9 @@ type Loop struct {
 	wakeAt   time.Time // deadline wake is armed for; zero when not armed
 	runq     runQueue
 	inflight int // plans handed to workers, not paused, whose PlanDone is not dispatched
+	// background counts those of inflight started from the background
+	// lane: at most workers-reserved.
+	background int
 	// contended: clusters wait for a worker (schedule sets it, on the
 	// loop goroutine); workers read it between steps.
 	contended atomic.Bool
@@ -110,11 +127,14 @@ type record struct {
 	key     string
 	epoch   int64
 	timers  map[string]*timer
-	running bool               // a plan is in flight
-	planID  uint64             // its ID
-	paused  *job               // the rest of it, when paused between steps
-	cancel  context.CancelFunc // of the plan in flight
-	waiting *Plan              // next plan, run when the one in flight is done
+	running bool   // a plan is in flight
+	planID  uint64 // its ID
+	paused  *job   // the rest of it, when paused between steps
+	// background: the plan in flight, handed to a worker, is a background
+	// one (Loop.background counts it).
+	background bool
+	cancel     context.CancelFunc // of the plan in flight
+	waiting    *Plan              // next plan, run when the one in flight is done
 	// urgent: the waiting plan starts at urgent priority. It stays set
 	// when a background plan supersedes an urgent one, which carries what
 	// the urgent one did; it is cleared when the plan starts or is dropped.
@@ -146,6 +166,7 @@ func New(h Handler, opts Options) *Loop {
 	if l.workers <= 0 {
 		l.workers = DefaultWorkers
 	}
+	l.reserved = reservedWorkers(opts.UrgentWorkers, l.workers)
 	if l.stepTimeout <= 0 {
 		l.stepTimeout = DefaultStepTimeout
 	}
@@ -154,6 +175,19 @@ func New(h Handler, opts Options) *Loop {
 	}
 	l.afterFunc = newAfterFunc(l.clock)
 	return l
+}
+
+// reservedWorkers is how many of workers are kept for urgent plans, asked
+// for urgent (Options.UrgentWorkers): at most a quarter of them, so that
+// background work always has most of the pool.
+func reservedWorkers(urgent, workers int) int {
+	switch {
+	case urgent < 0:
+		return 0
+	case urgent == 0:
+		urgent = DefaultUrgentWorkers
+	}
+	return min(urgent, workers/4)
 }
 
 // Notify tells the loop that something about cluster key changed; signal

@@ -134,6 +134,17 @@ func (q *runQueue) pop() (rec *record, urgent bool) {
 	return rec, true
 }
 
+// popUrgent takes the record whose urgent plan starts next, nil when the
+// urgent lane is empty: what a worker kept for urgent plans takes
+// (Options.UrgentWorkers). A background plan could not have had that
+// worker, so the streak does not count it.
+func (q *runQueue) popUrgent() *record {
+	if q.urgent.live == 0 {
+		return nil
+	}
+	return q.urgent.pop()
+}
+
 // push adds rec's entry at the end of its flow, and the flow at the end of
 // the turns if it had no live entry.
 func (l *lane) push(rec *record) {

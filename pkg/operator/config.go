@@ -87,8 +87,11 @@ type Config struct {
 	// ("host:port"; port 0 picks a free one, see OnListen).
 	HealthAddr string
 
-	// Workers bounds the plans of effects running at once.
-	Workers int
+	// Workers bounds the plans of effects running at once; UrgentWorkers
+	// of them take only urgent plans (a user's action), so it never waits
+	// behind background work (eventloop.Options.UrgentWorkers: at most a
+	// quarter of Workers; negative: none).
+	Workers, UrgentWorkers int
 	// StepTimeout bounds one effect step (one API call or a short series).
 	StepTimeout time.Duration
 	// CreateTimeout and UpdateTimeout bound Creating and Updating before
@@ -162,6 +165,7 @@ func DefaultConfig() Config {
 		RetryPeriod:             DefaultRetryPeriod,
 		HealthAddr:              DefaultHealthAddr,
 		Workers:                 eventloop.DefaultWorkers,
+		UrgentWorkers:           eventloop.DefaultUrgentWorkers,
 		StepTimeout:             eventloop.DefaultStepTimeout,
 		CreateTimeout:           f.CreateTimeout,
 		UpdateTimeout:           f.UpdateTimeout,

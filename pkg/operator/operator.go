@@ -168,12 +168,13 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *met
 		cfg.OnListen(srv.addr)
 	}
 	entry.WithFields(logrus.Fields{
-		"version":      version.Version,
-		"namespaces":   namespacesField(cfg.Namespaces),
-		"leaderElect":  cfg.LeaderElect,
-		"workers":      cfg.Workers,
-		"stepTimeout":  cfg.StepTimeout.String(),
-		"resyncPeriod": cfg.ResyncPeriod.String(),
+		"version":       version.Version,
+		"namespaces":    namespacesField(cfg.Namespaces),
+		"leaderElect":   cfg.LeaderElect,
+		"workers":       cfg.Workers,
+		"urgentWorkers": cfg.UrgentWorkers,
+		"stepTimeout":   cfg.StepTimeout.String(),
+		"resyncPeriod":  cfg.ResyncPeriod.String(),
 	}).Info("pgloop operator starting")
 
 	broadcaster := record.NewBroadcaster()
@@ -411,11 +412,12 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	ctrl.SetRolloutBudget(cfg.MaxRollingClusters, notifier.Notify)
 	m.InstrumentController(ctrl)
 	loop := eventloop.New(ctrl, eventloop.Options{
-		Clock:       clk,
-		Workers:     cfg.Workers,
-		StepTimeout: cfg.StepTimeout,
-		Log:         log,
-		Observe:     m.ObserveLag,
+		Clock:         clk,
+		Workers:       cfg.Workers,
+		UrgentWorkers: cfg.UrgentWorkers,
+		StepTimeout:   cfg.StepTimeout,
+		Log:           log,
+		Observe:       m.ObserveLag,
 	})
 	notifier.loop = loop
 	m.WatchLoop(loop.Stats)
