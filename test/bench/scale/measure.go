@@ -567,6 +567,17 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 		f.Idle = append(f.Idle, p)
 		b.logf("K=%d: idle probe %s Running in %v", k, p.Name, benchkit.Ms(p.ToRunning))
 	}
+	// The plane's own idle time for one pod, for planeExtra; the probes'
+	// namespace has pgloop's ServiceAccount, which the pods run as.
+	for i := range b.cfg.Probes {
+		d, err := s.bareProbe(s.ctx, fmt.Sprintf("bare-idle-%d", i), b.cfg.ProbeTimeout)
+		if err != nil {
+			return err
+		}
+		f.PlaneIdle = append(f.PlaneIdle, d)
+	}
+	b.logf("K=%d: %d bare StatefulSets one after another on the idle plane, create → pod Ready median %v", k, len(f.PlaneIdle),
+		benchkit.Ms(benchkit.Summarize(f.PlaneIdle).Median))
 	b.wall(&f.Walls, "idle probes", began)
 
 	began = time.Now()
@@ -594,6 +605,10 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 		return err
 	}
 	b.logf("K=%d: one more cluster Running in %v during the rollout (segments %s)", k, benchkit.Ms(f.During.ToRunning), benchkit.SegmentsText(f.During))
+	if f.PlaneDuring, err = s.bareProbe(s.ctx, "bare-during-rollout", b.cfg.RolloutTimeout); err != nil {
+		return err
+	}
+	b.logf("K=%d: one more bare StatefulSet's pod Ready %v after its Create, during the rollout", k, benchkit.Ms(f.PlaneDuring))
 	rolled := func(seen *benchkit.Seen) bool {
 		if seen.State != fsm.Running || len(seen.Ready) < 1 || len(seen.Images) < 1 {
 			return false
