@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -48,6 +49,8 @@ type Cache interface {
 	// cluster key, found by their cluster-name label.
 	PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim
 	Pods(key string) []*corev1.Pod
+	// StorageClass returns a StorageClass by name.
+	StorageClass(name string) (*storagev1.StorageClass, bool)
 }
 
 // sharedRecheck is how long the memo of the shared RBAC objects of a

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -270,6 +271,13 @@ func (c *fakeCache) PersistentVolumeClaims(key string) []*corev1.PersistentVolum
 		out = append(out, o.(*corev1.PersistentVolumeClaim))
 	}
 	return out
+}
+
+// StorageClass reads the class from the fake API: classes are no objects
+// of a cluster, and tests make them before the cache reads.
+func (c *fakeCache) StorageClass(name string) (*storagev1.StorageClass, bool) {
+	sc, err := c.kube.StorageV1().StorageClasses().Get(context.Background(), name, metav1.GetOptions{})
+	return sc, err == nil
 }
 
 func (c *fakeCache) Pods(key string) []*corev1.Pod {

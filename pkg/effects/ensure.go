@@ -459,9 +459,11 @@ func finalizerPatch(have []string) ([]byte, error) {
 // scale-down grow too and a later scale-up finds them large enough.
 //
 // Only bound claims are patched: the apiserver refuses to resize any other.
-// A claim bound later is grown by the next ensure (resync). A refusal, for
-// example of a StorageClass that does not allow expansion, is the
-// ensure's error: the cluster shows Degraded with that cause.
+// A claim bound later is grown by the next ensure (resync). A claim whose
+// StorageClass, in the cache, does not allow expansion is left as it is:
+// the facts name the cause (VolumeNotExpandable), and the class's change
+// notifies the cluster. Any other refusal is the ensure's error: the
+// cluster shows it.
 func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 	want := pg.Spec.Volume.Size
 	if want.IsZero() {
@@ -500,6 +502,12 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 		if pvc.Status.Phase != corev1.ClaimBound {
 			log.Debug("claim not bound yet: resized once it is")
 			continue
+		}
+		if class := pvc.Spec.StorageClassName; class != nil && r.cache != nil {
+			if sc, ok := r.cache.StorageClass(*class); ok && (sc.AllowVolumeExpansion == nil || !*sc.AllowVolumeExpansion) {
+				log.WithField("storageClass", *class).Debug("StorageClass does not allow volume expansion: claim left as it is")
+				continue
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return err

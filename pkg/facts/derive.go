@@ -210,6 +210,9 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		f.Outdated == 0 && existing == f.Desired &&
 		cluster.Compare(sts, d.desiredStatefulSet(spec, pg)) == cluster.NoChange
 
+	f.VolumeSize = pg.Spec.Volume.Size.String()
+	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
+
 	// Stuck causes, the first found in this order. Claims and Events are
 	// looked at only while pods are missing or not Ready, which keeps the
 	// healthy path free of them. A claim that cannot bind comes first when
@@ -238,6 +241,12 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 				}
 			}
 		}
+	}
+	// Volumes that cannot grow hold back a cluster whose pods all serve:
+	// they are no cause of a pod's loss (fsm's podsLost takes a stuck
+	// cause for one).
+	if f.Stuck == "" && existing == f.Desired && f.Ready >= f.Desired {
+		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
 	}
 	return f
 }

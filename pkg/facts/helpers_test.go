@@ -83,5 +83,6 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
 func podFacts(f fsm.Facts) fsm.Facts {
 	f.Sync, f.Config, f.ConfigParameters, f.Users, f.Databases = fsm.Want{}, fsm.Want{}, nil, nil, nil
 	f.SyncRequest, f.Target, f.NoTarget, f.PendingRestart, f.Restart = "", "", "", nil, nil
+	f.VolumeSize = "" // volumes_test.go tests Volumes
 	return f
 }

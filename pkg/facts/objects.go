@@ -3,6 +3,7 @@ package facts
 import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
@@ -19,6 +20,9 @@ type Objects struct {
 	Pods []*corev1.Pod
 	// Claims are the cluster's PersistentVolumeClaims.
 	Claims []*corev1.PersistentVolumeClaim
+	// StorageClasses are the StorageClasses of Claims that exist: whether
+	// they allow volume expansion.
+	StorageClasses []*storagev1.StorageClass
 	// Leader is the ConfigMap named as Patroni's leader record of the
 	// cluster (cluster.LeaderConfigMapName), whoever labelled it.
 	Leader *corev1.ConfigMap
@@ -35,7 +39,8 @@ type Objects struct {
 	// (cluster.SecretName) that exist, their data left out: their
 	// versions say when a password changed.
 	Secrets []*corev1.Secret
-	// Claims, StatefulSetWarnings, ClaimWarnings and Quotas only explain
-	// missing or unready pods: a reader may leave them out when at least
-	// the desired number of pods exist, none terminating, all Ready.
+	// StatefulSetWarnings, ClaimWarnings and Quotas only explain missing
+	// or unready pods: a reader may leave them out when at least the
+	// desired number of pods exist, none terminating, all Ready. Claims
+	// are read always: their size is part of the spec in effect.
 }

@@ -100,6 +100,13 @@ type Facts struct {
 	// replica before the primary's pod is replaced in a rollout: Replace
 	// then lists no pod, and lists the former primary once it is a replica.
 	Switchover *Switchover
+
+	// VolumeSize is spec.volume.size; Volumes are the bound data volume
+	// claims of the desired instances whose volume is smaller, by name,
+	// with where their growth is (v1.ClaimToResize, ...). The spec is in
+	// effect once none is left.
+	VolumeSize string
+	Volumes    []v1.ClaimStatus
 }
 
 // Want is what the spec asks to be applied inside PostgreSQL or Patroni.
@@ -209,9 +216,18 @@ func ConfigDue(st *v1.PostgresqlStatus, f *Facts) bool {
 }
 
 // applied is what "in effect" adds to converged pods: roles, databases and
-// configuration applied, no member pending a restart.
+// configuration applied, no member pending a restart, every volume of the
+// spec's size.
 func applied(st *v1.PostgresqlStatus, f *Facts) bool {
-	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0
+	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0
+}
+
+// volumesStatus is status.volumes for f: nil once every claim has the size.
+func volumesStatus(f *Facts) *v1.VolumesStatus {
+	if len(f.Volumes) == 0 {
+		return nil
+	}
+	return &v1.VolumesStatus{Size: f.VolumeSize, Claims: f.Volumes}
 }
 
 // Config holds the machine's timeouts and backoff. The zero value is not

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	lfsm "github.com/looplab/fsm"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -731,11 +732,30 @@ func (m *Machine) outOfSync() string {
 	if len(f.PendingRestart) > 0 {
 		what = append(what, "restart pending on "+strings.Join(f.PendingRestart, ", "))
 	}
+	if len(f.Volumes) > 0 {
+		what = append(what, volumesMessage(f))
+	}
 	msg := strings.Join(what, "; ")
 	if f.NoTarget != "" {
 		msg += " (waiting: " + f.NoTarget + ")"
 	}
 	return msg
+}
+
+// volumesMessage says where the growth of the volumes is, claim by claim.
+func volumesMessage(f *Facts) string {
+	claims := make([]string, len(f.Volumes))
+	for i, c := range f.Volumes {
+		have := c.Capacity
+		if have == "" {
+			have = "?"
+		}
+		claims[i] = fmt.Sprintf("%s %s of %s (%s)", c.Name, have, f.VolumeSize, c.Phase)
+		if c.Message != "" && c.Phase != v1.ClaimToResize && c.Phase != v1.ClaimResizing {
+			claims[i] = fmt.Sprintf("%s %s of %s (%s: %s)", c.Name, have, f.VolumeSize, c.Phase, c.Message)
+		}
+	}
+	return "volumes growing to " + f.VolumeSize + ": " + strings.Join(claims, ", ")
 }
 
 // inDatabaseConditions keeps RolesSynced and ConfigApplied in line with
@@ -1138,6 +1158,10 @@ func (m *Machine) project() {
 	}
 	if st.State != Pending && st.State != Invalid && st.State != Deleting {
 		m.inDatabaseConditions()
+		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
+			st.Volumes = v
+			m.later()
+		}
 	}
 	state := st.State
 	m.condition(v1.ConditionReady, state == Running && !m.hasTimer(TimerLossGrace), st.Reason, st.Message)

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -207,6 +208,41 @@ func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 		keys, _ := s.postgresqls.GetIndexer().IndexKeys(cache.NamespaceIndex, q.Namespace)
 		for _, key := range keys {
 			i.notifier.Notify(key, SignalQuota)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		DeleteFunc: notify,
+	}
+}
+
+// classHandler notifies the clusters with a claim of a StorageClass that
+// appears, changes or goes: whether it allows volume expansion decides
+// whether their claims can grow (an administrator allowing it lets a
+// resize that waited go on at once). StorageClasses are few and rarely
+// change; the claims of every scope are looked through.
+func (i *Informers) classHandler() cache.ResourceEventHandler {
+	notify := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		sc, ok := obj.(*storagev1.StorageClass)
+		if !ok {
+			return
+		}
+		seen := map[string]bool{}
+		for _, s := range i.scopes {
+			for _, obj := range s.claims.GetStore().List() {
+				c, ok := obj.(*corev1.PersistentVolumeClaim)
+				if !ok || c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != sc.Name {
+					continue
+				}
+				if key, ok := clusterKey(c); ok && !seen[key] {
+					seen[key] = true
+					i.notifier.Notify(key, SignalObjects)
+				}
+			}
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{

@@ -311,6 +311,14 @@ func TestSelectors(t *testing.T) {
 		lr := la.GetListRestrictions()
 		res := a.GetResource().Resource
 		seen[res] = true
+		if res == "storageclasses" {
+			// Cluster-scoped, all of them: whether a class allows
+			// volume expansion.
+			if a.GetNamespace() != "" || lr.Labels.String() != "" {
+				t.Errorf("storageclasses listed in namespace %q with label selector %q", a.GetNamespace(), lr.Labels.String())
+			}
+			continue
+		}
 		if a.GetNamespace() != "db" {
 			t.Errorf("%s listed in namespace %q", res, a.GetNamespace())
 		}
@@ -331,7 +339,7 @@ func TestSelectors(t *testing.T) {
 			}
 		}
 	}
-	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas"} {
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas", "storageclasses"} {
 		if !seen[res] {
 			t.Errorf("%s never listed", res)
 		}

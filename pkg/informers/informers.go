@@ -125,6 +125,13 @@ type Informers struct {
 	byNamespace map[string]*scope
 	scopes      []*scope
 
+	// classes are the StorageClasses (cluster-scoped, all of them):
+	// whether a claim's class allows volume expansion. classesSynced
+	// completes once its handler has seen the initial list.
+	classFactory  kubeinformers.SharedInformerFactory
+	classes       cache.SharedIndexInformer
+	classesSynced cache.DoneChecker
+
 	notifier Notifier
 	log      *logrus.Entry
 
@@ -137,6 +144,13 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notif
 	i := &Informers{notifier: n, log: opts.Log}
 	if i.log == nil {
 		i.log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	i.classFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, kubeinformers.WithTransform(slim))
+	i.classes = i.classFactory.Storage().V1().StorageClasses().Informer()
+	if reg, err := i.classes.AddEventHandler(i.classHandler()); err != nil {
+		i.must(err)
+	} else {
+		i.classesSynced = reg.HasSyncedChecker()
 	}
 	namespaces := slices.Clone(opts.Namespaces)
 	slices.Sort(namespaces)
@@ -250,6 +264,7 @@ func (i *Informers) must(err error) {
 // ctx is done. Calls after the first do nothing.
 func (i *Informers) Start(ctx context.Context) {
 	i.startOnce.Do(func() {
+		i.classFactory.Start(ctx.Done())
 		for _, s := range i.scopes {
 			s.owned.Start(ctx.Done())
 			s.events.Start(ctx.Done())
@@ -266,6 +281,9 @@ func (i *Informers) Start(ctx context.Context) {
 // returns an error when ctx is done first.
 func (i *Informers) WaitForCacheSync(ctx context.Context) error {
 	var synced []cache.DoneChecker
+	if i.classesSynced != nil {
+		synced = append(synced, i.classesSynced)
+	}
 	for _, s := range i.scopes {
 		synced = append(synced, s.synced...)
 	}

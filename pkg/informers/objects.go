@@ -6,6 +6,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -43,13 +45,17 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 			objs.Secrets = append(objs.Secrets, sec)
 		}
 	}
+	// The claims' size is part of the spec in effect: always read (an
+	// index lookup, one claim per instance), with the StorageClasses of
+	// those smaller than the spec's size.
+	objs.Claims = indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key)
+	objs.StorageClasses = i.classesToGrow(objs.Claims, pg.Spec.Volume.Size)
 	if allReady(objs.Pods, pg.Spec.NumberOfInstances) {
-		// Claims, Warnings and quotas only explain missing or unready
-		// pods (facts.Objects): the healthy path, most observations,
-		// reads none of them.
+		// Warnings and quotas only explain missing or unready pods
+		// (facts.Objects): the healthy path, most observations, reads
+		// none of them.
 		return objs, true
 	}
-	objs.Claims = indexed[*corev1.PersistentVolumeClaim](s.claims, byCluster, key)
 	objs.StatefulSetWarnings = indexed[*corev1.Event](s.warnings, byInvolvedObject, stsKey)
 	objs.Quotas = indexed[*corev1.ResourceQuota](s.quotas, cache.NamespaceIndex, pg.Namespace)
 	// Only the Warnings of a Pending claim say anything about the cluster
@@ -90,4 +96,37 @@ func allReady(pods []*corev1.Pod, desired int32) bool {
 func sortedPods(pods []*corev1.Pod) []*corev1.Pod {
 	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return pods
+}
+
+// classesToGrow returns the StorageClasses in the cache of the claims that
+// ask for less than size: whether they allow volume expansion.
+func (i *Informers) classesToGrow(claims []*corev1.PersistentVolumeClaim, size resource.Quantity) []*storagev1.StorageClass {
+	var out []*storagev1.StorageClass
+	for _, c := range claims {
+		if c.Spec.StorageClassName == nil || size.IsZero() {
+			continue
+		}
+		if have := c.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(size) >= 0 {
+			continue
+		}
+		name := *c.Spec.StorageClassName
+		if slices.ContainsFunc(out, func(sc *storagev1.StorageClass) bool { return sc.Name == name }) {
+			continue
+		}
+		if sc, ok := i.StorageClass(name); ok {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// StorageClass returns the StorageClass name from the cache. It is the
+// cache's own object: callers must not modify it.
+func (i *Informers) StorageClass(name string) (*storagev1.StorageClass, bool) {
+	obj, ok, err := i.classes.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	sc, ok := obj.(*storagev1.StorageClass)
+	return sc, ok
 }

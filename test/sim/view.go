@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -240,5 +241,8 @@ func (v *view) RoleBinding(ns, name string) (*rbacv1.RoleBinding, bool) {
 func (v *view) PersistentVolumeClaims(key string) []*corev1.PersistentVolumeClaim {
 	return members[*corev1.PersistentVolumeClaim](v, "persistentvolumeclaims", key)
 }
+
+// StorageClass: the simulator's claims name no class, so none is known.
+func (v *view) StorageClass(string) (*storagev1.StorageClass, bool) { return nil, false }
 
 func (v *view) Pods(key string) []*corev1.Pod { return members[*corev1.Pod](v, "pods", key) }

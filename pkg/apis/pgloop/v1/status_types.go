@@ -116,6 +116,11 @@ type PostgresqlStatus struct {
 	// the members waiting for a restart to run it.
 	// +optional
 	Config *ConfigStatus `json:"config,omitempty"`
+	// Volumes is the growth of the data volumes to spec.volume.size, while
+	// a claim of a desired instance is smaller: what each claim asks and
+	// has, and why it waits. Absent once every claim has the size.
+	// +optional
+	Volumes *VolumesStatus `json:"volumes,omitempty"`
 }
 
 // DatabaseStatus is what the last successful sync of roles and databases
@@ -214,6 +219,59 @@ type Transition struct {
 	// no change of state carry one (primaryChanged: "primary changed from
 	// A to B"); a state's message is in status, its condition and its
 	// Event, and the history stays small.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// VolumesStatus is the growth of a cluster's data volumes in progress.
+type VolumesStatus struct {
+	// Size is the spec.volume.size the claims grow to.
+	Size string `json:"size"`
+	// Claims are the claims of the desired instances that do not have
+	// Size yet, by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Claims []ClaimStatus `json:"claims,omitempty"`
+}
+
+// Phases of a claim's growth (ClaimStatus.Phase).
+const (
+	// ClaimToResize: the claim asks for less than the size; pgloop raises
+	// its request.
+	ClaimToResize = "ToResize"
+	// ClaimResizing: the claim asks for the size; the StorageClass's
+	// resizer has not expanded the volume yet.
+	ClaimResizing = "Resizing"
+	// ClaimFileSystemResizePending: the volume is expanded; the file system
+	// on it grows when the kubelet next mounts it (the claim's
+	// FileSystemResizePending condition).
+	ClaimFileSystemResizePending = "FileSystemResizePending"
+	// ClaimResizeFailed: the resizer reported an error (the claim's
+	// ControllerResizeError or NodeResizeError condition); it retries.
+	ClaimResizeFailed = "ResizeFailed"
+	// ClaimNotExpandable: the claim's StorageClass does not allow volume
+	// expansion: the claim keeps its size until an administrator allows it.
+	ClaimNotExpandable = "NotExpandable"
+)
+
+// ClaimStatus is the growth of one data volume claim.
+type ClaimStatus struct {
+	// Name is the PersistentVolumeClaim's name.
+	Name string `json:"name"`
+	// Requested is the storage the claim asks for
+	// (spec.resources.requests.storage).
+	// +optional
+	Requested string `json:"requested,omitempty"`
+	// Capacity is the storage the volume has (status.capacity.storage).
+	// +optional
+	Capacity string `json:"capacity,omitempty"`
+	// Phase is where the growth is: ToResize, Resizing,
+	// FileSystemResizePending, ResizeFailed or NotExpandable.
+	Phase string `json:"phase"`
+	// Message is the resizer's or the kubelet's words, or why the claim
+	// cannot grow.
 	// +optional
 	Message string `json:"message,omitempty"`
 }
