@@ -6,11 +6,11 @@
 // thousands of claims waits minutes for its volumes (docs/testbed.md): the
 // plane, not the operator, was the bound of `make bench-scale`.
 //
-// For each claim of its class with no volumeName, not being deleted and not
+// For each claim of its classes with no volumeName, not being deleted and not
 // Bound, it creates the PersistentVolume pvc-<claim uid> (Volume: pre-bound
 // to the claim by a claimRef with its uid), then binds the claim (bind
 // annotations and spec.volumeName, then status Bound); a volume of its
-// class with a claimRef and no phase yet (or Pending, Available) is made
+// classes with a claimRef and no phase yet (or Pending, Available) is made
 // Bound. When a claim bound to one of its volumes is being deleted, or is
 // gone, the volume is Released; a Released volume with reclaim policy
 // Delete is deleted.
@@ -61,9 +61,10 @@ const (
 // Config says which claims are the provisioner's and how many it handles
 // at once.
 type Config struct {
-	// StorageClass is the class of the claims and volumes it handles
-	// (testbed.StorageClassName); other classes are left alone.
-	StorageClass string
+	// StorageClasses are the classes of the claims and volumes it handles
+	// (testbed.StorageClassName, testbed.FixedStorageClassName); other
+	// classes are left alone.
+	StorageClasses []string
 	// Provisioner is the provisioner's name, written in the annotations
 	// (testbed.Provisioner, the StorageClass's provisioner).
 	Provisioner string
@@ -97,7 +98,7 @@ func (k key) String() string {
 	return "pvc/" + k.namespace + "/" + k.name
 }
 
-// Run provisions, binds, releases and deletes the volumes of cfg's class
+// Run provisions, binds, releases and deletes the volumes of cfg's classes
 // until ctx is done. It returns nil when ctx ends and an error only if a
 // cache cannot sync. Keys are handled by cfg.Workers goroutines; the queue
 // never gives one key to two of them, and a failed key (a conflict
@@ -119,7 +120,7 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 	defer queue.ShutDown()
 
 	p := &provisioner{kube: kube, claims: claims.Lister(), volumes: volumes.Lister(), cfg: cfg}
-	// onClaim queues a claim of the class; a claim that is gone queues
+	// onClaim queues a claim of its classes; a claim that is gone queues
 	// its volume too, to be released.
 	onClaim := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -164,7 +165,7 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 		}
 		return errors.New("provisioner: caches did not sync")
 	}
-	cfg.Log.WithFields(logrus.Fields{"class": cfg.StorageClass, "workers": cfg.Workers}).Info("provisioner: watching claims and volumes")
+	cfg.Log.WithFields(logrus.Fields{"classes": cfg.StorageClasses, "workers": cfg.Workers}).Info("provisioner: watching claims and volumes")
 
 	workers.Run(ctx, queue, cfg.Workers, p.sync, func(k key, err error) {
 		cfg.Log.WithField("key", k.String()).WithError(err).Debug("provisioner: retrying")
@@ -186,7 +187,7 @@ type provisioner struct {
 
 // ours reports whether a claim or volume of class is the provisioner's.
 func (p *provisioner) ours(class *string) bool {
-	return class != nil && *class == p.cfg.StorageClass
+	return class != nil && slices.Contains(p.cfg.StorageClasses, *class)
 }
 
 func (p *provisioner) sync(ctx context.Context, k key) error {

@@ -24,12 +24,13 @@ import (
 )
 
 const (
-	class = "kwok-volume"
-	prov  = "kwok.x-k8s.io/volume"
-	ns    = "db"
+	class      = "kwok-volume"
+	fixedClass = "kwok-fixed" // a second class of the provisioner's
+	prov       = "kwok.x-k8s.io/volume"
+	ns         = "db"
 )
 
-var testConfig = Config{StorageClass: class, Provisioner: prov}
+var testConfig = Config{StorageClasses: []string{class, fixedClass}, Provisioner: prov}
 
 // claim is a claim of class 1Gi ReadWriteOnce, as a StatefulSet's
 // volumeClaimTemplate makes it.
@@ -194,6 +195,7 @@ func TestSyncClaim(t *testing.T) {
 		{"gone", nil, nil},
 		{"another class", []runtime.Object{other}, nil},
 		{"new: volume created, claim bound", []runtime.Object{fresh}, createAndBind},
+		{"the second class: volume created, claim bound", []runtime.Object{claim("data-db-0", "u-1", fixedClass)}, createAndBind},
 		{"volume there already: claim bound", []runtime.Object{fresh, Volume(fresh, prov)}, createAndBind[1:]},
 		{"volume named, not Bound: status", []runtime.Object{halfWay, Volume(fresh, prov)}, createAndBind[2:]},
 		{"Bound", []runtime.Object{bound, boundPV}, nil},
@@ -306,16 +308,18 @@ func TestSyncVolume(t *testing.T) {
 	}
 }
 
-// TestRun runs the provisioner on a fake API: claims of its class get a
+// TestRun runs the provisioner on a fake API: claims of its classes get a
 // Bound volume, others nothing; a deleted claim's volume is released, then
 // deleted.
 func TestRun(t *testing.T) {
-	mine := []*corev1.PersistentVolumeClaim{claim("data-a-0", "u-a", class), claim("data-b-0", "u-b", class)}
+	mine := []*corev1.PersistentVolumeClaim{claim("data-a-0", "u-a", class), claim("data-b-0", "u-b", fixedClass)}
 	other := claim("data-c-0", "u-c", "standard")
 	kube := fake.NewClientset(mine[0], other)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, kube, withLog(t, Config{StorageClass: class, Provisioner: prov, Workers: 4})) }()
+	cfg := testConfig
+	cfg.Workers = 4
+	go func() { done <- Run(ctx, kube, withLog(t, cfg)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -337,7 +341,7 @@ func TestRun(t *testing.T) {
 		})
 	}
 	if pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{}); err != nil || len(pvs.Items) != 2 {
-		t.Fatalf("volumes: %v, %v; want the two of class %s only", pvs, err, class)
+		t.Fatalf("volumes: %v, %v; want the two of classes %s and %s only", pvs, err, class, fixedClass)
 	}
 
 	if err := kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, mine[0].Name, metav1.DeleteOptions{}); err != nil {

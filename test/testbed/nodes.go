@@ -23,33 +23,50 @@ const (
 	StatusAnnotation = "kwok.x-k8s.io/status"
 	StatusCustom     = "custom"
 
-	// StorageClassName is the plane's default StorageClass. kwok's volume
-	// stages provision and bind the claims of this class (and only this
-	// one: they match it by name), standing in for a CSI driver.
+	// StorageClassName is the plane's default StorageClass, with
+	// allowVolumeExpansion: a claim of it may grow (the plane's resizer,
+	// test/resizer, expands it). kwok's volume stages, or the plane's
+	// provisioner, provision and bind its claims, standing in for a CSI
+	// driver.
 	StorageClassName = "kwok-volume"
-	// Provisioner is the provisioner of StorageClassName.
+	// FixedStorageClassName is a second class of the same provisioner
+	// without allowVolumeExpansion: the API server refuses a larger
+	// request on its claims (the PersistentVolumeClaimResize admission
+	// plugin), as a cloud's class that cannot expand does.
+	FixedStorageClassName = "kwok-fixed"
+	// Provisioner is the provisioner of StorageClassName and
+	// FixedStorageClassName.
 	Provisioner = "kwok.x-k8s.io/volume"
 
 	// NodeLabel is set to "kwok" on every fake node.
 	NodeLabel = "type"
 )
 
-// createStorageClass creates the default StorageClass, with Immediate binding
-// so claims bind before their pods are scheduled, as on most clouds' defaults
-// until the pod needs topology.
-func (p *Plane) createStorageClass(ctx context.Context) error {
-	sc := &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        StorageClassName,
-			Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
+// storageClasses are the plane's classes, the default first.
+var storageClasses = []string{StorageClassName, FixedStorageClassName}
+
+// createStorageClasses creates the default StorageClass, which allows
+// volume expansion, and the fixed one, which does not. Both have Immediate
+// binding so claims bind before their pods are scheduled, as on most
+// clouds' defaults until the pod needs topology.
+func (p *Plane) createStorageClasses(ctx context.Context) error {
+	for _, sc := range []*storagev1.StorageClass{
+		{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:        StorageClassName,
+				Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
+			},
+			AllowVolumeExpansion: ptr.To(true),
 		},
-		Provisioner:       Provisioner,
-		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
-		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
-	}
-	_, err := p.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("while creating StorageClass %s: %w", sc.Name, err)
+		{ObjectMeta: metav1.ObjectMeta{Name: FixedStorageClassName}},
+	} {
+		sc.Provisioner = Provisioner
+		sc.ReclaimPolicy = ptr.To(corev1.PersistentVolumeReclaimDelete)
+		sc.VolumeBindingMode = ptr.To(storagev1.VolumeBindingImmediate)
+		_, err := p.Client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("while creating StorageClass %s: %w", sc.Name, err)
+		}
 	}
 	return nil
 }

@@ -37,6 +37,11 @@ const (
 	// pollInterval paces health probes; nothing to watch exists before the
 	// apiserver serves.
 	pollInterval = 100 * time.Millisecond
+
+	// DefaultResizeFSDelay is how long a grown claim stays
+	// FileSystemResizePending when Options.ResizeFSDelay is 0: long enough
+	// to be seen, as a real kubelet takes a moment too.
+	DefaultResizeFSDelay = 500 * time.Millisecond
 )
 
 // Options shapes the plane. The zero value is usable.
@@ -63,14 +68,25 @@ type Options struct {
 	ControllerBurst int
 	// VolumeWorkers, when above 0, makes the plane's own provisioner
 	// (test/provisioner) provision, bind, release and delete the volumes
-	// of StorageClassName with that many workers, in place of kwok's
+	// of StorageClassName and FixedStorageClassName with that many workers, in place of kwok's
 	// volume stages, which kwok plays one at a time (docs/testbed.md):
 	// kwok is then started without them. 0 keeps kwok's stages.
 	VolumeWorkers int
-	// VolumeQPS and VolumeBurst are the provisioner's client rate limits;
-	// 0 means 500 and 1000.
+	// VolumeQPS and VolumeBurst are the client rate limits of the
+	// provisioner and of the resizer (each has a client); 0 means 500 and
+	// 1000.
 	VolumeQPS   float32
 	VolumeBurst int
+	// NoResizer leaves the plane without its volume resizer
+	// (test/resizer), which otherwise grows the claims of StorageClassName
+	// whose request is raised, as the external-resizer and the kubelet
+	// would: without it they stay at their old capacity for good.
+	NoResizer bool
+	// ResizeFSDelay is how long the resizer leaves a grown claim
+	// FileSystemResizePending (its volume grown, its own capacity not yet)
+	// before it plays the kubelet's file system resize; 0 means
+	// DefaultResizeFSDelay.
+	ResizeFSDelay time.Duration
 	// NodeLabels are added to every node.
 	NodeLabels map[string]string
 	// Zones, when set, are spread over the nodes in turn as the
@@ -106,6 +122,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.VolumeBurst <= 0 {
 		o.VolumeBurst = 1000
+	}
+	if o.ResizeFSDelay <= 0 {
+		o.ResizeFSDelay = DefaultResizeFSDelay
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 2 * time.Minute
@@ -147,7 +166,9 @@ type Plane struct {
 
 	processNodes []ProcessNode
 	// volumes is the provisioner when Options.VolumeWorkers is set.
-	volumes *volumes
+	volumes *inProcess
+	// resizer is the resizer unless Options.NoResizer.
+	resizer *inProcess
 
 	stopOnce sync.Once
 	stopErr  error
@@ -274,8 +295,14 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		}
 		step("provisioner up (%d workers)", opts.VolumeWorkers)
 	}
+	if !opts.NoResizer {
+		if err := p.startResizer(); err != nil {
+			return nil, err
+		}
+		step("resizer up (file system resize after %v)", opts.ResizeFSDelay)
+	}
 
-	if err := p.createStorageClass(ctx); err != nil {
+	if err := p.createStorageClasses(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.createNodes(ctx); err != nil {
@@ -315,8 +342,10 @@ func (p *Plane) Healthy() error {
 			errs = append(errs, proc.failure(errors.New("process is gone")))
 		}
 	}
-	if err := p.volumes.failed(); err != nil {
-		errs = append(errs, err)
+	for _, c := range []*inProcess{p.volumes, p.resizer} {
+		if err := c.failed(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -339,9 +368,12 @@ func (p *Plane) Stop() error {
 func (p *Plane) stop() error {
 	var etcd *process
 	var errs []error
-	// The provisioner first, while the apiserver still answers.
-	if err := p.volumes.stop(); err != nil {
-		errs = append(errs, err)
+	// The provisioner and the resizer first, while the apiserver still
+	// answers.
+	for _, c := range []*inProcess{p.volumes, p.resizer} {
+		if err := c.stop(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	stopAll := func(first bool) {
 		var wg sync.WaitGroup
@@ -572,8 +604,14 @@ func (p *Plane) startKwok(pt ports) (*process, error) {
 		fmt.Sprintf("--server-address=127.0.0.1:%d", pt.kwok),
 	}
 	for _, stage := range p.bins.stages {
-		if p.opts.VolumeWorkers > 0 && volumeStages[filepath.Base(stage)] {
-			continue // the provisioner's
+		if volumeStages[filepath.Base(stage)] {
+			if p.opts.VolumeWorkers > 0 {
+				continue // the provisioner's
+			}
+			var err error
+			if stage, err = p.kwokVolumeStage(stage); err != nil {
+				return nil, err
+			}
 		}
 		args = append(args, "--config="+stage)
 	}

@@ -42,6 +42,8 @@ type config struct {
 	processNodes  int
 	taint         bool
 	volumeWorkers int
+	noResizer     bool
+	resizeFSDelay time.Duration
 }
 
 const usage = `usage: testbed up [flags]
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	fs.BoolVar(&cfg.keepDir, "keep-dir", false, "keep the plane's directory (etcd data, logs) on exit")
 	fs.IntVar(&cfg.volumeWorkers, "volume-workers", 0, "make volumes with the plane's provisioner (test/provisioner) and this many workers instead of kwok's one-at-a-time volume stages (0: kwok's)")
+	fs.BoolVar(&cfg.noResizer, "no-resizer", false, "run without the plane's volume resizer (test/resizer): a claim's larger request then never grows it")
+	fs.DurationVar(&cfg.resizeFSDelay, "resize-fs-delay", testbed.DefaultResizeFSDelay, "how long the resizer leaves a grown claim FileSystemResizePending")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -97,6 +101,8 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		TaintProcessNodes: cfg.taint,
 		KeepDir:           cfg.keepDir,
 		VolumeWorkers:     cfg.volumeWorkers,
+		NoResizer:         cfg.noResizer,
+		ResizeFSDelay:     cfg.resizeFSDelay,
 		Log:               stderr,
 	})
 	if err != nil {
