@@ -58,7 +58,7 @@ import (
 //	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
 //	pending=POD,... restart=POD/UID switchover=FROM>TO
-//	running started no-slot="why"
+//	running started no-slot="why" size=Q volume=NAME:CAPACITY:PHASE[:MESSAGE]
 //
 // running says the pod to replace runs PostgreSQL (Facts.ReplaceRunning),
 // started that a rollout is under way (Facts.RolloutStarted), and no-slot
@@ -522,13 +522,20 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			conds = append(conds, typ+"."+c.Reason+": "+c.Message)
 		}
 	}
+	volumes := `""`
+	if v := st.Volumes; v != nil {
+		volumes = "size=" + v.Size
+		for _, c := range v.Claims {
+			volumes += " " + c.Name + ":" + c.Capacity + ":" + c.Phase
+		}
+	}
 	return [][2]string{
 		{"state", str(st.State)}, {"stateSince", stateSince}, {"epoch", fmt.Sprint(st.Epoch)},
 		{"observedGeneration", fmt.Sprint(st.ObservedGeneration)}, {"reason", str(st.Reason)}, {"message", str(st.Message)},
 		{"attempt", fmt.Sprint(st.Attempt)}, {"ready", str(st.Ready)}, {"primary", str(st.Primary)},
 		{"lastPrimary", str(st.LastPrimary)}, {"timers", str(strings.Join(timers, " "))},
 		{"conditions", str(strings.Join(conds, " "))},
-		{"database", database}, {"config", config},
+		{"database", database}, {"config", config}, {"volumes", volumes},
 	}
 }
 
@@ -777,6 +784,19 @@ func parseFacts(words []string) (Facts, error) {
 			f.RolloutStarted = true
 		case "no-slot":
 			f.RolloutWait = v
+		case "size":
+			f.VolumeSize = v
+		case "volume":
+			// NAME:CAPACITY:PHASE[:MESSAGE], a claim smaller than size.
+			parts := strings.SplitN(v, ":", 4)
+			if len(parts) < 3 {
+				return f, fmt.Errorf("volume %s: want NAME:CAPACITY:PHASE[:MESSAGE]", v)
+			}
+			c := v1.ClaimStatus{Name: parts[0], Capacity: parts[1], Phase: parts[2]}
+			if len(parts) == 4 {
+				c.Message = parts[3]
+			}
+			f.Volumes = append(f.Volumes, c)
 		case "deleting":
 			f.Deleting = true
 		case "gone":
