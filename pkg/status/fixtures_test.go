@@ -103,6 +103,11 @@ func clusters() []*v1.Postgresql {
 	updating.Generation = 2
 	setStatus(updating, fsm.Updating, 40*time.Second, 3, fsm.ReasonUpdating, "replacing pod db-updating-1 (2 outdated)", 2, 3, "db-updating-0")
 	updating.Status.Timers = []v1.Timer{timer(fsm.TimerTimeout, 9*time.Minute+20*time.Second, 3)}
+	updating.Status.Volumes = &v1.VolumesStatus{Size: "20Gi", Claims: []v1.ClaimStatus{
+		{Name: "pgdata-db-updating-0", Requested: "20Gi", Capacity: "10Gi", Phase: v1.ClaimFileSystemResizePending,
+			Message: "Waiting for user to (re-)start a pod to finish file system resize of volume on node."},
+		{Name: "pgdata-db-updating-2", Requested: "10Gi", Capacity: "10Gi", Phase: v1.ClaimToResize},
+	}}
 	updating.Status.History = []v1.Transition{
 		hist(fsm.Pending, fsm.Creating, fsm.EventCreate, fsm.ReasonCreating, 2*24*time.Hour+time.Hour),
 		hist(fsm.Creating, fsm.Running, fsm.EventPodsReady, fsm.ReasonReady, 2*24*time.Hour+55*time.Minute),

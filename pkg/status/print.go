@@ -111,6 +111,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 	}
 
 	p.inDatabase(st, o.Now)
+	p.volumes(st)
 
 	p.section("Timers")
 	if len(st.Timers) == 0 {
@@ -213,6 +214,22 @@ func (p *printer) inDatabase(st *v1.PostgresqlStatus, now time.Time) {
 		}
 		p.table(&t, "  ")
 	}
+}
+
+// volumes writes the growth of the data volumes to spec.volume.size, while
+// a claim does not have it: each claim's request, capacity and phase.
+func (p *printer) volumes(st *v1.PostgresqlStatus) {
+	v := st.Volumes
+	if v == nil {
+		return
+	}
+	p.section("Volumes (growing to " + v.Size + ")")
+	var t table
+	t.add("CLAIM", "REQUESTED", "CAPACITY", "PHASE", "WHY")
+	for _, c := range v.Claims {
+		t.add(c.Name, dash(c.Requested), dash(c.Capacity), c.Phase, dash(c.Message))
+	}
+	p.table(&t, "  ")
 }
 
 // printer writes the sections of the detail view and keeps the first
