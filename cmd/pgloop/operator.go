@@ -129,6 +129,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"in a rollout, hand the primary's role to an up-to-date replica (Patroni's switchover) before replacing the primary's pod")
 	f.IntVar(&cfg.MaxRollingClusters, "max-rolling-clusters", cfg.MaxRollingClusters,
 		"rollout budget: clusters that may replace pods that run PostgreSQL at once, each one pod at a time (an upgrade of pgloop that changes every pod template rolls this many clusters at a time); the others wait with the reason RolloutQueued; pods that run nothing never wait; 0 means no bound")
+	f.StringVar(&cfg.VolumeRetention, "volume-retention", cfg.VolumeRetention,
+		"what a deleted cluster leaves when its spec.volume.retention is empty: Retain keeps its volume claims and credentials Secrets (a cluster created again with the same name finds its data and the passwords that open it), Delete deletes both")
 	f.Float32Var(&cfg.KubeQPS, "kube-qps", cfg.KubeQPS,
 		"client-side limit of queries per second to the Kubernetes API, shared by all clusters; 0: none when the API server has Priority and Fairness (it protects itself; at most --workers steps call it at once), 50 otherwise; -1: none")
 	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,

@@ -52,16 +52,17 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     cluster of the namespace needs them (see releaseShared).
 //  5. The finalizer.
 //
-// Data is never deleted by pgloop: the volume claims pgdata-<cluster>-<n>
-// are kept (the StatefulSet retains them too), so deleting a cluster by
-// mistake loses no data, and a cluster created again with the same name
-// mounts them. Delete them yourself once the data is no longer needed:
+// The data and the passwords that open it go together, as
+// spec.volume.retention (or Options.VolumeRetention) says:
 //
-//	kubectl delete pvc -n <namespace> -l application=spilo,cluster-name=<cluster>
-//
-// Unlike Patroni's ConfigMaps, the Secrets are deleted: a cluster created
-// again on kept volumes then gets new passwords that its data directory does
-// not know (see the operator's user guide).
+//   - Retain (the default): the volume claims pgdata-<cluster>-<n> are kept
+//     (the StatefulSet retains them too), and so are the credentials
+//     Secrets, their owner reference to the resource removed in step 1 so
+//     the garbage collector leaves them. Deleting a cluster by mistake loses
+//     nothing: a cluster created again with the same name mounts the data
+//     and finds the passwords its data directory knows.
+//   - Delete: the Secrets are deleted in step 1, and the claims once no pod
+//     is left (step 2), each with its UID as precondition.
 func (r *run) cleanup(ctx context.Context) error {
 	pg, err := r.getCluster(ctx, false)
 	if pg == nil {
@@ -88,13 +89,25 @@ func (r *run) cleanup(ctx context.Context) error {
 		r.kube.PolicyV1().PodDisruptionBudgets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	for _, name := range names.Secrets {
-		if err := r.deleteObject(ctx, "secret", name, core.Secrets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+	retain := r.retention(pg) == v1.RetainVolumes
+	if retain {
+		if err := r.keepSecrets(ctx, pg); err != nil {
 			return err
+		}
+	} else {
+		for _, name := range names.Secrets {
+			if err := r.deleteObject(ctx, "secret", name, core.Secrets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
+				return err
+			}
 		}
 	}
 	if err := r.deletePods(ctx, pg); err != nil {
 		return err
+	}
+	if !retain {
+		if err := r.deleteClaims(ctx, pg); err != nil {
+			return err
+		}
 	}
 	if err := r.deletePatroniConfigMaps(ctx, pg); err != nil {
 		return err
@@ -103,6 +116,71 @@ func (r *run) cleanup(ctx context.Context) error {
 		return err
 	}
 	return r.removeFinalizer(ctx, pg)
+}
+
+// retention is what the deletion of pg leaves of its data.
+func (r *run) retention(pg *v1.Postgresql) v1.VolumeRetention {
+	switch {
+	case pg.Spec.Volume.Retention != "":
+		return pg.Spec.Volume.Retention
+	case r.retain != "":
+		return r.retain
+	}
+	return v1.RetainVolumes
+}
+
+// keepSecrets removes the owner reference to pg from its credentials
+// Secrets (found by its labels, in the API), so that they outlive it with
+// the volumes they open. A Secret without it is left as it is.
+func (r *run) keepSecrets(ctx context.Context, pg *v1.Postgresql) error {
+	secrets := r.kube.CoreV1().Secrets(r.ns)
+	sel := labels.SelectorFromSet(cluster.Selector(pg.Name)).String()
+	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return fmt.Errorf("list secrets %s of postgresql %s: %w", sel, r.key, err)
+	}
+	for i := range list.Items {
+		s := &list.Items[i]
+		refs := slices.DeleteFunc(slices.Clone(s.OwnerReferences), func(ref metav1.OwnerReference) bool { return ref.UID == pg.UID })
+		if len(refs) == len(s.OwnerReferences) {
+			continue
+		}
+		s.OwnerReferences = refs
+		if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("keep secret %s of postgresql %s: %w", s.Name, r.key, err)
+		}
+		r.log.WithFields(logrus.Fields{"kind": "secret", "name": s.Name}).Info("kept (volume retention Retain)")
+	}
+	return nil
+}
+
+// deleteClaims deletes the volume claims of pg, found by its labels in the
+// API, each with its UID as precondition; once no pod is left, none is in
+// use.
+func (r *run) deleteClaims(ctx context.Context, pg *v1.Postgresql) error {
+	claims := r.kube.CoreV1().PersistentVolumeClaims(r.ns)
+	sel := labels.SelectorFromSet(cluster.Selector(pg.Name)).String()
+	list, err := claims.List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return fmt.Errorf("list persistentvolumeclaims %s of postgresql %s: %w", sel, r.key, err)
+	}
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		uid := c.UID
+		err := claims.Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			r.log.WithFields(logrus.Fields{"kind": "persistentvolumeclaim", "name": c.Name}).Info("deleted (volume retention Delete)")
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// Gone, or another claim of that name: not ours to delete.
+		default:
+			return fmt.Errorf("delete persistentvolumeclaim %s of postgresql %s: %w", c.Name, r.key, err)
+		}
+	}
+	return nil
 }
 
 // deleteObject deletes one object; one already gone is fine.

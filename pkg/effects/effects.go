@@ -105,6 +105,10 @@ type Options struct {
 	// at once: the simulation (test/sim) needs its calls in an order its
 	// seed decides.
 	Serial bool
+	// VolumeRetention is what a deleted cluster whose spec.volume.retention
+	// is empty leaves of its data: its volume claims and credentials
+	// Secrets kept (v1.RetainVolumes, the default when empty) or deleted.
+	VolumeRetention v1.VolumeRetention
 }
 
 // Effects are the client-go calls that carry out the state machine's plans,
@@ -128,6 +132,8 @@ type Effects struct {
 	statuses statusMemo
 	now      func() time.Time
 	serial   bool
+	// retain is Options.VolumeRetention.
+	retain v1.VolumeRetention
 
 	sql            pgsql.Options
 	observeSQL     func(key, outcome string)
@@ -155,7 +161,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 		now = time.Now
 	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, now: now, serial: opts.Serial,
+		cache: opts.Cache, now: now, serial: opts.Serial, retain: opts.VolumeRetention,
 		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
 }
 

@@ -1135,117 +1135,144 @@ func TestEnsureStorageClassChange(t *testing.T) {
 }
 
 func TestCleanup(t *testing.T) {
-	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
-		a, b := testCluster(t), otherCluster(t)
-		h := newHarness(t, []*v1.Postgresql{a, b})
-		for _, pg := range []*v1.Postgresql{a, b} {
-			if err := h.ensure(t, pg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ctx := context.Background()
-		// Patroni's ConfigMaps of a, b's, and ConfigMaps Patroni did not
-		// write: only a's go.
-		patroni := func(pg *v1.Postgresql, suffix string) *corev1.ConfigMap {
-			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-" + suffix, Namespace: pg.Namespace,
-				Labels: cluster.Selector(pg.Name), Annotations: map[string]string{cluster.AnnotationLeader: cluster.PodName(pg.Name, 0)}}}
-		}
-		var gone, kept []*corev1.ConfigMap
-		for _, suffix := range []string{"config", "leader", "failover", "sync"} {
-			gone = append(gone, patroni(a, suffix))
-			kept = append(kept, patroni(b, suffix))
-		}
-		unlabelled := patroni(a, "mine")
-		unlabelled.Labels = nil
-		otherApp := patroni(a, "app")
-		otherApp.Labels = map[string]string{cluster.LabelApplication: "other", cluster.LabelClusterName: a.Name}
-		otherNS := patroni(a, "leader")
-		otherNS.Namespace = "elsewhere"
-		kept = append(kept, unlabelled, otherApp, otherNS)
-		for _, cm := range slices.Concat(gone, kept) {
-			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: someoneElse}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
-			Name: cluster.PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
-		running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
-		for _, o := range []runtime.Object{claim, running} {
-			if err := h.kube.Tracker().Add(o); err != nil {
-				t.Fatal(err)
-			}
-		}
-		h.pg.put(deleting(h.pg.get(a.Namespace, a.Name)))
-		h.kubeWrites()
-
-		if err := h.cleanup(t, a); err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range h.kubeWrites() {
-			if strings.Contains(w, "pgloop-pod") {
-				t.Errorf("cleanup of a cluster that is not the last wrote a shared object: %s", w)
-			}
-		}
-		if h.pg.get(a.Namespace, a.Name) != nil {
-			t.Error("finalizer not removed: the resource is still there")
-		}
-		for _, o := range buildAll(t, a).All() {
-			kind := o.GetObjectKind().GroupVersionKind().Kind
-			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-			_, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
-			switch kind {
-			case "ServiceAccount", "Role", "RoleBinding":
-				// Still used by b.
-				if err != nil {
-					t.Errorf("shared %s deleted while another cluster uses it", kind)
+	// Retain (the default): the volume claims and the credentials Secrets
+	// outlive the cluster, the Secrets without their owner reference to it;
+	// Delete (spec.volume.retention): both go.
+	for _, retention := range []v1.VolumeRetention{"", v1.DeleteVolumes} {
+		t.Run("retention="+string(retention), func(t *testing.T) {
+			bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+				a, b := testCluster(t), otherCluster(t)
+				h := newHarness(t, []*v1.Postgresql{a, b})
+				for _, pg := range []*v1.Postgresql{a, b} {
+					if err := h.ensure(t, pg); err != nil {
+						t.Fatal(err)
+					}
 				}
-			default:
-				if !apierrors.IsNotFound(err) {
-					t.Errorf("%s %s not deleted (%v)", kind, o.GetName(), err)
+				ctx := context.Background()
+				// Patroni's ConfigMaps of a, b's, and ConfigMaps Patroni did not
+				// write: only a's go.
+				patroni := func(pg *v1.Postgresql, suffix string) *corev1.ConfigMap {
+					return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pg.Name + "-" + suffix, Namespace: pg.Namespace,
+						Labels: cluster.Selector(pg.Name), Annotations: map[string]string{cluster.AnnotationLeader: cluster.PodName(pg.Name, 0)}}}
 				}
-			}
-		}
-		for _, cm := range gone {
-			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("Patroni's configmap %s not deleted (%v)", cm.Name, err)
-			}
-		}
-		for _, cm := range kept {
-			if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); err != nil {
-				t.Errorf("configmap %s/%s %v deleted: not Patroni's of %s (%v)", cm.Namespace, cm.Name, cm.Labels, a.Name, err)
-			}
-		}
-		if _, err := h.kube.CoreV1().Pods(a.Namespace).Get(ctx, running.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("pod %s not deleted", running.Name)
-		}
-		if _, err := h.kube.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, claim.Name, metav1.GetOptions{}); err != nil {
-			t.Errorf("volume claim deleted: data is never deleted by pgloop (%v)", err)
-		}
-		// b is untouched.
-		h.kubeWrites()
-		if err := h.ensure(t, b); err != nil {
-			t.Fatal(err)
-		}
-		if w := h.kubeWrites(); len(w) != 0 {
-			t.Errorf("cleanup of a changed b's objects: ensure of b wrote %v", w)
-		}
+				var gone, kept []*corev1.ConfigMap
+				for _, suffix := range []string{"config", "leader", "failover", "sync"} {
+					gone = append(gone, patroni(a, suffix))
+					kept = append(kept, patroni(b, suffix))
+				}
+				unlabelled := patroni(a, "mine")
+				unlabelled.Labels = nil
+				otherApp := patroni(a, "app")
+				otherApp.Labels = map[string]string{cluster.LabelApplication: "other", cluster.LabelClusterName: a.Name}
+				otherNS := patroni(a, "leader")
+				otherNS.Namespace = "elsewhere"
+				kept = append(kept, unlabelled, otherApp, otherNS)
+				for _, cm := range slices.Concat(gone, kept) {
+					if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{FieldManager: someoneElse}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+					Name: cluster.PersistentVolumeClaimName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
+				running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(a.Name, 0), Namespace: a.Namespace, Labels: cluster.Labels(a)}}
+				for _, o := range []runtime.Object{claim, running} {
+					if err := h.kube.Tracker().Add(o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				dying := deleting(h.pg.get(a.Namespace, a.Name))
+				dying.Spec.Volume.Retention = retention
+				h.pg.put(dying)
+				h.kubeWrites()
 
-		// The last cluster's cleanup deletes the shared objects.
-		h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
-		if err := h.cleanup(t, b); err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range []cluster.Object{cluster.ServiceAccount(b), cluster.Role(b), cluster.RoleBinding(b)} {
-			gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
-			if _, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName()); !apierrors.IsNotFound(err) {
-				t.Errorf("shared %s kept after the last cluster (%v)", o.GetObjectKind().GroupVersionKind().Kind, err)
-			}
-		}
-		// A second run finds nothing to do.
-		if err := h.cleanup(t, b); err != nil {
-			t.Errorf("cleanup of a gone resource: %v", err)
-		}
-	})
+				if err := h.cleanup(t, a); err != nil {
+					t.Fatal(err)
+				}
+				for _, w := range h.kubeWrites() {
+					if strings.Contains(w, "pgloop-pod") {
+						t.Errorf("cleanup of a cluster that is not the last wrote a shared object: %s", w)
+					}
+				}
+				if h.pg.get(a.Namespace, a.Name) != nil {
+					t.Error("finalizer not removed: the resource is still there")
+				}
+				for _, o := range buildAll(t, a).All() {
+					kind := o.GetObjectKind().GroupVersionKind().Kind
+					gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+					_, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName())
+					switch kind {
+					case "ServiceAccount", "Role", "RoleBinding":
+						// Still used by b.
+						if err != nil {
+							t.Errorf("shared %s deleted while another cluster uses it", kind)
+						}
+					case "Secret":
+						if retention == v1.DeleteVolumes {
+							if !apierrors.IsNotFound(err) {
+								t.Errorf("Secret %s not deleted with retention Delete (%v)", o.GetName(), err)
+							}
+							continue
+						}
+						s, err := h.kube.CoreV1().Secrets(o.GetNamespace()).Get(ctx, o.GetName(), metav1.GetOptions{})
+						switch {
+						case err != nil:
+							t.Errorf("Secret %s deleted with retention Retain (%v)", o.GetName(), err)
+						case len(s.OwnerReferences) != 0:
+							t.Errorf("Secret %s kept with its owner references %v: the garbage collector would delete it", s.Name, s.OwnerReferences)
+						}
+					default:
+						if !apierrors.IsNotFound(err) {
+							t.Errorf("%s %s not deleted (%v)", kind, o.GetName(), err)
+						}
+					}
+				}
+				for _, cm := range gone {
+					if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+						t.Errorf("Patroni's configmap %s not deleted (%v)", cm.Name, err)
+					}
+				}
+				for _, cm := range kept {
+					if _, err := h.kube.CoreV1().ConfigMaps(cm.Namespace).Get(ctx, cm.Name, metav1.GetOptions{}); err != nil {
+						t.Errorf("configmap %s/%s %v deleted: not Patroni's of %s (%v)", cm.Namespace, cm.Name, cm.Labels, a.Name, err)
+					}
+				}
+				if _, err := h.kube.CoreV1().Pods(a.Namespace).Get(ctx, running.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("pod %s not deleted", running.Name)
+				}
+				_, err := h.kube.CoreV1().PersistentVolumeClaims(a.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+				switch {
+				case retention == v1.DeleteVolumes && !apierrors.IsNotFound(err):
+					t.Errorf("volume claim kept with retention Delete (%v)", err)
+				case retention != v1.DeleteVolumes && err != nil:
+					t.Errorf("volume claim deleted with retention Retain (%v)", err)
+				}
+				// b is untouched.
+				h.kubeWrites()
+				if err := h.ensure(t, b); err != nil {
+					t.Fatal(err)
+				}
+				if w := h.kubeWrites(); len(w) != 0 {
+					t.Errorf("cleanup of a changed b's objects: ensure of b wrote %v", w)
+				}
+
+				// The last cluster's cleanup deletes the shared objects.
+				h.pg.put(deleting(h.pg.get(b.Namespace, b.Name)))
+				if err := h.cleanup(t, b); err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range []cluster.Object{cluster.ServiceAccount(b), cluster.Role(b), cluster.RoleBinding(b)} {
+					gvr := o.GetObjectKind().GroupVersionKind().GroupVersion().WithResource(resourceOf(o))
+					if _, err := h.kube.Tracker().Get(gvr, o.GetNamespace(), o.GetName()); !apierrors.IsNotFound(err) {
+						t.Errorf("shared %s kept after the last cluster (%v)", o.GetObjectKind().GroupVersionKind().Kind, err)
+					}
+				}
+				// A second run finds nothing to do.
+				if err := h.cleanup(t, b); err != nil {
+					t.Errorf("cleanup of a gone resource: %v", err)
+				}
+			})
+		})
+	}
 }
 
 func TestCleanupWaitsForPods(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
@@ -131,6 +132,10 @@ type Config struct {
 	// at a time; 0 means no bound. Pods that run nothing are replaced
 	// whatever the budget.
 	MaxRollingClusters int
+	// VolumeRetention is what a deleted cluster whose spec.volume.retention
+	// is empty leaves: its volume claims and credentials Secrets kept
+	// (Retain) or deleted (Delete).
+	VolumeRetention string
 
 	// KubeQPS and KubeBurst rate-limit the Kubernetes client: KubeQPSAuto
 	// decides by asking the API server, KubeQPSOff turns the limit off
@@ -183,6 +188,7 @@ func DefaultConfig() Config {
 		InDatabaseTimeout:       DefaultInDatabaseTimeout,
 		Switchover:              true,
 		MaxRollingClusters:      DefaultMaxRollingClusters,
+		VolumeRetention:         string(v1.RetainVolumes),
 		KubeQPS:                 KubeQPSAuto,
 		KubeBurst:               DefaultKubeBurst,
 		CacheSyncTimeout:        DefaultCacheSyncTimeout,
@@ -249,6 +255,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StatusDelay < 0 {
 		bad("status-delay must not be negative, got %s", c.StatusDelay)
+	}
+	if r := v1.VolumeRetention(c.VolumeRetention); r != v1.RetainVolumes && r != v1.DeleteVolumes {
+		bad("volume-retention must be %s or %s, got %q", v1.RetainVolumes, v1.DeleteVolumes, c.VolumeRetention)
 	}
 	if c.MaxRollingClusters < 0 {
 		bad("max-rolling-clusters must not be negative (0 means no bound), got %d", c.MaxRollingClusters)

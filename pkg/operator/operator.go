@@ -395,10 +395,11 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	obs := facts.NewObserver(inf, facts.NewDeriver(build, cfg.Switchover), clk.Now)
 	// The effects read the informers' caches and only write to the API.
 	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf,
-		SQL:            pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
-		ObserveSQL:     m.ObserveSQL,
-		Patroni:        &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},
-		RestartTimeout: cfg.RestartTimeout,
+		SQL:             pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
+		ObserveSQL:      m.ObserveSQL,
+		Patroni:         &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},
+		RestartTimeout:  cfg.RestartTimeout,
+		VolumeRetention: v1.VolumeRetention(cfg.VolumeRetention),
 	})
 	steps := controller.NewEffects(eff, controller.Timeouts{
 		InDatabase: cfg.InDatabaseTimeout,

@@ -196,7 +196,28 @@ type Volume struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StorageClass string `json:"storageClass,omitempty"`
+
+	// Retention says what happens to the volume claims when the cluster
+	// is deleted, and with them to its credentials Secrets, so that data
+	// and passwords go together: Retain keeps both (a cluster created
+	// again with the same name mounts the data and finds the passwords
+	// that match it), Delete deletes both. Empty means the operator's
+	// --volume-retention (default Retain).
+	// +optional
+	// +kubebuilder:validation:Enum=Retain;Delete
+	Retention VolumeRetention `json:"retention,omitempty"`
 }
+
+// VolumeRetention is what a deleted cluster leaves of its data.
+type VolumeRetention string
+
+// Values of Volume.Retention and of the operator's --volume-retention.
+const (
+	// RetainVolumes keeps the volume claims and the credentials Secrets.
+	RetainVolumes VolumeRetention = "Retain"
+	// DeleteVolumes deletes the volume claims and the credentials Secrets.
+	DeleteVolumes VolumeRetention = "Delete"
+)
 
 // Resources are the compute resources of the PostgreSQL container. They are
 // quantities (CPU "500m", memory "1Gi") rather than zalando's plain strings,
