@@ -339,6 +339,16 @@ func (s *stage) burstSegments(created []time.Time) ([5]benchkit.Summary, benchki
 
 // idle counts the operator's requests during the idle period.
 func (s *stage) idle() (*Window, error) {
+	// The burst's Kubernetes Events may still be on their way: client-go's
+	// broadcaster posts them one at a time and retries those the loaded
+	// API refused, 10 s apart. The window starts once no request has gone
+	// out for eventsSettle (at N = 1000, 58 of them fell into the window
+	// when it started as soon as the loop was quiet).
+	took, settled, err := s.settle(eventsSettle)
+	if err != nil {
+		return nil, err
+	}
+	s.b.logf("%s: no API request for %v, %v after the loop was quiet (settled: %t)", s.name, eventsSettle, benchkit.Ms(took), settled)
 	before, err := s.env.Metrics.Scrape(s.ctx)
 	if err != nil {
 		return nil, err
@@ -357,6 +367,40 @@ func (s *stage) idle() (*Window, error) {
 		return nil, err
 	}
 	return &Window{Took: time.Since(began), Requests: RequestsOf(benchkit.Delta(before, after))}, nil
+}
+
+// eventsSettle is how long no request of pgloop's may go out before the
+// idle window starts.
+const eventsSettle = 15 * time.Second
+
+// settle waits until pgloop made no API request (apiMetric) for quietFor,
+// for at most the run's QuietTimeout; it returns how long it waited and
+// whether it settled. /metrics is read every second.
+func (s *stage) settle(quietFor time.Duration) (time.Duration, bool, error) {
+	began := time.Now()
+	deadline := time.NewTimer(s.b.cfg.QuietTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, since := -1.0, time.Now()
+	for {
+		m, err := s.env.Metrics.Scrape(s.ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		if n := m.Sum(apiMetric); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= quietFor {
+			return time.Since(began), true, nil
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return time.Since(began), false, nil
+		case <-s.ctx.Done():
+			return 0, false, context.Cause(s.ctx)
+		}
+	}
 }
 
 // restart SIGKILLs the operator, starts it again, and measures how long
