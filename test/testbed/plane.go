@@ -71,6 +71,12 @@ type Options struct {
 	// 0 means 500 and 1000.
 	VolumeQPS   float32
 	VolumeBurst int
+	// KwokPodDelete keeps kwok's pod-delete stage, which deletes a pod
+	// being deleted by name, with no UID precondition, and so may delete
+	// the StatefulSet's new pod of that name when it lags (docs/testbed.md):
+	// only to compare. By default kwok runs without it and the plane's
+	// pod reaper (test/podreaper) does its work with a UID precondition.
+	KwokPodDelete bool
 	// NodeLabels are added to every node.
 	NodeLabels map[string]string
 	// Zones, when set, are spread over the nodes in turn as the
@@ -147,7 +153,10 @@ type Plane struct {
 
 	processNodes []ProcessNode
 	// volumes is the provisioner when Options.VolumeWorkers is set.
-	volumes *volumes
+	volumes *inProcess
+	// reaper finalizes the deleted pods of kwok's nodes, unless
+	// Options.KwokPodDelete.
+	reaper *inProcess
 
 	stopOnce sync.Once
 	stopErr  error
@@ -274,6 +283,12 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		}
 		step("provisioner up (%d workers)", opts.VolumeWorkers)
 	}
+	if !opts.KwokPodDelete {
+		if err := p.startReaper(); err != nil {
+			return nil, err
+		}
+		step("pod reaper up (%d workers)", reaperWorkers)
+	}
 
 	if err := p.createStorageClass(ctx); err != nil {
 		return nil, err
@@ -315,8 +330,10 @@ func (p *Plane) Healthy() error {
 			errs = append(errs, proc.failure(errors.New("process is gone")))
 		}
 	}
-	if err := p.volumes.failed(); err != nil {
-		errs = append(errs, err)
+	for _, c := range []*inProcess{p.volumes, p.reaper} {
+		if err := c.failed(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -339,9 +356,12 @@ func (p *Plane) Stop() error {
 func (p *Plane) stop() error {
 	var etcd *process
 	var errs []error
-	// The provisioner first, while the apiserver still answers.
-	if err := p.volumes.stop(); err != nil {
-		errs = append(errs, err)
+	// The provisioner and the reaper first, while the apiserver still
+	// answers.
+	for _, c := range []*inProcess{p.volumes, p.reaper} {
+		if err := c.stop(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	stopAll := func(first bool) {
 		var wg sync.WaitGroup
@@ -574,6 +594,9 @@ func (p *Plane) startKwok(pt ports) (*process, error) {
 	for _, stage := range p.bins.stages {
 		if p.opts.VolumeWorkers > 0 && volumeStages[filepath.Base(stage)] {
 			continue // the provisioner's
+		}
+		if !p.opts.KwokPodDelete && filepath.Base(stage) == podDeleteStage {
+			continue // the reaper's
 		}
 		args = append(args, "--config="+stage)
 	}

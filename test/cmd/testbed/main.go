@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete]
 package main
 
 import (
@@ -42,6 +42,7 @@ type config struct {
 	processNodes  int
 	taint         bool
 	volumeWorkers int
+	kwokPodDelete bool
 }
 
 const usage = `usage: testbed up [flags]
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	fs.BoolVar(&cfg.keepDir, "keep-dir", false, "keep the plane's directory (etcd data, logs) on exit")
 	fs.IntVar(&cfg.volumeWorkers, "volume-workers", 0, "make volumes with the plane's provisioner (test/provisioner) and this many workers instead of kwok's one-at-a-time volume stages (0: kwok's)")
+	fs.BoolVar(&cfg.kwokPodDelete, "kwok-pod-delete", false, "keep kwok's pod-delete stage, which deletes by name and may delete a StatefulSet's new pod, instead of the plane's pod reaper (test/podreaper), to compare")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -97,6 +99,7 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		TaintProcessNodes: cfg.taint,
 		KeepDir:           cfg.keepDir,
 		VolumeWorkers:     cfg.volumeWorkers,
+		KwokPodDelete:     cfg.kwokPodDelete,
 		Log:               stderr,
 	})
 	if err != nil {
