@@ -22,8 +22,8 @@ import (
 // The plane test's size: go test ./podreaper/ -run TestPlane -kwok
 // runs it on kwok's pod-delete stage instead, to compare.
 var (
-	sets   = flag.Int("sets", 4, "one-replica StatefulSets the plane test rolls at once")
-	rounds = flag.Int("rounds", 5, "times the plane test deletes each StatefulSet's pod")
+	sets   = flag.Int("sets", 20, "one-replica StatefulSets the plane test rolls at once")
+	rounds = flag.Int("rounds", 3, "times the plane test deletes each StatefulSet's pod")
 	window = flag.Duration("window", 2*time.Second, "how long each new pod must stay, Ready and not deleted")
 	kwok   = flag.Bool("kwok", false, "run the plane test with kwok's pod-delete stage, not the reaper")
 )
