@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/pgloop/pgloop/test/testbed"
 )
@@ -54,7 +55,12 @@ func TestPlane(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range *sets {
 		name := fmt.Sprintf("db%d", i)
-		if _, err := p.Client.AppsV1().StatefulSets(ns).Create(ctx, testbed.StatefulSet(ns, name, 1), metav1.CreateOptions{}); err != nil {
+		sts := testbed.StatefulSet(ns, name, 1)
+		// A grace period, as the operator's pods have: the apiserver
+		// then keeps a deleted pod until the reaper (or kwok's stage)
+		// deletes it; with testbed's 0 it deletes it at once.
+		sts.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+		if _, err := p.Client.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating StatefulSet %s: %v", name, err)
 		}
 		wg.Go(func() {
