@@ -53,6 +53,14 @@ func TestRestartAPIServer(t *testing.T) {
 			t.Errorf("after the restart: %v, %v", got, err)
 		}
 	}
+	// The pod reaper, whose watches and calls the outage broke, still
+	// deletes pods; and so after a restart of kwok (chaos restarts a
+	// process that exits), started again without its pod-delete stage.
+	deleteGracefulPod(ctx, t, p, "default", "after-apiserver")
+	if _, err := p.RestartProcess(ctx, "kwok", true); err != nil {
+		t.Fatalf("restart kwok: %v", err)
+	}
+	deleteGracefulPod(ctx, t, p, "default", "after-kwok")
 	if err := p.Healthy(); err != nil {
 		t.Error(err)
 	}

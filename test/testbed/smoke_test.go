@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/pgloop/pgloop/test/testbed"
 )
@@ -218,5 +219,51 @@ func TestQuotaBlocksStatefulSetPods(t *testing.T) {
 	}
 	if len(pods.Items) != 0 {
 		t.Errorf("got %d pods despite the quota, want 0", len(pods.Items))
+	}
+}
+
+// A deleted pod of a kwok node, with a grace period (no kubelet confirms
+// its end), is gone: the pod reaper deletes it.
+func TestDeletedPodIsGone(t *testing.T) {
+	t.Parallel()
+	ctx, ns := testContext(t), plane.Namespace(t)
+	deleteGracefulPod(ctx, t, plane, ns, "graceful")
+}
+
+// deleteGracefulPod creates a pod with a 30 s grace period, waits for it
+// to be Ready, deletes it and waits until it is gone.
+func deleteGracefulPod(ctx context.Context, t *testing.T, p *testbed.Plane, ns, name string) {
+	t.Helper()
+	pod := testbed.Pod(ns, name)
+	grace := int64(30)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	pods := p.Client.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := testbed.WaitForPod(ctx, p.Client, ns, name, testbed.PodReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: ready.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s/%s not gone: %v", ns, name, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("pod %s/%s: the watch ended", ns, name)
+			}
+			if ev.Type == watch.Deleted {
+				return
+			}
+		}
 	}
 }

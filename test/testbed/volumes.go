@@ -3,15 +3,10 @@ package testbed
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/sirupsen/logrus"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/pgloop/pgloop/test/provisioner"
 	"github.com/pgloop/pgloop/test/resizer"
@@ -57,83 +52,34 @@ func (p *Plane) kwokVolumeStage(path string) (string, error) {
 	return out, nil
 }
 
-// inProcess is a controller of the plane (the provisioner, the resizer)
-// run in the process holding the plane rather than as a process of its
-// own: it needs no binary to build, it lives and dies with its plane
-// (Stop, or the holder's exit) with nothing to reap, and it is started
-// before the first claim can exist.
-type inProcess struct {
-	name   string
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // run's, once done is closed
-}
-
-// startInProcess starts run on a client of its own, with the rate limits
-// of Options (VolumeQPS, VolumeBurst), logging warnings to Options.Log. It
-// does not wait for run's caches: a claim made before they sync is in
-// their first list.
-func (p *Plane) startInProcess(name string, run func(context.Context, kubernetes.Interface, logrus.FieldLogger) error) (*inProcess, error) {
-	cfg := rest.CopyConfig(p.Config)
-	cfg.QPS, cfg.Burst = p.opts.VolumeQPS, p.opts.VolumeBurst
-	kube, err := kubernetes.NewForConfig(cfg)
+// startVolumes starts the provisioner (Options.VolumeWorkers) on a client
+// of its own, with the rate limits of Options. It does not wait for its
+// caches: a claim made before they sync is in their first list.
+func (p *Plane) startVolumes() error {
+	kube, log, err := p.inProcessClient(p.opts.VolumeQPS, p.opts.VolumeBurst, p.opts.Log)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	log := logrus.New()
-	log.SetOutput(p.opts.Log)
-	log.SetLevel(logrus.WarnLevel)
-	runCtx, cancel := context.WithCancel(context.Background())
-	c := &inProcess{name: name, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		c.err = run(runCtx, kube, log)
-	}()
-	return c, nil
-}
-
-// startVolumes starts the provisioner (Options.VolumeWorkers).
-func (p *Plane) startVolumes() (err error) {
-	p.volumes, err = p.startInProcess("provisioner", func(ctx context.Context, kube kubernetes.Interface, log logrus.FieldLogger) error {
+	p.volumes = goInProcess("provisioner", func(ctx context.Context) error {
 		return provisioner.Run(ctx, kube, provisioner.Config{
 			StorageClasses: storageClasses, Provisioner: Provisioner, Workers: p.opts.VolumeWorkers, Log: log,
 		})
 	})
-	return err
+	return nil
 }
 
-// startResizer starts the resizer (unless Options.NoResizer).
-func (p *Plane) startResizer() (err error) {
-	p.resizer, err = p.startInProcess("resizer", func(ctx context.Context, kube kubernetes.Interface, log logrus.FieldLogger) error {
+// startResizer starts the resizer (unless Options.NoResizer) on a client
+// of its own, with the rate limits of Options. It does not wait for its
+// caches: a claim grown before they sync is in their first list.
+func (p *Plane) startResizer() error {
+	kube, log, err := p.inProcessClient(p.opts.VolumeQPS, p.opts.VolumeBurst, p.opts.Log)
+	if err != nil {
+		return err
+	}
+	p.resizer = goInProcess("resizer", func(ctx context.Context) error {
 		return resizer.Run(ctx, kube, resizer.Config{
 			Provisioners: []string{Provisioner}, FSDelay: p.opts.ResizeFSDelay, Log: log,
 		})
 	})
-	return err
-}
-
-// stop stops the controller and waits for it; nil does nothing.
-func (c *inProcess) stop() error {
-	if c == nil {
-		return nil
-	}
-	c.cancel()
-	<-c.done
-	if c.err != nil {
-		return fmt.Errorf("%s: %w", c.name, c.err)
-	}
 	return nil
-}
-
-// failed returns the controller's error if it has stopped on its own.
-func (c *inProcess) failed() error {
-	if c == nil {
-		return nil
-	}
-	select {
-	case <-c.done:
-		return errors.Join(errors.New(c.name+" stopped"), c.err)
-	default:
-		return nil
-	}
 }

@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete]
 package main
 
 import (
@@ -44,6 +44,7 @@ type config struct {
 	volumeWorkers int
 	noResizer     bool
 	resizeFSDelay time.Duration
+	kwokPodDelete bool
 }
 
 const usage = `usage: testbed up [flags]
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.volumeWorkers, "volume-workers", 0, "make volumes with the plane's provisioner (test/provisioner) and this many workers instead of kwok's one-at-a-time volume stages (0: kwok's)")
 	fs.BoolVar(&cfg.noResizer, "no-resizer", false, "run without the plane's volume resizer (test/resizer): a claim's larger request then never grows it")
 	fs.DurationVar(&cfg.resizeFSDelay, "resize-fs-delay", testbed.DefaultResizeFSDelay, "how long the resizer leaves a grown claim FileSystemResizePending")
+	fs.BoolVar(&cfg.kwokPodDelete, "kwok-pod-delete", false, "keep kwok's pod-delete stage, which deletes by name and may delete a StatefulSet's new pod, instead of the plane's pod reaper (test/podreaper), to compare")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -103,6 +105,7 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		VolumeWorkers:     cfg.volumeWorkers,
 		NoResizer:         cfg.noResizer,
 		ResizeFSDelay:     cfg.resizeFSDelay,
+		KwokPodDelete:     cfg.kwokPodDelete,
 		Log:               stderr,
 	})
 	if err != nil {

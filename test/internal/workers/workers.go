@@ -1,5 +1,5 @@
 // Package workers runs the workers of the test-only controllers (the
-// labeller, the volume provisioner): n goroutines draining one typed
+// labeller, the volume provisioner, the pod reaper): n goroutines draining one typed
 // workqueue until their context ends.
 package workers
 
