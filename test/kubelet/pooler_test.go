@@ -21,14 +21,22 @@ import (
 )
 
 // poolerSecret is the pooler user's Secret of poolerPod's cluster.
-const poolerSecret = "pooler.db.credentials.postgresql.pgloop.dev"
+var poolerSecret = PoolerTestSecret("db")
 
-// poolerPod is a connection-pooler pod of cluster "db" in namespace "ns",
-// as pgloop will generate it (the pod contract in docs/testbed.md).
-func poolerPod(role string) *corev1.Pod {
-	host, name := "db", "db-pooler"
+// PoolerTestSecret names the pooler user's Secret of a cluster, which
+// PoolerTestPod reads.
+func PoolerTestSecret(clusterName string) string {
+	return "pooler." + clusterName + ".credentials.postgresql.pgloop.dev"
+}
+
+// PoolerTestPod is a connection-pooler pod of a cluster for its master or
+// replica Service (role "master" or "replica"), as pgloop will generate it
+// (the pod contract in docs/testbed.md). TestKubelet, outside the package,
+// runs one too.
+func PoolerTestPod(namespace, clusterName, role string) *corev1.Pod {
+	host, name := clusterName, clusterName+"-pooler"
 	if role == "replica" {
-		host, name = "db-repl", "db-pooler-repl"
+		host, name = clusterName+"-repl", clusterName+"-pooler-repl"
 	}
 	env := []corev1.EnvVar{
 		{Name: "PGHOST", Value: host},
@@ -36,7 +44,7 @@ func poolerPod(role string) *corev1.Pod {
 		{Name: "PGUSER", Value: "pooler"},
 		{Name: "PGSCHEMA", Value: "pooler"},
 		{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: poolerSecret}, Key: "password",
+			LocalObjectReference: corev1.LocalObjectReference{Name: PoolerTestSecret(clusterName)}, Key: "password",
 		}}},
 		{Name: "CONNECTION_POOLER_PORT", Value: "5432"},
 		{Name: "CONNECTION_POOLER_MODE", Value: "transaction"},
@@ -48,11 +56,11 @@ func poolerPod(role string) *corev1.Pod {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: "ns", Name: name + "-5d8f7c9b4-x2x7q", UID: "5f0c1e2a-0000-4000-8000-000000000001",
+			Namespace: namespace, Name: name + "-5d8f7c9b4-x2x7q",
 			Labels: map[string]string{
 				"application":       "db-connection-pooler",
 				"connection-pooler": name,
-				"cluster-name":      "db",
+				"cluster-name":      clusterName,
 			},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -65,6 +73,13 @@ func poolerPod(role string) *corev1.Pod {
 			Env: env,
 		}}},
 	}
+}
+
+// poolerPod is PoolerTestPod of cluster "db" in namespace "ns", with a UID.
+func poolerPod(role string) *corev1.Pod {
+	pod := PoolerTestPod("ns", "db", role)
+	pod.UID = "5f0c1e2a-0000-4000-8000-000000000001"
+	return pod
 }
 
 func TestIsPooler(t *testing.T) {

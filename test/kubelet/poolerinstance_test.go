@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// poolerSetupSQL is what pgloop runs on the primary for a pooler, as the
+// PoolerSetupSQL is what pgloop runs on the primary for a pooler, as the
 // zalando operator does: the role, its schema, and the lookup of password
 // hashes it may call, which reads pg_shadow as its owner (a superuser).
-// app is a role that logs in through the pooler.
-const poolerSetupSQL = `
+// app is a role that logs in through the pooler. TestKubelet uses it too.
+const PoolerSetupSQL = `
 CREATE ROLE pooler LOGIN PASSWORD 'pooler-secret';
 CREATE SCHEMA pooler AUTHORIZATION pooler;
 CREATE FUNCTION pooler.user_lookup(in i_username text, out uname text, out phash text)
@@ -219,7 +219,7 @@ func requirePasswords(ctx context.Context, t *testing.T, pg *instance) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, poolerSetupSQL); err != nil {
+	if _, err := conn.Exec(ctx, PoolerSetupSQL); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
