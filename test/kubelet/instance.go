@@ -35,8 +35,9 @@ const (
 )
 
 // instance runs the Patroni of one pod (one UID) in a goroutine of its own,
-// which owns every field below mu's. The pod's changes arrive through update
-// and poke; Patroni's exit through the reaper.
+// which owns every field below mu's, or its PgBouncer for a connection-pooler
+// pod (pooler.go). The pod's changes arrive through update and poke;
+// the process's exit through the reaper.
 type instance struct {
 	k     *kubelet
 	uid   types.UID
@@ -60,6 +61,12 @@ type instance struct {
 	timer     *time.Timer
 	prep      *prepared
 	lastErr   string
+	// pooler is set for a connection-pooler pod, whose process is
+	// PgBouncer (isPooler).
+	pooler *poolerState
+	// replacing: the process is being replaced on purpose (the pooler's
+	// upstream changed), which is no restart of the container.
+	replacing bool
 	written   *corev1.PodStatus
 	writtenAt time.Time
 	// writeUnsure: the last status write failed, and may have landed.
@@ -93,6 +100,10 @@ func newInstance(k *kubelet, pod *corev1.Pod, after []<-chan struct{}) *instance
 		Phase:       containerWaiting,
 		Reason:      ReasonContainerCreating,
 		ImageID:     "process://" + k.opts.Patroni,
+	}
+	if isPooler(pod) {
+		in.pooler = &poolerState{}
+		in.state.ImageID = "process://" + k.opts.PgBouncer
 	}
 	if c := runContainer(pod); c != nil {
 		for _, cs := range pod.Status.ContainerStatuses {
@@ -214,7 +225,7 @@ func (in *instance) reconcile(ctx context.Context, pod *corev1.Pod) {
 	switch {
 	case held(pod):
 		if in.proc != nil {
-			in.log.Info("hold annotation: killing Patroni and PostgreSQL")
+			in.log.Info("hold annotation: killing " + in.program() + " and PostgreSQL")
 			in.kill()
 		}
 		in.restartAt = time.Time{}
@@ -224,22 +235,40 @@ func (in *instance) reconcile(ctx context.Context, pod *corev1.Pod) {
 		in.freeze(onlyPostgres(pod))
 	case in.proc != nil:
 		in.thaw("freeze annotation removed")
+		if in.pooler != nil {
+			in.followUpstream(ctx, pod)
+		}
 	case now.Before(in.restartAt):
 	default:
-		if err := in.start(ctx, pod); err != nil {
-			var re *reasonError
-			reason := ReasonStartError
-			if errors.As(err, &re) {
-				reason = re.reason
-			}
-			in.setWaiting(reason, err.Error())
-			if msg := err.Error(); msg != in.lastErr {
-				in.lastErr = msg
-				in.log.WithField("reason", reason).Info("not started: " + msg)
-			}
-			in.setTimer(retryInterval)
-		}
+		in.tryStart(ctx, pod)
 	}
+}
+
+// tryStart starts the process, or reports why it waits and retries later.
+func (in *instance) tryStart(ctx context.Context, pod *corev1.Pod) {
+	err := in.start(ctx, pod)
+	if err == nil {
+		return
+	}
+	var re *reasonError
+	reason := ReasonStartError
+	if errors.As(err, &re) {
+		reason = re.reason
+	}
+	in.setWaiting(reason, err.Error())
+	if msg := err.Error(); msg != in.lastErr {
+		in.lastErr = msg
+		in.log.WithField("reason", reason).Info("not started: " + msg)
+	}
+	in.setTimer(retryInterval)
+}
+
+// program names the instance's process in the log.
+func (in *instance) program() string {
+	if in.pooler != nil {
+		return "PgBouncer"
+	}
+	return "Patroni"
 }
 
 func (in *instance) setWaiting(reason, msg string) {
@@ -270,8 +299,9 @@ func waiting(reason string, format string, args ...any) error {
 	return &reasonError{reason: reason, err: fmt.Errorf(format, args...)}
 }
 
-// start prepares the instance if needed, writes Patroni's configuration
-// from the pod's current environment and starts Patroni.
+// start prepares the instance if needed, writes the configuration of its
+// program (Patroni's, or PgBouncer's for a pooler) from the pod's current
+// environment and starts it.
 func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 	c := runContainer(pod)
 	if c == nil {
@@ -285,10 +315,36 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		in.prep = prep
 		in.state.PodIP = prep.ip.String()
 	}
+	specOf := in.patroniSpec
+	if in.pooler != nil {
+		specOf = in.poolerSpec
+	}
+	spec, err := specOf(ctx, pod, c)
+	if err != nil {
+		return err
+	}
+	proc, err := spawn(in.k.launcher, in.k.reaper, spec)
+	if err != nil {
+		return waiting(ReasonStartError, "%w", err)
+	}
+	in.proc = proc
+	in.lastErr = ""
+	if in.state.EverStarted && !in.replacing {
+		in.state.RestartCount++
+	}
+	in.state.EverStarted = true
+	in.state.Phase, in.state.Reason, in.state.Message = containerRunning, "", ""
+	in.state.PID, in.state.StartedAt, in.state.Ready = proc.pid, proc.started, false
+	in.log.WithFields(logrus.Fields{"pid": proc.pid, "ip": in.prep.ip, "restarts": in.state.RestartCount}).Info("started " + in.program())
+	return nil
+}
+
+// patroniSpec writes Patroni's configuration and returns how to start it.
+func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Container) (spawnSpec, error) {
 	p := in.prep
 	env, err := ResolveEnv(pod, c, p.ip.String(), in.k.lookup)
 	if err != nil {
-		return waiting(ReasonConfigError, "%w", err)
+		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
 	}
 	config, extraEnv, err := PatroniConfig(pod, env, Host{
 		PodIP:       p.ip.String(),
@@ -299,11 +355,11 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		KubeContext: podContext,
 	})
 	if err != nil {
-		return waiting(ReasonConfigError, "while building Patroni's configuration: %w", err)
+		return spawnSpec{}, waiting(ReasonConfigError, "while building Patroni's configuration: %w", err)
 	}
 	configPath := filepath.Join(p.podDir, configFile)
 	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
-		return waiting(ReasonStartError, "while writing %s: %w", configPath, err)
+		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
 	}
 	// A crashed predecessor may have left a postmaster (it was killed, but
 	// make sure before another one starts on the same data).
@@ -316,26 +372,13 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		"LC_ALL=C.UTF-8",
 		"USER=" + postgresUser,
 	}, extraEnv)
-	proc, err := spawn(in.k.launcher, in.k.reaper, spawnSpec{
+	return spawnSpec{
 		argv:    []string{in.k.opts.Python, in.k.opts.Patroni, configPath},
 		env:     processEnv,
 		dir:     p.podDir,
 		logPath: filepath.Join(p.podDir, logFile),
 		uid:     in.k.uid, gid: in.k.gid,
-	})
-	if err != nil {
-		return waiting(ReasonStartError, "%w", err)
-	}
-	in.proc = proc
-	in.lastErr = ""
-	if in.state.EverStarted {
-		in.state.RestartCount++
-	}
-	in.state.EverStarted = true
-	in.state.Phase, in.state.Reason, in.state.Message = containerRunning, "", ""
-	in.state.PID, in.state.StartedAt, in.state.Ready = proc.pid, proc.started, false
-	in.log.WithFields(logrus.Fields{"pid": proc.pid, "ip": p.ip, "restarts": in.state.RestartCount}).Info("started Patroni")
-	return nil
+	}, nil
 }
 
 // mergeEnv returns base with the variables of extra added, an extra one
@@ -410,6 +453,9 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
 	p.ip = ip
+	if in.pooler != nil {
+		return p, nil // PgBouncer needs no home, socket directory or token
+	}
 	if err := mkdirOwned(filepath.Join(p.podDir, homeDir), 0o700, k.uid, k.gid); err != nil {
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
@@ -451,7 +497,7 @@ func (in *instance) crashed(ex exitStatus) {
 	}
 	in.setWaiting(ReasonCrashLoop, fmt.Sprintf("back-off %v restarting failed container=%s pod=%s", delay, c, in.key))
 	in.log.WithFields(logrus.Fields{"exitCode": in.state.Last.ExitCode, "signal": in.state.Last.Signal, "backoff": delay}).
-		Warn("Patroni exited unexpectedly")
+		Warn(in.program() + " exited unexpectedly")
 }
 
 // exited records the end of the current process. Its process group may
@@ -478,7 +524,7 @@ func (in *instance) kill() {
 			case ex := <-in.proc.exits:
 				in.exited(ex)
 			case <-time.After(goneTimeout):
-				in.log.WithField("pid", in.proc.pid).Error("Patroni survived SIGKILL; forgetting it")
+				in.log.WithField("pid", in.proc.pid).Error(in.program() + " survived SIGKILL; forgetting it")
 				in.proc = nil
 			}
 		}
@@ -525,7 +571,7 @@ func (in *instance) stop(grace time.Duration) {
 			case ex := <-in.proc.exits:
 				in.exited(ex)
 			case <-timer.C:
-				in.log.WithField("grace", grace).Warn("Patroni did not stop within the grace period: killing it")
+				in.log.WithField("grace", grace).Warn(in.program() + " did not stop within the grace period: killing it")
 			}
 			timer.Stop()
 		}
@@ -606,16 +652,22 @@ func gracePeriod(pod *corev1.Pod) time.Duration {
 	}
 }
 
-// probe asks Patroni's /readiness, as the pod's readiness probe would.
+// probe asks Patroni's /readiness, as the pod's readiness probe would, or
+// for a pooler dials its tcpSocket probe's port.
 func (in *instance) probe() {
 	if in.proc == nil || in.prep == nil {
 		return
 	}
 	ready := false
-	url := fmt.Sprintf("http://%s/readiness", netip.AddrPortFrom(in.prep.ip, patroniPort))
-	if resp, err := in.k.probes.Get(url); err == nil {
-		ready = resp.StatusCode == http.StatusOK
-		resp.Body.Close()
+	switch {
+	case in.pooler != nil:
+		ready = in.pooler.probe(in.prep.ip)
+	default:
+		url := fmt.Sprintf("http://%s/readiness", netip.AddrPortFrom(in.prep.ip, patroniPort))
+		if resp, err := in.k.probes.Get(url); err == nil {
+			ready = resp.StatusCode == http.StatusOK
+			resp.Body.Close()
+		}
 	}
 	if ready != in.state.Ready {
 		in.log.WithField("ready", ready).Info("readiness changed")

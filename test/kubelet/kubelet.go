@@ -4,7 +4,9 @@
 // runs one Patroni as the postgres user on a loopback pod IP of its own, with
 // the configuration Spilo would build from the pod's environment (spilo.go).
 // Patroni then elects a leader, labels the pods and streams WAL as it would
-// in a real cluster, so the operator is tested against the real thing.
+// in a real cluster, so the operator is tested against the real thing. A
+// connection-pooler pod (container "connection-pooler") runs PgBouncer
+// instead, configured as the pooler image would configure it (pooler.go).
 //
 // It does what a kubelet does for such pods and no more: register the node
 // and keep its lease, give each pod an IP and its volumes (a directory per
@@ -104,6 +106,10 @@ type Options struct {
 	// Patroni, Python and PGBin locate the programs; empty means the
 	// defaults.
 	Patroni, Python, PGBin string
+	// PgBouncer runs connection-pooler pods (pooler.go); empty means
+	// DefaultPgBouncer. Checked when such a pod comes, not before: a
+	// plane without poolers does not need it.
+	PgBouncer string
 	// Log receives the kubelet's log; nil discards it.
 	Log logrus.FieldLogger
 }
@@ -122,6 +128,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.PGBin == "" {
 		o.PGBin = DefaultPGBin
+	}
+	if o.PgBouncer == "" {
+		o.PgBouncer = DefaultPgBouncer
 	}
 	if o.Log == nil {
 		l := logrus.New()

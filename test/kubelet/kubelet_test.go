@@ -46,11 +46,12 @@ const (
 
 // TestKubelet runs the process kubelet against the local control plane with
 // the StatefulSet pgloop builds, and shows a real Patroni cluster behind it:
-// pods Running and Ready on loopback IPs, a leader labelled by Patroni, the
-// hold annotation taking an instance down and back, the freeze annotation
-// hanging one (not ready, still Running) and resuming it, a deleted pod
-// replaced on the same data, a crashed Patroni restarted, and nothing left
-// running once the kubelet stops.
+// pods Running and Ready on loopback IPs, a leader labelled by Patroni, a
+// connection pooler (PgBouncer) in front of the master Service, the hold
+// annotation taking an instance down and back (the pooler follows the
+// failover), the freeze annotation hanging one (not ready, still Running)
+// and resuming it, a deleted pod replaced on the same data, a crashed
+// Patroni restarted, and nothing left running once the kubelet stops.
 func TestKubelet(t *testing.T) {
 	for _, bin := range []string{kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres")} {
 		if _, err := os.Stat(bin); err != nil {
@@ -121,6 +122,19 @@ func TestKubelet(t *testing.T) {
 	if replica == leader {
 		replica = cluster.PodName(pg.Name, 1)
 	}
+	podIP := func(name string) string {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Status.PodIP
+	}
+
+	// Pooler: PgBouncer in a connection-pooler pod, in front of the master
+	// Service, which the kubelet resolves to the leader's pod.
+	pooler := startPooler(ctx, t, k, cs, ns, pg, leader)
+	took := waitPoolerServes(ctx, t, k, pooler, podIP(leader))
+	step("pooler %s Ready at %s; through it, with TLS, the app role reaches %s (%v)", pooler.Name, pooler.Status.PodIP, leader, took.Round(time.Millisecond))
 
 	// Hold: the leader is killed, its pod waits with reason Held, and the
 	// replica takes over once the leader key expires.
@@ -137,6 +151,13 @@ func TestKubelet(t *testing.T) {
 		t.Fatalf("leader after the hold = %s, want %s", got, replica)
 	}
 	step("failover: %s leads %v after the hold", replica, time.Since(held).Round(time.Millisecond))
+	waitPoolerServes(ctx, t, k, pooler, podIP(replica))
+	if n := poolerRestarts(ctx, t, cs, pooler); n != 0 {
+		t.Errorf("the pooler's container restarted %d times: following the Service is no restart", n)
+	}
+	step("the pooler follows: through it the app role reaches %s, %v after the hold", replica, time.Since(held).Round(time.Millisecond))
+	deletePooler(ctx, t, k, cs, pooler)
+	step("pooler pod deleted: stopped and removed")
 	setAnnotation(ctx, t, cs, ns, leader, kubelet.HoldAnnotation, false)
 	released := time.Now()
 	back, err := testbed.WaitForPod(ctx, cs, ns, leader, testbed.PodReady)

@@ -21,6 +21,10 @@ import (
 //	<root>/pods/<uid>/home/             $HOME of the instance, 0700 postgres
 //	<root>/pods/<uid>/volumes/<name>/   emptyDir volumes, 0700 postgres
 //
+// and for a connection-pooler pod (pooler.go), in <root>/pods/<uid>/:
+// pgbouncer.ini, auth_file.txt (the pooler user's password),
+// pgbouncer.crt and pgbouncer.key (0600 postgres), and pgbouncer.log.
+//
 // and the instance's unix socket directory, /tmp/pgk-<8 hex digits of the
 // uid>: socket paths must stay under 107 bytes, which a root under a test's
 // temporary directory may not leave room for.

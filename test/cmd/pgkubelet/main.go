@@ -1,12 +1,13 @@
 // Command pgkubelet is the process kubelet of package kubelet: it owns one
 // node of the local control plane and runs a real Patroni and PostgreSQL for
-// every pod bound to it. SIGTERM or SIGINT stops every instance (the pods
+// every pod bound to it (PgBouncer for a connection-pooler pod). SIGTERM or SIGINT stops every instance (the pods
 // stay, not ready) and exits once nothing it started runs. It must run as
 // root, in a process of its own.
 //
 //	pgkubelet --kubeconfig PATH --node-name NAME --root DIR --pod-cidr CIDR
 //	          [--node-ip IP] [--label k=v]... [--taint k=v:Effect]...
-//	          [--patroni PATH] [--python PATH] [--pg-bin DIR] [--log-level LEVEL]
+//	          [--patroni PATH] [--python PATH] [--pg-bin DIR] [--pgbouncer PATH]
+//	          [--log-level LEVEL]
 package main
 
 import (
@@ -73,6 +74,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&o.Patroni, "patroni", kubelet.DefaultPatroni, "Patroni's entry script")
 	fs.StringVar(&o.Python, "python", kubelet.DefaultPython, "the python3 that runs Patroni (Debian's, with its modules)")
 	fs.StringVar(&o.PGBin, "pg-bin", kubelet.DefaultPGBin, "PostgreSQL's bin directory")
+	fs.StringVar(&o.PgBouncer, "pgbouncer", kubelet.DefaultPgBouncer, "the pgbouncer that runs connection-pooler pods")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warning, error")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -25,7 +25,7 @@ func TestParse(t *testing.T) {
 				if o.NodeName != "proc-1" || o.Root != "/r" || o.PodCIDR != "127.1.7.0/24" || c.kubeconfig != "/k" {
 					t.Errorf("options = %+v", o)
 				}
-				if o.NodeIP != "127.0.0.1" || o.Patroni != "/usr/bin/patroni" || o.Python != "/usr/bin/python3" || o.PGBin != "/usr/lib/postgresql/15/bin" || c.logLevel != "info" {
+				if o.NodeIP != "127.0.0.1" || o.Patroni != "/usr/bin/patroni" || o.Python != "/usr/bin/python3" || o.PGBin != "/usr/lib/postgresql/15/bin" || o.PgBouncer != "/usr/sbin/pgbouncer" || c.logLevel != "info" {
 					t.Errorf("defaults = %+v, log level %s", o, c.logLevel)
 				}
 			},

@@ -1,0 +1,210 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+)
+
+// resolveInterval paces the look at a running pooler's Service: a
+// failover moves the master Service to another pod within about this much
+// of Patroni relabelling the pods.
+const resolveInterval = 2 * time.Second
+
+// replaceTimeout bounds the stop of a PgBouncer replaced for a new upstream
+// (1.18 exits at once on SIGTERM).
+const replaceTimeout = 5 * time.Second
+
+// poolerState is what a connection-pooler instance keeps between its
+// starts, owned by the instance's goroutine.
+type poolerState struct {
+	// service and port are PGHOST and PGPORT of the latest start.
+	service string
+	port    int
+	// upstream is the address the running PgBouncer was configured
+	// with; zero before the first start.
+	upstream Upstream
+	// probePort is the port of the readiness probe (tcpSocket).
+	probePort int
+	// checked is when the Service was last resolved.
+	checked time.Time
+}
+
+// probe dials the readiness probe's port, as a tcpSocket probe does.
+func (s *poolerState) probe(ip netip.Addr) bool {
+	conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(ip, uint16(s.probePort)).String(), probeTimeout)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
+}
+
+// poolerSpec writes PgBouncer's configuration, auth file and certificate
+// for a connection-pooler pod and returns how to start PgBouncer. The pod
+// waits (ContainerCreating) until PGHOST's Service has a ready address.
+func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (spawnSpec, error) {
+	k, p := in.k, in.prep
+	if !isFile(k.opts.PgBouncer) {
+		return spawnSpec{}, waiting(ReasonConfigError, "pgbouncer not found at %s: run `make data-plane-deps`", k.opts.PgBouncer)
+	}
+	env, err := ResolveEnv(pod, c, p.ip.String(), k.lookup)
+	if err != nil {
+		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
+	}
+	s, err := ParsePoolerSettings(env)
+	if err != nil {
+		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
+	}
+	ready, err := in.resolve(ctx, pod.Namespace, s.Service, s.Port)
+	if err != nil {
+		return spawnSpec{}, waiting(ReasonContainerCreating, "PGHOST=%s: %w", s.Service, err)
+	}
+	up, ok := chooseUpstream(in.pooler.upstream, ready)
+	if !ok {
+		return spawnSpec{}, waiting(ReasonContainerCreating, "PGHOST=%s: Service %s/%s has no ready address yet", s.Service, pod.Namespace, s.Service)
+	}
+
+	certPath, keyPath := filepath.Join(p.podDir, poolerCertFile), filepath.Join(p.podDir, poolerKeyFile)
+	if !isFile(certPath) || !isFile(keyPath) {
+		cert, key, err := SelfSignedCert(pod.Name, p.ip, time.Now())
+		if err != nil {
+			return spawnSpec{}, waiting(ReasonStartError, "while making PgBouncer's certificate: %w", err)
+		}
+		for path, data := range map[string][]byte{certPath: cert, keyPath: key} {
+			if err := writeOwned(path, data, k.uid, k.gid); err != nil {
+				return spawnSpec{}, waiting(ReasonStartError, "%w", err)
+			}
+		}
+	}
+	ini, auth := PgBouncerConfig(s, PoolerHost{PodIP: p.ip.String(), Upstream: up, Dir: p.podDir})
+	iniPath := filepath.Join(p.podDir, poolerConfigFile)
+	for path, data := range map[string][]byte{iniPath: ini, filepath.Join(p.podDir, poolerAuthFile): auth} {
+		if err := writeOwned(path, data, k.uid, k.gid); err != nil {
+			return spawnSpec{}, waiting(ReasonStartError, "%w", err)
+		}
+	}
+	*in.pooler = poolerState{
+		service: s.Service, port: s.Port, upstream: up,
+		probePort: readinessPort(c, s.ListenPort),
+		checked:   time.Now(),
+	}
+	in.log.WithFields(logrus.Fields{"service": s.Service, "upstream": up}).Info("PgBouncer configured")
+	return spawnSpec{
+		argv:    []string{k.opts.PgBouncer, iniPath},
+		env:     []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "USER=" + postgresUser},
+		dir:     p.podDir,
+		logPath: filepath.Join(p.podDir, poolerLogFile),
+		uid:     k.uid, gid: k.gid,
+	}, nil
+}
+
+// resolve returns the ready addresses of Service namespace/name
+// (ServiceUpstreams), read from the API: a pooler looks at its Service
+// every resolveInterval, and pooler pods are few, so no informer caches
+// every pod and EndpointSlice of the plane for them.
+func (in *instance) resolve(ctx context.Context, namespace, name string, port int) ([]Upstream, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	return resolveService(ctx, in.k.kube, namespace, name, port)
+}
+
+func resolveService(ctx context.Context, kube kubernetes.Interface, namespace, name string, port int) ([]Upstream, error) {
+	svc, err := kube.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("no Service %s/%s", namespace, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read Service %s/%s: %w", namespace, name, err)
+	}
+	// ResourceVersion 0: from the apiserver's watch cache.
+	list, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector:   discoveryv1.LabelServiceName + "=" + name,
+		ResourceVersion: "0",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the EndpointSlices of Service %s/%s: %w", namespace, name, err)
+	}
+	endpointSlices := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		endpointSlices[i] = &list.Items[i]
+	}
+	var pods []*corev1.Pod
+	if len(svc.Spec.Selector) > 0 {
+		podList, err := kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+			LabelSelector:   labels.SelectorFromSet(svc.Spec.Selector).String(),
+			ResourceVersion: "0",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list the pods of Service %s/%s: %w", namespace, name, err)
+		}
+		for i := range podList.Items {
+			pods = append(pods, &podList.Items[i])
+		}
+	}
+	return ServiceUpstreams(svc, port, endpointSlices, pods)
+}
+
+// followUpstream looks at the running pooler's Service every
+// resolveInterval. When it routes elsewhere (a failover moved the master
+// Service), PgBouncer is restarted with the new address, not reloaded:
+// PgBouncer keeps the auto-databases of a "*" entry across a reload with
+// their old host. That drops its clients, as the old primary's end would;
+// it is no restart of the container (same count, no last state). While the
+// Service has no ready address, PgBouncer keeps the old one.
+func (in *instance) followUpstream(ctx context.Context, pod *corev1.Pod) {
+	s := in.pooler
+	if time.Since(s.checked) < resolveInterval {
+		return
+	}
+	s.checked = time.Now()
+	ready, err := in.resolve(ctx, pod.Namespace, s.service, s.port)
+	if err != nil {
+		in.log.WithError(err).Debug("resolving the pooler's Service")
+		return
+	}
+	up, ok := chooseUpstream(s.upstream, ready)
+	if !ok || up == s.upstream {
+		return
+	}
+	in.log.WithFields(logrus.Fields{"service": s.service, "from": s.upstream, "to": up}).Info("the Service routes elsewhere: restarting PgBouncer")
+	in.replace()
+	in.replacing = true
+	in.tryStart(ctx, pod)
+	in.replacing = false
+}
+
+// replace stops the running process for a new one: SIGTERM, SIGKILL after
+// replaceTimeout, its exit not recorded as the container's.
+func (in *instance) replace() {
+	proc := in.proc
+	in.proc = nil
+	select {
+	case <-proc.exits:
+	default:
+		_ = syscall.Kill(proc.pid, syscall.SIGTERM)
+		select {
+		case <-proc.exits:
+		case <-time.After(replaceTimeout):
+			_ = syscall.Kill(-proc.pid, syscall.SIGKILL)
+			select {
+			case <-proc.exits:
+			case <-time.After(goneTimeout):
+				in.log.WithField("pid", proc.pid).Error("PgBouncer survived SIGKILL; forgetting it")
+			}
+		}
+	}
+	_ = syscall.Kill(-proc.pid, syscall.SIGKILL) // the group, right after the reap
+}
