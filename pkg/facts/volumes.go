@@ -13,7 +13,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
 
-// ReasonVolumeNotExpandable: spec.volume.size grew, and a claim's
+// ReasonVolumeNotExpandable is the cause when spec.volume.size grew and a claim's
 // StorageClass does not allow volume expansion.
 const ReasonVolumeNotExpandable = "VolumeNotExpandable"
 

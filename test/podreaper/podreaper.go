@@ -50,9 +50,6 @@ const (
 	// Config.Workers is 0.
 	DefaultWorkers = 8
 
-	// callTimeout bounds each API call.
-	callTimeout = 10 * time.Second
-
 	// byNode indexes the cached pods by the node they are bound to, so a
 	// node that appears, or becomes managed, brings back its pods being
 	// deleted.
@@ -211,7 +208,7 @@ func (r *reaper) sync(ctx context.Context, k types.NamespacedName) error {
 		return nil // 4
 	}
 	uid := pod.UID
-	err = call(ctx, func(ctx context.Context) error { // 5
+	err = workers.Call(ctx, func(ctx context.Context) error { // 5
 		return r.kube.CoreV1().Pods(k.Namespace).Delete(ctx, k.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions:      &metav1.Preconditions{UID: &uid},
@@ -230,11 +227,4 @@ func (r *reaper) sync(ctx context.Context, k types.NamespacedName) error {
 	}
 	log.Info("podreaper: pod deleted")
 	return nil
-}
-
-// call makes one API call under its own deadline.
-func call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return f(ctx)
 }

@@ -53,9 +53,6 @@ const (
 	// DefaultWorkers is how many claims and volumes are handled at once
 	// when Config.Workers is 0.
 	DefaultWorkers = 16
-
-	// callTimeout bounds each API call.
-	callTimeout = 10 * time.Second
 )
 
 // Config says which claims are the provisioner's and how many it handles
@@ -241,7 +238,7 @@ func (p *provisioner) syncClaim(ctx context.Context, namespace, name string) err
 	client := p.kube.CoreV1().PersistentVolumeClaims(namespace)
 	if claim.Spec.VolumeName == "" { // 4
 		if _, err := p.volumes.Get(VolumeName(claim)); apierrors.IsNotFound(err) {
-			if err := call(ctx, func(ctx context.Context) error {
+			if err := workers.Call(ctx, func(ctx context.Context) error {
 				_, err := p.kube.CoreV1().PersistentVolumes().Create(ctx, Volume(claim, p.cfg.Provisioner), metav1.CreateOptions{})
 				return err
 			}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -249,18 +246,18 @@ func (p *provisioner) syncClaim(ctx context.Context, namespace, name string) err
 			}
 			log.WithField("volume", VolumeName(claim)).Info("provisioner: volume created")
 		}
-		if err := call(ctx, func(ctx context.Context) error {
+		if err := workers.Call(ctx, func(ctx context.Context) error {
 			_, err := client.Patch(ctx, name, types.MergePatchType, BindPatch(claim, p.cfg.Provisioner), metav1.PatchOptions{})
 			return err
 		}); err != nil {
-			return gone(fmt.Errorf("bind claim %s/%s: %w", namespace, name, err))
+			return workers.Gone(fmt.Errorf("bind claim %s/%s: %w", namespace, name, err))
 		}
 	}
-	if err := call(ctx, func(ctx context.Context) error { // 4, 5
+	if err := workers.Call(ctx, func(ctx context.Context) error { // 4, 5
 		_, err := client.Patch(ctx, name, types.MergePatchType, ClaimBoundPatch(claim), metav1.PatchOptions{}, "status")
 		return err
 	}); err != nil {
-		return gone(fmt.Errorf("claim %s/%s status: %w", namespace, name, err))
+		return workers.Gone(fmt.Errorf("claim %s/%s status: %w", namespace, name, err))
 	}
 	p.written.Store(claim.UID, struct{}{})
 	log.WithField("volume", VolumeName(claim)).Info("provisioner: claim bound")
@@ -294,7 +291,7 @@ func (p *provisioner) syncVolume(ctx context.Context, name string) error {
 		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
 			return nil
 		}
-		err := call(ctx, func(ctx context.Context) error {
+		err := workers.Call(ctx, func(ctx context.Context) error {
 			return p.kube.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pv.UID}})
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -311,11 +308,11 @@ func (p *provisioner) syncVolume(ctx context.Context, name string) error {
 	case corev1.VolumeFailed:
 		return nil // 4
 	}
-	if err := call(ctx, func(ctx context.Context) error { // 5
+	if err := workers.Call(ctx, func(ctx context.Context) error { // 5
 		_, err := p.kube.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, VolumePhasePatch(pv, corev1.VolumeBound), metav1.PatchOptions{}, "status")
 		return err
 	}); err != nil {
-		return gone(fmt.Errorf("volume %s status: %w", name, err))
+		return workers.Gone(fmt.Errorf("volume %s status: %w", name, err))
 	}
 	log.Info("provisioner: volume bound")
 	return nil
@@ -333,7 +330,7 @@ func (p *provisioner) claimGone(ctx context.Context, ref *corev1.ObjectReference
 	if !apierrors.IsNotFound(err) {
 		return false, err
 	}
-	err = call(ctx, func(ctx context.Context) error {
+	err = workers.Call(ctx, func(ctx context.Context) error {
 		claim, err = p.kube.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		return err
 	})
@@ -361,28 +358,12 @@ func (p *provisioner) release(ctx context.Context, name string, uid types.UID) e
 		slices.Contains([]corev1.PersistentVolumePhase{corev1.VolumeReleased, corev1.VolumeFailed}, pv.Status.Phase) {
 		return nil
 	}
-	if err := call(ctx, func(ctx context.Context) error {
+	if err := workers.Call(ctx, func(ctx context.Context) error {
 		_, err := p.kube.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, VolumePhasePatch(pv, corev1.VolumeReleased), metav1.PatchOptions{}, "status")
 		return err
 	}); err != nil {
-		return gone(fmt.Errorf("release volume %s: %w", name, err))
+		return workers.Gone(fmt.Errorf("release volume %s: %w", name, err))
 	}
 	p.cfg.Log.WithField("volume", name).Info("provisioner: volume released")
 	return nil
-}
-
-// call makes one API call under its own deadline.
-func call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return f(ctx)
-}
-
-// gone drops the error of a write to an object that is gone: its delete
-// event says what is left to do.
-func gone(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

@@ -52,9 +52,6 @@ const (
 	// DefaultWorkers is how many claims are handled at once when
 	// Config.Workers is 0.
 	DefaultWorkers = 4
-
-	// callTimeout bounds each API call.
-	callTimeout = 10 * time.Second
 )
 
 // Config says which claims are the resizer's and how it resizes them.
@@ -214,13 +211,13 @@ func (r *resizer) expand(ctx context.Context, key cache.ObjectName, claim *corev
 		claim.Status.AllocatedResourceStatuses[corev1.ResourceStorage] != corev1.PersistentVolumeClaimControllerResizeInProgress {
 		var err error
 		if claim, err = r.updateStatus(ctx, Resizing(claim, size, now)); err != nil {
-			return gone(err)
+			return workers.Gone(err)
 		}
 		log.Info("resizer: claim Resizing")
 	}
 
 	var pv *corev1.PersistentVolume
-	err := call(ctx, func(ctx context.Context) (err error) {
+	err := workers.Call(ctx, func(ctx context.Context) (err error) {
 		pv, err = r.kube.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
 		return err
 	})
@@ -241,17 +238,17 @@ func (r *resizer) expand(ctx context.Context, key cache.ObjectName, claim *corev
 			pv.Spec.Capacity = corev1.ResourceList{}
 		}
 		pv.Spec.Capacity[corev1.ResourceStorage] = size
-		if err := call(ctx, func(ctx context.Context) (err error) {
+		if err := workers.Call(ctx, func(ctx context.Context) (err error) {
 			_, err = r.kube.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{})
 			return err
 		}); err != nil {
-			return gone(fmt.Errorf("update volume %s: %w", pv.Name, err))
+			return workers.Gone(fmt.Errorf("update volume %s: %w", pv.Name, err))
 		}
 		log.Info("resizer: volume expanded")
 	}
 
 	if _, err := r.updateStatus(ctx, FileSystemResizePending(claim, now)); err != nil {
-		return gone(err)
+		return workers.Gone(err)
 	}
 	r.pending.Store(claim.UID, now.Time)
 	log.Info("resizer: claim FileSystemResizePending")
@@ -270,7 +267,7 @@ func (r *resizer) finish(ctx context.Context, key cache.ObjectName, claim *corev
 	}
 	size := claim.Status.AllocatedResources[corev1.ResourceStorage]
 	if _, err := r.updateStatus(ctx, Resized(claim, size)); err != nil {
-		return gone(err)
+		return workers.Gone(err)
 	}
 	r.pending.Delete(claim.UID)
 	r.cfg.Log.WithFields(logrus.Fields{"claim": key.String(), "size": size.String()}).Info("resizer: file system resized")
@@ -281,7 +278,7 @@ func (r *resizer) finish(ctx context.Context, key cache.ObjectName, claim *corev
 // its resourceVersion: a claim changed meanwhile answers Conflict.
 func (r *resizer) updateStatus(ctx context.Context, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
 	var out *corev1.PersistentVolumeClaim
-	err := call(ctx, func(ctx context.Context) (err error) {
+	err := workers.Call(ctx, func(ctx context.Context) (err error) {
 		out, err = r.kube.CoreV1().PersistentVolumeClaims(claim.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 		return err
 	})
@@ -289,20 +286,4 @@ func (r *resizer) updateStatus(ctx context.Context, claim *corev1.PersistentVolu
 		return nil, fmt.Errorf("claim %s/%s status: %w", claim.Namespace, claim.Name, err)
 	}
 	return out, nil
-}
-
-// call makes one API call under its own deadline.
-func call(ctx context.Context, f func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	return f(ctx)
-}
-
-// gone drops the error of a write to an object that is gone: there is
-// nothing left to resize.
-func gone(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

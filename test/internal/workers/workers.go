@@ -6,7 +6,9 @@ package workers
 import (
 	"context"
 	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -39,4 +41,23 @@ func Run[K comparable](ctx context.Context, queue workqueue.TypedRateLimitingInt
 		})
 	}
 	wg.Wait()
+}
+
+// CallTimeout bounds each API call of the test-only controllers.
+const CallTimeout = 10 * time.Second
+
+// Call makes one API call under its own deadline, CallTimeout.
+func Call(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// Gone drops the error of a call about an object that is gone (NotFound):
+// there is nothing left to do for it, or its delete event says what is.
+func Gone(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
