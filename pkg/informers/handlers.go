@@ -186,8 +186,16 @@ func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandl
 		i.notifier.Notify(key, SignalEvents)
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync hands the same version again: nothing changed.
+			o, ok1 := oldObj.(*storagev1.StorageClass)
+			n, ok2 := newObj.(*storagev1.StorageClass)
+			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+				return
+			}
+			notify(newObj)
+		},
 		DeleteFunc: notify,
 	}
 }
@@ -211,8 +219,16 @@ func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync hands the same version again: nothing changed.
+			o, ok1 := oldObj.(*storagev1.StorageClass)
+			n, ok2 := newObj.(*storagev1.StorageClass)
+			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+				return
+			}
+			notify(newObj)
+		},
 		DeleteFunc: notify,
 	}
 }
@@ -246,8 +262,16 @@ func (i *Informers) classHandler() cache.ResourceEventHandler {
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, newObj any) { notify(newObj) },
+		AddFunc: notify,
+		UpdateFunc: func(oldObj, newObj any) {
+			// A resync hands the same version again: nothing changed.
+			o, ok1 := oldObj.(*storagev1.StorageClass)
+			n, ok2 := newObj.(*storagev1.StorageClass)
+			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+				return
+			}
+			notify(newObj)
+		},
 		DeleteFunc: notify,
 	}
 }

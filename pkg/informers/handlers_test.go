@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -351,5 +352,50 @@ func TestSelectors(t *testing.T) {
 	stalled := New(fake.NewClientset(), newPGClient(), Options{}, discard{})
 	if err := stalled.WaitForCacheSync(ctx2); err == nil {
 		t.Error("WaitForCacheSync of informers never started returned nil")
+	}
+}
+
+// A StorageClass that changes notifies the clusters with a claim of that
+// class, once each, and no other: whether it allows expansion decides
+// whether their claims can grow. A resync, the same version again, does not.
+func TestClassHandler(t *testing.T) {
+	c1, c2, c3 := newPG("c1", 2), newPG("c2", 1), newPG("c3", 1)
+	fixed, other := "fixed", "other"
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: fixed, ResourceVersion: "1"}}
+	withClass := func(class string) func(*corev1.PersistentVolumeClaim) {
+		return func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = &class }
+	}
+	rec := newRecorder()
+	inf, _, _ := start(t, Options{}, rec, []*v1.Postgresql{c1, c2, c3}, sc,
+		claim(c1, 0, corev1.ClaimBound, withClass(fixed)), claim(c1, 1, corev1.ClaimBound, withClass(fixed)),
+		claim(c2, 0, corev1.ClaimBound, withClass(other)), claim(c3, 0, corev1.ClaimBound))
+	drain := func() {
+		for {
+			select {
+			case <-rec.ch:
+			case <-time.After(200 * time.Millisecond):
+				return
+			}
+		}
+	}
+	drain() // the initial lists
+	if got, ok := inf.StorageClass(fixed); !ok || got.Name != fixed {
+		t.Fatalf("StorageClass(%q) = %v, %t", fixed, got, ok)
+	}
+
+	h := inf.classHandler()
+	changed := sc.DeepCopy()
+	changed.ResourceVersion, changed.AllowVolumeExpansion = "2", ptr.To(true)
+	h.OnUpdate(sc, sc)
+	h.OnUpdate(sc, changed)
+	if n := rec.next(t); n != (note{ns + "/c1", SignalObjects}) {
+		t.Errorf("note %v, want db/c1 %s", n, SignalObjects)
+	}
+	// The handler notifies on the caller's goroutine: every note it made
+	// is in the channel already.
+	select {
+	case n := <-rec.ch:
+		t.Errorf("another note %v: c1 once (two claims), not c2 (another class), not c3 (none), not for the resync", n)
+	default:
 	}
 }
