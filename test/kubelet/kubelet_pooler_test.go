@@ -54,6 +54,18 @@ func startPooler(ctx context.Context, t *testing.T, k *runningKubelet, cs kubern
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The test fails the leader over later: the replica must have the
+	// roles by then, or the new primary refuses the pooler's login (seen
+	// once: "password authentication failed for user pooler").
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Name != leader && p.Status.PodIP != "" {
+			waitRoles(ctx, t, cfg, p.Status.PodIP)
+		}
+	}
 	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: kubelet.PoolerTestSecret(clusterNm)},
 		Data:       map[string][]byte{"username": []byte("pooler"), "password": []byte(poolerPassword)},
@@ -70,6 +82,38 @@ func startPooler(ctx context.Context, t *testing.T, k *runningKubelet, cs kubern
 		t.Fatal(k.failure(err))
 	}
 	return ready
+}
+
+// waitRoles waits until the instance at ip, a replica, has replayed the
+// pooler's and the app's roles, connecting as cfg's superuser.
+func waitRoles(ctx context.Context, t *testing.T, cfg *pgx.ConnConfig, ip string) {
+	t.Helper()
+	cfg = cfg.Copy()
+	cfg.Host = ip
+	var last error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		last = func() error {
+			qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			conn, err := pgx.ConnectConfig(qctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(context.Background())
+			var n int
+			if err := conn.QueryRow(qctx, "SELECT count(*) FROM pg_roles WHERE rolname IN ('pooler', 'app')").Scan(&n); err != nil {
+				return err
+			}
+			if n != 2 {
+				return fmt.Errorf("%d of the 2 roles replayed", n)
+			}
+			return nil
+		}()
+		if last == nil {
+			return
+		}
+	}
+	t.Fatalf("the replica at %s never had the pooler's and the app's roles: %v", ip, last)
 }
 
 // waitPoolerServes waits until a connection through the pooler pod, as the
