@@ -31,7 +31,10 @@ func (r *run) startOperator() (*operator, error) {
 	r.started++
 	name := fmt.Sprintf("op-%02d", r.started)
 	r.mu.Unlock()
-	args := []string{"operator", "--kubeconfig", r.kubeconfig, "--health-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"}
+	// A deleted cluster leaves nothing (Judge counts what is left as
+	// orphans): its Secrets and claims go with it.
+	args := []string{"operator", "--kubeconfig", r.kubeconfig, "--health-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
+		"--volume-retention", "Delete"}
 	for i := range r.cfg.Workload.Namespaces {
 		args = append(args, "--namespace", Namespace(i))
 	}

@@ -111,7 +111,8 @@ func TestLifecycle(t *testing.T) {
 	assertOneMaster(t, pods)
 	t.Logf("patch -> Running with the pods replaced in %v", time.Since(began).Round(time.Millisecond))
 
-	// 4. Delete: the resource goes, and with it everything it owned.
+	// 4. Delete: the resource goes, and with it everything it owned but
+	// the credentials Secrets, kept with the volumes (Retain).
 	ctx = Context(t, stepDeadline)
 	began = time.Now()
 	if err := env.PG.Postgresqls(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
@@ -298,6 +299,22 @@ func assertOwnedObjects(ctx context.Context, t *testing.T, pg *v1.Postgresql) {
 func assertOwnedObjectsGone(ctx context.Context, t *testing.T, pg *v1.Postgresql) {
 	t.Helper()
 	for _, o := range ownedObjects(pg) {
+		if o.kind == "Secret" {
+			// Kept with the volumes (volume.retention Retain, the
+			// default), no longer owned by the deleted resource:
+			// TestVolumeRetention.
+			obj, err := o.get(ctx)
+			if err != nil {
+				t.Errorf("Secret %s not kept with the volumes: %v", o.name, err)
+				continue
+			}
+			for _, ref := range obj.GetOwnerReferences() {
+				if ref.UID == pg.UID {
+					t.Errorf("Secret %s kept with an owner reference to the deleted cluster", o.name)
+				}
+			}
+			continue
+		}
 		if err := o.absent(ctx); err != nil {
 			t.Error(err)
 		}
