@@ -154,13 +154,9 @@ type Fairness struct {
 }
 
 // planeExtra is what the plane alone added to one more StatefulSet during
-// the rollout: PlaneDuring less the median of PlaneIdle, not below 0; ok is
-// false when they were not measured.
+// the rollout (planeAdds).
 func (f *Fairness) planeExtra() (extra time.Duration, ok bool) {
-	if f.PlaneDuring == 0 || len(f.PlaneIdle) == 0 {
-		return 0, false
-	}
-	return max(0, f.PlaneDuring-benchkit.Summarize(f.PlaneIdle).Median), true
+	return planeAdds(f.PlaneDuring, f.PlaneIdle)
 }
 
 // Wall is how long a part of the run took.
@@ -214,13 +210,34 @@ func (r *Row) CreateWrites() (writes, events int) {
 }
 
 // planeExtra is what the plane alone adds to one more StatefulSet after N
-// of them: PlaneOneMore less the median of PlaneIdle, not below 0; ok is
-// false when the plane baseline did not measure it.
+// of them (planeAdds).
 func (r *Row) planeExtra() (extra time.Duration, ok bool) {
-	if r.PlaneOneMore == 0 || len(r.PlaneIdle) == 0 {
+	return planeAdds(r.PlaneOneMore, r.PlaneIdle)
+}
+
+// planeAdds is what the plane alone adds to one more bare StatefulSet
+// under load: one, its create → pod Ready, less the median of idle, the
+// same on the idle plane, not below 0; ok is false when they were not
+// measured.
+func planeAdds(one time.Duration, idle []time.Duration) (extra time.Duration, ok bool) {
+	if one == 0 || len(idle) == 0 {
 		return 0, false
 	}
-	return max(0, r.PlaneOneMore-benchkit.Summarize(r.PlaneIdle).Median), true
+	return max(0, one-benchkit.Summarize(idle).Median), true
+}
+
+// oneMoreGoal is the goal of a cluster created under load (after the
+// burst, during the rollout): MaxOneMoreRatio × its idle median + one API
+// round trip + what the plane alone adds (planeAdds) when measured, and
+// the words for that last part, the load named by when.
+func oneMoreGoal(cfg Config, idle, rtt, planeOne time.Duration, planeIdle []time.Duration, when string) (time.Duration, string) {
+	bound := time.Duration(cfg.MaxOneMoreRatio*float64(idle)) + rtt
+	extra, ok := planeAdds(planeOne, planeIdle)
+	if !ok {
+		return bound, ""
+	}
+	return bound + extra, fmt.Sprintf(" + what the plane alone adds to one more bare StatefulSet %s (%v: %v against %v idle)",
+		when, benchkit.Ms(extra), benchkit.Ms(planeOne), benchkit.Ms(benchkit.Summarize(planeIdle).Median))
 }
 
 // OneMoreRatio is the one more cluster at N over the idle median.
@@ -294,13 +311,7 @@ func (r *Result) Verdicts() []Verdict {
 		}
 		if row.OneMore != nil && len(row.Idle) > 0 {
 			idle := idleMedian(row.Idle)
-			bound := time.Duration(cfg.MaxOneMoreRatio*float64(idle)) + row.RTT
-			plane := ""
-			if extra, ok := row.planeExtra(); ok {
-				bound += extra
-				plane = fmt.Sprintf(" + what the plane alone adds to one more bare StatefulSet after its N (%v: %v against %v idle)",
-					benchkit.Ms(extra), benchkit.Ms(row.PlaneOneMore), benchkit.Ms(benchkit.Summarize(row.PlaneIdle).Median))
-			}
+			bound, plane := oneMoreGoal(cfg, idle, row.RTT, row.PlaneOneMore, row.PlaneIdle, "after its N")
 			out = append(out, judged(row.OneMore.ToRunning <= bound, "N=%d: one more cluster after the burst: %v, %.2f × its idle median %v; goal at most %.2f × idle + one API round trip (%v)%s = %v",
 				n, benchkit.Ms(row.OneMore.ToRunning), row.OneMoreRatio(), benchkit.Ms(idle), cfg.MaxOneMoreRatio, benchkit.Ms(row.RTT), plane, benchkit.Ms(bound)))
 			own, idleOwn := row.OneMore.Own(), ownMedian(row.Idle)
@@ -320,13 +331,7 @@ func (r *Result) Verdicts() []Verdict {
 	}
 	if f := r.Fairness; f != nil && len(f.Idle) > 0 && f.During.ToRunning > 0 {
 		idle := idleMedian(f.Idle)
-		bound := time.Duration(cfg.MaxOneMoreRatio*float64(idle)) + f.RTT
-		plane := ""
-		if extra, ok := f.planeExtra(); ok {
-			bound += extra
-			plane = fmt.Sprintf(" + what the plane alone adds to one more bare StatefulSet during the rollout (%v: %v against %v idle)",
-				benchkit.Ms(extra), benchkit.Ms(f.PlaneDuring), benchkit.Ms(benchkit.Summarize(f.PlaneIdle).Median))
-		}
+		bound, plane := oneMoreGoal(cfg, idle, f.RTT, f.PlaneDuring, f.PlaneIdle, "during the rollout")
 		out = append(out, judged(f.During.ToRunning <= bound, "K=%d: one more cluster while %d clusters roll out: %v, %.2f × its idle median %v; goal at most %.2f × idle + one API round trip (%v)%s = %v",
 			f.K, f.K, benchkit.Ms(f.During.ToRunning), f.Ratio(), benchkit.Ms(idle), cfg.MaxOneMoreRatio, benchkit.Ms(f.RTT), plane, benchkit.Ms(bound)))
 		own, idleOwn := f.During.Own(), ownMedian(f.Idle)

@@ -248,3 +248,27 @@ func TestKeyNamesVolumes(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The fairness goal allows what the plane alone adds during the rollout,
+// when it was measured, as the burst's one more does after its N.
+func TestFairnessPlaneExtra(t *testing.T) {
+	r := result()
+	r.Rows = nil
+	f := r.Fairness
+	f.During.ToRunning = 900 * time.Millisecond
+	verdict := func() string {
+		v := r.Verdicts()
+		if len(v) == 0 {
+			t.Fatal("no verdict")
+		}
+		return v[0].String()
+	}
+	if got, want := verdict(), "FAIL: K=1000: one more cluster while 1000 clusters roll out: 900ms, 1.80 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms"; got != want {
+		t.Errorf("without the plane's part:\n got %s\nwant %s", got, want)
+	}
+	f.PlaneIdle = []time.Duration{100 * time.Millisecond, 120 * time.Millisecond, 140 * time.Millisecond}
+	f.PlaneDuring = 520 * time.Millisecond
+	if got, want := verdict(), "PASS: K=1000: one more cluster while 1000 clusters roll out: 900ms, 1.80 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) + what the plane alone adds to one more bare StatefulSet during the rollout (400ms: 520ms against 120ms idle) = 960ms"; got != want {
+		t.Errorf("with the plane's part:\n got %s\nwant %s", got, want)
+	}
+}
