@@ -68,9 +68,7 @@ func SpecChanged(old, cur *v1.Postgresql) bool {
 // cluster-name label.
 func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
+		obj = untombed(obj)
 		key, ok := clusterKey(obj)
 		if !ok {
 			i.log.Debugf("informers: %T without a %s label, ignored", obj, cluster.LabelClusterName)
@@ -104,9 +102,7 @@ func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
 // other handlers.
 func (i *Informers) leaderHandler() cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
+		obj = untombed(obj)
 		if key, ok := leaderKey(obj); ok {
 			i.notifier.Notify(key, SignalLeader)
 		}
@@ -155,9 +151,7 @@ func leaderKey(obj any) (string, bool) {
 // brings its own.
 func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
+		obj = untombed(obj)
 		ev, ok := obj.(*corev1.Event)
 		if !ok || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind {
 			return
@@ -206,9 +200,7 @@ func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandl
 // (pkg/facts) say whether it needs its StatefulSet nudged.
 func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
+		obj = untombed(obj)
 		q, ok := obj.(*corev1.ResourceQuota)
 		if !ok {
 			return
@@ -240,9 +232,7 @@ func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 // change; the claims of every scope are looked through.
 func (i *Informers) classHandler() cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
+		obj = untombed(obj)
 		sc, ok := obj.(*storagev1.StorageClass)
 		if !ok {
 			return
@@ -274,4 +264,13 @@ func (i *Informers) classHandler() cache.ResourceEventHandler {
 		},
 		DeleteFunc: notify,
 	}
+}
+
+// untombed returns the object a delete handler is about: the last state
+// known of it when the informer missed its deletion (a tombstone).
+func untombed(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
 }
