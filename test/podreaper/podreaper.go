@@ -24,7 +24,6 @@ package podreaper
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -131,25 +130,11 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 			onPod(obj)
 		}
 	}
-	var synced []cache.InformerSynced
-	for _, h := range []struct {
-		informer cache.SharedIndexInformer
-		add      func(any)
-	}{{pods.Informer(), onPod}, {nodes.Informer(), onNode}} {
-		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: h.add, UpdateFunc: func(_, obj any) { h.add(obj) }})
-		if err != nil {
-			return fmt.Errorf("while adding a handler: %w", err)
-		}
-		synced = append(synced, reg.HasSynced)
-	}
-	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("podreaper: caches did not sync")
+	if ok, err := workers.Sync(ctx, "podreaper", factory,
+		workers.Informer{Informer: pods.Informer(), Handler: workers.OnChange(onPod, false)},
+		workers.Informer{Informer: nodes.Informer(), Handler: workers.OnChange(onNode, false)}); !ok {
+		return err
 	}
 	cfg.Log.WithFields(logrus.Fields{"nodes": cfg.Nodes.String(), "workers": cfg.Workers}).Info("podreaper: watching pods")
 

@@ -28,7 +28,6 @@ package provisioner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -142,25 +141,11 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 		}
 		queue.Add(key{kind: volumeKey, name: pv.Name})
 	}
-	var synced []cache.InformerSynced
-	for _, h := range []struct {
-		informer cache.SharedIndexInformer
-		add      func(any)
-	}{{claims.Informer(), onClaim}, {volumes.Informer(), onVolume}} {
-		reg, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: h.add, UpdateFunc: func(_, obj any) { h.add(obj) }, DeleteFunc: h.add})
-		if err != nil {
-			return fmt.Errorf("while adding a handler: %w", err)
-		}
-		synced = append(synced, reg.HasSynced)
-	}
-	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("provisioner: caches did not sync")
+	if ok, err := workers.Sync(ctx, "provisioner", factory,
+		workers.Informer{Informer: claims.Informer(), Handler: workers.OnChange(onClaim, true)},
+		workers.Informer{Informer: volumes.Informer(), Handler: workers.OnChange(onVolume, true)}); !ok {
+		return err
 	}
 	cfg.Log.WithFields(logrus.Fields{"classes": cfg.StorageClasses, "workers": cfg.Workers}).Info("provisioner: watching claims and volumes")
 

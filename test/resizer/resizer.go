@@ -28,7 +28,6 @@ package resizer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -98,22 +97,13 @@ func Run(ctx context.Context, kube kubernetes.Interface, cfg Config) error {
 			queue.Add(cache.MetaObjectToName(claim))
 		}
 	}
-	reg, err := claims.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    add,
-		UpdateFunc: func(_, obj any) { add(obj) },
-		DeleteFunc: r.forget,
-	})
-	if err != nil {
-		return fmt.Errorf("while adding a handler: %w", err)
-	}
-	classesSynced := classes.Informer().HasSynced
-	factory.Start(ctx.Done())
+	handler := workers.OnChange(add, false)
+	handler.DeleteFunc = r.forget
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, classesSynced) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return errors.New("resizer: caches did not sync")
+	if ok, err := workers.Sync(ctx, "resizer", factory,
+		workers.Informer{Informer: claims.Informer(), Handler: handler},
+		workers.Informer{Informer: classes.Informer()}); !ok {
+		return err
 	}
 	cfg.Log.WithFields(logrus.Fields{"provisioners": cfg.Provisioners, "fsDelay": cfg.FSDelay}).Info("resizer: watching claims")
 

@@ -5,10 +5,12 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -60,4 +62,49 @@ func Gone(err error) error {
 		return nil
 	}
 	return err
+}
+
+// Informer is one informer of a test-only controller and the handler of
+// its events; without a handler the controller only reads its cache.
+type Informer struct {
+	Informer cache.SharedIndexInformer
+	Handler  cache.ResourceEventHandler
+}
+
+// OnChange is the handler that hands each object added or updated (and,
+// with onDelete, deleted) to add.
+func OnChange(add func(any), onDelete bool) cache.ResourceEventHandlerFuncs {
+	h := cache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, obj any) { add(obj) }}
+	if onDelete {
+		h.DeleteFunc = add
+	}
+	return h
+}
+
+// Sync adds each handler to its informer, starts factory and waits until
+// every informer has handed its initial list to its handler (or, without
+// one, holds it). It returns false with no error if ctx ended first, and an
+// error naming the controller if the caches could not sync. The caller
+// shuts the factory down once done.
+func Sync(ctx context.Context, name string, factory interface{ Start(<-chan struct{}) }, infs ...Informer) (bool, error) {
+	var synced []cache.InformerSynced
+	for _, inf := range infs {
+		if inf.Handler == nil {
+			synced = append(synced, inf.Informer.HasSynced)
+			continue
+		}
+		reg, err := inf.Informer.AddEventHandler(inf.Handler)
+		if err != nil {
+			return false, fmt.Errorf("%s: while adding a handler: %w", name, err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("%s: caches did not sync", name)
+	}
+	return true, nil
 }
