@@ -2,6 +2,7 @@ package v1
 
 import (
 	"context"
+	"k8s.io/utils/ptr"
 	"os"
 	"slices"
 	"strings"
@@ -124,15 +125,17 @@ func TestCRDBasics(t *testing.T) {
 	}
 	walk("", *root)
 	want := map[string][]string{
-		"":                         {"size(self.metadata.name)", "self.metadata.name.matches("},
-		".spec":                    {"self.databases[db] in self.users"},
-		".spec.teamId":             {"self == oldSelf"},
-		".spec.postgresql.version": {"int(self) >= int(oldSelf)"},
-		".spec.volume.size":        {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
-		".spec.users":              {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
-		".spec.databases":          {"db.matches(", "'template0'"},
-		".spec.patroni":            {"<= (has(self.ttl) ? self.ttl : 30)"},
-		".spec.resources":          {"self.limits.cpu)", "self.limits.memory)"},
+		"":                                 {"size(self.metadata.name)", "self.metadata.name.matches("},
+		".spec":                            {"self.databases[db] in self.users", "self.connectionPooler.user : 'pooler') in self.users"},
+		".spec.teamId":                     {"self == oldSelf"},
+		".spec.postgresql.version":         {"int(self) >= int(oldSelf)"},
+		".spec.volume.size":                {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
+		".spec.users":                      {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
+		".spec.databases":                  {"db.matches(", "'template0'"},
+		".spec.patroni":                    {"<= (has(self.ttl) ? self.ttl : 30)"},
+		".spec.resources":                  {"self.limits.cpu)", "self.limits.memory)"},
+		".spec.connectionPooler":           {"self.user.startsWith('pg_')", "self.schema.startsWith('pg_')"},
+		".spec.connectionPooler.resources": {"self.limits.cpu)", "self.limits.memory)"},
 	}
 	for path, fragments := range want {
 		for i, frag := range fragments {
@@ -304,6 +307,46 @@ func TestCRDAdmission(t *testing.T) {
 		{name: "full sample", mutate: func(p *Postgresql) { *p = *decodeSample(t, "full.yaml") }},
 		{name: "zero instances", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
 		{name: "16 instances", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 16 }},
+		{name: "connection poolers", mutate: func(p *Postgresql) {
+			p.Spec.EnableConnectionPooler, p.Spec.EnableReplicaConnectionPooler = ptr.To(true), ptr.To(true)
+			p.Spec.ConnectionPooler = &ConnectionPooler{NumberOfInstances: ptr.To[int32](1), Mode: "session",
+				Schema: "bouncer", User: "bouncer", MaxDBConnections: ptr.To[int32](20)}
+		}},
+		{
+			name: "pooler user among users",
+			mutate: func(p *Postgresql) {
+				p.Spec.EnableConnectionPooler = ptr.To(true)
+				p.Spec.Users["pooler"] = UserFlags{}
+			},
+			want: "the connection pooler's user (connectionPooler.user, default pooler) must not be one of users",
+		},
+		{
+			name: "pooler user among users, pooler off",
+			mutate: func(p *Postgresql) {
+				p.Spec.EnableConnectionPooler = ptr.To(false)
+				p.Spec.Users["pooler"] = UserFlags{}
+			},
+		},
+		{
+			name:   "pooler user reserved",
+			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{User: "postgres"} },
+			want:   "spec.connectionPooler.user: Invalid value",
+		},
+		{
+			name:   "pooler mode unknown",
+			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{Mode: "statement"} },
+			want:   `spec.connectionPooler.mode: Unsupported value: "statement"`,
+		},
+		{
+			name:   "pooler instances zero",
+			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{NumberOfInstances: ptr.To[int32](0)} },
+			want:   "spec.connectionPooler.numberOfInstances",
+		},
+		{
+			name:   "pooler schema with a capital",
+			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{Schema: "Pooler"} },
+			want:   "spec.connectionPooler.schema",
+		},
 		{
 			name:   "17 instances",
 			mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 17 },

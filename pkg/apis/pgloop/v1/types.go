@@ -72,6 +72,7 @@ type PostgresqlList struct {
 // zalando postgres-operator's `postgresql` manifest.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.databases) || self.databases.all(db, has(self.users) && self.databases[db] in self.users)",message="every database owner must be declared in users",fieldPath=".databases"
+// +kubebuilder:validation:XValidation:rule="!has(self.users) || !(((has(self.connectionPooler) && has(self.connectionPooler.user)) ? self.connectionPooler.user : 'pooler') in self.users) || !((has(self.enableConnectionPooler) && self.enableConnectionPooler) || (has(self.enableReplicaConnectionPooler) && self.enableReplicaConnectionPooler))",message="the connection pooler's user (connectionPooler.user, default pooler) must not be one of users: it is a role of its own",fieldPath=".connectionPooler"
 type PostgresqlSpec struct {
 	// TeamID is the team that owns the cluster. It labels every object of
 	// the cluster (label `team`) and cannot change once set.
@@ -159,7 +160,81 @@ type PostgresqlSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	ServiceAnnotations map[string]string `json:"serviceAnnotations,omitempty"`
+
+	// EnableConnectionPooler runs a connection pooler (PgBouncer) in front
+	// of the primary: a Deployment and a Service named <cluster>-pooler.
+	// Turning it off deletes them.
+	// +optional
+	EnableConnectionPooler *bool `json:"enableConnectionPooler,omitempty"`
+	// EnableReplicaConnectionPooler runs a connection pooler in front of
+	// the replicas: a Deployment and a Service named
+	// <cluster>-pooler-repl.
+	// +optional
+	EnableReplicaConnectionPooler *bool `json:"enableReplicaConnectionPooler,omitempty"`
+	// ConnectionPooler configures the connection poolers of both roles.
+	// It has no effect while neither is enabled.
+	// +optional
+	ConnectionPooler *ConnectionPooler `json:"connectionPooler,omitempty"`
 }
+
+// ConnectionPooler is the connection pooler of a cluster, as in zalando's
+// manifest: PgBouncer pods that authenticate clients through an auth query
+// run as the pooler's own role.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.user) || !(self.user in ['postgres', 'standby', 'public', 'none', 'current_user', 'current_role', 'session_user'] || self.user.startsWith('pg_'))",message="connectionPooler.user must not be postgres, standby, a name PostgreSQL reserves, or start with pg_: the pooler has a role of its own",fieldPath=".user"
+// +kubebuilder:validation:XValidation:rule="!has(self.schema) || !(self.schema in ['public', 'information_schema'] || self.schema.startsWith('pg_'))",message="connectionPooler.schema must not be public, information_schema or start with pg_: it holds only the pooler's lookup function",fieldPath=".schema"
+type ConnectionPooler struct {
+	// NumberOfInstances is how many PgBouncer pods run per role. Unset
+	// means 2.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	NumberOfInstances *int32 `json:"numberOfInstances,omitempty"`
+	// Mode is PgBouncer's pool_mode: session or transaction. Unset means
+	// transaction.
+	// +optional
+	// +kubebuilder:validation:Enum=session;transaction
+	Mode string `json:"mode,omitempty"`
+	// Schema holds the pooler's auth lookup function (user_lookup),
+	// created in every database. Unset means pooler.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Schema string `json:"schema,omitempty"`
+	// User is the role PgBouncer connects as to look up the clients'
+	// passwords; it gets a Secret like the manifest's users. It must not
+	// be one of users. Unset means pooler.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	User string `json:"user,omitempty"`
+	// DockerImage is the pooler image. Empty means the operator's
+	// --connection-pooler-image.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	DockerImage string `json:"dockerImage,omitempty"`
+	// MaxDBConnections is how many connections to PostgreSQL the poolers
+	// of one role open in all, shared among their pods. Unset means 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MaxDBConnections *int32 `json:"maxDBConnections,omitempty"`
+	// Resources are the CPU and memory of each PgBouncer container. Unset
+	// values take the pooler's defaults (requests 500m and 100Mi, limits
+	// 1 and 100Mi, as zalando).
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+}
+
+// Defaults of ConnectionPooler, zalando's.
+const (
+	DefaultPoolerInstances        = 2
+	DefaultPoolerMode             = "transaction"
+	DefaultPoolerSchema           = "pooler"
+	DefaultPoolerUser             = "pooler"
+	DefaultPoolerMaxDBConnections = 60
+)
 
 // PostgresqlParam is the PostgreSQL server of the cluster.
 type PostgresqlParam struct {

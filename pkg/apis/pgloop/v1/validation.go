@@ -164,7 +164,7 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 		errs = append(errs, field.TooLong(path.Child("podAnnotations"), "", int(limit)))
 	}
 	errs = append(errs, apivalidation.ValidateAnnotations(s.ServiceAnnotations, path.Child("serviceAnnotations"))...)
-	return errs
+	return append(errs, s.validatePooler(path)...)
 }
 
 func (p *PostgresqlParam) validate(path *field.Path, instances int32) field.ErrorList {

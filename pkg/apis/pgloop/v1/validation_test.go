@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"k8s.io/utils/ptr"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +49,23 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "valid", mutate: func(p *Postgresql) {}},
 		{name: "zero instances stop the cluster", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
+		{
+			name: "pooler user among users",
+			mutate: func(p *Postgresql) {
+				p.Spec.EnableReplicaConnectionPooler = ptr.To(true)
+				p.Spec.Users["pooler"] = UserFlags{}
+			},
+			want: []string{`spec.connectionPooler.user: Invalid value: "pooler": must not be one of users`},
+		},
+		{
+			name: "pooler fields out of range",
+			mutate: func(p *Postgresql) {
+				p.Spec.ConnectionPooler = &ConnectionPooler{NumberOfInstances: ptr.To[int32](0), Mode: "statement",
+					Schema: "pg_x", User: "App", MaxDBConnections: ptr.To[int32](0)}
+			},
+			want: []string{"spec.connectionPooler.user: Invalid value", "spec.connectionPooler.schema: Forbidden",
+				"spec.connectionPooler.numberOfInstances", "spec.connectionPooler.maxDBConnections", "spec.connectionPooler.mode: Unsupported value"},
+		},
 		{
 			name:   "too many instances",
 			mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = MaxInstances + 1 },
