@@ -35,17 +35,23 @@ type Desired struct {
 	// missing and given to their owner (ALTER DATABASE name OWNER TO owner)
 	// when someone else owns them.
 	Databases []Database
+	// Pooler, when set, is the connection pooler's auth lookup, installed
+	// after the roles and databases in every database that takes
+	// connections and is not a template: PgBouncer runs its auth_query in
+	// the database the client asks for.
+	Pooler *Pooler
 }
 
 // Result says what a sync did; Errors are per item, the rest applied.
 type Result struct {
-	Created, Altered []string // "role app", "database foo"
+	Created, Altered []string // "role app", "database foo", "pooler foo"
 	Errors           []ItemError
 }
 
-// ItemError is the failure of one role or database of a sync.
+// ItemError is the failure of one role, database or pooler lookup (named
+// by its database) of a sync.
 type ItemError struct {
-	Kind string // "role" or "database"
+	Kind string // KindRole, KindDatabase or KindPooler
 	Name string
 	Err  error
 }
@@ -59,6 +65,8 @@ func (e ItemError) Unwrap() error { return e.Err }
 const (
 	KindRole     = "role"
 	KindDatabase = "database"
+	// KindPooler is the pooler's auth lookup in one database.
+	KindPooler = "pooler"
 )
 
 // maxIdentifierLength is NAMEDATALEN-1 of a stock build. PostgreSQL does not
@@ -86,7 +94,8 @@ var attributes = []attribute{
 const loginAttribute = 4
 
 // Sync connects to ep and applies d: every role first, then every database,
-// each in the order given. An item that fails is reported in
+// each in the order given, then the pooler's lookup in each database by
+// name (see Desired.Pooler). An item that fails is reported in
 // Result.Errors and the others are still applied; once the deadline has
 // passed or the connection is lost, the items left fail without being tried.
 //
@@ -137,6 +146,11 @@ func Sync(ctx context.Context, ep Endpoint, d Desired, opts Options) (Result, er
 		}
 	}
 
+	items := len(d.Roles) + len(d.Databases)
+	if d.Pooler != nil {
+		items += s.syncPooler(ctx, *d.Pooler, &res)
+	}
+
 	if len(res.Errors) == 0 {
 		return res, nil
 	}
@@ -145,10 +159,10 @@ func Sync(ctx context.Context, ep Endpoint, d Desired, opts Options) (Result, er
 		errs[i] = e
 	}
 	return res, fmt.Errorf("%s: %d of %d items failed:\n%w",
-		ep, len(res.Errors), len(d.Roles)+len(d.Databases), errors.Join(errs...))
+		ep, len(res.Errors), items, errors.Join(errs...))
 }
 
-// What syncRole and syncDatabase did.
+// What syncRole, syncDatabase and syncPooler did.
 const (
 	created = "created"
 	altered = "altered"
