@@ -113,6 +113,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"longest delay between retries")
 	f.StringVar(&cfg.SpiloImage, "spilo-image", cfg.SpiloImage,
 		"Spilo image of clusters that set no spec.dockerImage")
+	f.StringVar(&cfg.PoolerImage, "connection-pooler-image", cfg.PoolerImage,
+		"connection pooler (PgBouncer) image of clusters that set no spec.connectionPooler.dockerImage")
 	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
 		"deadline of a connection to PostgreSQL (dial, authentication)")
 	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,

@@ -36,6 +36,9 @@ type Objects struct {
 	Services            []*corev1.Service
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
 	StatefulSet         *appsv1.StatefulSet
+	// Poolers are the objects of the connection poolers the spec
+	// enables, master first; see Poolers.
+	Poolers []Pooler
 }
 
 // Build returns every object of the cluster. Secrets get fresh passwords
@@ -55,6 +58,7 @@ func Build(pg *v1.Postgresql, opts Options, random io.Reader) (*Objects, error) 
 		Services:            Services(pg),
 		PodDisruptionBudget: PodDisruptionBudget(pg),
 		StatefulSet:         StatefulSet(pg, opts),
+		Poolers:             Poolers(pg, opts),
 	}, nil
 }
 
@@ -68,7 +72,11 @@ func (o *Objects) All() []Object {
 	for _, s := range o.Services {
 		all = append(all, s)
 	}
-	return append(all, o.PodDisruptionBudget, o.StatefulSet)
+	all = append(all, o.PodDisruptionBudget, o.StatefulSet)
+	for _, p := range o.Poolers {
+		all = append(all, p.Deployment, p.Service, p.PodDisruptionBudget)
+	}
+	return all
 }
 
 // Names of the objects of a cluster, derived from its name alone so that
@@ -126,7 +134,7 @@ type ObjectNames struct {
 func Names(pg *v1.Postgresql) ObjectNames {
 	n := pg.Name
 	secrets := []string{SecretName(SuperuserName, n), SecretName(ReplicationUserName, n)}
-	for _, user := range sortedKeys(pg.Spec.Users) {
+	for _, user := range secretUsers(pg)[2:] {
 		secrets = append(secrets, SecretName(user, n))
 	}
 	return ObjectNames{

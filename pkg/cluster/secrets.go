@@ -47,7 +47,8 @@ func SecretName(user, cluster string) string {
 }
 
 // Secrets returns the cluster's credentials Secrets: the superuser's, the
-// replication user's, then one per spec.users entry in name order. Every
+// replication user's, then one per spec.users entry in name order, then the
+// connection pooler's while a pooler is enabled (secretUsers). Every
 // password is new, drawn from random (crypto/rand.Reader when nil). It fails
 // when random does, when two roles map to the same Secret name (a_b and
 // a-b), or when random repeats a password, which only a broken source does.
@@ -55,7 +56,7 @@ func Secrets(pg *v1.Postgresql, random io.Reader) ([]*corev1.Secret, error) {
 	if random == nil {
 		random = rand.Reader
 	}
-	users := append([]string{SuperuserName, ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
+	users := secretUsers(pg)
 	byName := make(map[string]string, len(users))
 	passwords := make(map[string]bool, len(users))
 	secrets := make([]*corev1.Secret, 0, len(users))
@@ -76,6 +77,17 @@ func Secrets(pg *v1.Postgresql, random io.Reader) ([]*corev1.Secret, error) {
 		secrets = append(secrets, credentialsSecret(pg, name, user, password))
 	}
 	return secrets, nil
+}
+
+// secretUsers are the roles that have a credentials Secret, in the order
+// of Secrets: the superuser, the replication user, the manifest's users in
+// name order, then the connection pooler's role while a pooler is enabled.
+func secretUsers(pg *v1.Postgresql) []string {
+	users := append([]string{SuperuserName, ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
+	if pg.Spec.AnyPoolerEnabled() {
+		users = append(users, pg.Spec.PoolerUser())
+	}
+	return users
 }
 
 // Secret returns the credentials Secret of one role with a new password.

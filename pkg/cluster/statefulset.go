@@ -63,6 +63,9 @@ type Options struct {
 	// DefaultTerminationGracePeriodSeconds (0 would kill PostgreSQL
 	// without a clean shutdown).
 	TerminationGracePeriodSeconds int64
+	// PoolerImage is the connection pooler image of clusters without
+	// connectionPooler.dockerImage. Empty means DefaultPoolerImage.
+	PoolerImage string
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for

@@ -51,6 +51,10 @@ type Cache interface {
 	Pods(key string) []*corev1.Pod
 	// StorageClass returns a StorageClass by name.
 	StorageClass(name string) (*storagev1.StorageClass, bool)
+	// Deployment returns a connection pooler's Deployment by namespace
+	// and name. Service and PodDisruptionBudget return the poolers'
+	// too (labelled application=db-connection-pooler).
+	Deployment(namespace, name string) (*appsv1.Deployment, bool)
 }
 
 // sharedRecheck is how long the memo of the shared RBAC objects of a

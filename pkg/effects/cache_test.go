@@ -55,6 +55,7 @@ var cachedResources = []schema.GroupVersionKind{
 	corev1.SchemeGroupVersion.WithKind("ServiceAccount"),
 	rbacv1.SchemeGroupVersion.WithKind("Role"),
 	rbacv1.SchemeGroupVersion.WithKind("RoleBinding"),
+	appsv1.SchemeGroupVersion.WithKind("Deployment"),
 }
 
 func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
@@ -63,7 +64,8 @@ func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
 }
 
 // fakeCache is an in-memory Cache over the fakes, as pkg/informers keeps
-// it: objects labelled application=spilo only, Secrets without data. It
+// it: objects labelled application=spilo or db-connection-pooler only,
+// Secrets without data. It
 // reads the fakes' stores directly, so it adds no action to the fake
 // clientsets nor a call to pgAPI. A live one syncs before every read; a
 // snapshot one when the test calls sync.
@@ -115,7 +117,7 @@ func (c *fakeCache) syncLocked() {
 		byKey := map[string]cluster.Object{}
 		for _, item := range items {
 			o := item.(cluster.Object)
-			if o.GetLabels()[cluster.LabelApplication] != cluster.ApplicationSpilo {
+			if app := o.GetLabels()[cluster.LabelApplication]; app != cluster.ApplicationSpilo && app != cluster.ApplicationPooler {
 				continue
 			}
 			if s, ok := o.(*corev1.Secret); ok {
@@ -251,6 +253,10 @@ func (c *fakeCache) Secret(ns, name string) (*corev1.Secret, bool) {
 
 func (c *fakeCache) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudget, bool) {
 	return typed[*policyv1.PodDisruptionBudget](c.read(cachedResources[3], ns, name))
+}
+
+func (c *fakeCache) Deployment(ns, name string) (*appsv1.Deployment, bool) {
+	return typed[*appsv1.Deployment](c.read(cachedResources[9], ns, name))
 }
 
 func (c *fakeCache) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {

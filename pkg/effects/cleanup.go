@@ -34,8 +34,9 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 // already gone are fine.
 //
 //  1. The StatefulSet (its pods go with it, by the garbage collector),
-//     the Services, the PodDisruptionBudget and the credentials Secrets of
-//     the superuser, the replication user and the users in the spec. The
+//     the Services, the PodDisruptionBudget, the connection poolers'
+//     objects and the credentials Secrets of the superuser, the
+//     replication user, the users in the spec and the pooler's role. The
 //     Secrets of users removed from the spec earlier carry the cluster's
 //     controller reference: the garbage collector deletes them.
 //  2. The pods, at once, so that pods never scheduled go without waiting
@@ -88,6 +89,11 @@ func (r *run) cleanup(ctx context.Context) error {
 	if err := r.deleteObject(ctx, "poddisruptionbudget", names.PodDisruptionBudget,
 		r.kube.PolicyV1().PodDisruptionBudgets(r.ns).Delete, metav1.DeleteOptions{}); err != nil {
 		return err
+	}
+	for _, role := range cluster.PoolerRoles {
+		if err := r.deletePooler(ctx, pg, role); err != nil {
+			return err
+		}
 	}
 	retain := r.retention(pg) == v1.RetainVolumes
 	if retain {

@@ -51,8 +51,9 @@ func cached[T cluster.Object](r *run, name string, get func(Cache, string, strin
 }
 
 // ensure creates every object of the cluster that is missing and updates
-// those that differ from the spec, in the order of Objects.All, then grows
-// the volumes. It reads the resource afresh (from the cache, which is at
+// those that differ from the spec, in the order of Objects.All (the
+// connection poolers' last, deleting those the spec no longer enables),
+// then grows the volumes. It reads the resource afresh (from the cache, which is at
 // least as recent as what the plan was made from), so it acts on the
 // current spec. A resource that is gone or being deleted is left to the
 // cleanup.
@@ -145,6 +146,9 @@ func (r *run) ensure(ctx context.Context) error {
 			r.log.WithField("change", change.String()).Debug("statefulset differs")
 			return cluster.ApplyStatefulSet(cur, sts), true, nil
 		}); err != nil {
+		return err
+	}
+	if err := r.ensurePoolers(ctx, pg, objs); err != nil {
 		return err
 	}
 	return r.growVolumes(ctx, pg)

@@ -199,6 +199,18 @@ func (r *run) syncRoles(ctx context.Context) error {
 	for _, db := range sortedKeys(pg.Spec.Databases) {
 		d.Databases = append(d.Databases, pgsql.Database{Name: db, Owner: pg.Spec.Databases[db]})
 	}
+	if pg.Spec.AnyPoolerEnabled() {
+		// The pooler's role logs in with its Secret's password only; its
+		// lookup function is installed in every database.
+		user := pg.Spec.PoolerUser()
+		s, err := r.secret(ctx, pg, user)
+		if err != nil {
+			return err
+		}
+		d.Roles = append(d.Roles, pgsql.Role{Name: user, Flags: []string{"LOGIN", "NOSUPERUSER", "NOCREATEDB", "NOCREATEROLE"},
+			Password: string(s.Data[cluster.SecretPasswordKey])})
+		d.Pooler = &pgsql.Pooler{User: user, Schema: pg.Spec.PoolerSchema()}
+	}
 	res, err := pgsql.Sync(ctx, ep, d, r.sqlOptions())
 	// A rotation is finished for every role PostgreSQL took the new
 	// password of, whatever else failed.

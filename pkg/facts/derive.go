@@ -40,8 +40,12 @@ type derived struct {
 	uid        types.UID
 	generation int64
 	specError  string
-	// desired is the StatefulSet the spec asks for, built on first need.
-	desired *appsv1.StatefulSet
+	// desired is the StatefulSet the spec asks for, built on first need;
+	// poolers are the connection poolers' Deployments it asks for, by
+	// name (poolersBuilt: built).
+	desired      *appsv1.StatefulSet
+	poolers      map[string]*appsv1.Deployment
+	poolersBuilt bool
 	// dynamic is the Patroni dynamic configuration the spec asks for,
 	// and its JSON as cluster.BootstrapConfig reads it.
 	dynamic     cluster.DynamicConfig
@@ -54,6 +58,9 @@ type derived struct {
 	// the names of the Secrets that hold the passwords of the system roles
 	// and the users.
 	users, databases, secretNames []string
+	// pooler: a connection pooler is enabled, its role and lookup are
+	// part of the sync.
+	pooler bool
 	// specSync hashes what the spec alone says of the sync.
 	specSync []byte
 	// sync is the last sync derived, for the Secret versions and the
@@ -209,6 +216,11 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
 		f.Outdated == 0 && existing == f.Desired &&
 		cluster.Compare(sts, d.desiredStatefulSet(spec, pg)) == cluster.NoChange
+	if f.SpecError == "" {
+		var current bool
+		current, f.Pooler = d.poolers(spec, pg, objs.Poolers)
+		f.ObjectsCurrent = f.ObjectsCurrent && current
+	}
 
 	f.VolumeSize = pg.Spec.Volume.Size.String()
 	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)

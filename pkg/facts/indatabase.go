@@ -169,6 +169,10 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 	for _, db := range s.databases {
 		h.Write([]byte("database\x00" + db + "\x00" + pg.Spec.Databases[db] + "\n"))
 	}
+	if pg.Spec.AnyPoolerEnabled() {
+		s.pooler = true
+		h.Write([]byte("pooler\x00" + pg.Spec.PoolerUser() + "\x00" + pg.Spec.PoolerSchema() + "\n"))
+	}
 	s.specSync = h.Sum(nil)
 }
 
@@ -213,7 +217,7 @@ func (d *Deriver) syncWant(s *derived, secrets []*corev1.Secret, request string)
 	h.Write([]byte("request\x00" + request))
 	s.sync = fsm.Want{
 		Hash:      hex.EncodeToString(h.Sum(nil)[:8]),
-		Bootstrap: len(s.users) == 0 && len(s.databases) == 0 && request == "",
+		Bootstrap: len(s.users) == 0 && len(s.databases) == 0 && !s.pooler && request == "",
 	}
 	s.syncVersions, s.syncRequest = versions, request
 	return s.sync
@@ -238,11 +242,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // SecretNames are the names of the credentials Secrets of pg's roles: the
-// system roles' and the users'.
+// system roles', the users' and the connection pooler's (cluster.Names).
 func SecretNames(pg *v1.Postgresql) []string {
-	names := []string{cluster.SecretName(cluster.SuperuserName, pg.Name), cluster.SecretName(cluster.ReplicationUserName, pg.Name)}
-	for _, u := range sortedKeys(pg.Spec.Users) {
-		names = append(names, cluster.SecretName(u, pg.Name))
-	}
-	return names
+	return cluster.Names(pg).Secrets
 }

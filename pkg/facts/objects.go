@@ -16,6 +16,9 @@ type Objects struct {
 	Postgresql *v1.Postgresql
 	// StatefulSet is the cluster's StatefulSet.
 	StatefulSet *appsv1.StatefulSet
+	// Poolers are the Deployments named as the cluster's connection
+	// poolers (cluster.PoolerName) that exist, enabled or not.
+	Poolers []*appsv1.Deployment
 	// Pods are the cluster's pods, terminating ones included, in any order.
 	Pods []*corev1.Pod
 	// Claims are the cluster's PersistentVolumeClaims.

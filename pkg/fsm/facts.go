@@ -107,6 +107,12 @@ type Facts struct {
 	// effect once none is left.
 	VolumeSize string
 	Volumes    []v1.ClaimStatus
+
+	// Pooler says which connection pooler the spec enables does not run
+	// all its pods, ready, from its current template yet, and how far it
+	// is; empty when every enabled one does (or none is enabled). Its
+	// objects' match with the spec is part of ObjectsCurrent.
+	Pooler string
 }
 
 // Want is what the spec asks to be applied inside PostgreSQL or Patroni.
@@ -217,9 +223,9 @@ func ConfigDue(st *v1.PostgresqlStatus, f *Facts) bool {
 
 // applied is what "in effect" adds to converged pods: roles, databases and
 // configuration applied, no member pending a restart, every volume of the
-// spec's size.
+// spec's size, every connection pooler ready.
 func applied(st *v1.PostgresqlStatus, f *Facts) bool {
-	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0
+	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0 && f.Pooler == ""
 }
 
 // volumesStatus is status.volumes for f: nil once every claim has the size.

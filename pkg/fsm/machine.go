@@ -735,6 +735,9 @@ func (m *Machine) outOfSync() string {
 	if len(f.Volumes) > 0 {
 		what = append(what, volumesMessage(f))
 	}
+	if f.Pooler != "" {
+		what = append(what, f.Pooler)
+	}
 	msg := strings.Join(what, "; ")
 	if f.NoTarget != "" {
 		msg += " (waiting: " + f.NoTarget + ")"

@@ -82,7 +82,7 @@ var Table = []Transition{
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
 			return f.serving() && (!f.ObjectsCurrent || !applied(st, f))
 		},
-		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, a restart pending, or volumes to grow"},
+		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, a restart pending, volumes to grow, or a connection pooler not ready"},
 	// A rollout hands the primary's role over before replacing its pod.
 	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
 		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
@@ -98,7 +98,7 @@ var Table = []Transition{
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
 			return f.converged() && applied(st, f) && !mem.Troubled
 		},
-		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, last ensure succeeded"},
+		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready, last ensure succeeded"},
 	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
 	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,

@@ -15,7 +15,8 @@ import (
 // there and only write to the API. The readers below, like Postgresql and
 // Pods, return the cache's own objects, shared with every reader: callers
 // must not modify them (DeepCopy first). Only objects labelled
-// application=spilo are cached.
+// application=spilo, and the connection poolers' (application=
+// db-connection-pooler), are cached.
 
 // StatefulSet returns the StatefulSet namespace/name from the cache.
 func (i *Informers) StatefulSet(namespace, name string) (*appsv1.StatefulSet, bool) {
@@ -32,7 +33,20 @@ func (i *Informers) Service(namespace, name string) (*corev1.Service, bool) {
 	if s == nil {
 		return nil, false
 	}
-	return byKey[*corev1.Service](s.owned.Core().V1().Services().Informer(), namespace, name)
+	if svc, ok := byKey[*corev1.Service](s.owned.Core().V1().Services().Informer(), namespace, name); ok {
+		return svc, true
+	}
+	return byKey[*corev1.Service](s.poolerServices, namespace, name)
+}
+
+// Deployment returns the Deployment namespace/name from the cache (the
+// connection poolers' only: labelled application=db-connection-pooler).
+func (i *Informers) Deployment(namespace, name string) (*appsv1.Deployment, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*appsv1.Deployment](s.deployments, namespace, name)
 }
 
 // Secret returns the Secret namespace/name from the cache: its metadata
@@ -52,7 +66,10 @@ func (i *Informers) PodDisruptionBudget(namespace, name string) (*policyv1.PodDi
 	if s == nil {
 		return nil, false
 	}
-	return byKey[*policyv1.PodDisruptionBudget](s.owned.Policy().V1().PodDisruptionBudgets().Informer(), namespace, name)
+	if pdb, ok := byKey[*policyv1.PodDisruptionBudget](s.owned.Policy().V1().PodDisruptionBudgets().Informer(), namespace, name); ok {
+		return pdb, true
+	}
+	return byKey[*policyv1.PodDisruptionBudget](s.poolerBudgets, namespace, name)
 }
 
 // ServiceAccount returns the ServiceAccount namespace/name from the cache

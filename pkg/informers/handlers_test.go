@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -64,6 +65,9 @@ func TestHandlers(t *testing.T) {
 	labelled(secret, objs.Secrets[0])
 	pdb := &policyv1.PodDisruptionBudget{}
 	labelled(pdb, objs.PodDisruptionBudget)
+	poolerDeployment := &appsv1.Deployment{}
+	labelled(poolerDeployment, cluster.PoolerName(c1.Name, cluster.RoleMaster))
+	poolerDeployment.Labels[cluster.LabelApplication] = cluster.ApplicationPooler
 	stranger := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stranger",
 		Labels: map[string]string{cluster.LabelApplication: cluster.ApplicationSpilo}}}
 	otherSts := statefulSet(newPG("not-pgloop", 1))
@@ -91,6 +95,7 @@ func TestHandlers(t *testing.T) {
 		{"service", []func(*testing.T){create(svc)}, []note{{"db/c1", SignalObjects}}},
 		{"secret", []func(*testing.T){create(secret)}, []note{{"db/c1", SignalObjects}}},
 		{"poddisruptionbudget", []func(*testing.T){create(pdb)}, []note{{"db/c1", SignalObjects}}},
+		{"connection pooler's deployment", []func(*testing.T){create(poolerDeployment)}, []note{{"db/c1", SignalObjects}}},
 		{"persistentvolumeclaim", []func(*testing.T){create(claim(c1, 0, corev1.ClaimPending))}, []note{{"db/c1", SignalObjects}}},
 		{"statefulset deleted", []func(*testing.T){func(t *testing.T) {
 			mustDo(t, kube.AppsV1().StatefulSets(ns).Delete(ctx, sts.Name, metav1.DeleteOptions{}))
@@ -334,13 +339,18 @@ func TestSelectors(t *testing.T) {
 			if got := lr.Labels.String(); got != "" {
 				t.Errorf("resourcequotas label selector %q", got)
 			}
+		case "deployments":
+			if got := lr.Labels.String(); got != "application=db-connection-pooler" {
+				t.Errorf("%s label selector %q", res, got)
+			}
 		default:
-			if got := lr.Labels.String(); got != "application=spilo" {
+			if got := lr.Labels.String(); got != "application=spilo" && !(got == "application=db-connection-pooler" &&
+				(res == "services" || res == "poddisruptionbudgets")) {
 				t.Errorf("%s label selector %q", res, got)
 			}
 		}
 	}
-	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas", "storageclasses"} {
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas", "storageclasses", "deployments"} {
 		if !seen[res] {
 			t.Errorf("%s never listed", res)
 		}

@@ -50,7 +50,8 @@ const (
 	// SignalPods: one of the cluster's pods changed.
 	SignalPods = "pods"
 	// SignalObjects: another object of the cluster changed (StatefulSet,
-	// Service, Secret, PodDisruptionBudget, PersistentVolumeClaim).
+	// Service, Secret, PodDisruptionBudget, PersistentVolumeClaim, a
+	// connection pooler's Deployment).
 	SignalObjects = "objects"
 	// SignalEvents: a Warning Event about the cluster's StatefulSet
 	// (FailedCreate, e.g. exceeded quota) or one of its claims
@@ -98,6 +99,12 @@ type scope struct {
 	namespaced kubeinformers.SharedInformerFactory
 	// pgloop holds the informer of the Postgresql resources.
 	pgloop pginformers.SharedInformerFactory
+	// poolers holds the informers of the connection poolers' objects,
+	// labelled application=db-connection-pooler: their Deployments,
+	// Services and PodDisruptionBudgets.
+	poolers kubeinformers.SharedInformerFactory
+	// deployments, poolerServices and poolerBudgets are poolers'.
+	deployments, poolerServices, poolerBudgets cache.SharedIndexInformer
 
 	postgresqls  cache.SharedIndexInformer
 	pods         cache.SharedIndexInformer
@@ -171,6 +178,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notif
 
 func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, ns string, resync time.Duration) *scope {
 	spilo := labels.Set{cluster.LabelApplication: cluster.ApplicationSpilo}.String()
+	pooler := labels.Set{cluster.LabelApplication: cluster.ApplicationPooler}.String()
 	// Only Warnings explain stuck pods; the Normal SuccessfulCreate and
 	// SuccessfulDelete of every pod would be most of the cache otherwise.
 	statefulSetEvents := fields.Set{"involvedObject.kind": "StatefulSet", "type": corev1.EventTypeWarning}.AsSelector().String()
@@ -194,6 +202,10 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 		pgloop: pginformers.NewSharedInformerFactoryWithOptions(pg, resync,
 			pginformers.WithNamespace(ns),
 			pginformers.WithTransform(slim)),
+		poolers: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
+			kubeinformers.WithNamespace(ns),
+			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = pooler })),
 	}
 
 	// Indexed by namespace, as every informer of a factory. Its list and
@@ -214,6 +226,9 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s.warnings = s.events.Core().V1().Events().Informer()
 	s.claimWarnings = s.claimEvents.Core().V1().Events().Informer()
 	s.quotas = s.namespaced.Core().V1().ResourceQuotas().Informer()
+	s.deployments = s.poolers.Apps().V1().Deployments().Informer()
+	s.poolerServices = s.poolers.Core().V1().Services().Informer()
+	s.poolerBudgets = s.poolers.Policy().V1().PodDisruptionBudgets().Informer()
 
 	i.must(s.pods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
 	i.must(s.claims.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
@@ -226,6 +241,18 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s.addHandler(i, s.pods, i.ownedHandler(SignalPods))
 	for _, inf := range []cache.SharedIndexInformer{s.statefulSets, s.claims, services, secrets, pdbs} {
 		s.addHandler(i, inf, i.ownedHandler(SignalObjects))
+	}
+	// The apiserver lists and watches the poolers' objects by their
+	// label; the filter makes sure a watch that does not (client-go's
+	// fakes) does not notify twice.
+	for _, inf := range []cache.SharedIndexInformer{s.deployments, s.poolerServices, s.poolerBudgets} {
+		s.addHandler(i, inf, cache.FilteringResourceEventHandler{
+			FilterFunc: func(obj any) bool {
+				m, ok := untombed(obj).(metav1.Object)
+				return ok && m.GetLabels()[cluster.LabelApplication] == cluster.ApplicationPooler
+			},
+			Handler: i.ownedHandler(SignalObjects),
+		})
 	}
 	s.addHandler(i, s.configMaps, i.leaderHandler())
 	s.addHandler(i, s.warnings, i.eventHandler(s, "StatefulSet"))
@@ -271,6 +298,7 @@ func (i *Informers) Start(ctx context.Context) {
 			s.claimEvents.Start(ctx.Done())
 			s.namespaced.Start(ctx.Done())
 			s.pgloop.Start(ctx.Done())
+			s.poolers.Start(ctx.Done())
 		}
 	})
 }

@@ -38,6 +38,11 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 		Pods:       sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key)),
 	}
 	objs.StatefulSet, _ = byCacheKey[*appsv1.StatefulSet](s.statefulSets, stsKey)
+	for _, role := range cluster.PoolerRoles {
+		if d, ok := byKey[*appsv1.Deployment](s.deployments, pg.Namespace, cluster.PoolerName(pg.Name, role)); ok {
+			objs.Poolers = append(objs.Poolers, d)
+		}
+	}
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	for _, name := range facts.SecretNames(pg) {

@@ -109,6 +109,9 @@ type Config struct {
 	StatusDelay time.Duration
 	// SpiloImage is the image of clusters that set no spec.dockerImage.
 	SpiloImage string
+	// PoolerImage is the connection pooler image of clusters that set no
+	// spec.connectionPooler.dockerImage.
+	PoolerImage string
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -180,6 +183,7 @@ func DefaultConfig() Config {
 		LossGrace:               f.LossGrace,
 		StatusDelay:             f.StatusDelay,
 		SpiloImage:              cluster.DefaultImage,
+		PoolerImage:             cluster.DefaultPoolerImage,
 		SQLConnectTimeout:       DefaultSQLConnectTimeout,
 		SQLStatementTimeout:     DefaultSQLStatementTimeout,
 		PatroniTimeout:          DefaultPatroniTimeout,
@@ -268,6 +272,9 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.SpiloImage) == "" {
 		bad("spilo-image must not be empty")
 	}
+	if strings.TrimSpace(c.PoolerImage) == "" {
+		bad("connection-pooler-image must not be empty")
+	}
 	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
 		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
 	}
@@ -299,5 +306,5 @@ func (c *Config) fsmConfig() fsm.Config {
 // clusterOptions are the builders' options. runLeader hands the one value
 // to the facts and to the effects, which must build with the same ones.
 func (c *Config) clusterOptions() cluster.Options {
-	return cluster.Options{Image: c.SpiloImage}
+	return cluster.Options{Image: c.SpiloImage, PoolerImage: c.PoolerImage}
 }
