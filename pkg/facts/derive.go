@@ -218,7 +218,7 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		cluster.Compare(sts, d.desiredStatefulSet(spec, pg)) == cluster.NoChange
 	if f.SpecError == "" {
 		var current bool
-		current, f.Pooler = d.poolers(spec, pg, objs.Poolers)
+		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
 		f.ObjectsCurrent = f.ObjectsCurrent && current
 	}
 

@@ -19,6 +19,9 @@ type Objects struct {
 	// Poolers are the Deployments named as the cluster's connection
 	// poolers (cluster.PoolerName) that exist, enabled or not.
 	Poolers []*appsv1.Deployment
+	// PoolerPods are the pods of the cluster's connection poolers: why
+	// one is not ready.
+	PoolerPods []*corev1.Pod
 	// Pods are the cluster's pods, terminating ones included, in any order.
 	Pods []*corev1.Pod
 	// Claims are the cluster's PersistentVolumeClaims.

@@ -2,6 +2,7 @@ package facts
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -13,8 +14,9 @@ import (
 // is missing or differs from it (its pod template, its replicas), or one
 // the spec no longer enables is still there: the ensure effect has work.
 // waiting says, once they are current, which enabled pooler does not run
-// all its pods yet and how far it is; empty when all do.
-func (d *Deriver) poolers(s *derived, pg *v1.Postgresql, have []*appsv1.Deployment) (current bool, waiting string) {
+// all its pods yet, how far it is and, from pods (the poolers' pods), why
+// one of them is stuck; empty when all do.
+func (d *Deriver) poolers(s *derived, pg *v1.Postgresql, have []*appsv1.Deployment, pods []*corev1.Pod) (current bool, waiting string) {
 	want := d.desiredPoolers(s, pg)
 	current = true
 	for _, dep := range have {
@@ -32,7 +34,7 @@ func (d *Deriver) poolers(s *derived, pg *v1.Postgresql, have []*appsv1.Deployme
 			current = false
 		case waiting == "":
 			if ok, why := cluster.DeploymentReady(dep); !ok {
-				waiting = "connection pooler " + dep.Name + ": " + why
+				waiting = "connection pooler " + dep.Name + ": " + why + stuckPoolerPod(pods, dep.Name)
 			}
 		}
 	}
@@ -59,6 +61,29 @@ func (d *Deriver) desiredPoolers(s *derived, pg *v1.Postgresql) map[string]*apps
 		}
 	}
 	return s.poolers
+}
+
+// stuckPoolerPod says why the first stuck pod of the pooler name cannot
+// run, as for the cluster's own pods (unschedulable, a container that
+// cannot start): "; pod x: 0/3 nodes are available: ...". It is empty
+// when none is stuck.
+func stuckPoolerPod(pods []*corev1.Pod, name string) string {
+	for _, p := range pods {
+		if p.Labels[cluster.LabelConnectionPooler] != name || p.DeletionTimestamp != nil {
+			continue
+		}
+		if msg, ok := schedulingFailure(p); ok {
+			return "; " + podMessage(p.Name, msg)
+		}
+		if w := stuckContainer(p); w != nil {
+			msg := w.Message
+			if msg == "" {
+				msg = w.Reason
+			}
+			return "; " + podMessage(p.Name, w.Reason+": "+msg)
+		}
+	}
+	return ""
 }
 
 func hasDeployment(have []*appsv1.Deployment, name string) bool {

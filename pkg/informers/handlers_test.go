@@ -345,7 +345,7 @@ func TestSelectors(t *testing.T) {
 			}
 		default:
 			if got := lr.Labels.String(); got != "application=spilo" && !(got == "application=db-connection-pooler" &&
-				(res == "services" || res == "poddisruptionbudgets")) {
+				(res == "services" || res == "poddisruptionbudgets" || res == "pods")) {
 				t.Errorf("%s label selector %q", res, got)
 			}
 		}

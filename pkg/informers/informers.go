@@ -103,8 +103,9 @@ type scope struct {
 	// labelled application=db-connection-pooler: their Deployments,
 	// Services and PodDisruptionBudgets.
 	poolers kubeinformers.SharedInformerFactory
-	// deployments, poolerServices and poolerBudgets are poolers'.
-	deployments, poolerServices, poolerBudgets cache.SharedIndexInformer
+	// deployments, poolerServices, poolerBudgets and poolerPods are
+	// poolers'; poolerPods are indexed byCluster.
+	deployments, poolerServices, poolerBudgets, poolerPods cache.SharedIndexInformer
 
 	postgresqls  cache.SharedIndexInformer
 	pods         cache.SharedIndexInformer
@@ -229,9 +230,11 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s.deployments = s.poolers.Apps().V1().Deployments().Informer()
 	s.poolerServices = s.poolers.Core().V1().Services().Informer()
 	s.poolerBudgets = s.poolers.Policy().V1().PodDisruptionBudgets().Informer()
+	s.poolerPods = s.poolers.Core().V1().Pods().Informer()
 
 	i.must(s.pods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
 	i.must(s.claims.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
+	i.must(s.poolerPods.AddIndexers(cache.Indexers{byCluster: clusterIndex}))
 	i.must(s.warnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
 	i.must(s.claimWarnings.AddIndexers(cache.Indexers{byInvolvedObject: involvedObjectIndex}))
 	// The factory's informers come with the namespace index, which
@@ -245,7 +248,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	// The apiserver lists and watches the poolers' objects by their
 	// label; the filter makes sure a watch that does not (client-go's
 	// fakes) does not notify twice.
-	for _, inf := range []cache.SharedIndexInformer{s.deployments, s.poolerServices, s.poolerBudgets} {
+	for _, inf := range []cache.SharedIndexInformer{s.deployments, s.poolerServices, s.poolerBudgets, s.poolerPods} {
 		s.addHandler(i, inf, cache.FilteringResourceEventHandler{
 			FilterFunc: func(obj any) bool {
 				m, ok := untombed(obj).(metav1.Object)

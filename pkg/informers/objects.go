@@ -43,6 +43,9 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 			objs.Poolers = append(objs.Poolers, d)
 		}
 	}
+	if len(objs.Poolers) > 0 {
+		objs.PoolerPods = sortedPods(indexed[*corev1.Pod](s.poolerPods, byCluster, key))
+	}
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	for _, name := range facts.SecretNames(pg) {

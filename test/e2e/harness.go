@@ -669,7 +669,17 @@ func ByName(name string) string {
 // them at once (deletions count), and returns them. testbed.WaitFor judges
 // one object at a time; instance counts and roles are properties of the set.
 func (e *Env) WaitPods(ctx context.Context, ns, name string, cond func([]*corev1.Pod) bool) ([]*corev1.Pod, error) {
-	selector := labels.SelectorFromSet(cluster.Selector(name)).String()
+	pods, err := e.WaitPodsSelected(ctx, ns, cluster.Selector(name), cond)
+	if err != nil {
+		return nil, fmt.Errorf("while waiting for the pods of %s/%s: %w", ns, name, err)
+	}
+	return pods, nil
+}
+
+// WaitPodsSelected waits until cond holds for the pods of ns that match
+// the labels sel (a connection pooler's, say), and returns them.
+func (e *Env) WaitPodsSelected(ctx context.Context, ns string, sel map[string]string, cond func([]*corev1.Pod) bool) ([]*corev1.Pod, error) {
+	selector := labels.SelectorFromSet(sel).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (k8sruntime.Object, error) {
 			opts.LabelSelector = selector
@@ -693,7 +703,7 @@ func (e *Env) WaitPods(ctx context.Context, ns, name string, cond func([]*corev1
 		func(s cache.Store) (bool, error) { store = s; return check(), nil },
 		func(watch.Event) (bool, error) { return check(), nil })
 	if err != nil {
-		return nil, fmt.Errorf("while waiting for the pods of %s/%s: %w; last seen: %s", ns, name, err, DescribePods(last))
+		return nil, fmt.Errorf("%w; last seen: %s", err, DescribePods(last))
 	}
 	return last, nil
 }
