@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,9 +20,10 @@ import (
 // Deployment, Service and PodDisruptionBudget of each enabled pooler are
 // created or updated, all at once; those of a pooler the spec no longer
 // enables are deleted, and so is the pooler role's Secret once neither is
-// enabled. The role and its lookup function stay in the database (they
-// grant nothing to anyone else), as with zalando. The Secret was created
-// with the others, before: the pooler's pods read it.
+// enabled, unless a user of the spec has the same Secret. The role and its
+// lookup function stay in the database (they grant nothing to anyone
+// else), as with zalando. The Secret was created with the others, before:
+// the pooler's pods read it.
 func (r *run) ensurePoolers(ctx context.Context, pg *v1.Postgresql, objs *cluster.Objects) error {
 	core, apps, policy := r.kube.CoreV1(), r.kube.AppsV1(), r.kube.PolicyV1()
 	enabled := map[string]bool{}
@@ -73,8 +75,10 @@ func (r *run) ensurePoolers(ctx context.Context, pg *v1.Postgresql, objs *cluste
 			writes = append(writes, func() error { return r.deletePooler(ctx, pg, role) })
 		}
 	}
-	if len(objs.Poolers) == 0 {
-		name := cluster.SecretName(pg.Spec.PoolerUser(), pg.Name)
+	// The Secret of that name is a user's when spec.users has the
+	// pooler's role (valid while no pooler is enabled): it is kept.
+	name := cluster.SecretName(pg.Spec.PoolerUser(), pg.Name)
+	if len(objs.Poolers) == 0 && !slices.ContainsFunc(objs.Secrets, func(s *corev1.Secret) bool { return s.Name == name }) {
 		writes = append(writes, func() error {
 			return deleteOwned(ctx, r, pg, "secret", name, core.Secrets(r.ns), cached(r, name, Cache.Secret))
 		})

@@ -55,6 +55,8 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
 		switch o := o.(type) {
 		case *appsv1.StatefulSet:
 			out.StatefulSet = o
+		case *appsv1.Deployment:
+			out.Poolers = append(out.Poolers, o)
 		case *corev1.Pod:
 			out.Pods = append(out.Pods, o)
 		case *corev1.Secret:
