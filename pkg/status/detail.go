@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -27,6 +28,22 @@ type View struct {
 	// PodsError is set when the pods could not be listed; the rest of the
 	// view is still valid.
 	PodsError error
+	// Poolers are the cluster's connection poolers that exist, master
+	// first; PoolersError is set when they could not be listed.
+	Poolers      []Pooler
+	PoolersError error
+}
+
+// Pooler is one connection pooler (a Deployment and the Service of the
+// same name) as the detail view shows it.
+type Pooler struct {
+	Name string
+	// Role is the role the pooler fronts: master or replica.
+	Role           string
+	Ready, Desired int32
+	// Why says how far the pooler is from running all its pods; empty
+	// when it does.
+	Why string
 }
 
 // Pod is one pod of a cluster as the detail view shows it.
@@ -62,7 +79,25 @@ func Detail(ctx context.Context, pg pgclient.Interface, kube kubernetes.Interfac
 		v.Pods = append(v.Pods, podOf(&pods.Items[i]))
 	}
 	slices.SortFunc(v.Pods, func(a, b Pod) int { return strings.Compare(a.Name, b.Name) })
-	return v, nil
+	v.Poolers, v.PoolersError = poolers(ctx, kube, ns, name)
+	return v, v.PoolersError
+}
+
+// poolers reads the connection poolers' Deployments of cluster name.
+func poolers(ctx context.Context, kube kubernetes.Interface, ns, name string) ([]Pooler, error) {
+	var out []Pooler
+	for _, role := range cluster.PoolerRoles {
+		d, err := kube.AppsV1().Deployments(ns).Get(ctx, cluster.PoolerName(name, role), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return out, explain(err, request{verb: "get", resource: "deployments", group: "apps", namespace: ns, name: cluster.PoolerName(name, role)})
+		}
+		_, why := cluster.DeploymentReady(d)
+		out = append(out, Pooler{Name: d.Name, Role: role, Ready: d.Status.ReadyReplicas, Desired: ptr.Deref(d.Spec.Replicas, 1), Why: why})
+	}
+	return out, nil
 }
 
 // Get reads one cluster, with the errors explained as Detail explains

@@ -1,6 +1,8 @@
 package status
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/utils/ptr"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -207,6 +209,20 @@ func restarts(n int32) func(*corev1.Pod) {
 
 // pods are the pods of clusters(), plus one of a cluster that is not
 // shown, which no selector may pick up.
+// deployments are the connection poolers of db-updating: the master's
+// rolling out its new template, the replicas' ready.
+func deployments() []runtime.Object {
+	pooler := func(role string, ready int32) *appsv1.Deployment {
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: cluster.PoolerName("db-updating", role), Generation: 3},
+			Spec:       appsv1.DeploymentSpec{Replicas: ptr.To[int32](2)},
+		}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: ready, AvailableReplicas: ready}
+		return d
+	}
+	return []runtime.Object{pooler(cluster.RoleMaster, 1), pooler(cluster.RoleReplica, 2)}
+}
+
 func pods() []runtime.Object {
 	crNotReady := notReady("ContainersNotReady", "containers with unready status: [postgres]")
 	return []runtime.Object{

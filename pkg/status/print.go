@@ -112,6 +112,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 
 	p.inDatabase(st, o.Now)
 	p.volumes(st)
+	p.poolers(v)
 
 	p.section("Timers")
 	if len(st.Timers) == 0 {
@@ -230,6 +231,26 @@ func (p *printer) volumes(st *v1.PostgresqlStatus) {
 		t.add(c.Name, dash(c.Requested), dash(c.Capacity), c.Phase, dash(c.Message))
 	}
 	p.table(&t, "  ")
+}
+
+// poolers writes the cluster's connection poolers, when it has any (or
+// they could not be read): each one's ready pods and why not all are.
+func (p *printer) poolers(v *View) {
+	if len(v.Poolers) == 0 && v.PoolersError == nil {
+		return
+	}
+	p.section("Connection poolers (Deployment and Service of each name)")
+	if v.PoolersError != nil {
+		p.line("  (" + v.PoolersError.Error() + ")")
+	}
+	var t table
+	t.add("NAME", "ROLE", "READY", "WHY")
+	for _, pl := range v.Poolers {
+		t.add(pl.Name, pl.Role, fmt.Sprintf("%d/%d", pl.Ready, pl.Desired), dash(pl.Why))
+	}
+	if len(v.Poolers) > 0 {
+		p.table(&t, "  ")
+	}
 }
 
 // printer writes the sections of the detail view and keeps the first

@@ -64,7 +64,7 @@ func TestListGolden(t *testing.T) {
 
 func TestDetailGolden(t *testing.T) {
 	pg := &fakeAPI{items: items(clusters())}
-	kube := fake.NewClientset(pods()...)
+	kube := fake.NewClientset(append(pods(), deployments()...)...)
 	for _, c := range clusters() {
 		for _, color := range []bool{false, true} {
 			name := "detail-" + strings.TrimPrefix(c.Name, "db-")
