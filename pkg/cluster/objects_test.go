@@ -89,8 +89,13 @@ func TestOwnerReferencesAndLabels(t *testing.T) {
 				if metav1.GetControllerOf(o) == nil || !*ref.Controller || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
 					t.Errorf("%s: owner reference %+v is not controller=true, blockOwnerDeletion=true", what, ref)
 				}
-				if !containsAll(o.GetLabels(), Labels(pg)) {
-					t.Errorf("%s: labels %v lack %v", what, o.GetLabels(), Labels(pg))
+				want := Labels(pg)
+				if o.GetLabels()[LabelConnectionPooler] != "" {
+					// A pooler's: not PostgreSQL's application.
+					want[LabelApplication] = ApplicationPooler
+				}
+				if !containsAll(o.GetLabels(), want) {
+					t.Errorf("%s: labels %v lack %v", what, o.GetLabels(), want)
 				}
 			}
 			sts := objs.StatefulSet

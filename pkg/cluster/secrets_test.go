@@ -32,7 +32,7 @@ func TestSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantUsers := []string{"postgres", "standby", "admin", "app_owner", "app_reader", "replicator"}
+	wantUsers := []string{"postgres", "standby", "admin", "app_owner", "app_reader", "replicator", "pooler"}
 	if len(secrets) != len(wantUsers) {
 		t.Fatalf("%d secrets, want %d", len(secrets), len(wantUsers))
 	}

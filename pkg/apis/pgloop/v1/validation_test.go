@@ -467,7 +467,11 @@ func TestSamples(t *testing.T) {
 			s.Resources == nil || s.Resources.Requests == nil || s.Resources.Limits == nil ||
 			s.Users == nil || s.Databases == nil || s.Patroni == nil || !s.Patroni.SynchronousMode ||
 			s.Patroni.PgHba == nil || s.Tolerations == nil || s.NodeAffinity == nil ||
-			s.PodAnnotations == nil || s.ServiceAnnotations == nil {
+			s.PodAnnotations == nil || s.ServiceAnnotations == nil || s.Volume.Retention == "" ||
+			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
+			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
+			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
+			s.ConnectionPooler.Resources == nil {
 			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
 		}
 	})
