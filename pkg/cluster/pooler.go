@@ -160,7 +160,8 @@ func PoolerDefaultRequests() corev1.ResourceList {
 	}
 }
 
-// PoolerDefaultLimits: see PoolerDefaultRequests.
+// PoolerDefaultLimits are the PgBouncer container's limits where
+// connectionPooler.resources leaves them unset: zalando's.
 func PoolerDefaultLimits() corev1.ResourceList {
 	return corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("1"),

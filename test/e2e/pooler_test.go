@@ -208,7 +208,7 @@ func TestConnectionPoolerStuck(t *testing.T) {
 		`{"spec":{"connectionPooler":{"resources":{"requests":{"cpu":"10m"},"limits":{"cpu":"100m"}}}}}`); err != nil {
 		t.Fatal(err)
 	}
-	pg, err = env.WaitCluster(ctx, ns, name, "Running with the edit", func(pg *v1.Postgresql) bool {
+	_, err = env.WaitCluster(ctx, ns, name, "Running with the edit", func(pg *v1.Postgresql) bool {
 		return pg.Status.State == "Running" && pg.Status.ObservedGeneration >= pg.Generation
 	})
 	if err != nil {

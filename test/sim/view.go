@@ -226,6 +226,10 @@ func (v *view) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudg
 	return lookup[*policyv1.PodDisruptionBudget](v, "poddisruptionbudgets", ns, name)
 }
 
+func (v *view) Deployment(ns, name string) (*appsv1.Deployment, bool) {
+	return lookup[*appsv1.Deployment](v, "deployments", ns, name)
+}
+
 func (v *view) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {
 	return lookup[*corev1.ServiceAccount](v, "serviceaccounts", ns, name)
 }
