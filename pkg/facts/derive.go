@@ -222,6 +222,11 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		f.ObjectsCurrent = f.ObjectsCurrent && current
 	}
 
+	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {
+		f.MaintenanceOpens = next
+		f.MaintenanceWait = maintenanceWait(pg.Spec.MaintenanceWindows, next)
+	}
+
 	f.VolumeSize = pg.Spec.Volume.Size.String()
 	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
 
@@ -261,6 +266,17 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
 	}
 	return f
+}
+
+// maintenanceWait says the cluster waits for its maintenance windows,
+// and when the next one opens.
+func maintenanceWait(windows []v1.MaintenanceWindow, next time.Time) string {
+	names := make([]string, len(windows))
+	for i, w := range windows {
+		names[i] = strings.TrimSpace(string(w))
+	}
+	return "waiting for a maintenance window (" + strings.Join(names, ", ") + " UTC): the next opens at " +
+		next.UTC().Format(time.RFC3339)
 }
 
 // Forget drops what was remembered of cluster key ("namespace/name"), once

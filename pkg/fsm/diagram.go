@@ -58,7 +58,7 @@ func Markdown() string {
 	}
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
 	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them. Status keeps\n")
-	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace), so it resumes them with their deadlines;\n")
+	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace, maintenanceWindow), so it resumes them with their deadlines;\n")
 	b.WriteString("resync and flush are not kept (arming them would cost a status write each time): a restarted operator arms\n")
 	b.WriteString("a Running cluster's resync afresh, at the next multiple of the period since it became Running. A timer\n")
 	b.WriteString("that fires leaves status with the next write rather than one of its own: after a restart it would fire\n")
@@ -69,6 +69,7 @@ func Markdown() string {
 	fmt.Fprintf(&b, "| `%s` | after effects that wait (pods still terminating, Patroni's member data not published yet, Patroni applying configuration within its loop_wait): the next observation asks them again sooner; the retry covers what no watch shows | %s doubling up to %s, while they keep waiting |\n", TimerRetry, cfg.RetryBase, cfg.waitDelay(3))
 	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync (not kept in status) | %s |\n", TimerResync, cfg.ResyncPeriod)
 	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)
+	fmt.Fprintf(&b, "| `%s` | in Updating or Degraded, while a rollout step or a restart waits for the cluster's next maintenance window (`spec.maintenanceWindows`): its opening; the timeout of Updating is cancelled meanwhile and armed again in full once nothing waits | the window's start |\n", TimerMaintenance)
 	fmt.Fprintf(&b, "| `%s` | in Running, when a pod or the primary is first lost (`--loss-grace`; cancelled when the cluster recovers first, not set when the grace is 0) | %s |\n", TimerLossGrace, cfg.LossGrace)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")

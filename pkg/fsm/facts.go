@@ -108,6 +108,14 @@ type Facts struct {
 	VolumeSize string
 	Volumes    []v1.ClaimStatus
 
+	// MaintenanceWait, when set, says the cluster's maintenance windows
+	// are closed now (spec.maintenanceWindows) and when the next opens:
+	// steps that restart PostgreSQL and are not urgent wait for
+	// MaintenanceOpens, the opening. Empty when a window is open or the
+	// cluster has none.
+	MaintenanceWait  string
+	MaintenanceOpens time.Time
+
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it
 	// is; empty when every enabled one does (or none is enabled). Its
@@ -170,6 +178,14 @@ func (f *Facts) toRestart(restarted []string) *PodRef {
 		return nil
 	}
 	return f.Restart
+}
+
+// windowClosed reports whether steps that restart PostgreSQL and are not
+// urgent wait for a maintenance window: a rollout of pods that run
+// PostgreSQL, its switchover, a restart for a parameter. A cluster being
+// created never waits: it serves nothing yet.
+func windowClosed(st *v1.PostgresqlStatus, f *Facts) bool {
+	return f.MaintenanceWait != "" && st.State != Creating
 }
 
 // converged is the podsReady guard: the cluster serves, and the objects

@@ -101,6 +101,9 @@ type Machine struct {
 	out outbox
 	// roll is its part in the fleet's rollout budget (rollout.go).
 	roll rollout
+	// windowWait: a rollout step or a restart waits for a maintenance
+	// window (noteWindow).
+	windowWait bool
 	// soft are the timers of the current epoch that status does not keep:
 	// the resync and the status flush. Writing them would cost a status
 	// write each time they are armed; a restarted operator arms them
@@ -155,6 +158,11 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	}
 	if !knownState(m.st.State) || m.st.State == Deleted {
 		m.st.State = Pending
+	}
+	if m.st.Reason == ReasonMaintenanceWindow {
+		// Waiting for a maintenance window: its timeout was cancelled
+		// (rollout.go, noteWindow).
+		m.windowWait = true
 	}
 	if m.st.Reason == ReasonRolloutQueued {
 		// Blocked on the rollout budget: its timeout was cancelled, and
@@ -252,6 +260,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	m.noteInDatabase()
 	m.graceLoss()
 	m.noteRollout()
+	m.noteWindow()
 	m.project()
 	return m.finish(epoch)
 }
@@ -464,10 +473,11 @@ func (m *Machine) enterUpdating(_ *lfsm.Event) {
 // thousand others for a worker and the API's rate is not timed out for
 // that wait. A spec edit meanwhile starts it again (afterSpecSeen).
 //
-// A cluster blocked on the fleet's rollout budget has no timeout: it is
-// armed once it is no longer blocked (noteRollout).
+// A cluster blocked on the fleet's rollout budget or waiting for a
+// maintenance window has no timeout: it is armed once it no longer is
+// (noteRollout, noteWindow).
 func (m *Machine) armTimeout(o outcome) {
-	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked {
+	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked || m.windowWait {
 		return
 	}
 	m.setTimer(TimerTimeout, m.timeoutFor(m.st.State))
@@ -1063,6 +1073,20 @@ func (m *Machine) cancelTimer(name string) {
 	}
 }
 
+// timerAt reports whether the timer name is pending with the deadline at
+// (rounded up to the second, as setTimer does).
+func (m *Machine) timerAt(name string, at time.Time) bool {
+	if r := at.Truncate(time.Second); !r.Equal(at) {
+		at = r.Add(time.Second)
+	}
+	for i := range m.st.Timers {
+		if t := &m.st.Timers[i]; t.Name == name {
+			return t.Deadline.Time.Equal(at)
+		}
+	}
+	return false
+}
+
 // hasTimer reports whether the timer name is pending (in the current
 // epoch: a state change drops every timer).
 func (m *Machine) hasTimer(name string) bool {
@@ -1192,6 +1216,8 @@ func (m *Machine) showCause() {
 	}
 	reason, msg := f.StuckReason, f.Stuck
 	switch {
+	case m.windowWait:
+		reason, msg = ReasonMaintenanceWindow, f.MaintenanceWait
 	case m.roll.blocked:
 		reason, msg = ReasonRolloutQueued, f.RolloutWait
 	case f.Stuck == "" && f.converged() && !applied(st, f):
@@ -1218,9 +1244,11 @@ func (m *Machine) showQueued() {
 	st, f := &m.st, &m.call.facts
 	reason, msg := st.Reason, st.Message
 	switch {
+	case m.windowWait:
+		reason, msg = ReasonMaintenanceWindow, f.MaintenanceWait
 	case m.roll.blocked:
 		reason, msg = ReasonRolloutQueued, f.RolloutWait
-	case st.Reason == ReasonRolloutQueued:
+	case st.Reason == ReasonRolloutQueued, st.Reason == ReasonMaintenanceWindow:
 		reason, msg = stuck(f)
 	}
 	if st.Reason != reason || st.Message != msg {

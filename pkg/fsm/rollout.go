@@ -66,9 +66,46 @@ type rollout struct {
 // PostgreSQL is due now but for a slot: a running pod to replace, or a
 // switchover, that the machine has not asked for yet.
 func (m *Machine) rolloutStepDue() bool {
+	return !windowClosed(&m.st, &m.call.facts) && m.rolloutStep()
+}
+
+// rolloutStep reports whether the facts show a step of a rollout of pods
+// that run PostgreSQL the machine has not asked for yet, slot and
+// maintenance window aside.
+func (m *Machine) rolloutStep() bool {
 	f, o := &m.call.facts, &m.out
 	return f.ReplaceRunning && len(f.toReplace(o.replaced)) > 0 ||
 		f.Switchover != nil && f.Switchover.From != o.switchedFrom
+}
+
+// noteWindow holds back what waits for a maintenance window (windowClosed)
+// once noteRollout has run: while a rollout step or a restart is due and
+// no window is open, the cluster is waiting, its status.reason
+// MaintenanceWindow (showCause), and the timer of the next opening is
+// armed; the timeout of Updating is cancelled, as for the rollout budget
+// (rollout.go): it measures the cluster, not the calendar. Once nothing
+// waits (the window opened, or nothing is due any more), the timer goes
+// and the timeout is armed again, in full. A restarted operator reads the
+// wait back from status.reason (Engine.New). A waiting cluster holds no
+// slot of the rollout budget (rolloutStepDue).
+func (m *Machine) noteWindow() {
+	st, f := &m.st, &m.call.facts
+	was := m.windowWait
+	m.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
+		(m.rolloutStep() || !ConfigDue(st, f) && f.toRestart(m.out.restarted) != nil)
+	if m.windowWait {
+		if st.State == Updating {
+			m.cancelTimer(TimerTimeout)
+		}
+		if !m.timerAt(TimerMaintenance, f.MaintenanceOpens) {
+			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.call.now))
+		}
+		return
+	}
+	m.cancelTimer(TimerMaintenance)
+	if was && st.State == Updating && !m.roll.blocked && !m.hasTimer(TimerTimeout) {
+		m.setTimer(TimerTimeout, m.timeoutFor(st.State))
+	}
 }
 
 // noteRollout works out the cluster's part in the fleet's rollout budget

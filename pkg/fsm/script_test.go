@@ -57,13 +57,15 @@ import (
 //	stuck="Reason: message" spec-error="..." deleting gone
 //	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
-//	pending=POD,... restart=POD/UID switchover=FROM>TO
+//	pending=POD,... restart=POD/UID switchover=FROM>TO window=D
 //	running started no-slot="why" size=Q volume=NAME:CAPACITY:PHASE[:MESSAGE]
 //
 // running says the pod to replace runs PostgreSQL (Facts.ReplaceRunning),
 // started that a rollout is under way (Facts.RolloutStarted), and no-slot
 // that the controller's rollout budget has no slot for the cluster
-// (Facts.RolloutWait); without it, the cluster may roll.
+// (Facts.RolloutWait); without it, the cluster may roll. window says the
+// maintenance windows are closed until D since t0 (Facts.MaintenanceWait,
+// MaintenanceOpens).
 //
 // The output of an input: what was ignored, the events fired, the plan
 // (ensure, cleanup, status, pods to replace, nudge, in-database work,
@@ -784,6 +786,15 @@ func parseFacts(words []string) (Facts, error) {
 			f.RolloutStarted = true
 		case "no-slot":
 			f.RolloutWait = v
+		case "window":
+			// The maintenance windows are closed; the next opens at
+			// this time since t0.
+			d, derr := time.ParseDuration(v)
+			if derr != nil {
+				return f, derr
+			}
+			f.MaintenanceOpens = t0.Add(d)
+			f.MaintenanceWait = "outside the maintenance windows: the next opens at " + v
 		case "size":
 			f.VolumeSize = v
 		case "volume":

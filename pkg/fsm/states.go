@@ -84,6 +84,9 @@ const (
 	EventRetry = "retry"
 	// EventResync: the periodic resync timer fired in Running.
 	EventResync = "resync"
+	// EventMaintenance: the next maintenance window opened (its timer),
+	// and a rollout or restart that waited for it may go on.
+	EventMaintenance = "maintenanceWindow"
 	// EventEffectsSucceeded: the plan of ensure or cleanup effects succeeded.
 	EventEffectsSucceeded = "effectsSucceeded"
 	// EventEffectsFailed: the plan failed; the error is the reason.
@@ -123,6 +126,10 @@ const (
 	// TimerLossGrace is armed in Running when a pod or the primary is lost
 	// and cancelled when the loss recovers (Machine.graceLoss).
 	TimerLossGrace = EventLossGrace
+	// TimerMaintenance is armed for the opening of the next maintenance
+	// window while a rollout step or a restart waits for it
+	// (Machine.noteWindow).
+	TimerMaintenance = EventMaintenance
 	// TimerFlush writes the status changes that wait
 	// (Config.StatusDelay); it fires no event.
 	TimerFlush = "flush"
@@ -149,6 +156,9 @@ const (
 	// ReasonRolloutQueued: the next step of a rollout waits for a slot of
 	// the fleet's rollout budget (--max-rolling-clusters).
 	ReasonRolloutQueued = "RolloutQueued"
+	// ReasonMaintenanceWindow: the next step of a rollout, or a restart,
+	// waits for the cluster's next maintenance window.
+	ReasonMaintenanceWindow = "MaintenanceWindow"
 	// Reasons of the RolesSynced and ConfigApplied conditions.
 	ReasonSynced         = "Synced"
 	ReasonSyncPending    = "SyncPending"
@@ -186,6 +196,7 @@ var eventDocs = map[string]string{
 	EventTimeout:          "The `timeout` timer of Creating or Updating fired.",
 	EventRetry:            "The `retry` timer fired: the ensure effects (in Deleting the cleanup, in Invalid the status write alone) are planned again, with the latest status, and, in Degraded, the next retry is armed with a doubled delay.",
 	EventResync:           "The `resync` timer fired in Running: the ensure effects are planned again; nothing is written when nothing changed.",
+	EventMaintenance:      "The `maintenanceWindow` timer fired: the cluster's next maintenance window opened, and the rollout step or restart that waited for it is taken if the facts still show it due.",
 	EventEffectsSucceeded: "The latest plan of ensure effects succeeded.",
 	EventEffectsFailed:    "The latest plan failed, its ensure or cleanup effects or only its status write: a `retry` timer with backoff is armed (entering Degraded arms it from Running), and the cluster goes back to Running only once a retry's effects succeed. A failed status write is not planned again on its own before the timer fires: the status stays pending, and the retry's plan, or any plan made meanwhile for another reason, writes the latest one.",
 	EventPanicked:         "pgloop panicked while handling the cluster; the panic is recorded and the cluster retries.",

@@ -70,10 +70,10 @@ var Table = []Transition{
 	// serving one goes pod by pod, with a slot of the fleet's rollout
 	// budget (rollout.go).
 	{Event: EventReplacePod, From: []string{Creating, Updating, Degraded},
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-			return len(f.toReplace(mem.Replaced)) > 0 && (!f.ReplaceRunning || f.RolloutWait == "")
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return len(f.toReplace(mem.Replaced)) > 0 && (!f.ReplaceRunning || f.RolloutWait == "" && !windowClosed(st, f))
 		},
-		When: "outdated pods that run nothing, or all pods Ready and one outdated, with a rollout slot"},
+		When: "outdated pods that run nothing, or all pods Ready and one outdated, with a rollout slot, in a maintenance window"},
 	// A Running cluster that serves but is not what the spec asks is
 	// updated, not lost: its objects or pods differ (an upgrade of
 	// pgloop changed the StatefulSet or its pod template), or what runs
@@ -85,15 +85,15 @@ var Table = []Transition{
 		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, a restart pending, volumes to grow, or a connection pooler not ready"},
 	// A rollout hands the primary's role over before replacing its pod.
 	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
-		Guard: func(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-			return f.Switchover != nil && f.Switchover.From != mem.SwitchedFrom && f.RolloutWait == ""
+		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
+			return f.Switchover != nil && f.Switchover.From != mem.SwitchedFrom && f.RolloutWait == "" && !windowClosed(st, f)
 		},
-		When: "the primary's pod is next to replace, a replica Ready, a rollout slot"},
+		When: "the primary's pod is next to replace, a replica Ready, a rollout slot, in a maintenance window"},
 	{Event: EventRestartMember, From: []string{Creating, Updating, Degraded},
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-			return !ConfigDue(st, f) && f.toRestart(mem.Restarted) != nil
+			return !ConfigDue(st, f) && f.toRestart(mem.Restarted) != nil && !windowClosed(st, f)
 		},
-		When: "configuration applied, a member pending a restart, all pods Ready"},
+		When: "configuration applied, a member pending a restart, all pods Ready, in a maintenance window"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
 			return f.converged() && applied(st, f) && !mem.Troubled
@@ -108,6 +108,7 @@ var Table = []Transition{
 	{Event: EventTimeout, From: []string{Creating, Updating}, To: Degraded},
 	{Event: EventRetry, From: []string{Invalid, Creating, Updating, Degraded, Deleting}},
 	{Event: EventResync, From: []string{Running}},
+	{Event: EventMaintenance, From: []string{Updating, Degraded}},
 	{Event: EventEffectsSucceeded, From: allBut(Pending, Deleted)},
 	{Event: EventEffectsFailed, From: []string{Running}, To: Degraded},
 	{Event: EventEffectsFailed, From: []string{Invalid, Creating, Updating, Degraded, Deleting}},

@@ -307,6 +307,14 @@ func TestCRDAdmission(t *testing.T) {
 		{name: "full sample", mutate: func(p *Postgresql) { *p = *decodeSample(t, "full.yaml") }},
 		{name: "zero instances", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
 		{name: "16 instances", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 16 }},
+		{name: "maintenance windows", mutate: func(p *Postgresql) {
+			p.Spec.MaintenanceWindows = []MaintenanceWindow{"01:00-06:00", "Sat:00:00-04:00", "Sun:01:00-Sun:02:00"}
+		}},
+		{
+			name:   "maintenance window malformed",
+			mutate: func(p *Postgresql) { p.Spec.MaintenanceWindows = []MaintenanceWindow{"Saturday 1am"} },
+			want:   "spec.maintenanceWindows[0]",
+		},
 		{name: "connection poolers", mutate: func(p *Postgresql) {
 			p.Spec.EnableConnectionPooler, p.Spec.EnableReplicaConnectionPooler = ptr.To(true), ptr.To(true)
 			p.Spec.ConnectionPooler = &ConnectionPooler{NumberOfInstances: ptr.To[int32](1), Mode: "session",

@@ -142,6 +142,18 @@ type PostgresqlSpec struct {
 	// +optional
 	Patroni *Patroni `json:"patroni,omitempty"`
 
+	// MaintenanceWindows are when pgloop may restart PostgreSQL for a
+	// change that is not urgent, in UTC, zalando's format: "01:00-06:00"
+	// (every day) or "Sat:01:00-06:00". A rollout of pods that run
+	// PostgreSQL (a new image or pod template, a switchover for it) and a
+	// restart for a parameter wait for the next window; everything else
+	// (a new cluster, a scale, pods that run nothing, users, databases,
+	// reloadable parameters) is done at once. Empty means any time.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+
 	// Tolerations let the cluster's pods schedule onto tainted nodes.
 	// +optional
 	// +listType=atomic
@@ -226,6 +238,14 @@ type ConnectionPooler struct {
 	// +optional
 	Resources *Resources `json:"resources,omitempty"`
 }
+
+// MaintenanceWindow is a time range in UTC, every day ("01:00-06:00") or
+// on one weekday ("Sat:01:00-06:00", also "Sat:01:00-Sat:06:00"); the
+// start must be before the end.
+//
+// +kubebuilder:validation:Pattern=`^\s*((Mon|Tue|Wed|Thu|Fri|Sat|Sun):)?([01]?[0-9]|2[0-3]):[0-5][0-9]-((Mon|Tue|Wed|Thu|Fri|Sat|Sun):)?([01]?[0-9]|2[0-3]):[0-5][0-9]\s*$`
+// +kubebuilder:validation:MaxLength=32
+type MaintenanceWindow string
 
 // Defaults of ConnectionPooler, zalando's.
 const (

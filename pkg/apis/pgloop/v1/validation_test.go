@@ -50,6 +50,11 @@ func TestValidate(t *testing.T) {
 		{name: "valid", mutate: func(p *Postgresql) {}},
 		{name: "zero instances stop the cluster", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
 		{
+			name:   "maintenance window backwards",
+			mutate: func(p *Postgresql) { p.Spec.MaintenanceWindows = []MaintenanceWindow{"01:00-06:00", "Sat:06:00-01:00"} },
+			want:   []string{`spec.maintenanceWindows[1]: Invalid value: "Sat:06:00-01:00": "Sat:06:00-01:00": the start must be before the end`},
+		},
+		{
 			name: "pooler user among users",
 			mutate: func(p *Postgresql) {
 				p.Spec.EnableReplicaConnectionPooler = ptr.To(true)
@@ -467,7 +472,7 @@ func TestSamples(t *testing.T) {
 			s.Resources == nil || s.Resources.Requests == nil || s.Resources.Limits == nil ||
 			s.Users == nil || s.Databases == nil || s.Patroni == nil || !s.Patroni.SynchronousMode ||
 			s.Patroni.PgHba == nil || s.Tolerations == nil || s.NodeAffinity == nil ||
-			s.PodAnnotations == nil || s.ServiceAnnotations == nil || s.Volume.Retention == "" ||
+			s.PodAnnotations == nil || s.ServiceAnnotations == nil || s.Volume.Retention == "" || s.MaintenanceWindows == nil ||
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
 			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
