@@ -579,3 +579,40 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// pgloopHas says whether pgloop's spec type has the field at key, a path
+// in zalandoFields' form.
+func pgloopHas(key string) bool {
+	t := reflect.TypeOf(v1.PostgresqlSpec{})
+	for _, seg := range strings.Split(key, ".") {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		switch {
+		case seg == "*" && t.Kind() == reflect.Map:
+			t = t.Elem()
+		case t.Kind() == reflect.Struct:
+			ft, ok := jsonFields(t)[seg]
+			if !ok {
+				return false
+			}
+			t = ft
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// unsupportedFieldsMarkdown is the table of the zalando fields pgloop drops,
+// with the reasons, for docs/migrating.md.
+func unsupportedFieldsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| zalando field | why `pgloop convert` drops it |\n|---|---|\n")
+	for _, k := range sortedKeys(zalandoFields) {
+		if !pgloopHas(k) {
+			fmt.Fprintf(&b, "| `spec.%s` | %s |\n", k, zalandoFields[k])
+		}
+	}
+	return b.String()
+}
