@@ -379,7 +379,7 @@ func (c *conversion) metadata(v any) any {
 		case objectMetaField(k) == nil:
 			c.drop("metadata."+k, "not a field of metadata")
 		default:
-			out[k] = c.prune("metadata."+k, "", m[k], objectMetaField(k))
+			out[k] = c.prune("metadata."+k, "metadata."+k, m[k], objectMetaField(k))
 		}
 	}
 	return out
