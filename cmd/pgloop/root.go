@@ -19,6 +19,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newFSMCmd(), newVersionCmd())
 	root.AddCommand(newOperatorCmd())
 	root.AddCommand(newStatusCmd(), newSyncCmd())
+	root.AddCommand(newConvertCmd())
 	return root
 }
 
