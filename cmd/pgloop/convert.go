@@ -34,7 +34,7 @@ const (
 // zalandoFields are the reasons pgloop drops the zalando fields it does not
 // have. They only explain: whether a field is dropped is decided by pgloop's
 // Go type (pgloopHas), so a field added to pkg/apis/pgloop/v1 is kept from
-// then on without a change here, and its line below is merely unused. Keys
+// then on; TestZalandoFieldsUnsupported then asks for its line here to go. Keys
 // are paths below spec with "*" for a map key; list indices are left out.
 var zalandoFields = map[string]string{
 	"allowedSourceRanges":              "pgloop creates no load balancers, so there are no source ranges to restrict",
@@ -56,7 +56,6 @@ var zalandoFields = map[string]string{
 	"usersWithSecretRotation":          "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithInPlaceSecretRotation":   "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"preparedDatabases":                "pgloop does not create prepared databases (schemas, default roles, extensions) yet: create them with SQL",
-	"maintenanceWindows":               "pgloop has no maintenance windows: it applies a change when it is made",
 	"clone":                            "pgloop does not clone clusters yet",
 	"standby":                          "pgloop does not run standby clusters yet",
 	"tls":                              "pgloop does not configure custom TLS certificates yet",
