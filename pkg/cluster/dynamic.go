@@ -45,7 +45,8 @@ type DynamicConfig struct {
 	// Hash identifies Settings.
 	Hash string
 	// Bootstrap is true when Settings are exactly what Spilo's bootstrap
-	// writes (the default timings and no parameter of the spec): a new
+	// writes (the default timings, no parameter of the spec, none of the
+	// keys left to Patroni's defaults set): a new
 	// cluster already runs them, and nothing needs sending.
 	Bootstrap bool
 }
@@ -98,7 +99,6 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 			settings[ConfigSlots] = slots
 		}
 	}
-	set := withoutNil(settings)
 	// map[string]any, as the JSON of GET /config decodes.
 	shared := map[string]any{}
 	var names []string
@@ -115,9 +115,10 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 	if len(shared) > 0 {
 		settings[ConfigPostgreSQL] = map[string]any{ConfigParameters: shared}
 	}
-	if len(shared) > 0 {
-		set[ConfigPostgreSQL] = settings[ConfigPostgreSQL]
-	}
+	// The keys left to Patroni's defaults are not hashed: a spec that sets
+	// none of the newer fields keeps the hash it had before them, and its
+	// cluster is not configured again.
+	set := withoutNil(settings)
 	sum := sha256.Sum256([]byte(mustJSON(set)))
 	return DynamicConfig{
 		Settings:   settings,
@@ -125,7 +126,7 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 		Hash:       hex.EncodeToString(sum[:8]),
 		Bootstrap: len(shared) == 0 && ttl == v1.DefaultPatroniTTL && loopWait == v1.DefaultPatroniLoopWait &&
 			retryTimeout == v1.DefaultPatroniRetryTimeout && lag == v1.DefaultPatroniMaximumLagOnFailover && !syncMode &&
-			len(set) == 5,
+			len(set) == 5, // the five keys above, nothing else
 	}
 }
 

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -239,6 +241,14 @@ func TestDynamic(t *testing.T) {
 				t.Errorf("hash %q is not stable", d.Hash)
 			}
 		})
+	}
+	// The keys left to Patroni's defaults are not hashed: a cluster that
+	// sets none of them keeps the hash of the keys it sets, as before
+	// pgloop knew them, and is not configured again.
+	plain := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{Patroni: &v1.Patroni{TTL: 40}}})
+	sum := sha256.Sum256([]byte(`{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":40}`))
+	if want := hex.EncodeToString(sum[:8]); plain.Hash != want {
+		t.Errorf("hash %s, want %s: the hash of the keys set", plain.Hash, want)
 	}
 	a := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "8MB"}}}})
 	b := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "16MB"}}}})
