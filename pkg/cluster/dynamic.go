@@ -15,6 +15,10 @@ const (
 	ConfigRetryTimeout         = "retry_timeout"
 	ConfigMaximumLagOnFailover = "maximum_lag_on_failover"
 	ConfigSynchronousMode      = "synchronous_mode"
+	ConfigSynchronousStrict    = "synchronous_mode_strict"
+	ConfigSynchronousCount     = "synchronous_node_count"
+	ConfigFailsafeMode         = "failsafe_mode"
+	ConfigSlots                = "slots"
 	ConfigPostgreSQL           = "postgresql"
 	ConfigParameters           = "parameters"
 )
@@ -27,9 +31,13 @@ const (
 // as pending_restart.
 type DynamicConfig struct {
 	// Settings are the top-level keys (ttl, loop_wait, retry_timeout,
-	// maximum_lag_on_failover, synchronous_mode) and, when the spec has
+	// maximum_lag_on_failover, synchronous_mode, synchronous_mode_strict,
+	// synchronous_node_count, failsafe_mode, slots) and, when the spec has
 	// shared parameters, postgresql.parameters (name to value, names lower
-	// case).
+	// case). A nil value is a key the spec leaves to Patroni's default: it
+	// is removed from the DCS (PATCH with null), and left out of the hash
+	// and of Spilo's bootstrap.dcs, so that a spec without the key keeps
+	// the configuration it had before pgloop knew it.
 	Settings map[string]any
 	// Parameters are the names of the shared parameters, sorted (the
 	// spec's keys are, and lower-casing keeps their order but for case).
@@ -37,7 +45,8 @@ type DynamicConfig struct {
 	// Hash identifies Settings.
 	Hash string
 	// Bootstrap is true when Settings are exactly what Spilo's bootstrap
-	// writes (the default timings and no parameter of the spec): a new
+	// writes (the default timings, no parameter of the spec, none of the
+	// keys left to Patroni's defaults set): a new
 	// cluster already runs them, and nothing needs sending.
 	Bootstrap bool
 }
@@ -61,6 +70,34 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 		ConfigRetryTimeout:         retryTimeout,
 		ConfigMaximumLagOnFailover: lag,
 		ConfigSynchronousMode:      syncMode,
+		ConfigSynchronousStrict:    nil,
+		ConfigSynchronousCount:     nil,
+		ConfigFailsafeMode:         nil,
+		ConfigSlots:                nil,
+	}
+	if p != nil {
+		if p.SynchronousModeStrict {
+			settings[ConfigSynchronousStrict] = true
+		}
+		if p.SynchronousNodeCount > 0 {
+			settings[ConfigSynchronousCount] = p.SynchronousNodeCount
+		}
+		if p.FailsafeMode != nil {
+			settings[ConfigFailsafeMode] = *p.FailsafeMode
+		}
+		if len(p.Slots) > 0 {
+			// map[string]any all the way down, as GET /config decodes, so
+			// that the comparison recurses into each slot.
+			slots := map[string]any{}
+			for name, opts := range p.Slots {
+				slot := map[string]any{}
+				for k, v := range opts {
+					slot[k] = v
+				}
+				slots[name] = slot
+			}
+			settings[ConfigSlots] = slots
+		}
 	}
 	// map[string]any, as the JSON of GET /config decodes.
 	shared := map[string]any{}
@@ -78,12 +115,29 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 	if len(shared) > 0 {
 		settings[ConfigPostgreSQL] = map[string]any{ConfigParameters: shared}
 	}
-	sum := sha256.Sum256([]byte(mustJSON(settings)))
+	// The keys left to Patroni's defaults are not hashed: a spec that sets
+	// none of the newer fields keeps the hash it had before them, and its
+	// cluster is not configured again.
+	set := withoutNil(settings)
+	sum := sha256.Sum256([]byte(mustJSON(set)))
 	return DynamicConfig{
 		Settings:   settings,
 		Parameters: names,
 		Hash:       hex.EncodeToString(sum[:8]),
 		Bootstrap: len(shared) == 0 && ttl == v1.DefaultPatroniTTL && loopWait == v1.DefaultPatroniLoopWait &&
-			retryTimeout == v1.DefaultPatroniRetryTimeout && lag == v1.DefaultPatroniMaximumLagOnFailover && !syncMode,
+			retryTimeout == v1.DefaultPatroniRetryTimeout && lag == v1.DefaultPatroniMaximumLagOnFailover && !syncMode &&
+			len(set) == 5, // the five keys above, nothing else
 	}
+}
+
+// withoutNil returns the keys of settings that have a value: what Spilo's
+// bootstrap.dcs holds.
+func withoutNil(settings map[string]any) map[string]any {
+	out := make(map[string]any, len(settings))
+	for k, v := range settings {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -80,6 +80,49 @@ type spiloConfiguration struct {
 
 type spiloBootstrap struct {
 	DCS map[string]any `json:"dcs"`
+	// InitDB, when the spec sets initdb options, replaces Spilo's list
+	// (Spilo's merge replaces lists), so it repeats Spilo's defaults that
+	// the spec does not override.
+	InitDB []any `json:"initdb,omitempty"`
+}
+
+// spiloInitDB are the initdb options of Spilo's template, in its order:
+// a flag as a string, an option with a value as a one-key map.
+var spiloInitDB = []struct{ name, value string }{
+	{"encoding", "UTF8"},
+	{"locale", "en_US.UTF-8"},
+	{"data-checksums", "true"},
+}
+
+// initdbOptions returns Patroni's bootstrap.initdb list for the spec's
+// options: Spilo's defaults first, in Spilo's order, with the spec's value
+// where it sets one, then the spec's other options, sorted. A flag is its
+// name when "true" and left out when "false"; an option with a value is a
+// one-key map.
+func initdbOptions(spec map[string]string) []any {
+	var out []any
+	add := func(name, value string) {
+		switch {
+		case value == "false":
+		case value == "true":
+			out = append(out, name)
+		default:
+			out = append(out, map[string]string{name: value})
+		}
+	}
+	for _, d := range spiloInitDB {
+		v, ok := spec[d.name]
+		if !ok {
+			v = d.value
+		}
+		add(d.name, v)
+	}
+	for _, name := range sortedKeys(spec) {
+		if name != "encoding" && name != "locale" && name != "data-checksums" {
+			add(name, spec[name])
+		}
+	}
+	return out
 }
 
 // localPostgreSQL is the per-instance postgresql section; Patroni reads it
@@ -119,7 +162,10 @@ func spiloConfigurationJSON(pg *v1.Postgresql, bootstrap bool) string {
 	}
 	cfg := spiloConfiguration{}
 	if bootstrap {
-		cfg.Bootstrap = &spiloBootstrap{DCS: Dynamic(pg).Settings}
+		cfg.Bootstrap = &spiloBootstrap{DCS: withoutNil(Dynamic(pg).Settings)}
+		if p := pg.Spec.Patroni; p != nil && len(p.InitDB) > 0 {
+			cfg.Bootstrap.InitDB = initdbOptions(p.InitDB)
+		}
 	}
 	if local.Parameters != nil || local.PgHba != nil {
 		cfg.PostgreSQL = &local
@@ -153,7 +199,7 @@ func BootstrapConfig(sts *appsv1.StatefulSet) string {
 // JSON returns the dynamic configuration as BootstrapConfig does.
 func (d DynamicConfig) JSON() string {
 	var m map[string]any
-	_ = json.Unmarshal([]byte(mustJSON(d.Settings)), &m)
+	_ = json.Unmarshal([]byte(mustJSON(withoutNil(d.Settings))), &m)
 	return mustJSON(m)
 }
 

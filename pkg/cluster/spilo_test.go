@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
@@ -123,6 +126,21 @@ func TestSpiloConfiguration(t *testing.T) {
 				`"postgresql":{"parameters":{"shared_buffers":"1GB","shared_preload_libraries":"pg_stat_statements"}}}`,
 		},
 		{
+			name: "initdb over Spilo's defaults; new dynamic settings in bootstrap.dcs",
+			patroni: &v1.Patroni{
+				InitDB:       map[string]string{"locale": "C.UTF-8", "data-checksums": "false", "wal-segsize": "32", "allow-group-access": "true"},
+				FailsafeMode: ptr.To(true), Slots: map[string]map[string]string{"keep": {"type": "physical"}},
+			},
+			want: `{"bootstrap":{"dcs":{"failsafe_mode":true,"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"slots":{"keep":{"type":"physical"}},"synchronous_mode":false,"ttl":30},` +
+				`"initdb":[{"encoding":"UTF8"},{"locale":"C.UTF-8"},"allow-group-access",{"wal-segsize":"32"}]}}`,
+		},
+		{
+			name:    "initdb flags only",
+			patroni: &v1.Patroni{InitDB: map[string]string{"data-checksums": "true"}},
+			want: `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30},` +
+				`"initdb":[{"encoding":"UTF8"},{"locale":"en_US.UTF-8"},"data-checksums"]}}`,
+		},
+		{
 			name:       "names equal but for case: the one sorting last wins",
 			parameters: map[string]string{"shared_buffers": "4MB", "SHARED_BUFFERS": "8MB"},
 			want:       `{"bootstrap":{"dcs":{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}},"postgresql":{"parameters":{"shared_buffers":"4MB"}}}`,
@@ -185,6 +203,20 @@ func TestDynamic(t *testing.T) {
 				`"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
 		},
 		{
+			name: "synchronous and failsafe settings, slots",
+			patroni: &v1.Patroni{SynchronousMode: true, SynchronousModeStrict: true, SynchronousNodeCount: 2, FailsafeMode: ptr.To(false),
+				Slots: map[string]map[string]string{"cdc": {"type": "logical", "database": "foo", "plugin": "pgoutput"}, "standby": {"type": "physical"}}},
+			want: `{"failsafe_mode":false,"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,` +
+				`"slots":{"cdc":{"database":"foo","plugin":"pgoutput","type":"logical"},"standby":{"type":"physical"}},` +
+				`"synchronous_mode":true,"synchronous_mode_strict":true,"synchronous_node_count":2,"ttl":30}`,
+		},
+		{
+			name:      "initdb alone: still the bootstrap",
+			patroni:   &v1.Patroni{InitDB: map[string]string{"encoding": "LATIN1"}},
+			want:      `{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
+			bootstrap: true,
+		},
+		{
 			name:       "only local parameters: still the bootstrap",
 			parameters: map[string]string{"shared_buffers": "1GB"},
 			want:       `{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":30}`,
@@ -195,7 +227,7 @@ func TestDynamic(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			pg := &v1.Postgresql{Spec: v1.PostgresqlSpec{Patroni: c.patroni, PostgreSQL: v1.PostgresqlParam{Version: "17", Parameters: c.parameters}}}
 			d := Dynamic(pg)
-			got, err := json.Marshal(d.Settings)
+			got, err := json.Marshal(withoutNil(d.Settings))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,6 +241,14 @@ func TestDynamic(t *testing.T) {
 				t.Errorf("hash %q is not stable", d.Hash)
 			}
 		})
+	}
+	// The keys left to Patroni's defaults are not hashed: a cluster that
+	// sets none of them keeps the hash of the keys it sets, as before
+	// pgloop knew them, and is not configured again.
+	plain := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{Patroni: &v1.Patroni{TTL: 40}}})
+	sum := sha256.Sum256([]byte(`{"loop_wait":10,"maximum_lag_on_failover":33554432,"retry_timeout":10,"synchronous_mode":false,"ttl":40}`))
+	if want := hex.EncodeToString(sum[:8]); plain.Hash != want {
+		t.Errorf("hash %s, want %s: the hash of the keys set", plain.Hash, want)
 	}
 	a := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "8MB"}}}})
 	b := Dynamic(&v1.Postgresql{Spec: v1.PostgresqlSpec{PostgreSQL: v1.PostgresqlParam{Parameters: map[string]string{"work_mem": "16MB"}}}})

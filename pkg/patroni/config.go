@@ -21,6 +21,11 @@ import (
 // postgresql.parameters names to delete: each is sent as null when current
 // has it and desired does not set it (a name in both is kept).
 //
+// desired's "slots", when it is an object, is all of Patroni's permanent
+// slots: a slot current has and desired does not is sent as null, and so
+// is an option of a slot that desired's slot lacks (Patroni merges a patch
+// into what it holds, so only a null removes).
+//
 // Values compare as Patroni and PostgreSQL would apply them, so that a
 // configuration already in place gives no patch:
 //  1. numbers by value: current's JSON float64 100 equals desired 100 and
@@ -35,6 +40,9 @@ import (
 // pair it deems equal is equal here too.
 func ConfigPatch(current, desired map[string]any, remove []string) map[string]any {
 	patch := configDiff(current, desired)
+	if slots, ok := desired["slots"].(map[string]any); ok {
+		patch = pruneAbsent(patch, "slots", current["slots"], slots, 2)
+	}
 	params, _ := lookup(current, "postgresql", "parameters").(map[string]any)
 	wanted, _ := lookup(desired, "postgresql", "parameters").(map[string]any)
 	for _, name := range remove {
@@ -57,6 +65,39 @@ func ConfigPatch(current, desired map[string]any, remove []string) map[string]an
 			pg["parameters"] = ps
 		}
 		ps[name] = nil
+	}
+	return patch
+}
+
+// pruneAbsent adds to patch, under key, a null for each key of have (an
+// object) that want lacks, down depth levels of objects; it returns patch,
+// made when nil.
+func pruneAbsent(patch map[string]any, key string, have any, want map[string]any, depth int) map[string]any {
+	haveMap, ok := have.(map[string]any)
+	if !ok || depth == 0 {
+		return patch
+	}
+	for k, hv := range haveMap {
+		wv, kept := want[k]
+		sub, _ := patch[key].(map[string]any)
+		switch wm, isMap := wv.(map[string]any); {
+		case !kept:
+			if hv == nil {
+				continue
+			}
+			if sub == nil {
+				sub = map[string]any{}
+			}
+			sub[k] = nil
+		case isMap:
+			sub = pruneAbsent(sub, k, hv, wm, depth-1)
+		}
+		if sub != nil {
+			if patch == nil {
+				patch = map[string]any{}
+			}
+			patch[key] = sub
+		}
 	}
 	return patch
 }

@@ -170,6 +170,37 @@ func TestConfigPatch(t *testing.T) {
 			},
 		},
 		{
+			name:    "slots: one removed, an option removed, one added",
+			current: `{"slots":{"gone":{"type":"physical"},"cdc":{"type":"logical","database":"foo","plugin":"wal2json"},"keep":{"type":"physical"}}}`,
+			desired: map[string]any{"slots": map[string]any{
+				"cdc":  map[string]any{"type": "logical", "database": "foo", "plugin": "pgoutput"},
+				"keep": map[string]any{"type": "physical"},
+				"new":  map[string]any{"type": "physical"},
+			}},
+			want: map[string]any{"slots": map[string]any{
+				"gone": nil,
+				"cdc":  map[string]any{"plugin": "pgoutput"},
+				"new":  map[string]any{"type": "physical"},
+			}},
+		},
+		{
+			name:    "slots: an option dropped from a slot",
+			current: `{"slots":{"s":{"type":"logical","database":"foo","plugin":"pgoutput"}}}`,
+			desired: map[string]any{"slots": map[string]any{"s": map[string]any{"type": "physical"}}},
+			want:    map[string]any{"slots": map[string]any{"s": map[string]any{"type": "physical", "database": nil, "plugin": nil}}},
+		},
+		{
+			name:    "slots: all removed",
+			current: `{"slots":{"gone":{"type":"physical"}}}`,
+			desired: map[string]any{"slots": nil},
+			want:    map[string]any{"slots": nil},
+		},
+		{
+			name:    "slots: the same",
+			current: `{"slots":{"keep":{"type":"physical"}}}`,
+			desired: map[string]any{"slots": map[string]any{"keep": map[string]any{"type": "physical"}}},
+		},
+		{
 			name:    "list changed",
 			current: `{"postgresql":{"pg_hba":["host all all 0.0.0.0/0 md5"]}}`,
 			desired: map[string]any{"postgresql": map[string]any{"pg_hba": []string{"host all all 0.0.0.0/0 scram-sha-256"}}},

@@ -132,7 +132,7 @@ func TestCRDBasics(t *testing.T) {
 		".spec.volume.size":                {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
 		".spec.users":                      {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
 		".spec.databases":                  {"db.matches(", "'template0'"},
-		".spec.patroni":                    {"<= (has(self.ttl) ? self.ttl : 30)"},
+		".spec.patroni":                    {"(has(self.initdb) ? self.initdb : {}) == (has(oldSelf.initdb)", "<= (has(self.ttl) ? self.ttl : 30)"},
 		".spec.resources":                  {"self.limits.cpu)", "self.limits.memory)"},
 		".spec.connectionPooler":           {"self.user.startsWith('pg_')", "self.schema.startsWith('pg_')"},
 		".spec.connectionPooler.resources": {"self.limits.cpu)", "self.limits.memory)"},
@@ -544,6 +544,43 @@ func TestCRDAdmission(t *testing.T) {
 			old:    func(p *Postgresql) {},
 			mutate: func(p *Postgresql) { p.Spec.TeamID = "other" },
 			want:   `spec.teamId: Invalid value: "other": teamId is immutable`,
+		},
+		{
+			name:   "initdb changed",
+			old:    func(p *Postgresql) { p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "UTF8"}} },
+			mutate: func(p *Postgresql) { p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "LATIN1"}} },
+			want:   "patroni.initdb is immutable: initdb runs once, when a cluster is created",
+		},
+		{
+			name: "initdb added to a cluster",
+			old:  func(p *Postgresql) { p.Spec.Patroni = &Patroni{TTL: 30} },
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{TTL: 30, InitDB: map[string]string{"data-checksums": "true"}}
+			},
+			want: "patroni.initdb is immutable",
+		},
+		{
+			name:   "initdb removed",
+			old:    func(p *Postgresql) { p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "UTF8"}} },
+			mutate: func(p *Postgresql) { p.Spec.Patroni = &Patroni{TTL: 30} },
+			want:   "patroni.initdb is immutable",
+		},
+		{
+			name: "initdb kept, the dynamic settings edited",
+			old:  func(p *Postgresql) { p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "UTF8"}} },
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "UTF8"}, SynchronousMode: true,
+					SynchronousModeStrict: true, SynchronousNodeCount: 1, FailsafeMode: ptr.To(true),
+					Slots: map[string]map[string]string{"cdc": {"type": "logical", "database": "foo", "plugin": "pgoutput"}}}
+			},
+		},
+		{
+			name:   "synchronous_node_count 0",
+			mutate: func(p *Postgresql) {},
+			raw: func(obj map[string]any) {
+				spec(obj)["patroni"] = map[string]any{"synchronous_mode": true, "synchronous_node_count": int64(0)}
+			},
+			want: "spec.patroni.synchronous_node_count: Invalid value: 0",
 		},
 		// A class that does not exist is fixed by an edit: pgloop
 		// replaces the claims that never bound (docs/user-guide.md).

@@ -376,11 +376,13 @@ const (
 // +kubebuilder:validation:MaxItems=14
 type UserFlags []UserFlag
 
-// Patroni holds the Patroni settings pgloop exposes; they go to Patroni's
-// dynamic (DCS) configuration, shared by all members. Patroni requires
+// Patroni holds the Patroni settings pgloop exposes; most go to Patroni's
+// dynamic (DCS) configuration, shared by all members (pg_hba and initdb to
+// Spilo's configuration of each pod). Patroni requires
 // loop_wait + 2 * retry_timeout <= ttl, so that a leader whose DCS calls are
 // retrying still renews its lock before it expires.
 //
+// +kubebuilder:validation:XValidation:rule="(has(self.initdb) ? self.initdb : {}) == (has(oldSelf.initdb) ? oldSelf.initdb : {})",message="patroni.initdb is immutable: initdb runs once, when a cluster is created"
 // +kubebuilder:validation:XValidation:rule="(has(self.loop_wait) ? self.loop_wait : 10) + 2 * (has(self.retry_timeout) ? self.retry_timeout : 10) <= (has(self.ttl) ? self.ttl : 30)",message="patroni: loop_wait + 2 * retry_timeout must not exceed ttl"
 type Patroni struct {
 	// TTL is the leader lock's time to live, in seconds: how long a failed
@@ -420,4 +422,38 @@ type Patroni struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=512
 	PgHba []string `json:"pg_hba,omitempty"`
+	// InitDB are the options of initdb, long option name to value, e.g.
+	// encoding: UTF8, locale: en_US.UTF-8, data-checksums: "true" (a flag
+	// takes "true", or "false" to drop one of Spilo's defaults). They go
+	// to Spilo's bootstrap.initdb over Spilo's own (encoding UTF8, locale
+	// en_US.UTF-8, data-checksums), and only a new cluster's initdb runs
+	// them: nothing changes a data directory's, so the field is immutable.
+	// Options that Patroni or Spilo own (pgdata, username, pwfile, waldir,
+	// ...) are refused.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	InitDB map[string]string `json:"initdb,omitempty"`
+	// FailsafeMode lets a primary that can reach every other member keep
+	// its role while the DCS (the Kubernetes API) is down, instead of
+	// demoting itself. Unset leaves Patroni's default (false).
+	// +optional
+	FailsafeMode *bool `json:"failsafe_mode,omitempty"`
+	// SynchronousModeStrict, with SynchronousMode, stops writes on the
+	// primary while no synchronous replica is available, rather than
+	// letting it run alone.
+	// +optional
+	SynchronousModeStrict bool `json:"synchronous_mode_strict,omitempty"`
+	// SynchronousNodeCount is how many replicas SynchronousMode keeps
+	// synchronous. Unset means Patroni's default, 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	SynchronousNodeCount int32 `json:"synchronous_node_count,omitempty"`
+	// Slots are permanent replication slots, name to options: type
+	// (physical or logical) and, for a logical slot, database and plugin.
+	// Patroni keeps them on the primary and re-creates them on a new one
+	// after a failover. pgloop owns Patroni's slots: one not listed here is
+	// removed from the DCS, and Patroni drops it.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Slots map[string]map[string]string `json:"slots,omitempty"`
 }

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -357,6 +358,142 @@ func (p *Patroni) validate(path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("pg_hba").Index(i), line, "must not be empty"))
 		case strings.ContainsAny(line, "\r\n"):
 			errs = append(errs, field.Invalid(path.Child("pg_hba").Index(i), line, "must be a single line"))
+		}
+	}
+	errs = append(errs, validateInitDB(p.InitDB, path.Child("initdb"))...)
+	if p.SynchronousModeStrict && !p.SynchronousMode {
+		errs = append(errs, field.Invalid(path.Child("synchronous_mode_strict"), true, "needs synchronous_mode: true; Patroni ignores it otherwise"))
+	}
+	if p.SynchronousNodeCount < 0 {
+		errs = append(errs, field.Invalid(path.Child("synchronous_node_count"), p.SynchronousNodeCount, "must be at least 1"))
+	}
+	if p.SynchronousNodeCount > 1 && !p.SynchronousMode {
+		errs = append(errs, field.Invalid(path.Child("synchronous_node_count"), p.SynchronousNodeCount, "needs synchronous_mode: true; Patroni ignores it otherwise"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Slots)) {
+		errs = append(errs, validateSlot(name, p.Slots[name], path.Child("slots").Key(name))...)
+	}
+	return errs
+}
+
+// initdbFlags are the initdb options without a value: "true" passes the
+// flag, "false" leaves it out (data-checksums is one of Spilo's defaults).
+var initdbFlags = map[string]bool{
+	"data-checksums":     true,
+	"no-data-checksums":  true,
+	"debug":              true,
+	"no-locale":          true,
+	"noclean":            true,
+	"no-clean":           true,
+	"no-instructions":    true,
+	"allow-group-access": true,
+	"discard-caches":     true,
+}
+
+// initdbValued are the initdb options (PostgreSQL 13 to 18) that take a
+// value and that pgloop passes on.
+var initdbValued = map[string]bool{
+	"auth":               true,
+	"auth-host":          true,
+	"auth-local":         true,
+	"encoding":           true,
+	"locale":             true,
+	"locale-provider":    true,
+	"icu-locale":         true,
+	"icu-rules":          true,
+	"builtin-locale":     true,
+	"lc-collate":         true,
+	"lc-ctype":           true,
+	"lc-messages":        true,
+	"lc-monetary":        true,
+	"lc-numeric":         true,
+	"lc-time":            true,
+	"text-search-config": true,
+	"wal-segsize":        true,
+	"set":                true,
+}
+
+// initdbOwned are the initdb options Patroni or Spilo set, or that would
+// move data off the data volume; Patroni refuses some of them itself, at
+// bootstrap, where the error would only show in the pod's log.
+var initdbOwned = map[string]string{
+	"pgdata":    "Patroni passes the data directory",
+	"D":         "Patroni passes the data directory",
+	"username":  "Patroni passes the superuser (postgres)",
+	"U":         "Patroni passes the superuser (postgres)",
+	"pwfile":    "Patroni passes the superuser's password",
+	"pwprompt":  "Patroni passes the superuser's password",
+	"nosync":    "Patroni refuses it",
+	"no-sync":   "Patroni refuses it",
+	"sync-only": "Patroni refuses it",
+	"version":   "Patroni refuses it",
+	"waldir":    "the WAL must stay on the data volume",
+	"xlogdir":   "the WAL must stay on the data volume",
+	"X":         "the WAL must stay on the data volume",
+}
+
+// validateInitDB checks the initdb options: long names initdb knows,
+// "true" or "false" for a flag, a single-line value for the others.
+func validateInitDB(opts map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, name := range slices.Sorted(maps.Keys(opts)) {
+		v, p := opts[name], path.Key(name)
+		switch {
+		case initdbOwned[name] != "":
+			errs = append(errs, field.Forbidden(p, "initdb option "+name+" is not allowed: "+initdbOwned[name]))
+		case initdbFlags[name]:
+			if v != "true" && v != "false" {
+				errs = append(errs, field.Invalid(p, v, "initdb flag: must be \"true\" or \"false\""))
+			}
+		case initdbValued[name]:
+			if strings.TrimSpace(v) == "" || strings.ContainsAny(v, "\r\n") {
+				errs = append(errs, field.Invalid(p, v, "must be a non-empty single line"))
+			}
+		default:
+			errs = append(errs, field.NotSupported(p, name, slices.Sorted(maps.Keys(initdbKnown()))))
+		}
+	}
+	return errs
+}
+
+func initdbKnown() map[string]bool {
+	known := maps.Clone(initdbValued)
+	maps.Copy(known, initdbFlags)
+	return known
+}
+
+// slotNameRE is PostgreSQL's rule for replication slot names: lower case
+// letters, digits and underscores, at most 63 bytes.
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// validateSlot checks a permanent replication slot as Patroni reads it: a
+// type, physical or logical, and database and plugin for a logical one.
+func validateSlot(name string, opts map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !slotNameRE.MatchString(name) {
+		errs = append(errs, field.Invalid(path, name, "a slot name has 1 to 63 lower case letters, digits or underscores"))
+	}
+	switch t := opts["type"]; t {
+	case "physical":
+		for _, k := range []string{"database", "plugin"} {
+			if _, ok := opts[k]; ok {
+				errs = append(errs, field.Forbidden(path.Child(k), "only a logical slot has a "+k))
+			}
+		}
+	case "logical":
+		for _, k := range []string{"database", "plugin"} {
+			if strings.TrimSpace(opts[k]) == "" {
+				errs = append(errs, field.Required(path.Child(k), "a logical slot needs a "+k))
+			}
+		}
+	case "":
+		errs = append(errs, field.Required(path.Child("type"), "physical or logical"))
+	default:
+		errs = append(errs, field.NotSupported(path.Child("type"), t, []string{"physical", "logical"}))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if k != "type" && k != "database" && k != "plugin" {
+			errs = append(errs, field.NotSupported(path.Child(k), k, []string{"type", "database", "plugin"}))
 		}
 	}
 	return errs

@@ -302,6 +302,71 @@ func TestValidate(t *testing.T) {
 			want: []string{"spec.patroni.pg_hba[0]: Invalid value", "must be a single line"},
 		},
 		{
+			name: "patroni initdb options",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{InitDB: map[string]string{"encoding": "UTF8", "data-checksums": "true", "locale": "C.UTF-8", "wal-segsize": "32"}}
+			},
+		},
+		{
+			name: "patroni initdb: owned, unknown, a flag's value",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{InitDB: map[string]string{"pgdata": "/tmp", "username": "me", "nosync": "true",
+					"frobnicate": "1", "data-checksums": "yes", "encoding": ""}}
+			},
+			want: []string{
+				`spec.patroni.initdb[data-checksums]: Invalid value: "yes": initdb flag: must be "true" or "false"`,
+				`spec.patroni.initdb[encoding]: Invalid value: "": must be a non-empty single line`,
+				`spec.patroni.initdb[frobnicate]: Unsupported value: "frobnicate"`,
+				`spec.patroni.initdb[nosync]: Forbidden: initdb option nosync is not allowed: Patroni refuses it`,
+				`spec.patroni.initdb[pgdata]: Forbidden: initdb option pgdata is not allowed: Patroni passes the data directory`,
+				`spec.patroni.initdb[username]: Forbidden: initdb option username is not allowed`,
+			},
+		},
+		{
+			name: "patroni synchronous settings without synchronous_mode",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{SynchronousModeStrict: true, SynchronousNodeCount: 2}
+			},
+			want: []string{
+				"spec.patroni.synchronous_mode_strict: Invalid value: true: needs synchronous_mode: true",
+				"spec.patroni.synchronous_node_count: Invalid value: 2: needs synchronous_mode: true",
+			},
+		},
+		{
+			name: "patroni synchronous settings",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{SynchronousMode: true, SynchronousModeStrict: true, SynchronousNodeCount: 2, FailsafeMode: ptr.To(true)}
+			},
+		},
+		{
+			name: "patroni slots",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{Slots: map[string]map[string]string{
+					"cdc":     {"type": "logical", "database": "foo", "plugin": "pgoutput"},
+					"standby": {"type": "physical"},
+				}}
+			},
+		},
+		{
+			name: "patroni slots refused",
+			mutate: func(p *Postgresql) {
+				p.Spec.Patroni = &Patroni{Slots: map[string]map[string]string{
+					"Bad-Name": {"type": "physical", "plugin": "pgoutput"},
+					"cdc":      {"type": "logical", "database": "foo"},
+					"notype":   {},
+					"odd":      {"type": "temporary", "size": "1"},
+				}}
+			},
+			want: []string{
+				`spec.patroni.slots[Bad-Name]: Invalid value: "Bad-Name": a slot name has 1 to 63 lower case letters`,
+				`spec.patroni.slots[Bad-Name].plugin: Forbidden: only a logical slot has a plugin`,
+				`spec.patroni.slots[cdc].plugin: Required value: a logical slot needs a plugin`,
+				`spec.patroni.slots[notype].type: Required value: physical or logical`,
+				`spec.patroni.slots[odd].type: Unsupported value: "temporary"`,
+				`spec.patroni.slots[odd].size: Unsupported value: "size"`,
+			},
+		},
+		{
 			name:   "bad annotation key",
 			mutate: func(p *Postgresql) { p.Spec.PodAnnotations = map[string]string{"not a key": "x"} },
 			want:   []string{"spec.podAnnotations: Invalid value: \"not a key\""},
@@ -471,7 +536,8 @@ func TestSamples(t *testing.T) {
 		if s.DockerImage == "" || s.PostgreSQL.Parameters == nil || s.Volume.StorageClass == "" ||
 			s.Resources == nil || s.Resources.Requests == nil || s.Resources.Limits == nil ||
 			s.Users == nil || s.Databases == nil || s.Patroni == nil || !s.Patroni.SynchronousMode ||
-			s.Patroni.PgHba == nil || s.Tolerations == nil || s.NodeAffinity == nil ||
+			s.Patroni.PgHba == nil || s.Patroni.InitDB == nil || s.Patroni.FailsafeMode == nil ||
+			s.Patroni.SynchronousNodeCount == 0 || s.Patroni.Slots == nil || s.Tolerations == nil || s.NodeAffinity == nil ||
 			s.PodAnnotations == nil || s.ServiceAnnotations == nil || s.Volume.Retention == "" || s.MaintenanceWindows == nil ||
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
