@@ -193,11 +193,10 @@ func LogicalBackupCronJob(pg *v1.Postgresql, opts Options) *batchv1.CronJob {
 		RestartPolicy:      corev1.RestartPolicyNever,
 		ServiceAccountName: PodServiceAccountName,
 	}
+	// The cluster's tolerations, not its node affinity, as zalando's:
+	// the backup pod may run wherever it is tolerated, it holds no data.
 	for i := range pg.Spec.Tolerations {
 		spec.Tolerations = append(spec.Tolerations, *pg.Spec.Tolerations[i].DeepCopy())
-	}
-	if pg.Spec.NodeAffinity != nil {
-		spec.Affinity = &corev1.Affinity{NodeAffinity: pg.Spec.NodeAffinity.DeepCopy()}
 	}
 	labels := logicalBackupLabels(pg)
 	template := batchv1.JobTemplateSpec{
