@@ -115,6 +115,24 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"Spilo image of clusters that set no spec.dockerImage")
 	f.StringVar(&cfg.PoolerImage, "connection-pooler-image", cfg.PoolerImage,
 		"connection pooler (PgBouncer) image of clusters that set no spec.connectionPooler.dockerImage")
+	f.StringVar(&cfg.LogicalBackup.Image, "logical-backup-image", cfg.LogicalBackup.Image,
+		"image of the logical backup jobs (spec.enableLogicalBackup): it dumps the cluster with pg_dumpall and uploads the compressed dump")
+	f.StringVar(&cfg.LogicalBackup.Schedule, "logical-backup-schedule", cfg.LogicalBackup.Schedule,
+		"cron schedule of the logical backups of clusters that set no spec.logicalBackupSchedule")
+	f.StringVar(&cfg.LogicalBackup.Provider, "logical-backup-provider", cfg.LogicalBackup.Provider,
+		"where the logical backups are uploaded: s3, gcs or az")
+	f.StringVar(&cfg.LogicalBackup.S3Bucket, "logical-backup-s3-bucket", cfg.LogicalBackup.S3Bucket,
+		"bucket of the logical backups (LOGICAL_BACKUP_S3_BUCKET); dumps go to <bucket>/<prefix>/<cluster>/<cluster's UID>/logical_backups/")
+	f.StringVar(&cfg.LogicalBackup.S3BucketPrefix, "logical-backup-s3-bucket-prefix", cfg.LogicalBackup.S3BucketPrefix,
+		"first part of the logical backups' keys in the bucket")
+	f.StringVar(&cfg.LogicalBackup.S3Region, "logical-backup-s3-region", cfg.LogicalBackup.S3Region,
+		"region of the S3 bucket; empty means the aws tool's default")
+	f.StringVar(&cfg.LogicalBackup.S3Endpoint, "logical-backup-s3-endpoint", cfg.LogicalBackup.S3Endpoint,
+		"endpoint of an S3 service other than AWS (https://minio.example:9000); empty means AWS")
+	f.StringVar(&cfg.LogicalBackup.S3SSE, "logical-backup-s3-sse", cfg.LogicalBackup.S3SSE,
+		"server side encryption of the uploads (aws s3 cp --sse); empty asks for none")
+	f.StringVar(&cfg.LogicalBackup.EnvSecret, "logical-backup-env-secret", cfg.LogicalBackup.EnvSecret,
+		"Secret in each cluster's namespace whose keys the logical backup container gets as environment variables: the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, LOGICAL_BACKUP_AZURE_STORAGE_*); empty means none")
 	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
 		"deadline of a connection to PostgreSQL (dial, authentication)")
 	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -39,6 +40,9 @@ type Objects struct {
 	// Poolers are the objects of the connection poolers the spec
 	// enables, master first; see Poolers.
 	Poolers []Pooler
+	// LogicalBackup is the logical backup CronJob, nil when the spec
+	// does not enable it; see LogicalBackupCronJob.
+	LogicalBackup *batchv1.CronJob
 }
 
 // Build returns every object of the cluster. Secrets get fresh passwords
@@ -59,6 +63,7 @@ func Build(pg *v1.Postgresql, opts Options, random io.Reader) (*Objects, error) 
 		PodDisruptionBudget: PodDisruptionBudget(pg),
 		StatefulSet:         StatefulSet(pg, opts),
 		Poolers:             Poolers(pg, opts),
+		LogicalBackup:       LogicalBackupCronJob(pg, opts),
 	}, nil
 }
 
@@ -75,6 +80,9 @@ func (o *Objects) All() []Object {
 	all = append(all, o.PodDisruptionBudget, o.StatefulSet)
 	for _, p := range o.Poolers {
 		all = append(all, p.Deployment, p.Service, p.PodDisruptionBudget)
+	}
+	if o.LogicalBackup != nil {
+		all = append(all, o.LogicalBackup)
 	}
 	return all
 }

@@ -66,6 +66,8 @@ type Options struct {
 	// PoolerImage is the connection pooler image of clusters without
 	// connectionPooler.dockerImage. Empty means DefaultPoolerImage.
 	PoolerImage string
+	// LogicalBackup configures the logical backup CronJobs (backup.go).
+	LogicalBackup LogicalBackupOptions
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for

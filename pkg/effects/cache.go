@@ -5,6 +5,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -55,6 +56,8 @@ type Cache interface {
 	// and name. Service and PodDisruptionBudget return the poolers'
 	// too (labelled application=db-connection-pooler).
 	Deployment(namespace, name string) (*appsv1.Deployment, bool)
+	// CronJob returns a logical backup's CronJob by namespace and name.
+	CronJob(namespace, name string) (*batchv1.CronJob, bool)
 }
 
 // sharedRecheck is how long the memo of the shared RBAC objects of a

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -56,6 +57,7 @@ var cachedResources = []schema.GroupVersionKind{
 	rbacv1.SchemeGroupVersion.WithKind("Role"),
 	rbacv1.SchemeGroupVersion.WithKind("RoleBinding"),
 	appsv1.SchemeGroupVersion.WithKind("Deployment"),
+	batchv1.SchemeGroupVersion.WithKind("CronJob"),
 }
 
 func resourceOfKind(gvk schema.GroupVersionKind) schema.GroupVersionResource {
@@ -257,6 +259,10 @@ func (c *fakeCache) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptio
 
 func (c *fakeCache) Deployment(ns, name string) (*appsv1.Deployment, bool) {
 	return typed[*appsv1.Deployment](c.read(cachedResources[9], ns, name))
+}
+
+func (c *fakeCache) CronJob(ns, name string) (*batchv1.CronJob, bool) {
+	return typed[*batchv1.CronJob](c.read(cachedResources[10], ns, name))
 }
 
 func (c *fakeCache) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {

@@ -35,7 +35,7 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //
 //  1. The StatefulSet (its pods go with it, by the garbage collector),
 //     the Services, the PodDisruptionBudget, the connection poolers'
-//     objects and the credentials Secrets of the superuser, the
+//     objects, the logical backup's CronJob and the credentials Secrets of the superuser, the
 //     replication user, the users in the spec and the pooler's role. The
 //     Secrets of users removed from the spec earlier carry the cluster's
 //     controller reference: the garbage collector deletes them.
@@ -94,6 +94,10 @@ func (r *run) cleanup(ctx context.Context) error {
 		if err := r.deletePooler(ctx, pg, role); err != nil {
 			return err
 		}
+	}
+	backup := cluster.LogicalBackupJobName(pg.Name)
+	if err := deleteOwned(ctx, r, pg, "cronjob", backup, r.kube.BatchV1().CronJobs(r.ns), cached(r, backup, Cache.CronJob)); err != nil {
+		return err
 	}
 	retain := r.retention(pg) == v1.RetainVolumes
 	if retain {

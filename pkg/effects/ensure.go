@@ -52,7 +52,8 @@ func cached[T cluster.Object](r *run, name string, get func(Cache, string, strin
 
 // ensure creates every object of the cluster that is missing and updates
 // those that differ from the spec, in the order of Objects.All (the
-// connection poolers' last, deleting those the spec no longer enables),
+// connection poolers and the logical backup last, deleting those the spec
+// no longer enables),
 // then grows the volumes. It reads the resource afresh (from the cache, which is at
 // least as recent as what the plan was made from), so it acts on the
 // current spec. A resource that is gone or being deleted is left to the
@@ -149,6 +150,9 @@ func (r *run) ensure(ctx context.Context) error {
 		return err
 	}
 	if err := r.ensurePoolers(ctx, pg, objs); err != nil {
+		return err
+	}
+	if err := r.ensureLogicalBackup(ctx, pg, objs); err != nil {
 		return err
 	}
 	return r.growVolumes(ctx, pg)

@@ -129,7 +129,7 @@ func deleteOwned[T cluster.Object](ctx context.Context, r *run, pg *v1.Postgresq
 	err = c.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	switch {
 	case err == nil:
-		r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("deleted (connection pooler off)")
+		r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("deleted (no longer in the spec)")
 		return nil
 	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -46,6 +47,10 @@ type derived struct {
 	desired      *appsv1.StatefulSet
 	poolers      map[string]*appsv1.Deployment
 	poolersBuilt bool
+	// backup is the logical backup CronJob it asks for, nil when none
+	// (backupBuilt: built).
+	backup      *batchv1.CronJob
+	backupBuilt bool
 	// dynamic is the Patroni dynamic configuration the spec asks for,
 	// and its JSON as cluster.BootstrapConfig reads it.
 	dynamic     cluster.DynamicConfig
@@ -219,7 +224,7 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 	if f.SpecError == "" {
 		var current bool
 		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
-		f.ObjectsCurrent = f.ObjectsCurrent && current
+		f.ObjectsCurrent = f.ObjectsCurrent && current && d.logicalBackup(spec, pg, objs.LogicalBackup)
 	}
 
 	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -57,6 +58,8 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
 			out.StatefulSet = o
 		case *appsv1.Deployment:
 			out.Poolers = append(out.Poolers, o)
+		case *batchv1.CronJob:
+			out.LogicalBackup = o
 		case *corev1.Pod:
 			out.Pods = append(out.Pods, o)
 		case *corev1.Secret:

@@ -2,6 +2,7 @@ package facts
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
@@ -19,6 +20,9 @@ type Objects struct {
 	// Poolers are the Deployments named as the cluster's connection
 	// poolers (cluster.PoolerName) that exist, enabled or not.
 	Poolers []*appsv1.Deployment
+	// LogicalBackup is the CronJob named as the cluster's logical backup
+	// (cluster.LogicalBackupJobName), enabled or not.
+	LogicalBackup *batchv1.CronJob
 	// PoolerPods are the pods of the cluster's connection poolers: why
 	// one is not ready.
 	PoolerPods []*corev1.Pod

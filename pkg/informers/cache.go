@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -47,6 +48,16 @@ func (i *Informers) Deployment(namespace, name string) (*appsv1.Deployment, bool
 		return nil, false
 	}
 	return byKey[*appsv1.Deployment](s.deployments, namespace, name)
+}
+
+// CronJob returns the CronJob namespace/name from the cache (the logical
+// backups': labelled application=spilo).
+func (i *Informers) CronJob(namespace, name string) (*batchv1.CronJob, bool) {
+	s := i.scopeFor(namespace)
+	if s == nil {
+		return nil, false
+	}
+	return byKey[*batchv1.CronJob](s.cronJobs, namespace, name)
 }
 
 // Secret returns the Secret namespace/name from the cache: its metadata

@@ -350,7 +350,7 @@ func TestSelectors(t *testing.T) {
 			}
 		}
 	}
-	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas", "storageclasses", "deployments"} {
+	for _, res := range []string{"pods", "statefulsets", "services", "secrets", "poddisruptionbudgets", "persistentvolumeclaims", "configmaps", "events", "resourcequotas", "storageclasses", "deployments", "cronjobs"} {
 		if !seen[res] {
 			t.Errorf("%s never listed", res)
 		}

@@ -51,7 +51,7 @@ const (
 	SignalPods = "pods"
 	// SignalObjects: another object of the cluster changed (StatefulSet,
 	// Service, Secret, PodDisruptionBudget, PersistentVolumeClaim, a
-	// connection pooler's Deployment).
+	// connection pooler's Deployment, the logical backup's CronJob).
 	SignalObjects = "objects"
 	// SignalEvents: a Warning Event about the cluster's StatefulSet
 	// (FailedCreate, e.g. exceeded quota) or one of its claims
@@ -107,8 +107,10 @@ type scope struct {
 	// poolers'; poolerPods are indexed byCluster.
 	deployments, poolerServices, poolerBudgets, poolerPods cache.SharedIndexInformer
 
-	postgresqls  cache.SharedIndexInformer
-	pods         cache.SharedIndexInformer
+	postgresqls cache.SharedIndexInformer
+	pods        cache.SharedIndexInformer
+	// cronJobs are the clusters' logical backup CronJobs.
+	cronJobs     cache.SharedIndexInformer
 	statefulSets cache.SharedIndexInformer
 	claims       cache.SharedIndexInformer
 	// warnings are the Warning Events of StatefulSets, claimWarnings
@@ -215,6 +217,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s.postgresqls = s.pgloop.Pgloop().V1().Postgresqls().Informer()
 	s.pods = s.owned.Core().V1().Pods().Informer()
 	s.statefulSets = s.owned.Apps().V1().StatefulSets().Informer()
+	s.cronJobs = s.owned.Batch().V1().CronJobs().Informer()
 	s.claims = s.owned.Core().V1().PersistentVolumeClaims().Informer()
 	services := s.owned.Core().V1().Services().Informer()
 	// Secrets are watched for their existence only; slim drops their data
@@ -242,7 +245,7 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 
 	s.addHandler(i, s.postgresqls, i.specHandler())
 	s.addHandler(i, s.pods, i.ownedHandler(SignalPods))
-	for _, inf := range []cache.SharedIndexInformer{s.statefulSets, s.claims, services, secrets, pdbs} {
+	for _, inf := range []cache.SharedIndexInformer{s.statefulSets, s.claims, services, secrets, pdbs, s.cronJobs} {
 		s.addHandler(i, inf, i.ownedHandler(SignalObjects))
 	}
 	// The apiserver lists and watches the poolers' objects by their

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -46,6 +47,7 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 	if len(objs.Poolers) > 0 {
 		objs.PoolerPods = sortedPods(indexed[*corev1.Pod](s.poolerPods, byCluster, key))
 	}
+	objs.LogicalBackup, _ = byKey[*batchv1.CronJob](s.cronJobs, pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	for _, name := range facts.SecretNames(pg) {

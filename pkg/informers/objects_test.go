@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,8 +23,13 @@ func TestObjects(t *testing.T) {
 	sts := statefulSet(pg)
 	elsewhere := resourceQuota("q", "3")
 	elsewhere.Namespace = "elsewhere"
+	backup := func(pg *v1.Postgresql) *batchv1.CronJob {
+		pg = pg.DeepCopy()
+		pg.Spec.EnableLogicalBackup = true
+		return cluster.LogicalBackupCronJob(pg, cluster.Options{})
+	}
 	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg, other},
-		sts, lock(pg, "c1-0"), pod(pg, 1), pod(pg, 0, master), pod(pg, 2, terminating),
+		backup(pg), backup(other), sts, lock(pg, "c1-0"), pod(pg, 1), pod(pg, 0, master), pod(pg, 2, terminating),
 		claim(pg, 0, corev1.ClaimBound), claim(pg, 1, corev1.ClaimPending),
 		claimEvent(pg, 0, "ProvisioningFailed", "a bound claim's old Warning"),
 		claimEvent(pg, 1, "ProvisioningFailed", "timeout"),
@@ -49,6 +55,7 @@ func TestObjects(t *testing.T) {
 		"statefulSetWarnings": names(objs.StatefulSetWarnings...),
 		"claimWarnings":       names(objs.ClaimWarnings...),
 		"quotas":              names(objs.Quotas...),
+		"logicalBackup":       names(objs.LogicalBackup),
 	}
 	want := map[string][]string{
 		"statefulSet":         {"db/c1"},
@@ -59,11 +66,15 @@ func TestObjects(t *testing.T) {
 		// Only a Pending claim's Warnings are read.
 		"claimWarnings": {"db/pgdata-c1-1.ProvisioningFailed"},
 		"quotas":        {"db/q"},
+		"logicalBackup": {"db/logical-backup-c1"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("objects\n got %v\nwant %v", got, want)
 	}
 
+	if cj, ok := inf.CronJob("db", cluster.LogicalBackupJobName("c2")); !ok || cj.Name != "logical-backup-c2" {
+		t.Errorf("CronJob of c2: %v %v", cj, ok)
+	}
 	if _, ok := inf.Objects("db/nope"); ok {
 		t.Error("db/nope read")
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,6 +113,9 @@ type Config struct {
 	// PoolerImage is the connection pooler image of clusters that set no
 	// spec.connectionPooler.dockerImage.
 	PoolerImage string
+	// LogicalBackup are the settings of the logical backup CronJobs of
+	// the clusters that set spec.enableLogicalBackup.
+	LogicalBackup cluster.LogicalBackupOptions
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -184,20 +188,27 @@ func DefaultConfig() Config {
 		StatusDelay:             f.StatusDelay,
 		SpiloImage:              cluster.DefaultImage,
 		PoolerImage:             cluster.DefaultPoolerImage,
-		SQLConnectTimeout:       DefaultSQLConnectTimeout,
-		SQLStatementTimeout:     DefaultSQLStatementTimeout,
-		PatroniTimeout:          DefaultPatroniTimeout,
-		RestartTimeout:          DefaultRestartTimeout,
-		SwitchoverTimeout:       DefaultSwitchoverTimeout,
-		InDatabaseTimeout:       DefaultInDatabaseTimeout,
-		Switchover:              true,
-		MaxRollingClusters:      DefaultMaxRollingClusters,
-		VolumeRetention:         string(v1.RetainVolumes),
-		KubeQPS:                 KubeQPSAuto,
-		KubeBurst:               DefaultKubeBurst,
-		CacheSyncTimeout:        DefaultCacheSyncTimeout,
-		LogFormat:               LogFormatText,
-		LogLevel:                logrus.InfoLevel.String(),
+		LogicalBackup: cluster.LogicalBackupOptions{
+			Image:          cluster.DefaultLogicalBackupImage,
+			Schedule:       cluster.DefaultLogicalBackupSchedule,
+			Provider:       cluster.DefaultLogicalBackupProvider,
+			S3BucketPrefix: cluster.DefaultLogicalBackupS3BucketPrefix,
+			S3SSE:          cluster.DefaultLogicalBackupS3SSE,
+		},
+		SQLConnectTimeout:   DefaultSQLConnectTimeout,
+		SQLStatementTimeout: DefaultSQLStatementTimeout,
+		PatroniTimeout:      DefaultPatroniTimeout,
+		RestartTimeout:      DefaultRestartTimeout,
+		SwitchoverTimeout:   DefaultSwitchoverTimeout,
+		InDatabaseTimeout:   DefaultInDatabaseTimeout,
+		Switchover:          true,
+		MaxRollingClusters:  DefaultMaxRollingClusters,
+		VolumeRetention:     string(v1.RetainVolumes),
+		KubeQPS:             KubeQPSAuto,
+		KubeBurst:           DefaultKubeBurst,
+		CacheSyncTimeout:    DefaultCacheSyncTimeout,
+		LogFormat:           LogFormatText,
+		LogLevel:            logrus.InfoLevel.String(),
 	}
 }
 
@@ -275,6 +286,20 @@ func (c *Config) Validate() error {
 	if strings.TrimSpace(c.PoolerImage) == "" {
 		bad("connection-pooler-image must not be empty")
 	}
+	if lb := c.LogicalBackup; strings.TrimSpace(lb.Image) == "" {
+		bad("logical-backup-image must not be empty")
+	}
+	if err := v1.ValidateLogicalBackupSchedule(c.LogicalBackup.Schedule); err != nil {
+		bad("logical-backup-schedule %q: %v", c.LogicalBackup.Schedule, err)
+	}
+	if !slices.Contains(cluster.LogicalBackupProviders, c.LogicalBackup.Provider) {
+		bad("logical-backup-provider must be one of %s, got %q", strings.Join(cluster.LogicalBackupProviders, ", "), c.LogicalBackup.Provider)
+	}
+	if s := c.LogicalBackup.EnvSecret; s != "" {
+		if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
+			bad("logical-backup-env-secret %q is not a valid Secret name: %s", s, strings.Join(msgs, "; "))
+		}
+	}
 	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
 		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
 	}
@@ -306,5 +331,5 @@ func (c *Config) fsmConfig() fsm.Config {
 // clusterOptions are the builders' options. runLeader hands the one value
 // to the facts and to the effects, which must build with the same ones.
 func (c *Config) clusterOptions() cluster.Options {
-	return cluster.Options{Image: c.SpiloImage, PoolerImage: c.PoolerImage}
+	return cluster.Options{Image: c.SpiloImage, PoolerImage: c.PoolerImage, LogicalBackup: c.LogicalBackup}
 }

@@ -83,6 +83,7 @@ func TestClusterRole(t *testing.T) {
 		"/services":                              {"get", "list", "watch", "create", "update", "delete"},
 		"apps/statefulsets":                      {"get", "list", "watch", "create", "update", "delete"},
 		"policy/poddisruptionbudgets":            {"get", "list", "watch", "create", "update", "delete"},
+		"batch/cronjobs":                         {"get", "list", "watch", "create", "update", "delete"},
 		"/secrets":                               {"get", "list", "watch", "create", "delete"},
 		"/persistentvolumeclaims":                {"list", "watch", "patch", "delete"},
 		"/resourcequotas":                        {"list", "watch"},

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -39,7 +40,7 @@ var (
 // owned are the kinds cached only when labelled application=spilo.
 var owned = map[string]bool{"pods": true, "statefulsets": true, "services": true, "secrets": true,
 	"poddisruptionbudgets": true, "persistentvolumeclaims": true, "configmaps": true,
-	"serviceaccounts": true, "roles": true, "rolebindings": true}
+	"serviceaccounts": true, "roles": true, "rolebindings": true, "cronjobs": true}
 
 func newView() *view { return &view{objs: map[objKey]runtime.Object{}} }
 
@@ -183,6 +184,7 @@ func (v *view) Objects(key string) (facts.Objects, bool) {
 	}
 	objs := facts.Objects{Postgresql: pg, Pods: v.Pods(key), Claims: v.PersistentVolumeClaims(key)}
 	objs.StatefulSet, _ = v.StatefulSet(pg.Namespace, cluster.StatefulSetName(pg.Name))
+	objs.LogicalBackup, _ = v.CronJob(pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
 	objs.Leader, _ = lookup[*corev1.ConfigMap](v, "configmaps", pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
 	for _, name := range facts.SecretNames(pg) {
 		if s, ok := v.Secret(pg.Namespace, name); ok {
@@ -226,8 +228,14 @@ func (v *view) PodDisruptionBudget(ns, name string) (*policyv1.PodDisruptionBudg
 	return lookup[*policyv1.PodDisruptionBudget](v, "poddisruptionbudgets", ns, name)
 }
 
+// Deployment and CronJob: the simulator's clusters run no connection
+// pooler and no logical backup, so none is ever cached.
 func (v *view) Deployment(ns, name string) (*appsv1.Deployment, bool) {
 	return lookup[*appsv1.Deployment](v, "deployments", ns, name)
+}
+
+func (v *view) CronJob(ns, name string) (*batchv1.CronJob, bool) {
+	return lookup[*batchv1.CronJob](v, "cronjobs", ns, name)
 }
 
 func (v *view) ServiceAccount(ns, name string) (*corev1.ServiceAccount, bool) {

@@ -350,6 +350,19 @@ func TestCRDAdmission(t *testing.T) {
 			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{NumberOfInstances: ptr.To[int32](0)} },
 			want:   "spec.connectionPooler.numberOfInstances",
 		},
+		{name: "logical backup", mutate: func(p *Postgresql) {
+			p.Spec.EnableLogicalBackup, p.Spec.LogicalBackupSchedule = true, "*/30 2 * * 0"
+		}},
+		{
+			name:   "logical backup schedule with a range",
+			mutate: func(p *Postgresql) { p.Spec.LogicalBackupSchedule = "0 0 * * 1-5" },
+			want:   "spec.logicalBackupSchedule: Invalid value",
+		},
+		{
+			name:   "logical backup schedule of four fields",
+			mutate: func(p *Postgresql) { p.Spec.LogicalBackupSchedule = "0 0 * *" },
+			want:   "spec.logicalBackupSchedule: Invalid value",
+		},
 		{
 			name:   "pooler schema with a capital",
 			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{Schema: "Pooler"} },

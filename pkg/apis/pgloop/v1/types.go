@@ -187,6 +187,24 @@ type PostgresqlSpec struct {
 	// It has no effect while neither is enabled.
 	// +optional
 	ConnectionPooler *ConnectionPooler `json:"connectionPooler,omitempty"`
+
+	// EnableLogicalBackup runs a logical backup of the cluster on
+	// logicalBackupSchedule, as zalando's operator does: a CronJob named
+	// logical-backup-<cluster> whose pod dumps every database with
+	// pg_dumpall (from a replica when there is one) and uploads the
+	// compressed dump to the bucket the operator is configured with.
+	// Turning it off deletes the CronJob; the dumps uploaded stay.
+	// +optional
+	EnableLogicalBackup bool `json:"enableLogicalBackup,omitempty"`
+	// LogicalBackupSchedule is when the logical backup runs: five cron
+	// fields (minute, hour, day of month, month, day of week), each a
+	// number or *, optionally followed by /step, as zalando's CRD admits.
+	// Empty means the operator's --logical-backup-schedule ("30 00 * * *"
+	// unless set).
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$`
+	LogicalBackupSchedule string `json:"logicalBackupSchedule,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's

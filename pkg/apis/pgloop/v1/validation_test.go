@@ -542,7 +542,7 @@ func TestSamples(t *testing.T) {
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
 			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
-			s.ConnectionPooler.Resources == nil {
+			s.ConnectionPooler.Resources == nil || !s.EnableLogicalBackup || s.LogicalBackupSchedule == "" {
 			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
 		}
 	})
