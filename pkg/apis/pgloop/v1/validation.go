@@ -164,6 +164,7 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 		errs = append(errs, field.TooLong(path.Child("podAnnotations"), "", int(limit)))
 	}
 	errs = append(errs, apivalidation.ValidateAnnotations(s.ServiceAnnotations, path.Child("serviceAnnotations"))...)
+	errs = append(errs, s.validatePrepared(path)...)
 	return append(errs, s.validatePooler(path)...)
 }
 

@@ -50,6 +50,35 @@ func TestValidate(t *testing.T) {
 		{name: "valid", mutate: func(p *Postgresql) {}},
 		{name: "zero instances stop the cluster", mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = 0 }},
 		{
+			name: "prepared database among databases",
+			mutate: func(p *Postgresql) {
+				p.Spec.Databases = map[string]string{"foo": "zalando"}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}}
+			},
+			want: []string{`spec.preparedDatabases[foo]: Duplicate value: "is one of databases too"`},
+		},
+		{
+			name: "prepared role among users",
+			mutate: func(p *Postgresql) {
+				p.Spec.Users["foo_data_reader"] = UserFlags{}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}}
+			},
+			want: []string{"its role foo_data_reader is one of users too"},
+		},
+		{
+			name: "prepared role of two databases",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}, "foo_data": {Schemas: map[string]PreparedSchema{"x": {}}}}
+			},
+			want: []string{"its role foo_data_owner is one of prepared database foo's too",
+				"its role foo_data_reader is one of prepared database foo's too", "its role foo_data_writer is one of prepared database foo's too"},
+		},
+		{
+			name:   "prepared databases empty",
+			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{} },
+			want:   []string{"spec.preparedDatabases: Required value"},
+		},
+		{
 			name: "pooler user among users",
 			mutate: func(p *Postgresql) {
 				p.Spec.EnableReplicaConnectionPooler = ptr.To(true)
@@ -471,7 +500,7 @@ func TestSamples(t *testing.T) {
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
 			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
-			s.ConnectionPooler.Resources == nil {
+			s.ConnectionPooler.Resources == nil || s.PreparedDatabases == nil {
 			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
 		}
 	})
