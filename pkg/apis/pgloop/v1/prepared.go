@@ -262,6 +262,8 @@ func (s *PostgresqlSpec) validatePrepared(path *field.Path) field.ErrorList {
 		for _, r := range p.PreparedRoles(db) {
 			if _, ok := s.Users[r.Name]; ok {
 				errs = append(errs, field.Duplicate(fp, fmt.Sprintf("its role %s is one of users too", r.Name)))
+			} else if u := sameSecret(s.Users, r.Name); r.Login && u != "" {
+				errs = append(errs, field.Duplicate(fp, fmt.Sprintf("its user %s would share its Secret with user %s ('_' becomes '-')", r.Name, u)))
 			}
 			if other, ok := owners[r.Name]; ok {
 				errs = append(errs, field.Duplicate(fp, fmt.Sprintf("its role %s is one of prepared database %s's too", r.Name, other)))
@@ -270,4 +272,15 @@ func (s *PostgresqlSpec) validatePrepared(path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// sameSecret returns the user whose Secret name would be role's: Secret
+// names have '-' for '_'.
+func sameSecret(users map[string]UserFlags, role string) string {
+	for _, u := range sortedKeys(users) {
+		if strings.ReplaceAll(u, "_", "-") == strings.ReplaceAll(role, "_", "-") {
+			return u
+		}
+	}
+	return ""
 }

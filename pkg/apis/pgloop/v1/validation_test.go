@@ -74,6 +74,14 @@ func TestValidate(t *testing.T) {
 				"its role foo_data_reader is one of prepared database foo's too", "its role foo_data_writer is one of prepared database foo's too"},
 		},
 		{
+			name: "prepared user with another user's Secret",
+			mutate: func(p *Postgresql) {
+				p.Spec.Users["shop-owner-user"] = UserFlags{}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"shop": {DefaultUsers: true}}
+			},
+			want: []string{"its user shop_owner_user would share its Secret with user shop-owner-user"},
+		},
+		{
 			name:   "prepared databases empty",
 			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{} },
 			want:   []string{"spec.preparedDatabases: Required value"},
