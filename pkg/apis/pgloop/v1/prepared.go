@@ -156,6 +156,62 @@ func preparedGroup(prefix, admin string, searchPath []string, users bool) []Prep
 	return out
 }
 
+// PreparedPrivileges are default privileges of a prepared database: what
+// Owner creates (tables, sequences, functions, types; in a schema, or
+// anywhere in the database, where schemas too) Reader may read and Writer
+// may write, and both may use a schema they are given for.
+//
+// +k8s:deepcopy-gen=false
+type PreparedPrivileges struct{ Owner, Reader, Writer string }
+
+// DatabasePrivileges are the database-wide default privileges of prepared
+// database db: for its owner and owner user, to its reader and writer.
+func (p PreparedDatabase) DatabasePrivileges(db string) []PreparedPrivileges {
+	return privilegesOf(owners(db, p.DefaultUsers), db)
+}
+
+// SchemaOwner is the owner of schema s of prepared database db: its own
+// owner role, or the database's without defaultRoles.
+func (p PreparedDatabase) SchemaOwner(db, s string) string {
+	if p.Schema(s).HasDefaultRoles() {
+		return db + "_" + s + PreparedOwnerSuffix
+	}
+	return db + PreparedOwnerSuffix
+}
+
+// SchemaPrivileges are the default privileges in schema s of prepared
+// database db, as zalando sets them when it creates the schema: what the
+// schema's owner (and its user) creates, to the database's reader and
+// writer; and with the schema's own roles, what any owner of the database
+// or the schema creates, to the schema's reader and writer.
+func (p PreparedDatabase) SchemaPrivileges(db, s string) []PreparedPrivileges {
+	ps := p.Schema(s)
+	if !ps.HasDefaultRoles() {
+		return privilegesOf(owners(db, p.DefaultUsers), db)
+	}
+	prefix := db + "_" + s
+	out := privilegesOf(owners(prefix, ps.DefaultUsers), db)
+	all := append(owners(db, p.DefaultUsers), owners(prefix, ps.DefaultUsers)...)
+	return append(out, privilegesOf(all, prefix)...)
+}
+
+// owners are the owner role of prefix, and its user when users is set.
+func owners(prefix string, users bool) []string {
+	out := []string{prefix + PreparedOwnerSuffix}
+	if users {
+		out = append(out, prefix+PreparedOwnerSuffix+PreparedUserSuffix)
+	}
+	return out
+}
+
+func privilegesOf(owners []string, prefix string) []PreparedPrivileges {
+	out := make([]PreparedPrivileges, 0, len(owners))
+	for _, o := range owners {
+		out = append(out, PreparedPrivileges{Owner: o, Reader: prefix + PreparedReaderSuffix, Writer: prefix + PreparedWriterSuffix})
+	}
+	return out
+}
+
 // PreparedDatabaseNames are the names of preparedDatabases, sorted.
 func (s *PostgresqlSpec) PreparedDatabaseNames() []string { return sortedKeys(s.PreparedDatabases) }
 

@@ -49,3 +49,45 @@ func TestPreparedRoles(t *testing.T) {
 		t.Errorf("users = %q, want %q", got, want)
 	}
 }
+
+// TestPreparedPrivileges checks the default privileges zalando's
+// execCreateDatabaseSchema and syncDatabases set.
+func TestPreparedPrivileges(t *testing.T) {
+	p := PreparedDatabase{DefaultUsers: true, Schemas: map[string]PreparedSchema{
+		"bar": {DefaultUsers: true}, "baz": {}, "public": {DefaultRoles: ptr.To(false)}}}
+	str := func(ps []PreparedPrivileges) []string {
+		var out []string
+		for _, x := range ps {
+			out = append(out, x.Owner+">"+x.Reader+","+x.Writer)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name  string
+		got   []PreparedPrivileges
+		owner string
+		want  []string
+	}{
+		{"database", p.DatabasePrivileges("foo"), "",
+			[]string{"foo_owner>foo_reader,foo_writer", "foo_owner_user>foo_reader,foo_writer"}},
+		{"bar", p.SchemaPrivileges("foo", "bar"), "foo_bar_owner", []string{
+			"foo_bar_owner>foo_reader,foo_writer", "foo_bar_owner_user>foo_reader,foo_writer",
+			"foo_owner>foo_bar_reader,foo_bar_writer", "foo_owner_user>foo_bar_reader,foo_bar_writer",
+			"foo_bar_owner>foo_bar_reader,foo_bar_writer", "foo_bar_owner_user>foo_bar_reader,foo_bar_writer"}},
+		{"baz", p.SchemaPrivileges("foo", "baz"), "foo_baz_owner", []string{
+			"foo_baz_owner>foo_reader,foo_writer",
+			"foo_owner>foo_baz_reader,foo_baz_writer", "foo_owner_user>foo_baz_reader,foo_baz_writer",
+			"foo_baz_owner>foo_baz_reader,foo_baz_writer"}},
+		{"public", p.SchemaPrivileges("foo", "public"), "foo_owner",
+			[]string{"foo_owner>foo_reader,foo_writer", "foo_owner_user>foo_reader,foo_writer"}},
+	} {
+		if got := str(tt.got); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
+		if tt.owner != "" {
+			if got := p.SchemaOwner("foo", tt.name); got != tt.owner {
+				t.Errorf("owner of %s = %s, want %s", tt.name, got, tt.owner)
+			}
+		}
+	}
+}
