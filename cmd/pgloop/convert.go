@@ -55,7 +55,6 @@ var zalandoFields = map[string]string{
 	"usersIgnoringSecretRotation":      "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithSecretRotation":          "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithInPlaceSecretRotation":   "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
-	"preparedDatabases":                "pgloop does not create prepared databases (schemas, default roles, extensions) yet: create them with SQL",
 	"clone":                            "pgloop does not clone clusters yet",
 	"standby":                          "pgloop does not run standby clusters yet",
 	"tls":                              "pgloop does not configure custom TLS certificates yet",

@@ -32,7 +32,9 @@ func TestSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantUsers := []string{"postgres", "standby", "admin", "app_owner", "app_reader", "replicator", "pooler"}
+	wantUsers := []string{"postgres", "standby", "admin", "app_owner", "app_reader", "replicator",
+		"shop_history_owner_user", "shop_history_reader_user", "shop_history_writer_user",
+		"shop_owner_user", "shop_reader_user", "shop_writer_user", "pooler"}
 	if len(secrets) != len(wantUsers) {
 		t.Fatalf("%d secrets, want %d", len(secrets), len(wantUsers))
 	}

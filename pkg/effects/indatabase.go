@@ -132,7 +132,9 @@ func passwords(s *corev1.Secret) []string {
 // SyncRoles makes PostgreSQL's roles and databases those of the spec, on
 // the primary, as the superuser: every user with its flags and its
 // Secret's password, the replication role's password, every database with
-// its owner. A role or database no longer in the spec is left alone. A
+// its owner, and the prepared databases with their roles (their default
+// users with their Secrets' passwords), schemas, default privileges and
+// extensions. A role or database no longer in the spec is left alone. A
 // user's Secret that asks for a rotation (v1.AnnotationRotatePassword) gets
 // a new password: written to the Secret as next-password first, then set
 // in PostgreSQL, then moved to password, the annotation removed.
@@ -196,9 +198,31 @@ func (r *run) syncRoles(ctx context.Context) error {
 		}
 		d.Roles = append(d.Roles, pgsql.Role{Name: user, Flags: flags, Password: password})
 	}
+	preparedRoles, preparedDBs, preparedDBsSQL := prepared(&pg.Spec)
+	for _, pr := range preparedRoles {
+		// A default user logs in with its Secret's password, rotated as a
+		// manifest user's is.
+		if pr.login {
+			s, err := r.secret(ctx, pg, pr.Name)
+			if err != nil {
+				return err
+			}
+			if s, err = r.startRotation(ctx, s); err != nil {
+				return err
+			}
+			pr.Password = string(s.Data[cluster.SecretPasswordKey])
+			if next, ok := s.Data[SecretNextPasswordKey]; ok {
+				pr.Password = string(next)
+				rotating = append(rotating, s)
+			}
+		}
+		d.Roles = append(d.Roles, pr.Role)
+	}
 	for _, db := range sortedKeys(pg.Spec.Databases) {
 		d.Databases = append(d.Databases, pgsql.Database{Name: db, Owner: pg.Spec.Databases[db]})
 	}
+	d.Databases = append(d.Databases, preparedDBs...)
+	d.Prepared = preparedDBsSQL
 	if pg.Spec.AnyPoolerEnabled() {
 		// The pooler's role logs in with its Secret's password only; its
 		// lookup function is installed in every database.

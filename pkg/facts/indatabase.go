@@ -3,6 +3,7 @@ package facts
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -154,11 +155,13 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 	}
 	s.dynamic = cluster.Dynamic(pg)
 	s.dynamicJSON = s.dynamic.JSON()
-	s.users = sortedKeys(pg.Spec.Users)
-	s.databases = sortedKeys(pg.Spec.Databases)
+	// The status lists the roles and databases of preparedDatabases with
+	// the manifest's.
+	s.users = union(sortedKeys(pg.Spec.Users), pg.Spec.PreparedRoleNames())
+	s.databases = union(sortedKeys(pg.Spec.Databases), pg.Spec.PreparedDatabaseNames())
 	s.secretNames = SecretNames(pg)
 	h := sha256.New()
-	for _, u := range s.users {
+	for _, u := range sortedKeys(pg.Spec.Users) {
 		flags := make([]string, 0, len(pg.Spec.Users[u]))
 		for _, fl := range pg.Spec.Users[u] {
 			flags = append(flags, strings.ToUpper(string(fl)))
@@ -166,8 +169,14 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 		slices.Sort(flags)
 		h.Write([]byte("user\x00" + u + "\x00" + strings.Join(flags, ",") + "\n"))
 	}
-	for _, db := range s.databases {
+	for _, db := range sortedKeys(pg.Spec.Databases) {
 		h.Write([]byte("database\x00" + db + "\x00" + pg.Spec.Databases[db] + "\n"))
+	}
+	for _, db := range pg.Spec.PreparedDatabaseNames() {
+		// encoding/json writes map keys sorted: the same spec, the same
+		// bytes.
+		p, _ := json.Marshal(pg.Spec.PreparedDatabases[db])
+		h.Write([]byte("prepared\x00" + db + "\x00" + string(p) + "\n"))
 	}
 	if pg.Spec.AnyPoolerEnabled() {
 		s.pooler = true
@@ -221,6 +230,13 @@ func (d *Deriver) syncWant(s *derived, secrets []*corev1.Secret, request string)
 	}
 	s.syncVersions, s.syncRequest = versions, request
 	return s.sync
+}
+
+// union merges sorted a and b, sorted, without repeats.
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func secretNamed(secrets []*corev1.Secret, name string) *corev1.Secret {

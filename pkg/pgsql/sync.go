@@ -35,6 +35,11 @@ type Desired struct {
 	// missing and given to their owner (ALTER DATABASE name OWNER TO owner)
 	// when someone else owns them.
 	Databases []Database
+	// Prepared are prepared databases (zalando's preparedDatabases), each
+	// prepared after the roles and databases, over a connection to it:
+	// memberships, search paths, schemas, default privileges and
+	// extensions, each written only when the catalog lacks it.
+	Prepared []PreparedDatabase
 	// Pooler, when set, is the connection pooler's auth lookup, installed
 	// after the roles and databases in every database that takes
 	// connections and is not a template: PgBouncer runs its auth_query in
@@ -51,7 +56,7 @@ type Result struct {
 // ItemError is the failure of one role, database or pooler lookup (named
 // by its database) of a sync.
 type ItemError struct {
-	Kind string // KindRole, KindDatabase or KindPooler
+	Kind string // KindRole, KindDatabase, KindPrepared or KindPooler
 	Name string
 	Err  error
 }
@@ -67,6 +72,11 @@ const (
 	KindDatabase = "database"
 	// KindPooler is the pooler's auth lookup in one database.
 	KindPooler = "pooler"
+	// KindPrepared is one part of a prepared database: the database
+	// itself ("shop": memberships, search paths, database-wide default
+	// privileges), one of its schemas ("shop schema data") or extensions
+	// ("shop extension pgcrypto").
+	KindPrepared = "prepared"
 )
 
 // maxIdentifierLength is NAMEDATALEN-1 of a stock build. PostgreSQL does not
@@ -94,10 +104,11 @@ var attributes = []attribute{
 const loginAttribute = 4
 
 // Sync connects to ep and applies d: every role first, then every database,
-// each in the order given, then the pooler's lookup in each database by
-// name (see Desired.Pooler). An item that fails is reported in
-// Result.Errors and the others are still applied; once the deadline has
-// passed or the connection is lost, the items left fail without being tried.
+// each in the order given, then each prepared database (Desired.Prepared),
+// then the pooler's lookup in each database by name (see Desired.Pooler).
+// An item that fails is reported in Result.Errors and the others are still
+// applied; once the deadline has passed or the connection is lost, the
+// items left fail without being tried.
 //
 // The error is non-nil when nothing could be done (the connection failed)
 // or when any item failed; then it lists the item errors, one per line.
@@ -147,6 +158,7 @@ func Sync(ctx context.Context, ep Endpoint, d Desired, opts Options) (Result, er
 	}
 
 	items := len(d.Roles) + len(d.Databases)
+	items += s.syncPrepared(ctx, d.Prepared, &res)
 	if d.Pooler != nil {
 		items += s.syncPooler(ctx, *d.Pooler, &res)
 	}

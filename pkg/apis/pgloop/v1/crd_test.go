@@ -93,7 +93,7 @@ func TestCRDBasics(t *testing.T) {
 	if max := spec.Properties["numberOfInstances"].Maximum; max == nil || *max != MaxInstances {
 		t.Errorf("numberOfInstances maximum = %v, want %d", max, MaxInstances)
 	}
-	for name, want := range map[string]int64{"users": MaxUsers, "databases": MaxDatabases} {
+	for name, want := range map[string]int64{"users": MaxUsers, "databases": MaxDatabases, "preparedDatabases": MaxPreparedDatabases} {
 		if got := spec.Properties[name].MaxProperties; got == nil || *got != want {
 			t.Errorf("spec.%s maxProperties = %v, want %d", name, got, want)
 		}
@@ -125,17 +125,21 @@ func TestCRDBasics(t *testing.T) {
 	}
 	walk("", *root)
 	want := map[string][]string{
-		"":                                 {"size(self.metadata.name)", "self.metadata.name.matches("},
-		".spec":                            {"self.databases[db] in self.users", "self.connectionPooler.user : 'pooler') in self.users"},
-		".spec.teamId":                     {"self == oldSelf"},
-		".spec.postgresql.version":         {"int(self) >= int(oldSelf)"},
-		".spec.volume.size":                {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
-		".spec.users":                      {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
-		".spec.databases":                  {"db.matches(", "'template0'"},
-		".spec.patroni":                    {"(has(self.initdb) ? self.initdb : {}) == (has(oldSelf.initdb)", "<= (has(self.ttl) ? self.ttl : 30)"},
-		".spec.resources":                  {"self.limits.cpu)", "self.limits.memory)"},
-		".spec.connectionPooler":           {"self.user.startsWith('pg_')", "self.schema.startsWith('pg_')"},
-		".spec.connectionPooler.resources": {"self.limits.cpu)", "self.limits.memory)"},
+		"":                                      {"size(self.metadata.name)", "self.metadata.name.matches("},
+		".spec":                                 {"self.databases[db] in self.users", "self.connectionPooler.user : 'pooler') in self.users"},
+		".spec.teamId":                          {"self == oldSelf"},
+		".spec.postgresql.version":              {"int(self) >= int(oldSelf)"},
+		".spec.volume.size":                     {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
+		".spec.users":                           {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
+		".spec.databases":                       {"db.matches(", "'template0'"},
+		".spec.preparedDatabases":               {"db.matches(", "'template0'", "size(db) + size(s) <= 50"},
+		".spec.preparedDatabases[*].extensions": {"e.matches("},
+		".spec.preparedDatabases[*].schemas":    {"s.matches("},
+		".spec.preparedDatabases[*].schemas[*]": {"self.defaultUsers && has(self.defaultRoles)"},
+		".spec.patroni":                         {"(has(self.initdb) ? self.initdb : {}) == (has(oldSelf.initdb)", "<= (has(self.ttl) ? self.ttl : 30)"},
+		".spec.resources":                       {"self.limits.cpu)", "self.limits.memory)"},
+		".spec.connectionPooler":                {"self.user.startsWith('pg_')", "self.schema.startsWith('pg_')"},
+		".spec.connectionPooler.resources":      {"self.limits.cpu)", "self.limits.memory)"},
 	}
 	for path, fragments := range want {
 		for i, frag := range fragments {
@@ -454,6 +458,82 @@ func TestCRDAdmission(t *testing.T) {
 				p.Spec.Users = nil
 			},
 			want: "every database owner must be declared in users",
+		},
+		{
+			name: "prepared databases",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{
+					"foo": {DefaultUsers: true, Extensions: map[string]ExtensionSchema{"uuid-ossp": "public", "pg_partman": "data"},
+						Schemas: map[string]PreparedSchema{"data": {}, "history": {DefaultRoles: ptr.To(true), DefaultUsers: true},
+							"public": {DefaultRoles: ptr.To(false)}}},
+					"bar": {},
+				}
+			},
+		},
+		{
+			name:   "prepared databases empty",
+			mutate: func(p *Postgresql) {},
+			raw:    func(obj map[string]any) { spec(obj)["preparedDatabases"] = map[string]any{} },
+			want:   "spec.preparedDatabases: Invalid value: 0: spec.preparedDatabases in body should have at least 1 properties",
+		},
+		{
+			name:   "prepared database with a capital",
+			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{"Foo": {}} },
+			want:   "spec.preparedDatabases: Invalid value: prepared database names must be at most 51 lower case letters",
+		},
+		{
+			name:   "prepared database pg_",
+			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{"pg_foo": {}} },
+			want:   "not starting with a digit or pg_",
+		},
+		{
+			name:   "prepared database reserved",
+			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{"template1": {}} },
+			want:   "prepared database names postgres, template0 and template1 are reserved",
+		},
+		{
+			name: "prepared database name of 52 characters",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{strings.Repeat("d", 52): {}}
+			},
+			want: "prepared database names must be at most 51",
+		},
+		{
+			name: "prepared schema too long for its roles",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{strings.Repeat("d", 30): {
+					Schemas: map[string]PreparedSchema{strings.Repeat("s", 21): {}}}}
+			},
+			want: "database and schema names together at most 50",
+		},
+		{
+			name: "prepared schema with a dash",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {Schemas: map[string]PreparedSchema{"my-data": {}}}}
+			},
+			want: "schema names must be at most 63 lower case letters",
+		},
+		{
+			name: "prepared schema users without roles",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {
+					Schemas: map[string]PreparedSchema{"data": {DefaultRoles: ptr.To(false), DefaultUsers: true}}}}
+			},
+			want: "defaultUsers needs defaultRoles",
+		},
+		{
+			name: "prepared extension in a schema with a dash",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {Extensions: map[string]ExtensionSchema{"pgcrypto": "my-data"}}}
+			},
+			want: `spec.preparedDatabases.foo.extensions.pgcrypto: Invalid value: "my-data"`,
+		},
+		{
+			name: "prepared extension with a capital",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {Extensions: map[string]ExtensionSchema{"PgCrypto": "data"}}}
+			},
+			want: "extension names must be",
 		},
 		{
 			name:   "patroni timings",

@@ -136,12 +136,14 @@ type DatabaseStatus struct {
 	// bootstrap made everything there is (no users, no databases).
 	// +optional
 	SyncedAt *metav1.Time `json:"syncedAt,omitempty"`
-	// Roles are the roles of spec.users, each with when it was last synced.
+	// Roles are the roles of spec.users and of spec.preparedDatabases,
+	// each with when it was last synced.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	Roles []RoleStatus `json:"roles,omitempty"`
-	// Databases are the databases of spec.databases as last synced.
+	// Databases are the databases of spec.databases and
+	// spec.preparedDatabases as last synced.
 	// +optional
 	// +listType=set
 	Databases []string `json:"databases,omitempty"`

@@ -137,6 +137,24 @@ type PostgresqlSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(db, !(db in ['postgres', 'template0', 'template1']))",message="database names postgres, template0 and template1 are reserved"
 	Databases map[string]string `json:"databases,omitempty"`
 
+	// PreparedDatabases are databases pgloop prepares as zalando's
+	// postgres-operator does: each owned by the NOLOGIN role <db>_owner,
+	// with NOLOGIN roles <db>_reader and <db>_writer (owner ⊃ writer ⊃
+	// reader) and default privileges so that what the owner creates is
+	// readable by readers and writable by writers; per schema (default: one
+	// schema, data) the same roles <db>_<schema>_owner, _reader, _writer;
+	// extensions created in a schema; with defaultUsers, LOGIN roles with
+	// the suffix _user and a Secret each. Names are lower case letters,
+	// digits and '_', not starting with a digit or pg_; a database must not
+	// be one of databases, nor its roles ones of users.
+	// +optional
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(db, size(db) <= 51 && db.matches('^[a-z_][a-z0-9_]*$') && !db.startsWith('pg_'))",message="prepared database names must be at most 51 lower case letters, digits or '_', not starting with a digit or pg_ (their roles add up to 12 characters)"
+	// +kubebuilder:validation:XValidation:rule="self.all(db, !(db in ['postgres', 'template0', 'template1']))",message="prepared database names postgres, template0 and template1 are reserved"
+	// +kubebuilder:validation:XValidation:rule="self.all(db, !has(self[db].schemas) || self[db].schemas.all(s, size(db) + size(s) <= 50))",message="a prepared schema's roles <db>_<schema>_writer_user must fit in 63 characters: database and schema names together at most 50"
+	PreparedDatabases map[string]PreparedDatabase `json:"preparedDatabases,omitempty"`
+
 	// Patroni holds the Patroni settings of the cluster. Unset, Spilo's
 	// defaults apply (the same values as the defaults below).
 	// +optional

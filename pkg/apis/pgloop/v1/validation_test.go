@@ -55,6 +55,43 @@ func TestValidate(t *testing.T) {
 			want:   []string{`spec.maintenanceWindows[1]: Invalid value: "Sat:06:00-01:00": "Sat:06:00-01:00": the start must be before the end`},
 		},
 		{
+			name: "prepared database among databases",
+			mutate: func(p *Postgresql) {
+				p.Spec.Databases = map[string]string{"foo": "zalando"}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}}
+			},
+			want: []string{`spec.preparedDatabases[foo]: Duplicate value: "is one of databases too"`},
+		},
+		{
+			name: "prepared role among users",
+			mutate: func(p *Postgresql) {
+				p.Spec.Users["foo_data_reader"] = UserFlags{}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}}
+			},
+			want: []string{"its role foo_data_reader is one of users too"},
+		},
+		{
+			name: "prepared role of two databases",
+			mutate: func(p *Postgresql) {
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"foo": {}, "foo_data": {Schemas: map[string]PreparedSchema{"x": {}}}}
+			},
+			want: []string{"its role foo_data_owner is one of prepared database foo's too",
+				"its role foo_data_reader is one of prepared database foo's too", "its role foo_data_writer is one of prepared database foo's too"},
+		},
+		{
+			name: "prepared user with another user's Secret",
+			mutate: func(p *Postgresql) {
+				p.Spec.Users["shop-owner-user"] = UserFlags{}
+				p.Spec.PreparedDatabases = map[string]PreparedDatabase{"shop": {DefaultUsers: true}}
+			},
+			want: []string{"its user shop_owner_user would share its Secret with user shop-owner-user"},
+		},
+		{
+			name:   "prepared databases empty",
+			mutate: func(p *Postgresql) { p.Spec.PreparedDatabases = map[string]PreparedDatabase{} },
+			want:   []string{"spec.preparedDatabases: Required value"},
+		},
+		{
 			name: "pooler user among users",
 			mutate: func(p *Postgresql) {
 				p.Spec.EnableReplicaConnectionPooler = ptr.To(true)
@@ -542,7 +579,7 @@ func TestSamples(t *testing.T) {
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
 			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
-			s.ConnectionPooler.Resources == nil || !s.EnableLogicalBackup || s.LogicalBackupSchedule == "" {
+			s.ConnectionPooler.Resources == nil || !s.EnableLogicalBackup || s.LogicalBackupSchedule == "" || s.PreparedDatabases == nil {
 			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
 		}
 	})
