@@ -115,6 +115,12 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"Spilo image of clusters that set no spec.dockerImage")
 	f.StringVar(&cfg.PoolerImage, "connection-pooler-image", cfg.PoolerImage,
 		"connection pooler (PgBouncer) image of clusters that set no spec.connectionPooler.dockerImage")
+	f.BoolVar(&cfg.EnableMasterLoadBalancer, "enable-master-load-balancer", cfg.EnableMasterLoadBalancer,
+		"make the master Service of clusters that set no spec.enableMasterLoadBalancer a LoadBalancer (open to spec.allowedSourceRanges, default 127.0.0.1/32)")
+	f.BoolVar(&cfg.EnableReplicaLoadBalancer, "enable-replica-load-balancer", cfg.EnableReplicaLoadBalancer,
+		"make the replica Service of clusters that set no spec.enableReplicaLoadBalancer a LoadBalancer (open to spec.allowedSourceRanges, default 127.0.0.1/32)")
+	f.BoolVar(&cfg.EnableShmVolume, "enable-shm-volume", cfg.EnableShmVolume,
+		"mount a memory-backed /dev/shm in the PostgreSQL container of clusters that set no spec.enableShmVolume")
 	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
 		"deadline of a connection to PostgreSQL (dial, authentication)")
 	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -112,6 +113,13 @@ type Config struct {
 	// PoolerImage is the connection pooler image of clusters that set no
 	// spec.connectionPooler.dockerImage.
 	PoolerImage string
+	// EnableMasterLoadBalancer and EnableReplicaLoadBalancer make the
+	// master and replica Services of clusters that set no
+	// enableMasterLoadBalancer or enableReplicaLoadBalancer load balancers.
+	EnableMasterLoadBalancer, EnableReplicaLoadBalancer bool
+	// EnableShmVolume gives the pods of clusters that set no
+	// enableShmVolume a memory-backed /dev/shm.
+	EnableShmVolume bool
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -184,6 +192,7 @@ func DefaultConfig() Config {
 		StatusDelay:             f.StatusDelay,
 		SpiloImage:              cluster.DefaultImage,
 		PoolerImage:             cluster.DefaultPoolerImage,
+		EnableShmVolume:         true,
 		SQLConnectTimeout:       DefaultSQLConnectTimeout,
 		SQLStatementTimeout:     DefaultSQLStatementTimeout,
 		PatroniTimeout:          DefaultPatroniTimeout,
@@ -306,5 +315,11 @@ func (c *Config) fsmConfig() fsm.Config {
 // clusterOptions are the builders' options. runLeader hands the one value
 // to the facts and to the effects, which must build with the same ones.
 func (c *Config) clusterOptions() cluster.Options {
-	return cluster.Options{Image: c.SpiloImage, PoolerImage: c.PoolerImage}
+	return cluster.Options{
+		Image:                     c.SpiloImage,
+		PoolerImage:               c.PoolerImage,
+		EnableMasterLoadBalancer:  c.EnableMasterLoadBalancer,
+		EnableReplicaLoadBalancer: c.EnableReplicaLoadBalancer,
+		EnableShmVolume:           ptr.To(c.EnableShmVolume),
+	}
 }
