@@ -37,9 +37,6 @@ const (
 // then on; TestZalandoFieldsUnsupported then asks for its line here to go. Keys
 // are paths below spec with "*" for a map key; list indices are left out.
 var zalandoFields = map[string]string{
-	"allowedSourceRanges":              "pgloop creates no load balancers, so there are no source ranges to restrict",
-	"enableMasterLoadBalancer":         "pgloop's Services are ClusterIP only: it creates no load balancers",
-	"enableReplicaLoadBalancer":        "pgloop's Services are ClusterIP only: it creates no load balancers",
 	"enableMasterPoolerLoadBalancer":   "pgloop's Services are ClusterIP only: it creates no load balancers",
 	"enableReplicaPoolerLoadBalancer":  "pgloop's Services are ClusterIP only: it creates no load balancers",
 	"enableMasterNodePort":             "pgloop's Services are ClusterIP only: it creates no NodePort Services",
@@ -59,8 +56,6 @@ var zalandoFields = map[string]string{
 	"standby":                          "pgloop does not run standby clusters yet",
 	"tls":                              "pgloop does not configure custom TLS certificates yet",
 	"additionalVolumes":                "pgloop does not mount additional volumes yet",
-	"sidecars":                         "pgloop does not run sidecar containers yet",
-	"initContainers":                   "pgloop does not run init containers yet",
 	"env":                              "pgloop does not pass extra environment variables to Spilo yet",
 	"envFrom":                          "pgloop does not pass extra environment variables to Spilo yet",
 	"streams":                          "pgloop does not create change data capture streams",
@@ -72,7 +67,6 @@ var zalandoFields = map[string]string{
 	"schedulerName":                    "pgloop does not set a scheduler name: the default scheduler places the pods",
 	"topologySpreadConstraints":        "pgloop does not set topology spread constraints yet",
 	"livenessProbe":                    "pgloop does not take a custom liveness probe",
-	"enableShmVolume":                  "pgloop always mounts a memory-backed /dev/shm",
 	"volume.selector":                  "pgloop does not select persistent volumes by label",
 	"volume.subPath":                   "pgloop mounts the volume's root as the data directory",
 	"volume.isSubPathExpr":             "pgloop mounts the volume's root as the data directory",

@@ -133,6 +133,12 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"server side encryption of the uploads (aws s3 cp --sse); empty asks for none")
 	f.StringVar(&cfg.LogicalBackup.EnvSecret, "logical-backup-env-secret", cfg.LogicalBackup.EnvSecret,
 		"Secret in each cluster's namespace whose keys the logical backup container gets as environment variables: the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, LOGICAL_BACKUP_AZURE_STORAGE_*); empty means none")
+	f.BoolVar(&cfg.EnableMasterLoadBalancer, "enable-master-load-balancer", cfg.EnableMasterLoadBalancer,
+		"make the master Service of clusters that set no spec.enableMasterLoadBalancer a LoadBalancer (open to spec.allowedSourceRanges, default 127.0.0.1/32)")
+	f.BoolVar(&cfg.EnableReplicaLoadBalancer, "enable-replica-load-balancer", cfg.EnableReplicaLoadBalancer,
+		"make the replica Service of clusters that set no spec.enableReplicaLoadBalancer a LoadBalancer (open to spec.allowedSourceRanges, default 127.0.0.1/32)")
+	f.BoolVar(&cfg.EnableShmVolume, "enable-shm-volume", cfg.EnableShmVolume,
+		"mount a memory-backed /dev/shm in the PostgreSQL container of clusters that set no spec.enableShmVolume")
 	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
 		"deadline of a connection to PostgreSQL (dial, authentication)")
 	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,

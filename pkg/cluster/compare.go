@@ -130,11 +130,12 @@ func ApplyStatefulSet(current, desired *appsv1.StatefulSet) *appsv1.StatefulSet 
 }
 
 // ServiceNeedsUpdate reports whether current differs from desired in what
-// pgloop owns: type, ports (name, protocol, port, target port), selector,
-// and its labels and annotations. The cluster IP is never compared: the
-// apiserver allocates it and it cannot change.
+// pgloop owns: type, load balancer source ranges, ports (name, protocol,
+// port, target port), selector, and its labels and annotations. The cluster
+// IP and node ports are never compared: the apiserver allocates them.
 func ServiceNeedsUpdate(current, desired *corev1.Service) bool {
 	return current.Spec.Type != desired.Spec.Type ||
+		!slices.Equal(current.Spec.LoadBalancerSourceRanges, desired.Spec.LoadBalancerSourceRanges) ||
 		!maps.Equal(current.Spec.Selector, desired.Spec.Selector) ||
 		!slices.EqualFunc(current.Spec.Ports, desired.Spec.Ports, samePort) ||
 		!containsAll(current.Labels, desired.Labels) ||
@@ -156,7 +157,15 @@ func protocol(p corev1.ServicePort) corev1.Protocol {
 
 // ApplyService returns a copy of current with what pgloop owns taken from
 // desired, ready for an Update. Cluster IPs, IP families and everything else
-// the apiserver or others set are kept.
+// the apiserver or others set are kept, with two exceptions that follow
+// the type:
+//
+//  1. A Service that stays a load balancer keeps the node ports the
+//     apiserver allocated, so an update does not move them.
+//  2. A Service that becomes ClusterIP loses its node ports and the fields
+//     only an external Service may have (external traffic policy, health
+//     check node port, load balancer class and node port allocation): the
+//     apiserver refuses a ClusterIP Service that keeps them.
 func ApplyService(current, desired *corev1.Service) *corev1.Service {
 	out := current.DeepCopy()
 	out.Labels = mergeInto(out.Labels, desired.Labels)
@@ -164,7 +173,27 @@ func ApplyService(current, desired *corev1.Service) *corev1.Service {
 	d := desired.DeepCopy()
 	out.Spec.Type = d.Spec.Type
 	out.Spec.Selector = d.Spec.Selector
-	out.Spec.Ports = d.Spec.Ports
+	out.Spec.LoadBalancerSourceRanges = d.Spec.LoadBalancerSourceRanges
+	ports := d.Spec.Ports
+	switch d.Spec.Type {
+	case corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeNodePort:
+		for i := range ports {
+			for _, c := range current.Spec.Ports {
+				if ports[i].NodePort == 0 && c.Name == ports[i].Name && c.Port == ports[i].Port && protocol(c) == protocol(ports[i]) {
+					ports[i].NodePort = c.NodePort
+				}
+			}
+		}
+	default:
+		for i := range ports {
+			ports[i].NodePort = 0
+		}
+		out.Spec.ExternalTrafficPolicy = ""
+		out.Spec.HealthCheckNodePort = 0
+		out.Spec.LoadBalancerClass = nil
+		out.Spec.AllocateLoadBalancerNodePorts = nil
+	}
+	out.Spec.Ports = ports
 	return out
 }
 

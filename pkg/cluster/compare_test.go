@@ -213,6 +213,9 @@ func TestChangeString(t *testing.T) {
 }
 
 func TestServiceNeedsUpdate(t *testing.T) {
+	master := func(pg *v1.Postgresql) *corev1.Service { return MasterService(pg, Options{}) }
+	replica := func(pg *v1.Postgresql) *corev1.Service { return ReplicaService(pg, Options{}) }
+	lbOn := func(pg *v1.Postgresql) { pg.Spec.EnableMasterLoadBalancer = ptr.To(true) }
 	cases := []struct {
 		name    string
 		service func(pg *v1.Postgresql) *corev1.Service
@@ -220,37 +223,37 @@ func TestServiceNeedsUpdate(t *testing.T) {
 		desired func(pg *v1.Postgresql)
 		want    bool
 	}{
-		{name: "master as stored", service: MasterService, want: false},
-		{name: "replica as stored", service: ReplicaService, want: false},
+		{name: "master as stored", service: master, want: false},
+		{name: "replica as stored", service: replica, want: false},
 		{name: "config as stored", service: ConfigService, want: false},
 		{
 			name:    "protocol left for the apiserver to default",
-			service: MasterService,
+			service: master,
 			current: func(cur *corev1.Service) { cur.Spec.Ports[0].Protocol = "" },
 			want:    false,
 		},
 		{
 			name:    "foreign annotation (a cloud controller's)",
-			service: MasterService,
+			service: master,
 			current: func(cur *corev1.Service) { cur.Annotations = map[string]string{"cloud.example.com/status": "x"} },
 			want:    false,
 		},
 		{
 			name:    "service annotation added to the spec",
-			service: MasterService,
+			service: master,
 			desired: func(pg *v1.Postgresql) { pg.Spec.ServiceAnnotations = map[string]string{"a": "b"} },
 			want:    true,
 		},
 		{
 			name:    "service annotation changed by hand",
-			service: ReplicaService,
+			service: replica,
 			current: func(cur *corev1.Service) { cur.Annotations = map[string]string{"a": "c"} },
 			desired: func(pg *v1.Postgresql) { pg.Spec.ServiceAnnotations = map[string]string{"a": "b"} },
 			want:    true,
 		},
 		{
 			name:    "selector changed by hand",
-			service: MasterService,
+			service: master,
 			current: func(cur *corev1.Service) { cur.Spec.Selector[LabelRole] = RoleReplica },
 			want:    true,
 		},
@@ -262,19 +265,19 @@ func TestServiceNeedsUpdate(t *testing.T) {
 		},
 		{
 			name:    "port changed",
-			service: ReplicaService,
+			service: replica,
 			current: func(cur *corev1.Service) { cur.Spec.Ports[0].Port = 5433 },
 			want:    true,
 		},
 		{
 			name:    "target port changed",
-			service: ReplicaService,
+			service: replica,
 			current: func(cur *corev1.Service) { cur.Spec.Ports[0].TargetPort = intstr.FromString("postgresql") },
 			want:    true,
 		},
 		{
 			name:    "extra port",
-			service: MasterService,
+			service: master,
 			current: func(cur *corev1.Service) {
 				cur.Spec.Ports = append(cur.Spec.Ports, corev1.ServicePort{Name: "x", Port: 1})
 			},
@@ -282,8 +285,34 @@ func TestServiceNeedsUpdate(t *testing.T) {
 		},
 		{
 			name:    "type changed",
-			service: MasterService,
+			service: master,
 			current: func(cur *corev1.Service) { cur.Spec.Type = corev1.ServiceTypeNodePort },
+			want:    true,
+		},
+		{
+			name:    "master load balancer enabled",
+			service: master,
+			desired: lbOn,
+			want:    true,
+		},
+		{
+			name:    "load balancer as stored",
+			service: master,
+			current: func(cur *corev1.Service) { storeLoadBalancer(cur) },
+			desired: lbOn,
+			want:    false,
+		},
+		{
+			name:    "source ranges changed",
+			service: master,
+			current: func(cur *corev1.Service) { storeLoadBalancer(cur) },
+			desired: func(pg *v1.Postgresql) { lbOn(pg); pg.Spec.AllowedSourceRanges = []string{"10.0.0.0/8"} },
+			want:    true,
+		},
+		{
+			name:    "load balancer turned off",
+			service: master,
+			current: func(cur *corev1.Service) { storeLoadBalancer(cur) },
 			want:    true,
 		},
 		{
@@ -314,12 +343,39 @@ func TestServiceNeedsUpdate(t *testing.T) {
 			if applied.Spec.ClusterIP != current.Spec.ClusterIP || applied.ResourceVersion != current.ResourceVersion {
 				t.Errorf("ApplyService lost the cluster IP or resource version")
 			}
+			switch {
+			case applied.Spec.Type == corev1.ServiceTypeClusterIP:
+				// The apiserver refuses a ClusterIP Service with any of these.
+				for _, p := range applied.Spec.Ports {
+					if p.NodePort != 0 {
+						t.Errorf("ClusterIP Service keeps node port %d", p.NodePort)
+					}
+				}
+				if applied.Spec.ExternalTrafficPolicy != "" || applied.Spec.AllocateLoadBalancerNodePorts != nil || len(applied.Spec.LoadBalancerSourceRanges) != 0 {
+					t.Errorf("ClusterIP Service keeps load balancer fields: %+v", applied.Spec)
+				}
+			case current.Spec.Type == corev1.ServiceTypeLoadBalancer:
+				if applied.Spec.Ports[0].NodePort != current.Spec.Ports[0].NodePort {
+					t.Errorf("node port %d, want %d kept", applied.Spec.Ports[0].NodePort, current.Spec.Ports[0].NodePort)
+				}
+			}
 		})
 	}
 }
 
 // storedService is svc as the apiserver returns it, with a cluster IP
 // allocated (a different one than pgloop could ever ask for).
+// storeLoadBalancer makes cur a load balancer Service as the apiserver
+// stores it: a node port allocated and the external fields defaulted, the
+// source ranges pgloop's default.
+func storeLoadBalancer(cur *corev1.Service) {
+	cur.Spec.Type = corev1.ServiceTypeLoadBalancer
+	cur.Spec.Ports[0].NodePort = 31234
+	cur.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	cur.Spec.AllocateLoadBalancerNodePorts = ptr.To(true)
+	cur.Spec.LoadBalancerSourceRanges = []string{DefaultSourceRange}
+}
+
 func storedService(svc *corev1.Service) *corev1.Service {
 	s := svc.DeepCopy()
 	s.ResourceVersion = "7"

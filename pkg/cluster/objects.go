@@ -59,7 +59,7 @@ func Build(pg *v1.Postgresql, opts Options, random io.Reader) (*Objects, error) 
 		Role:                Role(pg),
 		RoleBinding:         RoleBinding(pg),
 		Secrets:             secrets,
-		Services:            Services(pg),
+		Services:            Services(pg, opts),
 		PodDisruptionBudget: PodDisruptionBudget(pg),
 		StatefulSet:         StatefulSet(pg, opts),
 		Poolers:             Poolers(pg, opts),

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -8,30 +10,49 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
+// DefaultSourceRange is the loadBalancerSourceRanges of a load balancer
+// whose cluster gives no allowedSourceRanges: the zalando operator's
+// localhost, which no client outside the Kubernetes cluster matches. A load
+// balancer is closed until its networks are named.
+const DefaultSourceRange = "127.0.0.1/32"
+
 // Services returns the cluster's Services: master, replica and Patroni
 // config, in that order.
-func Services(pg *v1.Postgresql) []*corev1.Service {
-	return []*corev1.Service{MasterService(pg), ReplicaService(pg), ConfigService(pg)}
+func Services(pg *v1.Postgresql, opts Options) []*corev1.Service {
+	return []*corev1.Service{MasterService(pg, opts), ReplicaService(pg, opts), ConfigService(pg)}
 }
 
 // MasterService routes to the pod Patroni labelled spilo-role=master, the
 // primary: the address applications write to. It also governs the
 // StatefulSet's pod names.
-func MasterService(pg *v1.Postgresql) *corev1.Service {
-	return roleService(pg, MasterServiceName(pg.Name), RoleMaster)
+func MasterService(pg *v1.Postgresql, opts Options) *corev1.Service {
+	return roleService(pg, MasterServiceName(pg.Name), RoleMaster,
+		enabled(pg.Spec.EnableMasterLoadBalancer, opts.EnableMasterLoadBalancer))
 }
 
 // ReplicaService routes to the pods Patroni labelled spilo-role=replica,
 // for read-only traffic.
-func ReplicaService(pg *v1.Postgresql) *corev1.Service {
-	return roleService(pg, ReplicaServiceName(pg.Name), RoleReplica)
+func ReplicaService(pg *v1.Postgresql, opts Options) *corev1.Service {
+	return roleService(pg, ReplicaServiceName(pg.Name), RoleReplica,
+		enabled(pg.Spec.EnableReplicaLoadBalancer, opts.EnableReplicaLoadBalancer))
 }
 
-func roleService(pg *v1.Postgresql, name, role string) *corev1.Service {
+// enabled returns the cluster's setting when it has one, else the
+// operator's.
+func enabled(cluster *bool, operator bool) bool {
+	if cluster != nil {
+		return *cluster
+	}
+	return operator
+}
+
+// roleService builds a role's Service; a load balancer one admits the
+// cluster's allowedSourceRanges, or DefaultSourceRange when there are none.
+func roleService(pg *v1.Postgresql, name, role string, loadBalancer bool) *corev1.Service {
 	meta := objectMeta(pg, name)
 	meta.Labels[LabelRole] = role
 	meta.Annotations = copyMap(pg.Spec.ServiceAnnotations)
-	return &corev1.Service{
+	svc := &corev1.Service{
 		TypeMeta:   serviceTypeMeta,
 		ObjectMeta: meta,
 		Spec: corev1.ServiceSpec{
@@ -45,6 +66,14 @@ func roleService(pg *v1.Postgresql, name, role string) *corev1.Service {
 			}},
 		},
 	}
+	if loadBalancer {
+		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+		svc.Spec.LoadBalancerSourceRanges = slices.Clone(pg.Spec.AllowedSourceRanges)
+		if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
+			svc.Spec.LoadBalancerSourceRanges = []string{DefaultSourceRange}
+		}
+	}
+	return svc
 }
 
 // ConfigService is the headless, selector-less Service named after

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -68,6 +69,15 @@ type Options struct {
 	PoolerImage string
 	// LogicalBackup configures the logical backup CronJobs (backup.go).
 	LogicalBackup LogicalBackupOptions
+	// EnableMasterLoadBalancer and EnableReplicaLoadBalancer make the
+	// Services of clusters that set no enableMasterLoadBalancer or
+	// enableReplicaLoadBalancer of type LoadBalancer.
+	EnableMasterLoadBalancer  bool
+	EnableReplicaLoadBalancer bool
+	// EnableShmVolume mounts a memory-backed /dev/shm in the pods of
+	// clusters that set no enableShmVolume. Nil means true, as in the
+	// zalando operator.
+	EnableShmVolume *bool
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for
@@ -161,11 +171,18 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 			RunAsNonRoot:   ptr.To(true),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		Containers: []corev1.Container{spiloContainer(pg, opts)},
-		Volumes: []corev1.Volume{{
+		Containers: append([]corev1.Container{spiloContainer(pg, opts)}, sidecars(pg, opts)...),
+	}
+	for i := range pg.Spec.InitContainers {
+		spec.InitContainers = append(spec.InitContainers, *pg.Spec.InitContainers[i].DeepCopy())
+	}
+	if shmVolume(pg, opts) {
+		// No sizeLimit, as in the zalando operator: the pages count
+		// against the container's memory limit, which bounds them.
+		spec.Volumes = append(spec.Volumes, corev1.Volume{
 			Name:         shmVolumeName,
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}},
-		}},
+		})
 	}
 	for i := range pg.Spec.Tolerations {
 		spec.Tolerations = append(spec.Tolerations, *pg.Spec.Tolerations[i].DeepCopy())
@@ -179,10 +196,63 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 	}
 }
 
+// shmVolume reports whether the pods get a memory-backed /dev/shm: the
+// cluster's enableShmVolume, else the operator's.
+func shmVolume(pg *v1.Postgresql, opts Options) bool {
+	if pg.Spec.EnableShmVolume != nil {
+		return *pg.Spec.EnableShmVolume
+	}
+	return opts.EnableShmVolume == nil || *opts.EnableShmVolume
+}
+
+// sidecars returns the cluster's sidecar containers as the zalando
+// operator builds them: POD_NAME, POD_NAMESPACE, POSTGRES_USER and
+// POSTGRES_PASSWORD first (a variable of the manifest with one of these
+// names is dropped), the data volume mounted where Spilo has it, and the
+// operator's default resources where the sidecar sets none.
+func sidecars(pg *v1.Postgresql, opts Options) []corev1.Container {
+	var out []corev1.Container
+	for _, sc := range pg.Spec.Sidecars {
+		env := []corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+			{Name: "POSTGRES_USER", Value: SuperuserName},
+			{Name: "POSTGRES_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: SecretName(SuperuserName, pg.Name)},
+				Key:                  SecretPasswordKey,
+			}}},
+		}
+		set := map[string]bool{}
+		for _, e := range env {
+			set[e.Name] = true
+		}
+		for i := range sc.Env {
+			if !set[sc.Env[i].Name] {
+				env = append(env, *sc.Env[i].DeepCopy())
+			}
+		}
+		out = append(out, corev1.Container{
+			Name:            sc.Name,
+			Image:           sc.Image,
+			ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:         slices.Clone(sc.Command),
+			Ports:           slices.Clone(sc.Ports),
+			Env:             env,
+			Resources:       resources(sc.Resources, opts),
+			VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}},
+		})
+	}
+	return out
+}
+
 func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 	image := pg.Spec.DockerImage
 	if image == "" {
 		image = opts.Image
+	}
+	mounts := []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}}
+	if shmVolume(pg, opts) {
+		mounts = append(mounts, corev1.VolumeMount{Name: shmVolumeName, MountPath: "/dev/shm"})
 	}
 	return corev1.Container{
 		Name:            ContainerName,
@@ -192,12 +262,9 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 			{Name: PostgresPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP},
 			{Name: PatroniPortName, ContainerPort: PatroniPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:       spiloEnv(pg),
-		Resources: resources(pg.Spec.Resources, opts),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: DataVolumeName, MountPath: DataMountPath},
-			{Name: shmVolumeName, MountPath: "/dev/shm"},
-		},
+		Env:          spiloEnv(pg),
+		Resources:    resources(pg.Spec.Resources, opts),
+		VolumeMounts: mounts,
 		// Patroni answers 200 on /readiness once its PostgreSQL runs and
 		// follows the leader (or is the leader): a pod that is Ready can
 		// serve. There is no liveness probe: Patroni restarts PostgreSQL

@@ -202,6 +202,14 @@ func TestPodTemplateHash(t *testing.T) {
 		{"pod annotations", func(pg *v1.Postgresql, _ *Options) { pg.Spec.PodAnnotations["a"] = "b" }, true},
 		{"default image of the operator, unused", func(_ *v1.Postgresql, o *Options) { o.Image = "example.com/spilo:3" }, false},
 		{"grace period of the operator", func(_ *v1.Postgresql, o *Options) { o.TerminationGracePeriodSeconds = 30 }, true},
+		{"load balancers", func(pg *v1.Postgresql, o *Options) {
+			pg.Spec.EnableMasterLoadBalancer, pg.Spec.AllowedSourceRanges = ptr.To(false), nil
+			o.EnableReplicaLoadBalancer = true
+		}, false},
+		{"shm volume off", func(pg *v1.Postgresql, _ *Options) { pg.Spec.EnableShmVolume = ptr.To(false) }, true},
+		{"shm volume off in the operator, on in the cluster", func(_ *v1.Postgresql, o *Options) { o.EnableShmVolume = ptr.To(false) }, false},
+		{"an init container", func(pg *v1.Postgresql, _ *Options) { pg.Spec.InitContainers = nil }, true},
+		{"a sidecar's image", func(pg *v1.Postgresql, _ *Options) { pg.Spec.Sidecars[0].Image = "example.com/exporter:2" }, true},
 	}
 	base := PodTemplateHash(StatefulSet(loadSample(t, "full"), Options{}))
 	for _, c := range cases {
@@ -244,5 +252,79 @@ func TestPodUpToDate(t *testing.T) {
 				t.Errorf("PodUpToDate = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+func TestShmVolume(t *testing.T) {
+	cases := []struct {
+		name          string
+		cluster, opts *bool
+		want          bool
+	}{
+		{"default", nil, nil, true},
+		{"operator off", nil, ptr.To(false), false},
+		{"operator off, cluster on", ptr.To(true), ptr.To(false), true},
+		{"cluster off", ptr.To(false), ptr.To(true), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pg := loadSample(t, "minimal")
+			pg.Spec.EnableShmVolume = c.cluster
+			pod := StatefulSet(pg, Options{EnableShmVolume: c.opts}).Spec.Template.Spec
+			var volume, mount bool
+			for _, v := range pod.Volumes {
+				if v.Name == shmVolumeName {
+					volume = v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory && v.EmptyDir.SizeLimit == nil
+				}
+			}
+			for _, m := range pod.Containers[0].VolumeMounts {
+				if m.Name == shmVolumeName {
+					mount = m.MountPath == "/dev/shm"
+				}
+			}
+			if volume != c.want || mount != c.want {
+				t.Errorf("shm volume %v, mount %v, want %v", volume, mount, c.want)
+			}
+		})
+	}
+}
+
+func TestSidecarsAndInitContainers(t *testing.T) {
+	pg := loadSample(t, "full")
+	pg.Spec.Sidecars = append(pg.Spec.Sidecars, v1.Sidecar{Name: "bare", Image: "example.com/bare:1",
+		Env: []corev1.EnvVar{{Name: "POSTGRES_USER", Value: "dropped"}, {Name: "KEPT", Value: "1"}}})
+	pod := StatefulSet(pg, Options{}).Spec.Template.Spec
+	if len(pod.InitContainers) != 1 || !apiequality.Semantic.DeepEqual(pod.InitContainers[0], pg.Spec.InitContainers[0]) {
+		t.Errorf("init containers %+v, want the spec's %+v", pod.InitContainers, pg.Spec.InitContainers)
+	}
+	if len(pod.Containers) != 3 || pod.Containers[0].Name != ContainerName {
+		t.Fatalf("containers %d, want postgres and two sidecars", len(pod.Containers))
+	}
+	full, bare := pod.Containers[1], pod.Containers[2]
+	sc := pg.Spec.Sidecars[0]
+	var envNames []string
+	for _, e := range bare.Env {
+		envNames = append(envNames, e.Name)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"name", full.Name, sc.Name},
+		{"image", full.Image, sc.Image},
+		{"command", full.Command, sc.Command},
+		{"ports", full.Ports, sc.Ports},
+		{"user env after pgloop's", full.Env[4:], sc.Env},
+		{"password from the superuser's Secret", full.Env[3].ValueFrom.SecretKeyRef.Name, SecretName(SuperuserName, pg.Name)},
+		{"resources", full.Resources, resources(sc.Resources, Options{}.withDefaults())},
+		{"data mount", full.VolumeMounts, []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}}},
+		{"env of a sidecar that overrides pgloop's", envNames, []string{"POD_NAME", "POD_NAMESPACE", "POSTGRES_USER", "POSTGRES_PASSWORD", "KEPT"}},
+		{"POSTGRES_USER kept", bare.Env[2].Value, SuperuserName},
+		{"default resources", bare.Resources, resources(nil, Options{}.withDefaults())},
+	}
+	for _, c := range checks {
+		if !apiequality.Semantic.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
 	}
 }

@@ -292,7 +292,7 @@ func TestEnsurePoolerOffLeavesForeignService(t *testing.T) {
 		other := testCluster(t)
 		other.Name = cluster.PoolerName(pg.Name, cluster.RoleMaster)
 		other.UID = "22222222-3333-4444-8555-666666666666"
-		foreign := cluster.MasterService(other)
+		foreign := cluster.MasterService(other, cluster.Options{})
 		foreign.UID = "foreign-service-uid"
 		h := newHarness(t, []*v1.Postgresql{pg}, foreign)
 		uidsOnCreate(t, h)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -116,6 +117,13 @@ type Config struct {
 	// LogicalBackup are the settings of the logical backup CronJobs of
 	// the clusters that set spec.enableLogicalBackup.
 	LogicalBackup cluster.LogicalBackupOptions
+	// EnableMasterLoadBalancer and EnableReplicaLoadBalancer make the
+	// master and replica Services of clusters that set no
+	// enableMasterLoadBalancer or enableReplicaLoadBalancer load balancers.
+	EnableMasterLoadBalancer, EnableReplicaLoadBalancer bool
+	// EnableShmVolume gives the pods of clusters that set no
+	// enableShmVolume a memory-backed /dev/shm.
+	EnableShmVolume bool
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -195,6 +203,7 @@ func DefaultConfig() Config {
 			S3BucketPrefix: cluster.DefaultLogicalBackupS3BucketPrefix,
 			S3SSE:          cluster.DefaultLogicalBackupS3SSE,
 		},
+		EnableShmVolume:     true,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,
@@ -331,5 +340,12 @@ func (c *Config) fsmConfig() fsm.Config {
 // clusterOptions are the builders' options. runLeader hands the one value
 // to the facts and to the effects, which must build with the same ones.
 func (c *Config) clusterOptions() cluster.Options {
-	return cluster.Options{Image: c.SpiloImage, PoolerImage: c.PoolerImage, LogicalBackup: c.LogicalBackup}
+	return cluster.Options{
+		Image:                     c.SpiloImage,
+		PoolerImage:               c.PoolerImage,
+		EnableMasterLoadBalancer:  c.EnableMasterLoadBalancer,
+		EnableReplicaLoadBalancer: c.EnableReplicaLoadBalancer,
+		EnableShmVolume:           ptr.To(c.EnableShmVolume),
+		LogicalBackup:             c.LogicalBackup,
+	}
 }

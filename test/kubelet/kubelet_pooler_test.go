@@ -31,7 +31,7 @@ const (
 // and returns it.
 func startPooler(ctx context.Context, t *testing.T, k *runningKubelet, cs kubernetes.Interface, ns string, pg *v1.Postgresql, leader string) *corev1.Pod {
 	t.Helper()
-	svc := cluster.MasterService(pg)
+	svc := cluster.MasterService(pg, cluster.Options{})
 	svc.OwnerReferences = nil
 	if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

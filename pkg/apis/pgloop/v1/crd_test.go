@@ -2,12 +2,14 @@ package v1
 
 import (
 	"context"
+	"fmt"
 	"k8s.io/utils/ptr"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsinstall "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/install"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -140,6 +142,10 @@ func TestCRDBasics(t *testing.T) {
 		".spec.resources":                       {"self.limits.cpu)", "self.limits.memory)"},
 		".spec.connectionPooler":                {"self.user.startsWith('pg_')", "self.schema.startsWith('pg_')"},
 		".spec.connectionPooler.resources":      {"self.limits.cpu)", "self.limits.memory)"},
+		".spec.allowedSourceRanges":             {"isCIDR(r)"},
+		".spec.initContainers":                  {"c.name != 'postgres'"},
+		".spec.sidecars":                        {"c.name != 'postgres'"},
+		".spec.sidecars[].resources":            {"self.limits.cpu)", "self.limits.memory)"},
 	}
 	for path, fragments := range want {
 		for i, frag := range fragments {
@@ -371,6 +377,52 @@ func TestCRDAdmission(t *testing.T) {
 			name:   "pooler schema with a capital",
 			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{Schema: "Pooler"} },
 			want:   "spec.connectionPooler.schema",
+		},
+		{name: "load balancers, ranges, no shm, containers", mutate: func(p *Postgresql) {
+			p.Spec.EnableMasterLoadBalancer, p.Spec.EnableReplicaLoadBalancer = ptr.To(true), ptr.To(false)
+			p.Spec.AllowedSourceRanges = []string{"10.0.0.0/8", "fd01::/48"}
+			p.Spec.EnableShmVolume = ptr.To(false)
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+			p.Spec.Sidecars = []Sidecar{{Name: "exporter", Image: "exporter:1", Command: []string{"run"},
+				Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9187}}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}
+		}},
+		{
+			name:   "source range not a CIDR",
+			mutate: func(p *Postgresql) { p.Spec.AllowedSourceRanges = []string{"10.0.0.0"} },
+			want:   "allowedSourceRanges must be CIDRs",
+		},
+		{
+			name:   "sidecar named postgres",
+			mutate: func(p *Postgresql) { p.Spec.Sidecars = []Sidecar{{Name: "postgres", Image: "x"}} },
+			want:   "sidecars must not be named postgres",
+		},
+		{
+			name:   "init container named postgres",
+			mutate: func(p *Postgresql) { p.Spec.InitContainers = []corev1.Container{{Name: "postgres", Image: "x"}} },
+			want:   "initContainers must not be named postgres",
+		},
+		{
+			name:   "sidecar without image",
+			mutate: func(p *Postgresql) { p.Spec.Sidecars = []Sidecar{{Name: "x"}} },
+			want:   "spec.sidecars[0].image",
+		},
+		{
+			name: "seven sidecars",
+			mutate: func(p *Postgresql) {
+				for i := range 7 {
+					p.Spec.Sidecars = append(p.Spec.Sidecars, Sidecar{Name: fmt.Sprintf("s%d", i), Image: "x"})
+				}
+			},
+			want: "spec.sidecars: Too many: 7: must have at most 6 items",
+		},
+		{
+			name: "sidecar request above its limit",
+			mutate: func(p *Postgresql) {
+				p.Spec.Sidecars = []Sidecar{{Name: "x", Image: "x", Resources: &Resources{
+					Requests: &ResourceDescription{CPU: ptr.To(resource.MustParse("2"))},
+					Limits:   &ResourceDescription{CPU: ptr.To(resource.MustParse("1"))}}}}
+			},
+			want: "resources.requests.cpu must not exceed resources.limits.cpu",
 		},
 		{
 			name:   "17 instances",

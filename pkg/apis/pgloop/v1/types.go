@@ -191,6 +191,60 @@ type PostgresqlSpec struct {
 	// +kubebuilder:validation:MaxProperties=64
 	ServiceAnnotations map[string]string `json:"serviceAnnotations,omitempty"`
 
+	// EnableMasterLoadBalancer makes the master Service of type
+	// LoadBalancer, reachable from outside the Kubernetes cluster by the
+	// networks in allowedSourceRanges. Unset, the operator's
+	// --enable-master-load-balancer decides (default false).
+	// +optional
+	EnableMasterLoadBalancer *bool `json:"enableMasterLoadBalancer,omitempty"`
+	// EnableReplicaLoadBalancer does the same for the replica Service.
+	// Unset, the operator's --enable-replica-load-balancer decides
+	// (default false).
+	// +optional
+	EnableReplicaLoadBalancer *bool `json:"enableReplicaLoadBalancer,omitempty"`
+	// AllowedSourceRanges are the networks (CIDRs, IPv4 or IPv6) a load
+	// balancer admits: the Services' loadBalancerSourceRanges. Empty while
+	// a load balancer is enabled means 127.0.0.1/32, as in the zalando
+	// operator: the load balancer is closed to everyone outside the
+	// Kubernetes cluster until ranges are given.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.all(r, isCIDR(r))",message="allowedSourceRanges must be CIDRs, e.g. 10.0.0.0/8 or fd01::/48"
+	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
+
+	// EnableShmVolume mounts a memory-backed emptyDir at /dev/shm in the
+	// PostgreSQL container: the container runtime's 64 MiB default is too
+	// small for parallel queries. Unset, the operator's
+	// --enable-shm-volume decides (default true); false leaves /dev/shm
+	// to the runtime.
+	// +optional
+	EnableShmVolume *bool `json:"enableShmVolume,omitempty"`
+
+	// InitContainers run in each pod before PostgreSQL starts, taken as
+	// they are. Their names must differ from each other, from the
+	// sidecars' and from "postgres".
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.name != 'postgres')",message="initContainers must not be named postgres: that is pgloop's PostgreSQL container"
+	InitContainers []corev1.Container `json:"initContainers,omitempty"`
+	// Sidecars run beside PostgreSQL in each pod. As in the zalando
+	// operator, each gets POD_NAME, POD_NAMESPACE, POSTGRES_USER and
+	// POSTGRES_PASSWORD (the superuser's) in its environment, the data
+	// volume mounted at /home/postgres/pgdata, and the operator's default
+	// resources where it sets none.
+	//
+	// At most 6: the CEL rules of each sidecar's resources compare
+	// quantities, and with more the apiserver's cost estimate of them
+	// exceeds its budget.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=6
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.name != 'postgres')",message="sidecars must not be named postgres: that is pgloop's PostgreSQL container"
+	Sidecars []Sidecar `json:"sidecars,omitempty"`
+
 	// EnableConnectionPooler runs a connection pooler (PgBouncer) in front
 	// of the primary: a Deployment and a Service named <cluster>-pooler.
 	// Turning it off deletes them.
@@ -365,6 +419,36 @@ type Resources struct {
 	// matching request.
 	// +optional
 	Limits *ResourceDescription `json:"limits,omitempty"`
+}
+
+// Sidecar is a container that runs beside PostgreSQL in each pod, with the
+// fields and JSON names of zalando's Sidecar.
+type Sidecar struct {
+	// Name of the container: a DNS label, not "postgres".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Image of the container.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Image string `json:"image"`
+	// Resources of the container. Unset values take the operator's
+	// defaults, as for PostgreSQL.
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+	// Ports the container exposes.
+	// +optional
+	// +listType=atomic
+	Ports []corev1.ContainerPort `json:"ports,omitempty"`
+	// Env are environment variables added after the four pgloop sets.
+	// +optional
+	// +listType=atomic
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// Command replaces the image's entrypoint.
+	// +optional
+	// +listType=atomic
+	Command []string `json:"command,omitempty"`
 }
 
 // ResourceDescription is an amount of CPU and memory.

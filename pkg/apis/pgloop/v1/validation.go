@@ -3,6 +3,7 @@ package v1
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -168,7 +169,87 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, validateWindows(s.MaintenanceWindows, path.Child("maintenanceWindows"))...)
 	errs = append(errs, s.validateLogicalBackup(path)...)
 	errs = append(errs, s.validatePrepared(path)...)
+	errs = append(errs, s.validatePodExtras(path)...)
 	return append(errs, s.validatePooler(path)...)
+}
+
+// reservedContainerName is the name of pgloop's own container in each pod.
+const reservedContainerName = "postgres"
+
+// validatePodExtras checks the fields taken from zalando's manifest that
+// add to the Services and pods: the load balancers' source ranges, the
+// init containers and the sidecars. The apiserver would refuse a Service
+// or a StatefulSet made from what it catches, after the cluster was
+// admitted.
+func (s *PostgresqlSpec) validatePodExtras(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	// The CRD's maxItems, re-checked.
+	for _, l := range []struct {
+		name    string
+		n, most int
+	}{
+		{"allowedSourceRanges", len(s.AllowedSourceRanges), 64},
+		{"initContainers", len(s.InitContainers), 16},
+		{"sidecars", len(s.Sidecars), 6},
+	} {
+		if l.n > l.most {
+			errs = append(errs, field.TooMany(path.Child(l.name), l.n, l.most))
+		}
+	}
+	for i, r := range s.AllowedSourceRanges {
+		if _, err := netip.ParsePrefix(r); err != nil {
+			errs = append(errs, field.Invalid(path.Child("allowedSourceRanges").Index(i), r, "must be a CIDR, e.g. 10.0.0.0/8 or fd01::/48"))
+		}
+	}
+	// Init containers and containers share one namespace of names in a
+	// pod, and "postgres" is pgloop's.
+	seen := map[string]bool{reservedContainerName: true}
+	checkName := func(name string, p *field.Path) {
+		switch {
+		case name == "":
+			errs = append(errs, field.Required(p, "a container name"))
+		case name == reservedContainerName:
+			errs = append(errs, field.Invalid(p, name, "is pgloop's PostgreSQL container"))
+		case seen[name]:
+			errs = append(errs, field.Duplicate(p, name))
+		default:
+			for _, msg := range validation.IsDNS1123Label(name) {
+				errs = append(errs, field.Invalid(p, name, msg))
+			}
+		}
+		seen[name] = true
+	}
+	checkImage := func(image string, p *field.Path) {
+		if image == "" {
+			errs = append(errs, field.Required(p, "an image"))
+		} else if image != strings.TrimSpace(image) {
+			errs = append(errs, field.Invalid(p, image, "must not have leading or trailing whitespace"))
+		}
+	}
+	for i, c := range s.InitContainers {
+		ip := path.Child("initContainers").Index(i)
+		checkName(c.Name, ip.Child("name"))
+		checkImage(c.Image, ip.Child("image"))
+	}
+	for i, c := range s.Sidecars {
+		ip := path.Child("sidecars").Index(i)
+		checkName(c.Name, ip.Child("name"))
+		checkImage(c.Image, ip.Child("image"))
+		if c.Resources != nil {
+			errs = append(errs, c.Resources.validate(ip.Child("resources"))...)
+		}
+		for j, e := range c.Env {
+			for _, msg := range validation.IsEnvVarName(e.Name) {
+				errs = append(errs, field.Invalid(ip.Child("env").Index(j).Child("name"), e.Name, msg))
+			}
+		}
+		for j, port := range c.Ports {
+			if port.ContainerPort < 1 || port.ContainerPort > 65535 {
+				errs = append(errs, field.Invalid(ip.Child("ports").Index(j).Child("containerPort"), port.ContainerPort, "must be between 1 and 65535"))
+			}
+		}
+	}
+	return errs
 }
 
 func (p *PostgresqlParam) validate(path *field.Path, instances int32) field.ErrorList {

@@ -109,6 +109,44 @@ func TestValidate(t *testing.T) {
 				"spec.connectionPooler.numberOfInstances", "spec.connectionPooler.maxDBConnections", "spec.connectionPooler.mode: Unsupported value"},
 		},
 		{
+			name: "load balancers and containers",
+			mutate: func(p *Postgresql) {
+				p.Spec.EnableMasterLoadBalancer = ptr.To(true)
+				p.Spec.AllowedSourceRanges = []string{"10.0.0.0/8", "fd01::/48", "192.168.1.7/32"}
+				p.Spec.EnableShmVolume = ptr.To(false)
+				p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+				p.Spec.Sidecars = []Sidecar{{Name: "exporter", Image: "exporter:1", Env: []corev1.EnvVar{{Name: "DATA_SOURCE", Value: "x"}}}}
+			},
+		},
+		{
+			name: "source ranges not CIDRs",
+			mutate: func(p *Postgresql) {
+				p.Spec.AllowedSourceRanges = []string{"10.0.0.0/8", "10.0.0.1", "010.0.0.0/8", "10.0.0.0/33"}
+			},
+			want: []string{"spec.allowedSourceRanges[1]", "spec.allowedSourceRanges[2]", "spec.allowedSourceRanges[3]"},
+		},
+		{
+			name: "container names",
+			mutate: func(p *Postgresql) {
+				p.Spec.InitContainers = []corev1.Container{{Name: "a", Image: "x"}, {Name: "postgres", Image: "x"}, {Name: "Bad_Name", Image: "x"}}
+				p.Spec.Sidecars = []Sidecar{{Name: "a", Image: "x"}, {Name: "", Image: "x"}}
+			},
+			want: []string{"spec.initContainers[1].name: Invalid value: \"postgres\"", "spec.initContainers[2].name: Invalid value: \"Bad_Name\"",
+				"spec.sidecars[0].name: Duplicate value: \"a\"", "spec.sidecars[1].name: Required value"},
+		},
+		{
+			name: "container images and sidecar fields",
+			mutate: func(p *Postgresql) {
+				p.Spec.InitContainers = []corev1.Container{{Name: "i"}}
+				p.Spec.Sidecars = []Sidecar{{Name: "s", Image: " x", Env: []corev1.EnvVar{{Name: "1A"}},
+					Ports: []corev1.ContainerPort{{ContainerPort: 0}},
+					Resources: &Resources{Requests: &ResourceDescription{Memory: ptr.To(resource.MustParse("2Gi"))},
+						Limits: &ResourceDescription{Memory: ptr.To(resource.MustParse("1Gi"))}}}}
+			},
+			want: []string{"spec.initContainers[0].image: Required value", "spec.sidecars[0].image: Invalid value",
+				"spec.sidecars[0].env[0].name", "spec.sidecars[0].ports[0].containerPort", "spec.sidecars[0].resources.requests.memory"},
+		},
+		{
 			name:   "too many instances",
 			mutate: func(p *Postgresql) { p.Spec.NumberOfInstances = MaxInstances + 1 },
 			want:   []string{"spec.numberOfInstances: Invalid value: 17: must be between 0 and 16"},
@@ -579,7 +617,11 @@ func TestSamples(t *testing.T) {
 			!s.PoolerEnabled(false) || !s.PoolerEnabled(true) || s.ConnectionPooler == nil ||
 			s.ConnectionPooler.NumberOfInstances == nil || s.ConnectionPooler.Mode == "" || s.ConnectionPooler.Schema == "" ||
 			s.ConnectionPooler.User == "" || s.ConnectionPooler.DockerImage == "" || s.ConnectionPooler.MaxDBConnections == nil ||
-			s.ConnectionPooler.Resources == nil || !s.EnableLogicalBackup || s.LogicalBackupSchedule == "" || s.PreparedDatabases == nil {
+			s.ConnectionPooler.Resources == nil || !s.EnableLogicalBackup || s.LogicalBackupSchedule == "" || s.PreparedDatabases == nil ||
+
+			s.EnableMasterLoadBalancer == nil || s.EnableReplicaLoadBalancer == nil ||
+			s.AllowedSourceRanges == nil || s.EnableShmVolume == nil || s.InitContainers == nil || s.Sidecars == nil ||
+			s.Sidecars[0].Resources == nil || s.Sidecars[0].Ports == nil || s.Sidecars[0].Env == nil || s.Sidecars[0].Command == nil {
 			t.Errorf("full.yaml leaves a spec field unset: %+v", s)
 		}
 	})
