@@ -223,6 +223,14 @@ type Memory struct {
 	// still the primary.
 	Restarted    []string
 	SwitchedFrom string
+	// EnsurePending: the ensure effects asked for (a spec edit, a
+	// retry) have not reported success yet, or wait to be asked again.
+	// The facts compare only the StatefulSet, the poolers and the
+	// CronJob with the spec: an edit's update of a Service or a
+	// PodDisruptionBudget is seen here, so Updating does not end before
+	// it is done. (In Creating the Services are written before the
+	// StatefulSet the facts see.)
+	EnsurePending bool
 }
 
 // SyncDue reports whether the roles and databases the spec asks for are

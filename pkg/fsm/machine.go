@@ -137,7 +137,8 @@ type call struct {
 // decide on.
 func (m *Machine) memory() Memory {
 	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.call.lossDue,
-		Restarted: m.out.restarted, SwitchedFrom: m.out.switchedFrom}
+		Restarted: m.out.restarted, SwitchedFrom: m.out.switchedFrom,
+		EnsurePending: m.out.want == ensureEffects || m.out.again}
 }
 
 // effects are the state's own effects: the cleanup in Deleting, the ensure
