@@ -67,6 +67,12 @@ func (e *Env) LeaderRecord(ctx context.Context, ns, name string) (string, error)
 // here. The connection is closed when t ends.
 func (e *Env) SQL(ctx context.Context, t testing.TB, pod *corev1.Pod) *pgx.Conn {
 	t.Helper()
+	return e.SQLDatabase(ctx, t, pod, "postgres")
+}
+
+// SQLDatabase is SQL to the database db.
+func (e *Env) SQLDatabase(ctx context.Context, t testing.TB, pod *corev1.Pod, db string) *pgx.Conn {
+	t.Helper()
 	clusterName := pod.Labels[cluster.LabelClusterName]
 	secret, err := e.Kube.CoreV1().Secrets(pod.Namespace).Get(ctx, cluster.SecretName(cluster.SuperuserName, clusterName), metav1.GetOptions{})
 	if err != nil {
@@ -75,8 +81,8 @@ func (e *Env) SQL(ctx context.Context, t testing.TB, pod *corev1.Pod) *pgx.Conn 
 	if pod.Status.PodIP == "" {
 		t.Fatalf("pod %s has no IP", pod.Name)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5",
-		pod.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable connect_timeout=5",
+		pod.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName, db))
 	if err != nil {
 		t.Fatal(err)
 	}
