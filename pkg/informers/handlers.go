@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -179,19 +180,7 @@ func (i *Informers) eventHandler(s *scope, kind string) cache.ResourceEventHandl
 		}
 		i.notifier.Notify(key, SignalEvents)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: notify,
-		UpdateFunc: func(oldObj, newObj any) {
-			// A resync hands the same version again: nothing changed.
-			o, ok1 := oldObj.(*storagev1.StorageClass)
-			n, ok2 := newObj.(*storagev1.StorageClass)
-			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
-				return
-			}
-			notify(newObj)
-		},
-		DeleteFunc: notify,
-	}
+	return onChange(notify)
 }
 
 // quotaHandler notifies SignalQuota to every cluster of the namespace of a
@@ -210,19 +199,7 @@ func (i *Informers) quotaHandler(s *scope) cache.ResourceEventHandler {
 			i.notifier.Notify(key, SignalQuota)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: notify,
-		UpdateFunc: func(oldObj, newObj any) {
-			// A resync hands the same version again: nothing changed.
-			o, ok1 := oldObj.(*storagev1.StorageClass)
-			n, ok2 := newObj.(*storagev1.StorageClass)
-			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
-				return
-			}
-			notify(newObj)
-		},
-		DeleteFunc: notify,
-	}
+	return onChange(notify)
 }
 
 // classHandler notifies the clusters with a claim of a StorageClass that
@@ -251,13 +228,18 @@ func (i *Informers) classHandler() cache.ResourceEventHandler {
 			}
 		}
 	}
+	return onChange(notify)
+}
+
+// onChange is a handler that calls notify for every add, delete and update
+// but those a resync hands again with the same version: nothing changed.
+func onChange(notify func(any)) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: notify,
 		UpdateFunc: func(oldObj, newObj any) {
-			// A resync hands the same version again: nothing changed.
-			o, ok1 := oldObj.(*storagev1.StorageClass)
-			n, ok2 := newObj.(*storagev1.StorageClass)
-			if ok1 && ok2 && o.ResourceVersion == n.ResourceVersion {
+			o, ok1 := oldObj.(metav1.Object)
+			n, ok2 := newObj.(metav1.Object)
+			if ok1 && ok2 && o.GetResourceVersion() == n.GetResourceVersion() {
 				return
 			}
 			notify(newObj)
