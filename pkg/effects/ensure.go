@@ -94,33 +94,9 @@ func (r *run) ensure(ctx context.Context) error {
 		})
 	}
 	for _, s := range objs.Services {
-		writes = append(writes, func() error {
-			return ensureObject(ctx, r, core.Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
-				func(cur *corev1.Service) (*corev1.Service, bool, error) {
-					if err := controlled(cur, pg, "service"); err != nil {
-						return nil, false, err
-					}
-					if !cluster.ServiceNeedsUpdate(cur, s) {
-						return nil, false, nil
-					}
-					return cluster.ApplyService(cur, s), true, nil
-				})
-		})
+		writes = append(writes, func() error { return r.ensureService(ctx, pg, s) })
 	}
-	pdb := objs.PodDisruptionBudget
-	writes = append(writes, func() error {
-		return ensureObject(ctx, r, r.kube.PolicyV1().PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
-			cached(r, pdb.Name, Cache.PodDisruptionBudget),
-			func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
-				if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
-					return nil, false, err
-				}
-				if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
-					return nil, false, nil
-				}
-				return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
-			})
-	})
+	writes = append(writes, func() error { return r.ensurePodDisruptionBudget(ctx, pg, objs.PodDisruptionBudget) })
 	if err := r.together(writes); err != nil {
 		return err
 	}
@@ -156,6 +132,37 @@ func (r *run) ensure(ctx context.Context) error {
 		return err
 	}
 	return r.growVolumes(ctx, pg)
+}
+
+// ensureService creates the Service s of pg, or brings what pgloop owns of
+// it in line (cluster.ServiceNeedsUpdate).
+func (r *run) ensureService(ctx context.Context, pg *v1.Postgresql, s *corev1.Service) error {
+	return ensureObject(ctx, r, r.kube.CoreV1().Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
+		func(cur *corev1.Service) (*corev1.Service, bool, error) {
+			if err := controlled(cur, pg, "service"); err != nil {
+				return nil, false, err
+			}
+			if !cluster.ServiceNeedsUpdate(cur, s) {
+				return nil, false, nil
+			}
+			return cluster.ApplyService(cur, s), true, nil
+		})
+}
+
+// ensurePodDisruptionBudget creates the PodDisruptionBudget pdb of pg, or
+// brings what pgloop owns of it in line.
+func (r *run) ensurePodDisruptionBudget(ctx context.Context, pg *v1.Postgresql, pdb *policyv1.PodDisruptionBudget) error {
+	return ensureObject(ctx, r, r.kube.PolicyV1().PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
+		cached(r, pdb.Name, Cache.PodDisruptionBudget),
+		func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
+			if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
+				return nil, false, err
+			}
+			if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
+				return nil, false, nil
+			}
+			return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
+		})
 }
 
 // together runs writes at once, each on a goroutine of its own, and

@@ -8,7 +8,6 @@ import (
 	"github.com/sirupsen/logrus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,7 +24,7 @@ import (
 // else), as with zalando. The Secret was created with the others, before:
 // the pooler's pods read it.
 func (r *run) ensurePoolers(ctx context.Context, pg *v1.Postgresql, objs *cluster.Objects) error {
-	core, apps, policy := r.kube.CoreV1(), r.kube.AppsV1(), r.kube.PolicyV1()
+	core, apps := r.kube.CoreV1(), r.kube.AppsV1()
 	enabled := map[string]bool{}
 	var writes []func() error
 	for _, p := range objs.Poolers {
@@ -44,31 +43,8 @@ func (r *run) ensurePoolers(ctx context.Context, pg *v1.Postgresql, objs *cluste
 						return cluster.ApplyDeployment(cur, d), true, nil
 					})
 			},
-			func() error {
-				return ensureObject(ctx, r, core.Services(r.ns), "service", svc, cached(r, svc.Name, Cache.Service),
-					func(cur *corev1.Service) (*corev1.Service, bool, error) {
-						if err := controlled(cur, pg, "service"); err != nil {
-							return nil, false, err
-						}
-						if !cluster.ServiceNeedsUpdate(cur, svc) {
-							return nil, false, nil
-						}
-						return cluster.ApplyService(cur, svc), true, nil
-					})
-			},
-			func() error {
-				return ensureObject(ctx, r, policy.PodDisruptionBudgets(r.ns), "poddisruptionbudget", pdb,
-					cached(r, pdb.Name, Cache.PodDisruptionBudget),
-					func(cur *policyv1.PodDisruptionBudget) (*policyv1.PodDisruptionBudget, bool, error) {
-						if err := controlled(cur, pg, "poddisruptionbudget"); err != nil {
-							return nil, false, err
-						}
-						if !cluster.PodDisruptionBudgetNeedsUpdate(cur, pdb) {
-							return nil, false, nil
-						}
-						return cluster.ApplyPodDisruptionBudget(cur, pdb), true, nil
-					})
-			})
+			func() error { return r.ensureService(ctx, pg, svc) },
+			func() error { return r.ensurePodDisruptionBudget(ctx, pg, pdb) })
 	}
 	for _, role := range cluster.PoolerRoles {
 		if !enabled[role] {
