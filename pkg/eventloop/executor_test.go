@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -466,5 +467,39 @@ func TestUrgentWorkersDoNotStarveBackground(t *testing.T) {
 	}
 	if ahead := at - queuedAt; ahead > maxUrgentStreak {
 		t.Errorf("%d urgent plans started ahead of the background one, want at most %d: %q", ahead, maxUrgentStreak, starts[queuedAt:at+1])
+	}
+}
+
+// A plan's steps run under a context marked with the plan's priority, so
+// that what they send can be ordered by it (the operator's request gate);
+// contexts of no plan are Unmarked.
+func TestPlanContextPriority(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]Priority{}
+	rec := newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{}
+		}
+		p := plan(1, step("look", func(ctx context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[ev.Key] = PriorityOf(ctx)
+			return nil
+		}))
+		p.Urgent = ev.Name == "urgent"
+		return Outcome{Plan: p}
+	})
+	l := startLoop(t, rec, Options{Workers: 4})
+	l.Notify("ns/user", "urgent")
+	l.Notify("ns/resync", "background")
+	l.waitIdle(t)
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]Priority{"ns/user": Urgent, "ns/resync": Background}
+	if !maps.Equal(got, want) {
+		t.Errorf("priorities %v, want %v", got, want)
+	}
+	if p := PriorityOf(context.Background()); p != Unmarked {
+		t.Errorf("PriorityOf(context.Background()) = %v, want Unmarked", p)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // descAPIRequests counts what pgloop asks of the Kubernetes API: the
@@ -12,6 +13,23 @@ var descAPIRequests = Desc{"pgloop_api_requests_total", "counter", []string{"ver
 	"Requests pgloop's Kubernetes client sent, by verb (get, list, watch, create, update, patch, delete, deletecollection), resource " +
 		"(with its subresource: postgresqls/status; nonresource for discovery) and HTTP status code (error when no response came). " +
 		"create, update, patch, delete and deletecollection are the writes."}
+
+// descHeld and descHeldSeconds count the requests of background work
+// that waited for urgent ones (the operator's request gate,
+// --background-requests-while-urgent).
+var (
+	descHeld = Desc{"pgloop_api_requests_held_total", "counter", nil,
+		"Requests of background work (retries, resyncs, rollouts, Events) that waited in the operator while requests of a user's action were in flight (--background-requests-while-urgent)."}
+	descHeldSeconds = Desc{"pgloop_api_requests_held_seconds_total", "counter", nil,
+		"Time the requests of pgloop_api_requests_held_total waited, summed."}
+)
+
+// ObserveHeld counts one request of background work that waited d for
+// urgent ones.
+func (m *Metrics) ObserveHeld(d time.Duration) {
+	m.held.Inc()
+	m.heldSeconds.Add(d.Seconds())
+}
 
 // NonResource is the resource label of requests that name no resource,
 // such as discovery.

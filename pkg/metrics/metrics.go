@@ -99,7 +99,7 @@ func Descs() []Desc {
 	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descAPIRequests, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -119,6 +119,8 @@ type Metrics struct {
 	sql          *prometheus.CounterVec
 	patroni      *prometheus.CounterVec
 	apiRequests  *prometheus.CounterVec
+	held         prometheus.Counter
+	heldSeconds  prometheus.Counter
 	leader       prometheus.Gauge
 	loop         *loopCollector
 
@@ -153,6 +155,8 @@ func New() *Metrics {
 		sql:          prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
 		patroni:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
 		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
+		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
+		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loop:         &loopCollector{},
 		states:       map[string]string{},
@@ -168,7 +172,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.apiRequests, m.leader, buildInfo, m.loop,
+		m.sql, m.patroni, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

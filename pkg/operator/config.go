@@ -95,6 +95,10 @@ type Config struct {
 	// behind background work (eventloop.Options.UrgentWorkers: at most a
 	// quarter of Workers; negative: none).
 	Workers, UrgentWorkers int
+	// BackgroundWhileUrgent is how many API requests of background plans
+	// may be in flight while requests of urgent plans are (requestGate);
+	// negative: no limit, background requests are never held.
+	BackgroundWhileUrgent int
 	// StepTimeout bounds one effect step (one API call or a short series).
 	StepTimeout time.Duration
 	// CreateTimeout and UpdateTimeout bound Creating and Updating before
@@ -186,6 +190,7 @@ func DefaultConfig() Config {
 		HealthAddr:              DefaultHealthAddr,
 		Workers:                 eventloop.DefaultWorkers,
 		UrgentWorkers:           eventloop.DefaultUrgentWorkers,
+		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
 		StepTimeout:             eventloop.DefaultStepTimeout,
 		CreateTimeout:           f.CreateTimeout,
 		UpdateTimeout:           f.UpdateTimeout,

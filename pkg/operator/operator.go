@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Every client made from restCfg counts its requests.
 	m := metrics.New()
 	restCfg.Wrap(m.InstrumentTransport)
-	cl, err := newClients(restCfg, &cfg)
+	cl, err := newClients(restCfg, &cfg, m.ObserveHeld)
 	if err != nil {
 		return err
 	}
@@ -127,10 +127,14 @@ func restConfig(cfg *Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-func newClients(rc *rest.Config, cfg *Config) (clients, error) {
+func newClients(rc *rest.Config, cfg *Config, onHeld func(time.Duration)) (clients, error) {
 	fence := &writeFence{}
 	wc := rest.CopyConfig(rc)
 	wc.Wrap(fence.wrap)
+	if cfg.BackgroundWhileUrgent >= 0 {
+		// Outside the fence: a request held a while is fenced when it goes.
+		wc.Wrap(newRequestGate(cfg.BackgroundWhileUrgent, DefaultUrgentHold, nil, onHeld).wrap)
+	}
 	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
 		return clients{}, fmt.Errorf("create kubernetes client: %w", err)
@@ -168,13 +172,14 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *met
 		cfg.OnListen(srv.addr)
 	}
 	entry.WithFields(logrus.Fields{
-		"version":       version.Version,
-		"namespaces":    namespacesField(cfg.Namespaces),
-		"leaderElect":   cfg.LeaderElect,
-		"workers":       cfg.Workers,
-		"urgentWorkers": cfg.UrgentWorkers,
-		"stepTimeout":   cfg.StepTimeout.String(),
-		"resyncPeriod":  cfg.ResyncPeriod.String(),
+		"version":                       version.Version,
+		"namespaces":                    namespacesField(cfg.Namespaces),
+		"leaderElect":                   cfg.LeaderElect,
+		"workers":                       cfg.Workers,
+		"urgentWorkers":                 cfg.UrgentWorkers,
+		"backgroundRequestsWhileUrgent": cfg.BackgroundWhileUrgent,
+		"stepTimeout":                   cfg.StepTimeout.String(),
+		"resyncPeriod":                  cfg.ResyncPeriod.String(),
 	}).Info("pgloop operator starting")
 
 	broadcaster := record.NewBroadcaster()

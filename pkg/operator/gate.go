@@ -1,0 +1,200 @@
+package operator
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pgloop/pgloop/pkg/eventloop"
+)
+
+// The request gate's defaults (docs/scale.md, "Fairness").
+const (
+	// DefaultBackgroundWhileUrgent is how many background requests may be
+	// in flight while urgent ones are.
+	DefaultBackgroundWhileUrgent = 1
+	// DefaultUrgentHold is how long after the last urgent request ended
+	// background requests are still held to that: an urgent plan's next
+	// request follows its previous one within milliseconds (the loop
+	// plans it from the result), and should not find the API server
+	// busy again with the background requests held meanwhile.
+	DefaultUrgentHold = 250 * time.Millisecond
+)
+
+// requestGate puts the API requests of urgent plans (a user's action)
+// ahead of the background ones (retries, resyncs, rollout steps, Events)
+// at the API server itself. The executor already starts urgent plans first
+// (eventloop.Options.UrgentWorkers), but their requests then share the API
+// server with the background requests in flight: during a fleet's rollout
+// a new cluster's writes waited behind a thousand status writes (all of
+// pgloop's requests are one flow of the server's Priority and Fairness,
+// or none: a client of system:masters is exempt). So while urgent requests
+// are in flight, and for hold after the last one, at most limit background
+// requests are: the others wait in the gate, first come first served,
+// until urgent traffic stops. Without urgent requests background ones are
+// never held.
+//
+// A request's priority is its plan's (eventloop.PriorityOf its context);
+// Event writes are background (best effort); the rest (informers' lists
+// and watches, leader election) is not gated and not counted. A held
+// request gives up when its context ends, as it would have in the server.
+//
+// Only requests count, never plans: an urgent plan that waits on Patroni
+// or SQL holds nothing here, so a stuck cluster's slow urgent plan does
+// not slow the fleet's background work.
+type requestGate struct {
+	limit int
+	hold  time.Duration
+	clock clock.WithDelayedExecution
+	// onHeld is told how long each held request waited.
+	onHeld func(time.Duration)
+
+	mu         sync.Mutex
+	urgent     int       // urgent requests in flight
+	background int       // background requests in flight
+	quietAt    time.Time // urgent traffic counts as over from then, if urgent == 0
+	waiters    []chan struct{}
+	timer      clock.Timer // wakes the waiters at quietAt
+}
+
+func newRequestGate(limit int, hold time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if onHeld == nil {
+		onHeld = func(time.Duration) {}
+	}
+	return &requestGate{limit: max(limit, 1), hold: hold, clock: clk, onHeld: onHeld}
+}
+
+// wrap is a rest.Config WrapTransport.
+func (g *requestGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return gatedTransport{next: rt, g: g}
+}
+
+type gatedTransport struct {
+	next http.RoundTripper
+	g    *requestGate
+}
+
+func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch requestPriority(req) {
+	case eventloop.Urgent:
+		t.g.urgentStarted()
+		defer t.g.urgentEnded()
+	case eventloop.Background:
+		if err := t.g.acquire(req); err != nil {
+			return nil, err
+		}
+		defer t.g.release()
+	}
+	return t.next.RoundTrip(req)
+}
+
+// requestPriority is the gate's class of req.
+func requestPriority(req *http.Request) eventloop.Priority {
+	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "" {
+		return eventloop.Unmarked
+	}
+	p := eventloop.PriorityOf(req.Context())
+	if p == eventloop.Unmarked && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/events") {
+		return eventloop.Background
+	}
+	return p
+}
+
+// open reports whether background requests go unheld: no urgent request
+// in flight, and hold passed since the last one. g.mu is held.
+func (g *requestGate) open(now time.Time) bool {
+	return g.urgent == 0 && !now.Before(g.quietAt)
+}
+
+// acquire takes a slot for a background request, waiting for one while
+// urgent traffic goes on, in the order the requests came.
+func (g *requestGate) acquire(req *http.Request) error {
+	g.mu.Lock()
+	now := g.clock.Now()
+	if len(g.waiters) == 0 && (g.open(now) || g.background < g.limit) {
+		g.background++
+		g.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	g.waiters = append(g.waiters, ch)
+	g.mu.Unlock()
+
+	select {
+	case <-ch:
+		g.onHeld(g.clock.Since(now))
+		return nil
+	case <-req.Context().Done():
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		select {
+		case <-ch: // granted meanwhile: hand the slot on
+			g.background--
+			g.dispatch()
+		default:
+			for i, w := range g.waiters {
+				if w == ch {
+					g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+					break
+				}
+			}
+		}
+		return req.Context().Err()
+	}
+}
+
+// release frees a background request's slot.
+func (g *requestGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.background--
+	g.dispatch()
+}
+
+func (g *requestGate) urgentStarted() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.urgent++
+}
+
+func (g *requestGate) urgentEnded() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.urgent--
+	g.quietAt = g.clock.Now().Add(g.hold)
+	g.dispatch()
+}
+
+// dispatch lets waiting requests go while the gate allows, first come
+// first served, and arms the timer that lets the rest go once urgent
+// traffic is over. g.mu is held.
+func (g *requestGate) dispatch() {
+	now := g.clock.Now()
+	for len(g.waiters) > 0 && (g.open(now) || g.background < g.limit) {
+		g.background++
+		close(g.waiters[0])
+		g.waiters[0] = nil
+		g.waiters = g.waiters[1:]
+	}
+	if len(g.waiters) == 0 || g.urgent > 0 {
+		return
+	}
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.timer = g.clock.AfterFunc(g.quietAt.Sub(now), func() {
+		// On a goroutine of its own: a fake clock calls this with its
+		// lock held, and dispatch reads the clock.
+		go func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.dispatch()
+		}()
+	})
+}
