@@ -99,6 +99,9 @@ type Config struct {
 	// may be in flight while requests of urgent plans are (requestGate);
 	// negative: no limit, background requests are never held.
 	BackgroundWhileUrgent int
+	// BackgroundRequests bounds the API requests of background plans in
+	// flight at any time (0: as many as the workers send).
+	BackgroundRequests int
 	// StepTimeout bounds one effect step (one API call or a short series).
 	StepTimeout time.Duration
 	// CreateTimeout and UpdateTimeout bound Creating and Updating before
@@ -265,6 +268,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 1 {
 		bad("workers must be at least 1, got %d", c.Workers)
+	}
+	if c.BackgroundWhileUrgent < -1 || c.BackgroundWhileUrgent == 0 {
+		bad("background-requests-while-urgent must be at least 1, or -1 for no limit, got %d", c.BackgroundWhileUrgent)
+	}
+	if c.BackgroundRequests < 0 {
+		bad("background-requests must not be negative, got %d", c.BackgroundRequests)
 	}
 	positive("step-timeout", c.StepTimeout)
 	positive("create-timeout", c.CreateTimeout)

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -46,9 +47,11 @@ const (
 // or SQL holds nothing here, so a stuck cluster's slow urgent plan does
 // not slow the fleet's background work.
 type requestGate struct {
-	limit int
-	hold  time.Duration
-	clock clock.WithDelayedExecution
+	// limit is how many background requests may be in flight while
+	// urgent traffic goes on; most, at any time (0: no bound).
+	limit, most int
+	hold        time.Duration
+	clock       clock.WithDelayedExecution
 	// onHeld is told how long each held request waited.
 	onHeld func(time.Duration)
 
@@ -60,14 +63,17 @@ type requestGate struct {
 	timer      clock.Timer // wakes the waiters at quietAt
 }
 
-func newRequestGate(limit int, hold time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
+func newRequestGate(limit, most int, hold time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
 	if onHeld == nil {
 		onHeld = func(time.Duration) {}
 	}
-	return &requestGate{limit: max(limit, 1), hold: hold, clock: clk, onHeld: onHeld}
+	if limit < 1 { // no limit while urgent
+		limit = math.MaxInt
+	}
+	return &requestGate{limit: limit, most: max(most, 0), hold: hold, clock: clk, onHeld: onHeld}
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -106,10 +112,19 @@ func requestPriority(req *http.Request) eventloop.Priority {
 	return p
 }
 
-// open reports whether background requests go unheld: no urgent request
-// in flight, and hold passed since the last one. g.mu is held.
+// open reports whether urgent traffic is over: no urgent request in
+// flight, and hold passed since the last one. g.mu is held.
 func (g *requestGate) open(now time.Time) bool {
 	return g.urgent == 0 && !now.Before(g.quietAt)
+}
+
+// admits reports whether one more background request may go now. g.mu is
+// held.
+func (g *requestGate) admits(now time.Time) bool {
+	if g.most > 0 && g.background >= g.most {
+		return false
+	}
+	return g.open(now) || g.background < g.limit
 }
 
 // acquire takes a slot for a background request, waiting for one while
@@ -117,7 +132,7 @@ func (g *requestGate) open(now time.Time) bool {
 func (g *requestGate) acquire(req *http.Request) error {
 	g.mu.Lock()
 	now := g.clock.Now()
-	if len(g.waiters) == 0 && (g.open(now) || g.background < g.limit) {
+	if len(g.waiters) == 0 && g.admits(now) {
 		g.background++
 		g.mu.Unlock()
 		return nil
@@ -176,13 +191,14 @@ func (g *requestGate) urgentEnded() {
 // traffic is over. g.mu is held.
 func (g *requestGate) dispatch() {
 	now := g.clock.Now()
-	for len(g.waiters) > 0 && (g.open(now) || g.background < g.limit) {
+	for len(g.waiters) > 0 && g.admits(now) {
 		g.background++
 		close(g.waiters[0])
 		g.waiters[0] = nil
 		g.waiters = g.waiters[1:]
 	}
-	if len(g.waiters) == 0 || g.urgent > 0 {
+	if len(g.waiters) == 0 || g.urgent > 0 || !now.Before(g.quietAt) {
+		// Nothing waits, or what waits waits for a request to end.
 		return
 	}
 	if g.timer != nil {

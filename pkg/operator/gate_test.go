@@ -71,7 +71,7 @@ type gateRig struct {
 
 func newGateRig(t *testing.T, limit int) *gateRig {
 	r := &gateRig{t: t, clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), inner: newHeldTransport(), errs: map[string]chan error{}}
-	r.gate = newRequestGate(limit, DefaultUrgentHold, r.clk, func(d time.Duration) {
+	r.gate = newRequestGate(limit, 0, DefaultUrgentHold, r.clk, func(d time.Duration) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.held = append(r.held, d)

@@ -9,6 +9,11 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// logTimeFormat is RFC 3339 with milliseconds: a cluster's steps are
+// milliseconds apart, and a log in seconds cannot tell their order from
+// another cluster's.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // newLogger returns the operator's logger as cfg asks (cfg is valid).
 func newLogger(cfg *Config) *logrus.Logger {
 	log := logrus.New()
@@ -17,9 +22,9 @@ func newLogger(cfg *Config) *logrus.Logger {
 		log.SetOutput(cfg.LogOutput)
 	}
 	if cfg.LogFormat == LogFormatJSON {
-		log.SetFormatter(&logrus.JSONFormatter{})
+		log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: logTimeFormat})
 	} else {
-		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: logTimeFormat})
 	}
 	if level, err := logrus.ParseLevel(cfg.LogLevel); err == nil {
 		log.SetLevel(level)
