@@ -213,7 +213,7 @@ func (l *Loop) worker() {
 // loop: the rest of a paused plan, or the plan's result.
 func (l *Loop) runJob(j job) {
 	if !l.runPlan(&j) {
-		l.in.post(Event{Key: j.key, Kind: paused, At: l.clock.Now(), cont: &j})
+		l.in.post(Event{Key: j.key, Kind: paused, At: l.clock.Now(), cont: &j, Urgent: j.urgent})
 		return
 	}
 	err, panicErr := j.err, j.panicErr
@@ -226,7 +226,7 @@ func (l *Loop) runJob(j job) {
 	// PlanDone first: the handler learns the plan is over, then that it
 	// panicked. Both are queued in order on the cluster's FIFO, at once,
 	// so the loop is never idle between them.
-	done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now}
+	done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now, Urgent: j.urgent}
 	if panicErr != nil {
 		l.in.postPair(done, Event{Key: j.key, Kind: Panicked, PlanID: j.plan.ID, Err: panicErr, At: now})
 	} else {

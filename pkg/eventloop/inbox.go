@@ -16,6 +16,10 @@ const (
 	// keeps in a slice, scanned on each post; past it they go in a map, so
 	// a post stays O(1) whatever names the producers use.
 	maxSignalScan = 8
+	// maxUrgentTakes is how many events in a row the inbox takes from its
+	// urgent lane while clusters wait in the other: under a stream of
+	// urgent events, the others still get one turn in maxUrgentTakes+1.
+	maxUrgentTakes = 16
 )
 
 // inbox holds the events waiting for the loop. Producers (informer
@@ -25,13 +29,26 @@ const (
 //
 // Events wait in one FIFO per cluster, and the clusters that have events
 // wait in a ready ring: the loop takes one event per cluster per turn, so a
-// cluster flooding events cannot starve the others.
+// cluster flooding events cannot starve the others. A cluster with an
+// urgent event waiting (a user's action: Event.Urgent) is also in the
+// urgent ring, served first: its events up to the urgent one go ahead of
+// the other clusters' (a restart's resume of every cluster, a fleet's
+// rollout), in its own order. Invariants:
+//
+//  1. a queue is in ready at most once (inReady), and is while it has
+//     events; an entry whose queue was drained through the urgent ring is
+//     skipped when popped;
+//  2. a queue is in urgent at most once (inUrgent), and is while events
+//     up to its last urgent one wait (taken < urgentUntil);
+//  3. a queue in a ring is never evicted nor reused for another cluster.
 type inbox struct {
 	mu sync.Mutex
 	// queues holds the clusters with events waiting (each also in ready,
 	// exactly once) and up to maxIdleQueues drained ones (listed in idle).
 	queues map[string]*keyQueue
 	ready  ring[*keyQueue]
+	urgent ring[*keyQueue]
+	streak int // events taken in a row from urgent while ready had queues
 	idle   ring[idleRef]
 	free   []*keyQueue
 	n      int // events waiting
@@ -54,6 +71,11 @@ type keyQueue struct {
 	// drained counts the times the queue was emptied; an idleRef from an
 	// earlier time is stale.
 	drained uint64
+	// pushed and taken count the events queued and taken; urgentUntil is
+	// pushed as it was after the last urgent event: the urgent ring
+	// serves the queue while taken < urgentUntil.
+	pushed, taken, urgentUntil uint64
+	inReady, inUrgent          bool
 }
 
 // idleRef is a drained queue, in the order queues were drained.
@@ -100,17 +122,69 @@ func (in *inbox) add(ev Event) {
 		q = in.newQueue(ev.Key)
 		in.queues[ev.Key] = q
 	case ev.Kind == Signal && q.hasSignal(ev.Name):
+		// The waiting one stands for both: it is urgent if either is,
+		// wherever it waits, so every waiting event goes first.
 		in.merged++
+		if ev.Urgent {
+			in.markUrgent(q)
+		}
 		return
 	}
-	if q.events.len() == 0 {
+	if !q.inReady {
 		in.ready.push(q)
+		q.inReady = true
 	}
 	if ev.Kind == Signal {
 		q.addSignal(ev.Name)
 	}
 	q.events.push(ev)
+	q.pushed++
 	in.n++
+	if ev.Urgent {
+		in.markUrgent(q)
+	}
+}
+
+// markUrgent puts q's waiting events, up to its last one, in the urgent
+// lane; in.mu is held.
+func (in *inbox) markUrgent(q *keyQueue) {
+	q.urgentUntil = q.pushed
+	if !q.inUrgent {
+		in.urgent.push(q)
+		q.inUrgent = true
+	}
+}
+
+// next pops the queue whose event goes next: the urgent ring's first,
+// unless maxUrgentTakes were taken from it in a row while other clusters
+// waited; nil when no event waits. in.mu is held.
+func (in *inbox) next() *keyQueue {
+	for {
+		switch {
+		case in.urgent.len() > 0 && (in.streak < maxUrgentTakes || in.ready.len() == 0):
+			q := in.urgent.pop()
+			q.inUrgent = false
+			if q.events.len() == 0 || q.taken >= q.urgentUntil {
+				// Its urgent events were taken through ready (2).
+				in.drainedIfOut(q)
+				continue
+			}
+			in.streak++
+			return q
+		case in.ready.len() > 0:
+			q := in.ready.pop()
+			q.inReady = false
+			in.streak = 0
+			if q.events.len() == 0 {
+				// Drained through the urgent ring (1).
+				in.drainedIfOut(q)
+				continue
+			}
+			return q
+		default:
+			return nil
+		}
+	}
 }
 
 // wakeIf wakes the loop on the empty -> non-empty edge: the loop only
@@ -135,23 +209,43 @@ func (in *inbox) poke() {
 func (in *inbox) take(dst *[]Event, limit int) int {
 	in.mu.Lock()
 	taken := 0
-	for taken < limit && in.ready.len() > 0 {
-		q := in.ready.pop()
+	for taken < limit {
+		q := in.next()
+		if q == nil {
+			break
+		}
 		ev := q.events.pop()
+		q.taken++
 		if ev.Kind == Signal {
 			q.removeSignal(ev.Name)
 		}
 		*dst = append(*dst, ev)
 		taken++
 		if q.events.len() > 0 {
-			in.ready.push(q)
+			if !q.inReady {
+				in.ready.push(q)
+				q.inReady = true
+			}
+			if q.taken < q.urgentUntil && !q.inUrgent {
+				in.urgent.push(q)
+				q.inUrgent = true
+			}
 			continue
 		}
-		in.drained(q)
+		in.drainedIfOut(q)
 	}
 	in.n -= taken
 	in.mu.Unlock()
 	return taken
+}
+
+// drainedIfOut lists q as idle once it is empty and in no ring: a drained
+// queue still in a ring is listed when that ring pops it (3).
+func (in *inbox) drainedIfOut(q *keyQueue) {
+	if q.events.len() > 0 || q.inReady || q.inUrgent {
+		return
+	}
+	in.drained(q)
 }
 
 // drained lists q as idle and evicts the oldest idle queue past the bound.
@@ -162,7 +256,7 @@ func (in *inbox) drained(q *keyQueue) {
 		return
 	}
 	old := in.idle.pop()
-	if old.q.drained != old.drained || old.q.events.len() > 0 {
+	if old.q.drained != old.drained || old.q.events.len() > 0 || old.q.inReady || old.q.inUrgent {
 		return // refilled since: in use, or listed again later
 	}
 	delete(in.queues, old.q.key)
@@ -215,6 +309,7 @@ func (in *inbox) release(q *keyQueue) {
 		return
 	}
 	q.key = ""
+	q.pushed, q.taken, q.urgentUntil = 0, 0, 0
 	in.free = append(in.free, q)
 }
 

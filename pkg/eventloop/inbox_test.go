@@ -3,6 +3,7 @@ package eventloop
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -12,6 +13,12 @@ func sig(key, name string) Event { return Event{Key: key, Kind: Signal, Name: na
 func fired(key, name string) Event { return Event{Key: key, Kind: TimerFired, Name: name} }
 
 func done(key string, id uint64) Event { return Event{Key: key, Kind: PlanDone, PlanID: id} }
+
+func urgentSig(key, name string) Event {
+	ev := sig(key, name)
+	ev.Urgent = true
+	return ev
+}
 
 func render(evs []Event) []string {
 	out := make([]string, len(evs))
@@ -63,6 +70,35 @@ func TestInbox(t *testing.T) {
 			sig("a", "1"), sig("b", "1"), sig("c", "1"),
 			sig("a", "2"), sig("c", "2"), sig("a", "3"),
 		},
+	}, {
+		name: "an urgent signal goes ahead of the other clusters' events",
+		posts: []Event{
+			sig("a", "1"), sig("b", "1"), sig("c", "1"), urgentSig("d", "spec"), sig("a", "2"),
+		},
+		want: []Event{
+			urgentSig("d", "spec"), sig("a", "1"), sig("b", "1"), sig("c", "1"), sig("a", "2"),
+		},
+	}, {
+		name: "its cluster's earlier events go with it, in order; later ones wait their turn",
+		posts: []Event{
+			sig("a", "1"), sig("b", "1"), fired("b", "t"), urgentSig("b", "spec"), sig("b", "2"),
+		},
+		want: []Event{
+			sig("b", "1"), fired("b", "t"), urgentSig("b", "spec"), sig("a", "1"), sig("b", "2"),
+		},
+	}, {
+		name: "urgent clusters take turns among themselves",
+		posts: []Event{
+			sig("a", "1"), urgentSig("b", "1"), urgentSig("b", "2"), urgentSig("c", "1"),
+		},
+		want: []Event{
+			urgentSig("b", "1"), urgentSig("c", "1"), urgentSig("b", "2"), sig("a", "1"),
+		},
+	}, {
+		name:       "an urgent signal merged into a waiting one makes it urgent",
+		posts:      []Event{sig("a", "1"), sig("b", "spec"), urgentSig("b", "spec")},
+		want:       []Event{sig("b", "spec"), sig("a", "1")},
+		wantMerged: 1,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,5 +220,66 @@ func TestInboxManySignalNames(t *testing.T) {
 	}
 	if _, merged := in.stats(); merged != names {
 		t.Errorf("merged %d, want %d", merged, names)
+	}
+}
+
+// Under a stream of urgent events, a cluster without one still gets a turn
+// within maxUrgentTakes+1 takes.
+func TestInboxUrgentDoesNotStarve(t *testing.T) {
+	in := newInbox()
+	in.post(sig("bg", "1"))
+	for i := range 3 * maxUrgentTakes {
+		in.post(urgentSig(fmt.Sprintf("u%02d", i), "spec"))
+	}
+	var got []Event
+	for in.take(&got, 3) > 0 {
+	}
+	at := slices.IndexFunc(got, func(ev Event) bool { return ev.Key == "bg" })
+	if at != maxUrgentTakes {
+		t.Errorf("the background event was taken %dth, want after exactly %d urgent ones", at, maxUrgentTakes)
+	}
+}
+
+// Random posts and takes, urgent or not, over more clusters than the inbox
+// keeps idle queues for (queues are evicted and reused while the urgent
+// ring may still hold them): every event is taken exactly once, each
+// cluster's in the order posted, and both rings are empty at the end.
+func TestInboxUrgentRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	in := newInbox()
+	next := map[string]int{} // per cluster, the seq of the next event expected
+	sent := map[string]int{}
+	const keys = maxIdleQueues + 500
+	total, taken := 0, 0
+	for round := range 200 {
+		for range r.IntN(300) {
+			key := fmt.Sprintf("c%d", r.IntN(keys))
+			ev := Event{Key: key, Kind: TimerFired, Name: "t", Epoch: int64(sent[key]), Urgent: r.IntN(20) == 0}
+			sent[key]++
+			in.post(ev)
+			total++
+		}
+		var got []Event
+		in.take(&got, r.IntN(400))
+		if round == 199 {
+			for in.take(&got, 64) > 0 {
+			}
+		}
+		for _, ev := range got {
+			if int(ev.Epoch) != next[ev.Key] {
+				t.Fatalf("cluster %s: took event %d, want %d", ev.Key, ev.Epoch, next[ev.Key])
+			}
+			next[ev.Key]++
+			taken++
+		}
+	}
+	if taken != total {
+		t.Errorf("took %d events, posted %d", taken, total)
+	}
+	if depth, _ := in.stats(); depth != 0 {
+		t.Errorf("depth %d after taking everything", depth)
+	}
+	if in.ready.len() != 0 || in.urgent.len() != 0 {
+		t.Errorf("rings hold %d and %d queues once empty", in.ready.len(), in.urgent.len())
 	}
 }

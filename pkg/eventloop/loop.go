@@ -199,6 +199,13 @@ func (l *Loop) Notify(key, signal string) {
 	l.in.post(Event{Key: key, Kind: Signal, Name: signal, At: l.clock.Now()})
 }
 
+// NotifyUrgent is Notify for a user's action (a new cluster, a spec
+// change, a delete): the signal goes ahead of the other clusters' events
+// waiting in the inbox, such as a restart's resume of every cluster.
+func (l *Loop) NotifyUrgent(key, signal string) {
+	l.in.post(Event{Key: key, Kind: Signal, Name: signal, At: l.clock.Now(), Urgent: true})
+}
+
 // Run runs the loop until ctx is done, then cancels the plans in flight and
 // waits for the executor's workers to return (steps must honour their
 // context). Events still waiting, and results of cancelled plans, are not

@@ -53,6 +53,10 @@ type Event struct {
 	// next one; a running plan is not, and reports: the Handler need not
 	// ask again for what it carries.
 	InFlight uint64
+	// Urgent marks a user's action (Loop.NotifyUrgent) or the result of an
+	// urgent plan: the inbox takes its cluster's events ahead of other
+	// clusters' until it is taken.
+	Urgent bool
 
 	// cont is the rest of a paused plan.
 	cont *job

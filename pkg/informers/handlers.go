@@ -16,30 +16,40 @@ import (
 // Handlers only map an object to its cluster and call Notify: no API call,
 // no blocking, no work that can be done later on the loop goroutine.
 
-// specHandler notifies SignalSpec for the Postgresql resources.
+// specHandler notifies SignalSpec for the Postgresql resources: urgent
+// for a user's action (created, changed, deleted), plain for the initial
+// listing and resyncs.
 func (i *Informers) specHandler() cache.ResourceEventHandler {
-	notify := func(obj any) {
-		if pg, ok := obj.(*v1.Postgresql); ok {
-			i.notifier.Notify(pg.Namespace+"/"+pg.Name, SignalSpec)
+	notify := func(obj any, urgent bool) {
+		pg, ok := obj.(*v1.Postgresql)
+		if !ok {
+			return
 		}
+		key := pg.Namespace + "/" + pg.Name
+		if urgent {
+			i.notifier.NotifyUrgent(key, SignalSpec)
+			return
+		}
+		i.notifier.Notify(key, SignalSpec)
 	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc: notify,
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, isInInitialList bool) { notify(obj, !isInInitialList) },
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*v1.Postgresql)
 			cur, ok2 := newObj.(*v1.Postgresql)
 			if ok1 && ok2 && !SpecChanged(old, cur) {
 				return
 			}
-			notify(newObj)
+			// A resync hands the cached object as both.
+			notify(newObj, oldObj != newObj)
 		},
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				// The resource's cache key is its cluster key.
-				i.notifier.Notify(tomb.Key, SignalSpec)
+				i.notifier.NotifyUrgent(tomb.Key, SignalSpec)
 				return
 			}
-			notify(obj)
+			notify(obj, true)
 		},
 	}
 }

@@ -140,19 +140,19 @@ func TestHandlers(t *testing.T) {
 				pg.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "pgloop", Subresource: "status"}}
 			}),
 			updatePG("c2", func(pg *v1.Postgresql) { pg.Labels = map[string]string{"env": "prod"} }),
-		}, []note{{"db/c2", SignalSpec}}},
+		}, []note{{"db/c2", urgent(SignalSpec)}}},
 		{"spec update", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
 			pg.Spec.NumberOfInstances, pg.Generation = 2, 2
-		})}, []note{{"db/c1", SignalSpec}}},
+		})}, []note{{"db/c1", urgent(SignalSpec)}}},
 		{"annotation update", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
 			pg.Annotations = map[string]string{"note": "x"}
-		})}, []note{{"db/c1", SignalSpec}}},
+		})}, []note{{"db/c1", urgent(SignalSpec)}}},
 		{"deletion requested", []func(*testing.T){updatePG("c1", func(pg *v1.Postgresql) {
 			pg.DeletionTimestamp = ptr.To(metav1.Now())
-		})}, []note{{"db/c1", SignalSpec}}},
+		})}, []note{{"db/c1", urgent(SignalSpec)}}},
 		{"cluster deleted", []func(*testing.T){func(t *testing.T) {
 			mustDo(t, pgc.PgloopV1().Postgresqls(ns).Delete(ctx, "c1", metav1.DeleteOptions{}))
-		}}, []note{{"db/c1", SignalSpec}}},
+		}}, []note{{"db/c1", urgent(SignalSpec)}}},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -228,9 +228,9 @@ func TestTombstones(t *testing.T) {
 		obj     any
 		want    *note
 	}{
-		{"cluster", i.specHandler(), c1, &note{"db/c1", SignalSpec}},
-		{"cluster tombstone", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1", Obj: c1}, &note{"db/c1", SignalSpec}},
-		{"cluster tombstone without object", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1"}, &note{"db/c1", SignalSpec}},
+		{"cluster", i.specHandler(), c1, &note{"db/c1", urgent(SignalSpec)}},
+		{"cluster tombstone", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1", Obj: c1}, &note{"db/c1", urgent(SignalSpec)}},
+		{"cluster tombstone without object", i.specHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1"}, &note{"db/c1", urgent(SignalSpec)}},
 		{"pod tombstone", i.ownedHandler(SignalPods), cache.DeletedFinalStateUnknown{Key: "db/c1-0", Obj: pod(c1, 0)}, &note{"db/c1", SignalPods}},
 		{"claim tombstone", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/pgdata-c1-0", Obj: claim(c1, 0, corev1.ClaimBound)}, &note{"db/c1", SignalObjects}},
 		{"tombstone without object", i.ownedHandler(SignalObjects), cache.DeletedFinalStateUnknown{Key: "db/x"}, nil},
@@ -261,6 +261,33 @@ func TestTombstones(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A user's action on a Postgresql is urgent; its initial listing and a
+// resync (the cached object as both old and new) are not.
+func TestSpecHandlerUrgency(t *testing.T) {
+	c1 := newPG("c1", 1)
+	c2 := c1.DeepCopy()
+	c2.Generation = 2
+	rec := newRecorder()
+	i := &Informers{notifier: rec, log: logrus.NewEntry(logrus.StandardLogger())}
+	h := i.specHandler()
+	for _, tt := range []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"initial list", func() { h.OnAdd(c1, true) }, SignalSpec},
+		{"created", func() { h.OnAdd(c1, false) }, urgent(SignalSpec)},
+		{"resync", func() { h.OnUpdate(c1, c1) }, SignalSpec},
+		{"spec changed", func() { h.OnUpdate(c1, c2) }, urgent(SignalSpec)},
+		{"deleted", func() { h.OnDelete(c2) }, urgent(SignalSpec)},
+	} {
+		tt.do()
+		if n := rec.next(t); n != (note{"db/c1", tt.want}) {
+			t.Errorf("%s: got %v, want %v", tt.name, n, note{"db/c1", tt.want})
+		}
 	}
 }
 

@@ -52,6 +52,12 @@ func newRecorder() *recorder { return &recorder{ch: make(chan note, 1024)} }
 
 func (r *recorder) Notify(key, signal string) { r.ch <- note{key, signal} }
 
+// NotifyUrgent records the signal as urgent(signal).
+func (r *recorder) NotifyUrgent(key, signal string) { r.ch <- note{key, urgent(signal)} }
+
+// urgent is how the recorder notes an urgent signal.
+func urgent(signal string) string { return signal + " (urgent)" }
+
 // next waits for the next note; the handlers run on the informers'
 // goroutines.
 func (r *recorder) next(t *testing.T) note {
@@ -69,6 +75,8 @@ func (r *recorder) next(t *testing.T) note {
 type discard struct{}
 
 func (discard) Notify(string, string) {}
+
+func (discard) NotifyUrgent(string, string) {}
 
 // start runs informers over the given objects until the test ends, and
 // returns once their caches are synced.

@@ -38,6 +38,10 @@ import (
 // Notify must not block: informer handlers call it on their own goroutines.
 type Notifier interface {
 	Notify(key, signal string)
+	// NotifyUrgent is Notify for a user's action: a Postgresql created,
+	// edited or deleted (not its initial listing, nor a resync). The loop
+	// takes it ahead of the events of clusters nobody touched.
+	NotifyUrgent(key, signal string)
 }
 
 // Signals the handlers send, one per kind of change, so the loop's inbox

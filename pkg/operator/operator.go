@@ -375,6 +375,8 @@ type loopNotifier struct{ loop *eventloop.Loop }
 
 func (n *loopNotifier) Notify(key, signal string) { n.loop.Notify(key, signal) }
 
+func (n *loopNotifier) NotifyUrgent(key, signal string) { n.loop.NotifyUrgent(key, signal) }
+
 // runLeader runs the clusters until ctx is done: it checks the API and the
 // CRD, starts the informers, waits for their caches, enqueues every
 // cluster so that each resumes from its status, and runs the loop.

@@ -644,14 +644,23 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 		return err
 	}
 	readyAt := time.Now()
-	b.logf("K=%d: operator restarted with --spilo-image=%s, ready in %v; one more cluster at once", k, f.Image, benchkit.Ms(f.Ready))
-	if f.During, err = s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, "during-rollout", 1), b.cfg.RolloutTimeout); err != nil {
+	b.logf("K=%d: operator restarted with --spilo-image=%s, ready in %v; one more cluster and one more bare StatefulSet at once", k, f.Image, benchkit.Ms(f.Ready))
+	// The bare StatefulSet goes with the one more, so that the plane's
+	// own part is measured under the same load, not after it.
+	bareErr := make(chan error, 1)
+	go func() {
+		var err error
+		f.PlaneDuring, err = s.bareProbe(s.ctx, "bare-during-rollout", b.cfg.RolloutTimeout)
+		bareErr <- err
+	}()
+	f.During, err = s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, "during-rollout", 1), b.cfg.RolloutTimeout)
+	if berr := <-bareErr; err == nil {
+		err = berr
+	}
+	if err != nil {
 		return err
 	}
 	b.logf("K=%d: one more cluster Running in %v during the rollout (segments %s)", k, benchkit.Ms(f.During.ToRunning), benchkit.SegmentsText(f.During))
-	if f.PlaneDuring, err = s.bareProbe(s.ctx, "bare-during-rollout", b.cfg.RolloutTimeout); err != nil {
-		return err
-	}
 	b.logf("K=%d: one more bare StatefulSet's pod Ready %v after its Create, during the rollout", k, benchkit.Ms(f.PlaneDuring))
 	rolled := func(seen *benchkit.Seen) bool {
 		if seen.State != fsm.Running || len(seen.Ready) < 1 || len(seen.Images) < 1 {

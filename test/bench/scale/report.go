@@ -145,7 +145,7 @@ type Fairness struct {
 	Left    int
 	// PlaneIdle are bare StatefulSets created one after another on the
 	// idle plane (after the idle probes), create → pod Ready; PlaneDuring
-	// one more created right after During was Running, while the K still
+	// one more created with During (at the same time), while the K still
 	// roll: what the plane alone adds during the rollout is PlaneDuring
 	// over PlaneIdle's median (planeExtra), as the burst's one more has it.
 	PlaneIdle   []time.Duration
@@ -523,7 +523,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 		}
 		plane := ""
 		if extra, ok := f.planeExtra(); ok {
-			plane = fmt.Sprintf(" A bare StatefulSet's create → pod Ready: %v on the idle plane (median of %d), %v for one created right after the one more was Running, during the rollout: the plane alone adds %v.",
+			plane = fmt.Sprintf(" A bare StatefulSet's create → pod Ready: %v on the idle plane (median of %d), %v for one created with the one more, during the rollout: the plane alone adds %v.",
 				benchkit.Ms(benchkit.Summarize(f.PlaneIdle).Median), len(f.PlaneIdle), benchkit.Ms(f.PlaneDuring), benchkit.Ms(extra))
 		}
 		fmt.Fprintf(w, "A plane of its own: %d idle probes (median %v; API round trip %v), then %d clusters created at once, all Running in %v; the operator stopped and started with `--spilo-image=%s` (every pod template changes), ready in %v; one more cluster created at once: %v (segments %s; pgloop's share %v), %.2f × the idle median; %s.%s Wall time: %s.\n\n",
