@@ -661,6 +661,13 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 		return err
 	}
 	b.logf("K=%d: one more cluster Running in %v during the rollout (segments %s)", k, benchkit.Ms(f.During.ToRunning), benchkit.SegmentsText(f.During))
+	// What the operator's request gate held back meanwhile (since its
+	// start: the restarted operator's first urgent requests are the one
+	// more's).
+	if m, err := s.env.Metrics.Scrape(s.ctx); err == nil {
+		f.Held, f.HeldFor = m.Get("pgloop_api_requests_held_total"), time.Duration(m.Get("pgloop_api_requests_held_seconds_total")*float64(time.Second))
+		b.logf("K=%d: background requests held by the operator while urgent ones were in flight: %.0f, %v in all", k, f.Held, benchkit.Ms(f.HeldFor))
+	}
 	b.logf("K=%d: one more bare StatefulSet's pod Ready %v after its Create, during the rollout", k, benchkit.Ms(f.PlaneDuring))
 	rolled := func(seen *benchkit.Seen) bool {
 		if seen.State != fsm.Running || len(seen.Ready) < 1 || len(seen.Images) < 1 {

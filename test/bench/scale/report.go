@@ -150,7 +150,12 @@ type Fairness struct {
 	// over PlaneIdle's median (planeExtra), as the burst's one more has it.
 	PlaneIdle   []time.Duration
 	PlaneDuring time.Duration
-	Walls       []Wall
+	// Held and HeldFor are the background requests the operator's request
+	// gate held from its restart until the one more was Running, and how
+	// long they waited in all.
+	Held    float64
+	HeldFor time.Duration
+	Walls   []Wall
 }
 
 // planeExtra is what the plane alone added to one more StatefulSet during
@@ -526,9 +531,10 @@ func (r *Result) WriteDetails(w io.Writer) {
 			plane = fmt.Sprintf(" A bare StatefulSet's create → pod Ready: %v on the idle plane (median of %d), %v for one created with the one more, during the rollout: the plane alone adds %v.",
 				benchkit.Ms(benchkit.Summarize(f.PlaneIdle).Median), len(f.PlaneIdle), benchkit.Ms(f.PlaneDuring), benchkit.Ms(extra))
 		}
-		fmt.Fprintf(w, "A plane of its own: %d idle probes (median %v; API round trip %v), then %d clusters created at once, all Running in %v; the operator stopped and started with `--spilo-image=%s` (every pod template changes), ready in %v; one more cluster created at once: %v (segments %s; pgloop's share %v), %.2f × the idle median; %s.%s Wall time: %s.\n\n",
+		held := fmt.Sprintf(" Until the one more was Running, the operator's request gate held %.0f requests of background work while urgent ones were in flight (%v in all).", f.Held, benchkit.Ms(f.HeldFor))
+		fmt.Fprintf(w, "A plane of its own: %d idle probes (median %v; API round trip %v), then %d clusters created at once, all Running in %v; the operator stopped and started with `--spilo-image=%s` (every pod template changes), ready in %v; one more cluster created at once: %v (segments %s; pgloop's share %v), %.2f × the idle median; %s.%s%s Wall time: %s.\n\n",
 			len(f.Idle), benchkit.Ms(idleMedian(f.Idle)), benchkit.Ms(f.RTT), f.K, benchkit.Ms(f.Burst), f.Image, benchkit.Ms(f.Ready), benchkit.Ms(f.During.ToRunning),
-			benchkit.SegmentsText(f.During), benchkit.Ms(f.During.Own()), f.Ratio(), rollout, plane, walls(f.Walls))
+			benchkit.SegmentsText(f.During), benchkit.Ms(f.During.Own()), f.Ratio(), rollout, plane, held, walls(f.Walls))
 	}
 }
 
