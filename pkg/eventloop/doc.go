@@ -18,6 +18,10 @@
 //     cannot starve the others. A Signal is merged into a waiting Signal of
 //     the same cluster and name (which keeps its place); TimerFired,
 //     PlanDone and Panicked are never merged or dropped by the inbox.
+//     An urgent event (NotifyUrgent: a user's action; the PlanDone of an
+//     urgent plan) puts its cluster ahead of the others: its events up to
+//     the urgent one are taken before other clusters', except that after
+//     16 urgent takes in a row another cluster gets one turn.
 //  3. Every Outcome must carry the cluster's current epoch, even when
 //     nothing changed: the zero Outcome means "epoch 0" and drops the
 //     cluster's timers if its epoch was not 0.
@@ -46,4 +50,7 @@
 //     row a waiting background plan goes first: a background plan at the
 //     head of its lane starts within five starts, however many urgent
 //     plans arrive. A plan that supersedes an urgent one is urgent.
+//  9. A plan's steps run under a context marked with its priority
+//     (PriorityOf), so that the requests they send can be ordered by it
+//     where the loop no longer decides.
 package eventloop

@@ -69,9 +69,11 @@ type gateRig struct {
 	errs  map[string]chan error
 }
 
-func newGateRig(t *testing.T, limit int) *gateRig {
+func newGateRig(t *testing.T, limit int) *gateRig { return newGateRigMost(t, limit, 0) }
+
+func newGateRigMost(t *testing.T, limit, most int) *gateRig {
 	r := &gateRig{t: t, clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), inner: newHeldTransport(), errs: map[string]chan error{}}
-	r.gate = newRequestGate(limit, 0, DefaultUrgentHold, r.clk, func(d time.Duration) {
+	r.gate = newRequestGate(limit, most, DefaultUrgentHold, r.clk, func(d time.Duration) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.held = append(r.held, d)
@@ -277,4 +279,22 @@ func TestGateHeldRequestCancelled(t *testing.T) {
 	if r.gate.background != 1 || r.gate.urgent != 1 {
 		t.Errorf("in flight: %d background, %d urgent; want 1 and 1", r.gate.background, r.gate.urgent)
 	}
+}
+
+// --background-requests bounds background requests at any time; without
+// urgent traffic a waiter goes as soon as one ends. -1 for the limit while
+// urgent means none: only that bound holds.
+func TestGateMost(t *testing.T) {
+	r := newGateRigMost(t, -1, 2)
+	ctx := context.Background()
+	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.arrived("bg1", "bg2")
+	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(1)
+	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.arrived("bg1", "bg2", "u1")
+	r.inner.end("bg1")
+	r.arrived("bg1", "bg2", "u1", "bg3")
+	r.waiters(0)
 }
