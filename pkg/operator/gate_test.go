@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
@@ -297,4 +300,41 @@ func TestGateMost(t *testing.T) {
 	r.inner.end("bg1")
 	r.arrived("bg1", "bg2", "u1", "bg3")
 	r.waiters(0)
+}
+
+// The operator's clients go through the gate with each request's priority
+// taken from its context, as the executor marks it.
+func TestClientsGated(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.URL.Path
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"s"}}`)
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := DefaultConfig()
+	held := make(chan time.Duration, 10)
+	cl, err := newClients(&rest.Config{Host: srv.URL}, &cfg, func(d time.Duration) { held <- d })
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(p eventloop.Priority, name string) {
+		go func() {
+			ctx := eventloop.WithPriority(context.Background(), p)
+			_, _ = cl.kube.CoreV1().Secrets("ns").Get(ctx, name, metav1.GetOptions{})
+		}()
+	}
+	get(eventloop.Urgent, "urgent")
+	<-arrived
+	get(eventloop.Background, "bg1")
+	<-arrived
+	get(eventloop.Background, "bg2") // one background in flight already: held
+	select {
+	case p := <-arrived:
+		t.Fatalf("%s reached the server while an urgent request and a background one were in flight", p)
+	case <-time.After(100 * time.Millisecond):
+	}
 }

@@ -664,9 +664,9 @@ the claims' volumes in place of kwok's one-at-a-time volume stages (` + "`--volu
   first minute after ready.
 - **fairness**: on a plane of its own, K clusters Running; the operator restarted with another
   ` + "`--spilo-image`" + ` (every pod template changes, so all K roll out at once); one more cluster
-  created as soon as it is ready: its create → Running over its idle median; then one bare
-  StatefulSet, whose create → pod Ready over the same on the idle plane is what the plane alone
-  adds during the rollout (the goal allows it, as the burst's one more does).
+  created as soon as it is ready: its create → Running over its idle median; with it, at the
+  same time, one bare StatefulSet, whose create → pod Ready over the same on the idle plane is
+  what the plane alone adds during the rollout (the goal allows it, as the burst's one more does).
 
 ## Reproduce
 
