@@ -118,7 +118,7 @@ func (l *Loop) schedule() {
 		} else {
 			l.st.plansBackground.Add(1)
 		}
-		ctx, cancel := context.WithCancel(WithPriority(l.runCtx, planPriority(urgent)))
+		ctx, cancel := context.WithCancel(l.planCtx[planIndex(urgent)])
 		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
 		l.handed(rec, urgent)
 		l.start(job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent})

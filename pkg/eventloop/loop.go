@@ -117,6 +117,7 @@ type Loop struct {
 	batch     []Event
 	idle      []chan struct{}
 	runCtx    context.Context
+	planCtx   [2]context.Context // runCtx marked Background, Urgent
 	work      chan job
 	wg        sync.WaitGroup
 }
@@ -217,6 +218,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	l.runCtx = runCtx
+	// Marked once: a plan's context derives from its priority's, with no
+	// allocation for the mark on the loop goroutine.
+	l.planCtx = [2]context.Context{WithPriority(runCtx, Background), WithPriority(runCtx, Urgent)}
 	l.work = make(chan job, l.workers)
 	if l.exec == nil {
 		l.wg.Add(l.workers)

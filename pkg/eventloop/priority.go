@@ -26,12 +26,13 @@ func WithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
 
-// planPriority is the priority of a plan started as urgent or not.
-func planPriority(urgent bool) Priority {
+// planIndex is the index in Loop.planCtx of a plan started as urgent or
+// not.
+func planIndex(urgent bool) int {
 	if urgent {
-		return Urgent
+		return 1
 	}
-	return Background
+	return 0
 }
 
 // PriorityOf returns the priority of the plan ctx belongs to, Unmarked when
