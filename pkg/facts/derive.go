@@ -215,12 +215,17 @@ func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
 	f.RolloutStarted = next != nil && outdated < f.Desired
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
 	// Cheapest checks first: the desired StatefulSet is built (once per
-	// generation) only when everything else already holds.
+	// generation) only when every desired pod exists from the
+	// StatefulSet's template.
+	change := cluster.NoChange
+	if f.SpecError == "" && sts != nil && f.Outdated == 0 && existing == f.Desired {
+		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
+	}
+	f.TemplateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
 	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
 		sts.Status.ObservedGeneration >= sts.Generation &&
 		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
-		f.Outdated == 0 && existing == f.Desired &&
-		cluster.Compare(sts, d.desiredStatefulSet(spec, pg)) == cluster.NoChange
+		f.Outdated == 0 && existing == f.Desired && change == cluster.NoChange
 	if f.SpecError == "" {
 		var current bool
 		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)

@@ -62,6 +62,9 @@ func TestFacts(t *testing.T) {
 	scaledUp := newPG("c1", 4)
 	scaledUp.Generation = 2
 	longMessage := strings.Repeat("é", 400)
+	newImage := newPG("c1", 3)
+	newImage.Generation = 2
+	newImage.Spec.DockerImage = "spilo:next"
 	inClass := newPG("c1", 3)
 	inClass.Spec.Volume.StorageClass = "fast"
 
@@ -298,6 +301,14 @@ func TestFacts(t *testing.T) {
 				return s
 			}()}, healthy()[1:]...),
 			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent = false })},
+		// The template the StatefulSet is to get makes every pod outdated:
+		// a rollout is due (fsm.Facts.TemplateChanged)...
+		{name: "the pod template to change", pg: newImage, objs: healthy(),
+			want: with(running, func(f *fsm.Facts) { f.Generation, f.ObjectsCurrent, f.TemplateChanged = 2, false, true })},
+		// ... once every pod serves; a pod that is not Ready is the
+		// StatefulSet controller's or the stuck pods' business first.
+		{name: "the pod template to change, a pod not Ready", pg: newImage, objs: healthy(map[int32]func(*corev1.Pod){2: notReady}),
+			want: with(running, func(f *fsm.Facts) { f.Generation, f.ObjectsCurrent, f.Ready = 2, false, 2 })},
 		{name: "scaled up: replicas differ", pg: scaledUp, objs: healthy(),
 			want: fsm.Facts{Generation: 2, Desired: 4, Ready: 3, Primary: "c1-0"}},
 		{name: "invalid spec", pg: invalid, objs: healthy(),

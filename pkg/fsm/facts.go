@@ -46,6 +46,12 @@ type Facts struct {
 	// step of a rollout, which waits for a slot of the fleet's rollout
 	// budget (RolloutWait), as a Switchover does. Idle pods never wait.
 	ReplaceRunning bool
+	// TemplateChanged: the StatefulSet's pod template is not the one the
+	// spec (and this pgloop) builds, while every desired pod runs its
+	// template and is Ready. Once the ensure effects update it, every pod
+	// is outdated: the first step of a rollout of pods that run PostgreSQL
+	// is due, and waits for a slot as a replacement does.
+	TemplateChanged bool
 	// RolloutStarted: a rollout of the pods that run PostgreSQL is under
 	// way, so far that pgloop may have started it before a restart: an
 	// outdated pod that runs PostgreSQL remains, and some desired pod

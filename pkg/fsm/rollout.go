@@ -34,7 +34,11 @@ func (r Rollout) String() string {
 // budget between inputs.
 //
 // A cluster needs a slot from the input where it would first replace a pod
-// that runs PostgreSQL, or switch its primary over for one, to the input
+// that runs PostgreSQL, or switch its primary over for one, or update its
+// StatefulSet's pod template while every pod serves (Facts.TemplateChanged:
+// the replacements that follow are then known; a cluster without a slot
+// says RolloutQueued in the same status write as Updating, not in a second
+// one once the StatefulSet is updated), to the input
 // where no pod is outdated and every pod is Ready again, while it is
 // Creating, Updating or Degraded. It keeps its slot between its steps, so
 // a rollout that started finishes before another starts. A restarted
@@ -71,11 +75,13 @@ func (m *Machine) rolloutStepDue() bool {
 
 // rolloutStep reports whether the facts show a step of a rollout of pods
 // that run PostgreSQL the machine has not asked for yet, slot and
-// maintenance window aside.
+// maintenance window aside: a replacement, a switchover, or the pod
+// template's update that makes every pod outdated.
 func (m *Machine) rolloutStep() bool {
 	f, o := &m.call.facts, &m.out
 	return f.ReplaceRunning && len(f.toReplace(o.replaced)) > 0 ||
-		f.Switchover != nil && f.Switchover.From != o.switchedFrom
+		f.Switchover != nil && f.Switchover.From != o.switchedFrom ||
+		f.TemplateChanged
 }
 
 // noteWindow holds back what waits for a maintenance window (windowClosed)
@@ -110,8 +116,9 @@ func (m *Machine) noteWindow() {
 
 // noteRollout works out the cluster's part in the fleet's rollout budget
 // once observe has fired what it could:
-//  1. Out of Creating, Updating and Degraded, or with no pod outdated and,
-//     for a cluster that held a slot, every pod Ready again, it needs none.
+//  1. Out of Creating, Updating and Degraded, or with no pod outdated nor
+//     a pod template to change and, for a cluster that held a slot, every
+//     pod Ready again, it needs none.
 //  2. It needs one when a step of a rollout fired or is due, or the facts
 //     show a rollout under way; and, once it needed one, until 1: a
 //     cluster keeps its slot between its steps, and its place in the
@@ -129,7 +136,7 @@ func (m *Machine) noteRollout() {
 	switch {
 	case st.State != Creating && st.State != Updating && st.State != Degraded:
 		r.state = NotRolling
-	case f.Outdated == 0 && (r.state != Rolling || f.Ready >= f.Desired):
+	case f.Outdated == 0 && !f.TemplateChanged && (r.state != Rolling || f.Ready >= f.Desired):
 		r.state = NotRolling
 	case !r.stepped && !f.RolloutStarted && !m.rolloutStepDue() &&
 		(r.state == NotRolling || r.state == Queued && f.RolloutWait == ""):

@@ -58,10 +58,11 @@ import (
 //	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
 //	pending=POD,... restart=POD/UID switchover=FROM>TO window=D
-//	running started no-slot="why" size=Q volume=NAME:CAPACITY:PHASE[:MESSAGE]
+//	running started template no-slot="why" size=Q volume=NAME:CAPACITY:PHASE[:MESSAGE]
 //
 // running says the pod to replace runs PostgreSQL (Facts.ReplaceRunning),
-// started that a rollout is under way (Facts.RolloutStarted), and no-slot
+// started that a rollout is under way (Facts.RolloutStarted), template
+// that the pod template is to change (Facts.TemplateChanged), and no-slot
 // that the controller's rollout budget has no slot for the cluster
 // (Facts.RolloutWait); without it, the cluster may roll. window says the
 // maintenance windows are closed until D since t0 (Facts.MaintenanceWait,
@@ -784,6 +785,8 @@ func parseFacts(words []string) (Facts, error) {
 			f.ReplaceRunning = true
 		case "started":
 			f.RolloutStarted = true
+		case "template":
+			f.TemplateChanged = true
 		case "no-slot":
 			f.RolloutWait = v
 		case "window":
