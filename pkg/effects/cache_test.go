@@ -1035,18 +1035,25 @@ func TestCacheSharedRBACLagging(t *testing.T) {
 // sameWrites reports whether the calls got are want's, in the order that
 // matters: an ensure writes its Secrets, Services and PodDisruptionBudget
 // at once, in any order but each object's own calls (create, get, update)
-// in sequence, and the StatefulSet after them. So each object's calls
-// must come in want's order, and from the first StatefulSet call of want
-// on, got must be want.
+// in sequence, and the StatefulSet once the Secrets are written, beside
+// the Services. So each object's calls must come in want's order, every
+// Secret call before the first StatefulSet call, and after want's last
+// StatefulSet call got must be want.
 func sameWrites(got, want []string) bool {
 	if len(got) != len(want) {
 		return false
 	}
-	first := slices.IndexFunc(want, func(c string) bool { return strings.Contains(c, " statefulsets ") })
-	if first < 0 {
-		first = len(want)
+	is := func(kind string) func(string) bool {
+		return func(c string) bool { return strings.Contains(c, " "+kind+" ") }
 	}
-	if !slices.Equal(got[first:], want[first:]) {
+	end := len(want)
+	if i := lastIndexFunc(want, is("statefulsets")); i >= 0 {
+		end = i + 1
+	}
+	if !slices.Equal(got[end:], want[end:]) {
+		return false
+	}
+	if sts := slices.IndexFunc(got[:end], is("statefulsets")); sts >= 0 && lastIndexFunc(got[:end], is("secrets")) > sts {
 		return false
 	}
 	byObject := func(calls []string) map[string][]string {
@@ -1057,5 +1064,15 @@ func sameWrites(got, want []string) bool {
 		}
 		return m
 	}
-	return maps.EqualFunc(byObject(got[:first]), byObject(want[:first]), slices.Equal)
+	return maps.EqualFunc(byObject(got[:end]), byObject(want[:end]), slices.Equal)
+}
+
+// lastIndexFunc is the index of the last call that f accepts, -1 if none.
+func lastIndexFunc(calls []string, f func(string) bool) int {
+	for i := len(calls) - 1; i >= 0; i-- {
+		if f(calls[i]) {
+			return i
+		}
+	}
+	return -1
 }

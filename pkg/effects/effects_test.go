@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -1514,4 +1515,37 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		p[i] = byte(z ^ z>>31)
 	}
 	return len(p), nil
+}
+
+// TestEnsureStatefulSetBesideServices: the StatefulSet follows the
+// Secrets (its pods read them) but not the Services, which are written
+// beside it (an API server allocates cluster IPs one after another). A
+// fake clientset runs one call at a time, so the test looks at what a
+// failed write holds back.
+func TestEnsureStatefulSetBesideServices(t *testing.T) {
+	refuse := func(h *harness, resource string) {
+		h.kube.PrependReactor("create", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "x", errors.New("exceeded quota"))
+		})
+	}
+	for _, tc := range []struct {
+		refused string
+		sts     bool
+	}{
+		{refused: "services", sts: true},
+		{refused: "secrets", sts: false},
+	} {
+		t.Run(tc.refused, func(t *testing.T) {
+			pg := testCluster(t)
+			h := newHarness(t, []*v1.Postgresql{pg})
+			refuse(h, tc.refused)
+			if err := h.ensure(t, pg); err == nil || !strings.Contains(err.Error(), "exceeded quota") {
+				t.Fatalf("ensure: %v, want the refusal", err)
+			}
+			_, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
+			if got := err == nil; got != tc.sts {
+				t.Errorf("StatefulSet created %v (%v), want %v", got, err, tc.sts)
+			}
+		})
+	}
 }
