@@ -96,16 +96,25 @@ func (r *run) ensure(ctx context.Context) error {
 			return ensureObject(ctx, r, core.Secrets(r.ns), "secret", s, cached(r, s.Name, Cache.Secret), nil)
 		})
 	}
-	writes := []func() error{func() error {
-		if err := r.together(secrets); err != nil {
-			return err
-		}
-		return r.ensureStatefulSet(ctx, pg, objs.StatefulSet)
-	}}
+	var others []func() error
 	for _, s := range objs.Services {
-		writes = append(writes, func() error { return r.ensureService(ctx, pg, s) })
+		others = append(others, func() error { return r.ensureService(ctx, pg, s) })
 	}
-	writes = append(writes, func() error { return r.ensurePodDisruptionBudget(ctx, pg, objs.PodDisruptionBudget) })
+	others = append(others, func() error { return r.ensurePodDisruptionBudget(ctx, pg, objs.PodDisruptionBudget) })
+	sts := func() error { return r.ensureStatefulSet(ctx, pg, objs.StatefulSet) }
+	var writes []func() error
+	if r.serial {
+		// One after another (the simulator), the StatefulSet last: the
+		// order the simulator's seeds were found with.
+		writes = slices.Concat(secrets, others, []func() error{sts})
+	} else {
+		writes = append(others, func() error {
+			if err := r.together(secrets); err != nil {
+				return err
+			}
+			return sts()
+		})
+	}
 	if err := r.together(writes); err != nil {
 		return err
 	}
