@@ -51,10 +51,10 @@ func cached[T cluster.Object](r *run, name string, get func(Cache, string, strin
 }
 
 // ensure creates every object of the cluster that is missing and updates
-// those that differ from the spec, in the order of Objects.All (the
-// connection poolers and the logical backup last, deleting those the spec
-// no longer enables),
-// then grows the volumes. It reads the resource afresh (from the cache, which is at
+// those that differ from the spec: the namespace's shared objects, then
+// the cluster's own (the StatefulSet once its Secrets are), then the
+// connection poolers and the logical backup (deleting those the spec no
+// longer enables), then grows the volumes. It reads the resource afresh (from the cache, which is at
 // least as recent as what the plan was made from), so it acts on the
 // current spec. A resource that is gone or being deleted is left to the
 // cleanup.

@@ -938,7 +938,7 @@ func (c slowTimerClock) NewTimer(d time.Duration) clock.Timer {
 // An urgent event that arrives while the loop dispatches a batch waits for
 // the rest of that batch only: with a thousand plain events queued (an
 // operator's restart resuming every cluster, each dispatch a transition),
-// a user's create is dispatched after at most batchSize of them.
+// a user's create is dispatched after at most 8 of them (batchSize).
 func TestUrgentEventWaitsOneBatch(t *testing.T) {
 	g := newGate()
 	var l *testLoop
