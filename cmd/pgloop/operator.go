@@ -91,6 +91,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"interval between attempts to acquire or renew the Lease")
 	f.StringVar(&cfg.HealthAddr, "health-addr", cfg.HealthAddr,
 		"address of /healthz, /readyz and /metrics (host:port; port 0 picks a free port, logged at start)")
+	f.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling,
+		"serve Go's profiles (CPU, heap, goroutines; net/http/pprof) under /debug/pprof/ on --health-addr too; off by default, as they cost CPU while taken and show the operator's internals to whoever reaches the address")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers,
 		"effect executor size: plans of effects running at once across all clusters")
 	f.IntVar(&cfg.UrgentWorkers, "urgent-workers", cfg.UrgentWorkers,

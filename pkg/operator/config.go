@@ -89,6 +89,9 @@ type Config struct {
 	// HealthAddr is where /healthz, /readyz and /metrics are served
 	// ("host:port"; port 0 picks a free one, see OnListen).
 	HealthAddr string
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// on HealthAddr too: CPU, heap, goroutines of a running operator.
+	Profiling bool
 
 	// Workers bounds the plans of effects running at once; UrgentWorkers
 	// of them take only urgent plans (a user's action), so it never waits

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -74,12 +75,20 @@ func (h *health) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// handler routes the health endpoints and /metrics.
-func (h *health) handler(metrics http.Handler) http.Handler {
+// handler routes the health endpoints and /metrics, and with profiling
+// Go's profiles under /debug/pprof/.
+func (h *health) handler(metrics http.Handler, profiling bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.Handle("GET /metrics", metrics)
+	if profiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

@@ -162,7 +162,7 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *met
 		h.watchdog = leaderelection.NewLeaderHealthzAdaptor(cfg.RenewDeadline)
 		h.set(phaseStandby)
 	}
-	srv, err := serve(cfg.HealthAddr, h.handler(m.Handler()))
+	srv, err := serve(cfg.HealthAddr, h.handler(m.Handler(), cfg.Profiling))
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func TestHealthEndpoints(t *testing.T) {
 	h := &health{}
 	srv := httptest.NewServer(h.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, "metrics here")
-	})))
+	}), false))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		t.Helper()
@@ -152,6 +152,32 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 	if code, _ := get("/other"); code != 404 {
 		t.Errorf("/other: %d, want 404", code)
+	}
+	if code, _ := get("/debug/pprof/"); code != 404 {
+		t.Errorf("/debug/pprof/ without --profiling: %d, want 404", code)
+	}
+}
+
+func TestProfilingEndpoints(t *testing.T) {
+	h := &health{}
+	srv := httptest.NewServer(h.handler(http.NotFoundHandler(), true))
+	defer srv.Close()
+	for path, want := range map[string]string{
+		"/debug/pprof/":                  "goroutine",
+		"/debug/pprof/goroutine?debug=1": "goroutine profile",
+		"/debug/pprof/heap?debug=1":      "heap profile",
+		"/debug/pprof/cmdline":           "",
+		"/debug/pprof/profile?seconds=1": "",
+	} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(body) == 0 || !strings.Contains(string(body), want) {
+			t.Errorf("%s: %d, %d bytes, want 200 with %q", path, resp.StatusCode, len(body), want)
+		}
 	}
 }
 
