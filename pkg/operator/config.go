@@ -99,8 +99,9 @@ type Config struct {
 	// quarter of Workers; negative: none).
 	Workers, UrgentWorkers int
 	// BackgroundWhileUrgent is how many API requests of background plans
-	// may be in flight while requests of urgent plans are (requestGate);
-	// negative: no limit, background requests are never held.
+	// may be in flight while requests of urgent plans are (requestGate;
+	// 0, the default: none, each held at most DefaultMaxHeld); negative:
+	// no limit, background requests are never held.
 	BackgroundWhileUrgent int
 	// BackgroundRequests bounds the API requests of background plans in
 	// flight at any time (0: as many as the workers send).
@@ -272,8 +273,8 @@ func (c *Config) Validate() error {
 	if c.Workers < 1 {
 		bad("workers must be at least 1, got %d", c.Workers)
 	}
-	if c.BackgroundWhileUrgent < -1 || c.BackgroundWhileUrgent == 0 {
-		bad("background-requests-while-urgent must be at least 1, or -1 for no limit, got %d", c.BackgroundWhileUrgent)
+	if c.BackgroundWhileUrgent < -1 {
+		bad("background-requests-while-urgent must be at least 0, or -1 for no limit, got %d", c.BackgroundWhileUrgent)
 	}
 	if c.BackgroundRequests < 0 {
 		bad("background-requests must not be negative, got %d", c.BackgroundRequests)

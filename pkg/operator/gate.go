@@ -15,14 +15,21 @@ import (
 // The request gate's defaults (docs/scale.md, "Fairness").
 const (
 	// DefaultBackgroundWhileUrgent is how many background requests may be
-	// in flight while urgent ones are.
-	DefaultBackgroundWhileUrgent = 1
+	// in flight while urgent ones are: none. With one, a new cluster's
+	// create during the first seconds of a fleet rollout still met a
+	// loaded API server (docs/scale.md, "Background requests wait").
+	DefaultBackgroundWhileUrgent = 0
 	// DefaultUrgentHold is how long after the last urgent request ended
 	// background requests are still held to that: an urgent plan's next
 	// request follows its previous one within milliseconds (the loop
 	// plans it from the result), and should not find the API server
 	// busy again with the background requests held meanwhile.
 	DefaultUrgentHold = 250 * time.Millisecond
+	// DefaultMaxHeld is the longest a background request is held: past
+	// it, it goes even while urgent traffic goes on, one such request in
+	// flight at a time, so a steady stream of users' actions slows the
+	// fleet's retries, resyncs and rollouts but never stops them.
+	DefaultMaxHeld = 2 * time.Second
 )
 
 // requestGate puts the API requests of urgent plans (a user's action)
@@ -34,9 +41,10 @@ const (
 // pgloop's requests are one flow of the server's Priority and Fairness,
 // or none: a client of system:masters is exempt). So while urgent requests
 // are in flight, and for hold after the last one, at most limit background
-// requests are: the others wait in the gate, first come first served,
-// until urgent traffic stops. Without urgent requests background ones are
-// never held.
+// requests are (none by default): the others wait in the gate, first come
+// first served, until urgent traffic stops, or until the first of them has
+// waited maxHeld: then they go one at a time. Without urgent requests
+// background ones are never held.
 //
 // A request's priority is its plan's (eventloop.PriorityOf its context);
 // Event writes are background (best effort); the rest (informers' lists
@@ -50,8 +58,10 @@ type requestGate struct {
 	// limit is how many background requests may be in flight while
 	// urgent traffic goes on; most, at any time (0: no bound).
 	limit, most int
-	hold        time.Duration
-	clock       clock.WithDelayedExecution
+	// hold and maxHeld: see DefaultUrgentHold and DefaultMaxHeld (0: no
+	// bound on holding).
+	hold, maxHeld time.Duration
+	clock         clock.WithDelayedExecution
 	// onHeld is told how long each held request waited.
 	onHeld func(time.Duration)
 
@@ -59,21 +69,27 @@ type requestGate struct {
 	urgent     int       // urgent requests in flight
 	background int       // background requests in flight
 	quietAt    time.Time // urgent traffic counts as over from then, if urgent == 0
-	waiters    []chan struct{}
-	timer      clock.Timer // wakes the waiters at quietAt
+	waiters    []waiter
+	timer      clock.Timer // wakes the waiters at quietAt, or the first when it waited maxHeld
 }
 
-func newRequestGate(limit, most int, hold time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
+// waiter is a held background request: closing ch lets it go.
+type waiter struct {
+	ch    chan struct{}
+	since time.Time
+}
+
+func newRequestGate(limit, most int, hold, maxHeld time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
 	if onHeld == nil {
 		onHeld = func(time.Duration) {}
 	}
-	if limit < 1 { // no limit while urgent
+	if limit < 0 { // no limit while urgent
 		limit = math.MaxInt
 	}
-	return &requestGate{limit: limit, most: max(most, 0), hold: hold, clock: clk, onHeld: onHeld}
+	return &requestGate{limit: limit, most: max(most, 0), hold: hold, maxHeld: max(maxHeld, 0), clock: clk, onHeld: onHeld}
 }
 
 // wrap is a rest.Config WrapTransport.
@@ -118,13 +134,17 @@ func (g *requestGate) open(now time.Time) bool {
 	return g.urgent == 0 && !now.Before(g.quietAt)
 }
 
-// admits reports whether one more background request may go now. g.mu is
-// held.
-func (g *requestGate) admits(now time.Time) bool {
+// admits reports whether one more background request, held since since,
+// may go now. g.mu is held.
+func (g *requestGate) admits(now, since time.Time) bool {
 	if g.most > 0 && g.background >= g.most {
 		return false
 	}
-	return g.open(now) || g.background < g.limit
+	if g.open(now) || g.background < g.limit {
+		return true
+	}
+	// Held long enough: it goes, one such at a time.
+	return g.maxHeld > 0 && g.background < 1 && !now.Before(since.Add(g.maxHeld))
 }
 
 // acquire takes a slot for a background request, waiting for one while
@@ -132,13 +152,16 @@ func (g *requestGate) admits(now time.Time) bool {
 func (g *requestGate) acquire(req *http.Request) error {
 	g.mu.Lock()
 	now := g.clock.Now()
-	if len(g.waiters) == 0 && g.admits(now) {
+	if len(g.waiters) == 0 && g.admits(now, now) {
 		g.background++
 		g.mu.Unlock()
 		return nil
 	}
 	ch := make(chan struct{})
-	g.waiters = append(g.waiters, ch)
+	g.waiters = append(g.waiters, waiter{ch: ch, since: now})
+	if len(g.waiters) == 1 {
+		g.dispatch() // arms the timer of its maxHeld
+	}
 	g.mu.Unlock()
 
 	select {
@@ -154,7 +177,7 @@ func (g *requestGate) acquire(req *http.Request) error {
 			g.dispatch()
 		default:
 			for i, w := range g.waiters {
-				if w == ch {
+				if w.ch == ch {
 					g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
 					break
 				}
@@ -187,24 +210,35 @@ func (g *requestGate) urgentEnded() {
 }
 
 // dispatch lets waiting requests go while the gate allows, first come
-// first served, and arms the timer that lets the rest go once urgent
-// traffic is over. g.mu is held.
+// first served, and arms the timer that lets the first of the rest go
+// once urgent traffic is over or once it waited maxHeld. g.mu is held.
 func (g *requestGate) dispatch() {
 	now := g.clock.Now()
-	for len(g.waiters) > 0 && g.admits(now) {
+	for len(g.waiters) > 0 && g.admits(now, g.waiters[0].since) {
 		g.background++
-		close(g.waiters[0])
-		g.waiters[0] = nil
+		close(g.waiters[0].ch)
+		g.waiters[0] = waiter{}
 		g.waiters = g.waiters[1:]
 	}
-	if len(g.waiters) == 0 || g.urgent > 0 || !now.Before(g.quietAt) {
-		// Nothing waits, or what waits waits for a request to end.
+	if len(g.waiters) == 0 {
+		return
+	}
+	// What waits waits for a request to end (it calls dispatch), for
+	// the hold to pass, or for the first to have waited maxHeld.
+	var wake time.Time
+	if g.urgent == 0 && now.Before(g.quietAt) {
+		wake = g.quietAt
+	}
+	if due := g.waiters[0].since.Add(g.maxHeld); g.maxHeld > 0 && now.Before(due) && (wake.IsZero() || due.Before(wake)) {
+		wake = due
+	}
+	if wake.IsZero() {
 		return
 	}
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	g.timer = g.clock.AfterFunc(g.quietAt.Sub(now), func() {
+	g.timer = g.clock.AfterFunc(wake.Sub(now), func() {
 		// On a goroutine of its own: a fake clock calls this with its
 		// lock held, and dispatch reads the clock.
 		go func() {

@@ -76,7 +76,7 @@ func newGateRig(t *testing.T, limit int) *gateRig { return newGateRigMost(t, lim
 
 func newGateRigMost(t *testing.T, limit, most int) *gateRig {
 	r := &gateRig{t: t, clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), inner: newHeldTransport(), errs: map[string]chan error{}}
-	r.gate = newRequestGate(limit, most, DefaultUrgentHold, r.clk, func(d time.Duration) {
+	r.gate = newRequestGate(limit, most, DefaultUrgentHold, DefaultMaxHeld, r.clk, func(d time.Duration) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.held = append(r.held, d)
@@ -253,6 +253,56 @@ func TestGateUrgentFirst(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.held) != 2 || r.held[1] != DefaultUrgentHold {
 		t.Errorf("held %v, want 2 requests, the second for the hold %v", r.held, DefaultUrgentHold)
+	}
+}
+
+// With a limit of none (the default), no background request goes while
+// urgent traffic goes on, even with none in flight.
+func TestGateNoneWhileUrgent(t *testing.T) {
+	r := newGateRig(t, DefaultBackgroundWhileUrgent)
+	ctx := context.Background()
+	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.arrived("u1")
+	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(1)
+	r.inner.end("u1")
+	if err := r.wait("u1"); err != nil {
+		t.Fatal(err)
+	}
+	r.stays("u1")
+	r.clk.Step(DefaultUrgentHold)
+	r.arrived("u1", "bg1")
+	r.waiters(0)
+}
+
+// A background request held for maxHeld goes although urgent traffic goes
+// on, one such request in flight at a time: users' actions slow the
+// fleet's work, never stop it.
+func TestGateMaxHeld(t *testing.T) {
+	r := newGateRig(t, 0)
+	ctx := context.Background()
+	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.arrived("u1")
+	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(1)
+	r.clk.Step(DefaultMaxHeld / 2)
+	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(2)
+	r.stays("u1")
+	r.clk.Step(DefaultMaxHeld / 2)
+	r.arrived("u1", "bg1")
+	r.waiters(1)
+	// bg2's own time has not come; once it has, it waits for bg1 to end.
+	r.clk.Step(DefaultMaxHeld)
+	r.stays("u1", "bg1")
+	r.inner.end("bg1")
+	r.arrived("u1", "bg1", "bg2")
+	r.waiters(0)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if want := []time.Duration{DefaultMaxHeld, DefaultMaxHeld * 3 / 2}; !slices.Equal(r.held, want) {
+		t.Errorf("held %v, want %v", r.held, want)
 	}
 }
 

@@ -131,9 +131,9 @@ func newClients(rc *rest.Config, cfg *Config, onHeld func(time.Duration)) (clien
 	fence := &writeFence{}
 	wc := rest.CopyConfig(rc)
 	wc.Wrap(fence.wrap)
-	if cfg.BackgroundWhileUrgent > 0 || cfg.BackgroundRequests > 0 {
+	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 {
 		// Outside the fence: a request held a while is fenced when it goes.
-		wc.Wrap(newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, nil, onHeld).wrap)
+		wc.Wrap(newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, DefaultMaxHeld, nil, onHeld).wrap)
 	}
 	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
