@@ -423,3 +423,15 @@ func BenchmarkFacts(b *testing.B) {
 		d.Facts(objs, now)
 	}
 }
+
+// BenchmarkFactsCold measures the first facts of a cluster in a process:
+// what a restart pays for each cluster it resumes (the desired StatefulSet
+// built once).
+func BenchmarkFactsCold(b *testing.B) {
+	pg := newPG("c1", 3)
+	objs := objects(pg, statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
+	b.ReportAllocs()
+	for b.Loop() {
+		NewDeriver(cluster.Options{}, true).Facts(objs, now)
+	}
+}

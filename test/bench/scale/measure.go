@@ -587,7 +587,9 @@ func bareStatefulSet(ns, name, image string) *appsv1.StatefulSet {
 func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	k := f.K
 	began := time.Now()
-	s, err := b.startStage(ctx, fmt.Sprintf("fairness-k%d", k), k+b.cfg.Probes+1, k, true)
+	// Pods: the K, the idle probes and bare StatefulSets, the one more and
+	// its bare one, the probes during the rollout and theirs, and one spare.
+	s, err := b.startStage(ctx, fmt.Sprintf("fairness-k%d", k), k+4*b.cfg.Probes+3, k, true)
 	defer func() { err = errors.Join(s.err(err), s.stop()) }()
 	if err != nil {
 		return err
@@ -684,15 +686,46 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	for i := range keys {
 		keys[i] = s.burstNamespace(i) + "/" + s.burstName(i)
 	}
+	left := func(m map[string]*benchkit.Seen) int {
+		n := 0
+		for _, key := range keys {
+			if seen := m[key]; seen == nil || !rolled(seen) {
+				n++
+			}
+		}
+		return n
+	}
+	// Then Probes more, one after another as the idle ones, each with a
+	// bare StatefulSet at once, while the K still roll: the rollout as a
+	// user meets it for minutes, where the first one met the restart's
+	// own second of work (its lists, every machine resumed).
+	for i := range b.cfg.Probes {
+		bareErr := make(chan error, 1)
+		var bare time.Duration
+		go func() {
+			var err error
+			bare, err = s.bareProbe(s.ctx, fmt.Sprintf("bare-rolling-%d", i), b.cfg.RolloutTimeout)
+			bareErr <- err
+		}()
+		p, err := s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, fmt.Sprintf("rolling-%d", i), 1), b.cfg.RolloutTimeout)
+		if berr := <-bareErr; err == nil {
+			err = berr
+		}
+		if err != nil {
+			return err
+		}
+		f.Rolling, f.PlaneRolling = append(f.Rolling, p), append(f.PlaneRolling, bare)
+		_ = s.env.Tracker.Wait(s.ctx, func(m map[string]*benchkit.Seen) bool {
+			f.RollingLeft = left(m)
+			return true
+		})
+		b.logf("K=%d: one more cluster %s Running in %v while %d of the %d clusters still roll (segments %s); a bare StatefulSet with it %v",
+			k, p.Name, benchkit.Ms(p.ToRunning), f.RollingLeft, k, benchkit.SegmentsText(p), benchkit.Ms(bare))
+	}
 	rctx, cancel := context.WithTimeout(s.ctx, b.cfg.RolloutTimeout)
 	defer cancel()
 	err = s.env.Tracker.Wait(rctx, func(m map[string]*benchkit.Seen) bool {
-		f.Left = 0
-		for _, key := range keys {
-			if seen := m[key]; seen == nil || !rolled(seen) {
-				f.Left++
-			}
-		}
+		f.Left = left(m)
 		return f.Left == 0
 	})
 	// The one more cluster is measured: a rollout that does not end is
