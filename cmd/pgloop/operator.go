@@ -98,7 +98,7 @@ the loop runs, and also while this replica stands by for the leader.`,
 	f.IntVar(&cfg.UrgentWorkers, "urgent-workers", cfg.UrgentWorkers,
 		"of --workers, how many only urgent plans (a new cluster, a spec change, a delete) may take, so they never wait behind resyncs, retries and rollouts; at most a quarter of --workers; -1: none")
 	f.IntVar(&cfg.BackgroundWhileUrgent, "background-requests-while-urgent", cfg.BackgroundWhileUrgent,
-		"how many API requests of background work (retries, resyncs, rollouts, Events) may be in flight while a user's action's requests are, so those never queue in the API server behind the fleet's; the others wait in the operator, each at most 2s (then they go one at a time); -1: no limit")
+		"how many API requests of background work (retries, resyncs, rollouts, Events) may be in flight while a user's action's requests are, so those never queue in the API server behind the fleet's; the others wait in the operator, each at most 2s (then one goes every 250ms while users' requests go on); -1: no limit")
 	f.IntVar(&cfg.BackgroundRequests, "background-requests", cfg.BackgroundRequests,
 		"most API requests of background work (retries, resyncs, rollouts, Events) in flight at any time, so that a user's action finds the API server with room; 0: as many as the workers send")
 	f.DurationVar(&cfg.StepTimeout, "step-timeout", cfg.StepTimeout,

@@ -25,10 +25,13 @@ const (
 	// plans it from the result), and should not find the API server
 	// busy again with the background requests held meanwhile.
 	DefaultUrgentHold = 250 * time.Millisecond
-	// DefaultMaxHeld is the longest a background request is held: past
-	// it, it goes even while urgent traffic goes on, one such request in
-	// flight at a time, so a steady stream of users' actions slows the
-	// fleet's retries, resyncs and rollouts but never stops them.
+	// DefaultMaxHeld is how long a background request is held at most:
+	// past it, held requests go even while urgent traffic goes on, one
+	// every DefaultUrgentHold, so a steady stream of users' actions slows
+	// the fleet's retries, resyncs and rollouts but never stops them. (One
+	// request in flight at a time would not slow them: a fleet rollout's
+	// status writes, one after another, kept a new cluster's writes at
+	// three times their idle time.)
 	DefaultMaxHeld = 2 * time.Second
 )
 
@@ -43,7 +46,7 @@ const (
 // are in flight, and for hold after the last one, at most limit background
 // requests are (none by default): the others wait in the gate, first come
 // first served, until urgent traffic stops, or until the first of them has
-// waited maxHeld: then they go one at a time. Without urgent requests
+// waited maxHeld: then they go one every hold. Without urgent requests
 // background ones are never held.
 //
 // A request's priority is its plan's (eventloop.PriorityOf its context);
@@ -69,6 +72,7 @@ type requestGate struct {
 	urgent     int       // urgent requests in flight
 	background int       // background requests in flight
 	quietAt    time.Time // urgent traffic counts as over from then, if urgent == 0
+	overdueAt  time.Time // when the last request held maxHeld went while urgent traffic went on
 	waiters    []waiter
 	timer      clock.Timer // wakes the waiters at quietAt, or the first when it waited maxHeld
 }
@@ -135,16 +139,19 @@ func (g *requestGate) open(now time.Time) bool {
 }
 
 // admits reports whether one more background request, held since since,
-// may go now. g.mu is held.
-func (g *requestGate) admits(now, since time.Time) bool {
+// may go now, and whether it goes as overdue: held maxHeld while urgent
+// traffic goes on, which one request may every hold. g.mu is held.
+func (g *requestGate) admits(now, since time.Time) (ok, overdue bool) {
 	if g.most > 0 && g.background >= g.most {
-		return false
+		return false, false
 	}
 	if g.open(now) || g.background < g.limit {
-		return true
+		return true, false
 	}
-	// Held long enough: it goes, one such at a time.
-	return g.maxHeld > 0 && g.background < 1 && !now.Before(since.Add(g.maxHeld))
+	if g.maxHeld > 0 && !now.Before(since.Add(g.maxHeld)) && !now.Before(g.overdueAt.Add(g.hold)) {
+		return true, true
+	}
+	return false, false
 }
 
 // acquire takes a slot for a background request, waiting for one while
@@ -152,7 +159,7 @@ func (g *requestGate) admits(now, since time.Time) bool {
 func (g *requestGate) acquire(req *http.Request) error {
 	g.mu.Lock()
 	now := g.clock.Now()
-	if len(g.waiters) == 0 && g.admits(now, now) {
+	if ok, _ := g.admits(now, now); ok && len(g.waiters) == 0 {
 		g.background++
 		g.mu.Unlock()
 		return nil
@@ -211,10 +218,17 @@ func (g *requestGate) urgentEnded() {
 
 // dispatch lets waiting requests go while the gate allows, first come
 // first served, and arms the timer that lets the first of the rest go
-// once urgent traffic is over or once it waited maxHeld. g.mu is held.
+// once urgent traffic is over or once it is overdue. g.mu is held.
 func (g *requestGate) dispatch() {
 	now := g.clock.Now()
-	for len(g.waiters) > 0 && g.admits(now, g.waiters[0].since) {
+	for len(g.waiters) > 0 {
+		ok, overdue := g.admits(now, g.waiters[0].since)
+		if !ok {
+			break
+		}
+		if overdue {
+			g.overdueAt = now
+		}
 		g.background++
 		close(g.waiters[0].ch)
 		g.waiters[0] = waiter{}
@@ -224,13 +238,20 @@ func (g *requestGate) dispatch() {
 		return
 	}
 	// What waits waits for a request to end (it calls dispatch), for
-	// the hold to pass, or for the first to have waited maxHeld.
+	// the hold to pass, or for the first to be overdue: held maxHeld, a
+	// hold after the last overdue one.
 	var wake time.Time
 	if g.urgent == 0 && now.Before(g.quietAt) {
 		wake = g.quietAt
 	}
-	if due := g.waiters[0].since.Add(g.maxHeld); g.maxHeld > 0 && now.Before(due) && (wake.IsZero() || due.Before(wake)) {
-		wake = due
+	if g.maxHeld > 0 {
+		due := g.waiters[0].since.Add(g.maxHeld)
+		if next := g.overdueAt.Add(g.hold); next.After(due) {
+			due = next
+		}
+		if now.Before(due) && (wake.IsZero() || due.Before(wake)) {
+			wake = due
+		}
 	}
 	if wake.IsZero() {
 		return

@@ -276,8 +276,8 @@ func TestGateNoneWhileUrgent(t *testing.T) {
 }
 
 // A background request held for maxHeld goes although urgent traffic goes
-// on, one such request in flight at a time: users' actions slow the
-// fleet's work, never stop it.
+// on, one every hold: users' actions slow the fleet's work, never stop it,
+// and the fleet's work goes at a pace that leaves the API server to them.
 func TestGateMaxHeld(t *testing.T) {
 	r := newGateRig(t, 0)
 	ctx := context.Background()
@@ -285,23 +285,30 @@ func TestGateMaxHeld(t *testing.T) {
 	r.arrived("u1")
 	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.clk.Step(DefaultMaxHeld / 2)
 	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
 	r.waiters(2)
+	r.clk.Step(DefaultMaxHeld / 2)
+	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(3)
 	r.stays("u1")
 	r.clk.Step(DefaultMaxHeld / 2)
 	r.arrived("u1", "bg1")
-	r.waiters(1)
-	// bg2's own time has not come; once it has, it waits for bg1 to end.
-	r.clk.Step(DefaultMaxHeld)
+	r.waiters(2)
+	// bg2 is overdue too, but goes a hold after bg1, bg1 in flight or not.
 	r.stays("u1", "bg1")
-	r.inner.end("bg1")
+	r.clk.Step(DefaultUrgentHold)
 	r.arrived("u1", "bg1", "bg2")
+	// bg3's own time comes later.
+	r.inner.end("bg1")
+	r.clk.Step(DefaultMaxHeld/2 - DefaultUrgentHold - time.Millisecond)
+	r.stays("u1", "bg1", "bg2")
+	r.clk.Step(time.Millisecond)
+	r.arrived("u1", "bg1", "bg2", "bg3")
 	r.waiters(0)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if want := []time.Duration{DefaultMaxHeld, DefaultMaxHeld * 3 / 2}; !slices.Equal(r.held, want) {
+	if want := []time.Duration{DefaultMaxHeld, DefaultMaxHeld + DefaultUrgentHold, DefaultMaxHeld}; !slices.Equal(r.held, want) {
 		t.Errorf("held %v, want %v", r.held, want)
 	}
 }
