@@ -28,10 +28,10 @@ const (
 	// DefaultMaxHeld is how long a background request is held at most:
 	// past it, held requests go even while urgent traffic goes on, one
 	// every DefaultUrgentHold, so a steady stream of users' actions slows
-	// the fleet's retries, resyncs and rollouts but never stops them. (One
-	// request in flight at a time would not slow them: a fleet rollout's
-	// status writes, one after another, kept a new cluster's writes at
-	// three times their idle time.)
+	// the fleet's retries, resyncs and rollouts but never stops them.
+	// (Letting one in flight at a time would hardly slow that work, and
+	// so hardly help: a fleet rollout's status writes, one after another,
+	// kept a new cluster's writes at three times their idle time.)
 	DefaultMaxHeld = 2 * time.Second
 )
 
