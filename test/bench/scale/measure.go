@@ -647,19 +647,7 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	}
 	readyAt := time.Now()
 	b.logf("K=%d: operator restarted with --spilo-image=%s, ready in %v; one more cluster and one more bare StatefulSet at once", k, f.Image, benchkit.Ms(f.Ready))
-	// The bare StatefulSet goes with the one more, so that the plane's
-	// own part is measured under the same load, not after it.
-	bareErr := make(chan error, 1)
-	go func() {
-		var err error
-		f.PlaneDuring, err = s.bareProbe(s.ctx, "bare-during-rollout", b.cfg.RolloutTimeout)
-		bareErr <- err
-	}()
-	f.During, err = s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, "during-rollout", 1), b.cfg.RolloutTimeout)
-	if berr := <-bareErr; err == nil {
-		err = berr
-	}
-	if err != nil {
+	if f.During, f.PlaneDuring, err = s.probeWithBare("during-rollout", "bare-during-rollout"); err != nil {
 		return err
 	}
 	b.logf("K=%d: one more cluster Running in %v during the rollout (segments %s)", k, benchkit.Ms(f.During.ToRunning), benchkit.SegmentsText(f.During))
@@ -696,21 +684,11 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 		return n
 	}
 	// Then Probes more, one after another as the idle ones, each with a
-	// bare StatefulSet at once, while the K still roll: the rollout as a
-	// user meets it for minutes, where the first one met the restart's
-	// own second of work (its lists, every machine resumed).
+	// bare StatefulSet at once, while the K still roll (its first seconds,
+	// the rollout's status writes going out), where the first one met the
+	// restart's own second of work (its lists, every machine resumed).
 	for i := range b.cfg.Probes {
-		bareErr := make(chan error, 1)
-		var bare time.Duration
-		go func() {
-			var err error
-			bare, err = s.bareProbe(s.ctx, fmt.Sprintf("bare-rolling-%d", i), b.cfg.RolloutTimeout)
-			bareErr <- err
-		}()
-		p, err := s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, fmt.Sprintf("rolling-%d", i), 1), b.cfg.RolloutTimeout)
-		if berr := <-bareErr; err == nil {
-			err = berr
-		}
+		p, bare, err := s.probeWithBare(fmt.Sprintf("rolling-%d", i), fmt.Sprintf("bare-rolling-%d", i))
 		if err != nil {
 			return err
 		}
@@ -741,6 +719,24 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	}
 	b.wall(&f.Walls, "rollout", began)
 	return nil
+}
+
+// probeWithBare creates cluster name and a bare StatefulSet bareName at
+// once, so that the plane's own part is measured under the same load, and
+// waits for both (at most RolloutTimeout).
+func (s *stage) probeWithBare(name, bareName string) (benchkit.Probe, time.Duration, error) {
+	bareErr := make(chan error, 1)
+	var bare time.Duration
+	go func() {
+		var err error
+		bare, err = s.bareProbe(s.ctx, bareName, s.b.cfg.RolloutTimeout)
+		bareErr <- err
+	}()
+	p, err := s.env.Probe(s.ctx, pgtest.Cluster(s.probeNS, name, 1), s.b.cfg.RolloutTimeout)
+	if berr := <-bareErr; err == nil {
+		err = berr
+	}
+	return p, bare, err
 }
 
 // mib renders bytes in MiB.
