@@ -630,12 +630,15 @@ func TestCacheObjectGoneBehindCache(t *testing.T) {
 
 // The finalizer is added by a JSON patch that carries no resourceVersion:
 // a resource written since the cache's copy (a status write, an edit)
-// takes it at once, and the objects are built from the spec as patched.
+// takes it at once, and the StatefulSet, which waits for it, is built from
+// the spec as patched when that spec is newer (the others, written beside
+// the patch, follow at the ensure the newer spec's event plans).
 func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	pg := testCluster(t)
 	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
 	edited := h.pg.get(pg.Namespace, pg.Name)
 	edited.Spec.NumberOfInstances = 3
+	edited.Generation++ // as the API server does on a change of spec
 	h.pg.put(edited) // not in the cache
 	if err := h.ensure(t, pg); err != nil {
 		t.Fatal(err)
@@ -654,6 +657,46 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	if n := ptr.Deref(sts.Spec.Replicas, 0); n != 3 {
 		t.Errorf("replicas %d: built from the stale spec", n)
 	}
+}
+
+// A resource deleted since the cache's copy refuses the finalizer: the
+// StatefulSet, which waits for it, is not created (its claims would
+// outlive the resource), and the ensure ends without an error. The objects
+// written beside the patch are the resource's: the garbage collector's.
+func TestCacheFinalizerDeletedSince(t *testing.T) {
+	pg := testCluster(t)
+	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
+	gone := deleting(h.pg.get(pg.Namespace, pg.Name))
+	gone.Finalizers = []string{"other"}
+	h.pg.put(gone) // not in the cache
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.pg.get(pg.Namespace, pg.Name).Finalizers; !slices.Equal(got, []string{"other"}) {
+		t.Errorf("finalizers %v, want [other]", got)
+	}
+	_, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("statefulset: %v, want not found", err)
+	}
+}
+
+// A finalizer the API server fails to add is the ensure's error, and no
+// StatefulSet is created without it.
+func TestEnsureFinalizerFails(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{pg})
+		h.pg.failPatch = func(int) error { return apierrors.NewInternalError(errors.New("etcd is down")) }
+		err := h.ensure(t, pg)
+		if err == nil || !strings.Contains(err.Error(), "add finalizer") {
+			t.Fatalf("ensure: %v, want the finalizer's error", err)
+		}
+		_, err = h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("statefulset: %v, want not found", err)
+		}
+	})
 }
 
 // Another controller's finalizer, added since the cache's copy, fails the

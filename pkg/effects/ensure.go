@@ -50,14 +50,15 @@ func cached[T cluster.Object](r *run, name string, get func(Cache, string, strin
 	return func() (T, bool) { return get(c, r.ns, name) }
 }
 
-// ensure creates every object of the cluster that is missing and updates
-// those that differ from the spec: the namespace's shared objects, then
-// the cluster's own (the StatefulSet once its Secrets are), then the
-// connection poolers and the logical backup (deleting those the spec no
-// longer enables), then grows the volumes. It reads the resource afresh (from the cache, which is at
-// least as recent as what the plan was made from), so it acts on the
-// current spec. A resource that is gone or being deleted is left to the
-// cleanup.
+// ensure adds the cleanup's finalizer to the resource, creates every
+// object of the cluster that is missing and updates those that differ from
+// the spec: the cluster's own objects beside the finalizer and the
+// namespace's shared objects (the StatefulSet once all of those are in
+// place), then the connection poolers and the logical backup (deleting
+// those the spec no longer enables), then grows the volumes. It reads the
+// resource afresh (from the cache, which is at least as recent as what
+// the plan was made from), so it acts on the current spec. A resource
+// that is gone or being deleted is left to the cleanup.
 func (r *run) ensure(ctx context.Context) error {
 	pg, err := r.getCluster(ctx, false)
 	if pg == nil {
@@ -67,24 +68,36 @@ func (r *run) ensure(ctx context.Context) error {
 		r.log.Debug("being deleted: nothing to ensure")
 		return nil
 	}
-	if pg, err = r.addFinalizer(ctx, pg); pg == nil {
-		return err
+	if r.serial {
+		// The finalizer first (the simulator's seeds were found with
+		// this order of calls).
+		if pg, err = r.addFinalizer(ctx, pg); pg == nil {
+			return err
+		}
 	}
 	objs, err := cluster.Build(pg, r.build, r.random)
 	if err != nil {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
 	}
-
-	if err := r.ensureShared(ctx, objs); err != nil {
-		return err
+	if r.serial {
+		if err := r.ensureShared(ctx, objs); err != nil {
+			return err
+		}
 	}
 	// The Secrets, Services and PodDisruptionBudget depend on nothing but
 	// the resource: they are written at once (round trips fewer than one
 	// after another on an API server under load), and the StatefulSet as
-	// soon as the Secrets are, since its pods read them. The Services do
-	// not hold it back: an API server allocates their cluster IPs one
-	// after another, 50-60 ms each when busy, and Patroni (with ConfigMaps
-	// as its store) needs none of them to start.
+	// soon as the Secrets and the namespace's shared objects are, since
+	// its pods read them. The Services do not hold it back: an API server
+	// allocates their cluster IPs one after another, 50-60 ms each when
+	// busy, and Patroni (with ConfigMaps as its store) needs none of them
+	// to start.
+	//
+	// The finalizer goes beside them, not before (one round trip less
+	// on a create): the StatefulSet alone waits for it, since its claims
+	// outlive the resource unless the cleanup deletes them. The others
+	// are the resource's (owner references): if it turns out gone or
+	// being deleted, the garbage collector deletes them.
 	core := r.kube.CoreV1()
 	secrets := make([]func() error, 0, len(objs.Secrets))
 	for _, s := range objs.Secrets {
@@ -102,21 +115,56 @@ func (r *run) ensure(ctx context.Context) error {
 	}
 	others = append(others, func() error { return r.ensurePodDisruptionBudget(ctx, pg, objs.PodDisruptionBudget) })
 	sts := func() error { return r.ensureStatefulSet(ctx, pg, objs.StatefulSet) }
-	var writes []func() error
 	if r.serial {
 		// One after another (the simulator), the StatefulSet last: the
 		// order the simulator's seeds were found with.
-		writes = slices.Concat(secrets, others, []func() error{sts})
+		if err := r.together(slices.Concat(secrets, others, []func() error{sts})); err != nil {
+			return err
+		}
 	} else {
-		writes = append(others, func() error {
+		var finalized *v1.Postgresql
+		done := make(chan struct{})
+		finalizer := func() (err error) {
+			defer close(done)
+			finalized, err = r.addFinalizer(ctx, pg)
+			return err
+		}
+		statefulSet := func() error {
+			if err := r.ensureShared(ctx, objs); err != nil {
+				return err
+			}
 			if err := r.together(secrets); err != nil {
 				return err
 			}
-			return sts()
-		})
-	}
-	if err := r.together(writes); err != nil {
-		return err
+			<-done
+			switch {
+			case finalized == nil:
+				// Gone, being deleted, or the finalizer failed:
+				// its own error says so.
+				return nil
+			case finalized.Generation == pg.Generation:
+				return sts()
+			}
+			// The API had a newer spec than the cache: the
+			// StatefulSet, the costliest object to get wrong (its
+			// claim templates cannot change), is built from it. The
+			// rest follow at the ensure the newer spec's event plans.
+			newer, err := cluster.Build(finalized, r.build, r.random)
+			if err != nil {
+				return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
+			}
+			return r.ensureStatefulSet(ctx, finalized, newer.StatefulSet)
+		}
+		// The finalizer's error first: it explains the rest.
+		if err := r.together(slices.Concat([]func() error{finalizer}, others, []func() error{statefulSet})); err != nil {
+			return err
+		}
+		if finalized == nil {
+			// Gone or being deleted: the cleanup's, or nobody's.
+			r.log.Debug("gone or being deleted: the rest is left")
+			return nil
+		}
+		pg = finalized
 	}
 	if err := r.ensurePoolers(ctx, pg, objs); err != nil {
 		return err
