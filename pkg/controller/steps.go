@@ -30,7 +30,7 @@ const (
 // effects.ErrWaiting means "not yet".
 type Actor interface {
 	WriteStatus(ctx context.Context, key string, status *v1.PostgresqlStatus) error
-	Ensure(ctx context.Context, key string) error
+	Ensure(ctx context.Context, key string, opts effects.EnsureOptions) error
 	ReplacePods(ctx context.Context, key string, pods []effects.Pod) error
 	Nudge(ctx context.Context, key, version string) error
 	SyncRoles(ctx context.Context, key string) error
@@ -85,7 +85,8 @@ func (e actorEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 		add(StepStatus, true, func(ctx context.Context) error { return a.WriteStatus(ctx, key, status) })
 	}
 	if plan.Ensure {
-		add(StepEnsure, false, func(ctx context.Context) error { return a.Ensure(ctx, key) })
+		opts := effects.EnsureOptions{KeepPodTemplate: plan.KeepPodTemplate}
+		add(StepEnsure, false, func(ctx context.Context) error { return a.Ensure(ctx, key, opts) })
 	}
 	if db := plan.InDatabase; plan.Ensure && db != nil {
 		// The roles first: they are quick, and a configuration that

@@ -28,7 +28,9 @@ func (a *actor) call(name, key string, args any) error {
 func (a *actor) WriteStatus(_ context.Context, key string, status *v1.PostgresqlStatus) error {
 	return a.call("status", key, status.State)
 }
-func (a *actor) Ensure(_ context.Context, key string) error { return a.call("ensure", key, "") }
+func (a *actor) Ensure(_ context.Context, key string, opts effects.EnsureOptions) error {
+	return a.call("ensure", key, opts)
+}
 func (a *actor) ReplacePods(_ context.Context, key string, pods []effects.Pod) error {
 	return a.call("replacePods", key, pods)
 }
@@ -53,7 +55,7 @@ func (a *actor) RecordEvents(_ context.Context, key string, events []effects.Rec
 func TestStepsOrder(t *testing.T) {
 	a := &actor{}
 	plan := &fsm.Plan{
-		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, Cleanup: true,
+		Status: &v1.PostgresqlStatus{State: "Running"}, Ensure: true, KeepPodTemplate: true, Cleanup: true,
 		ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u", Claim: "c-0", ClaimUID: "cu"}}, Nudge: "q1",
 		Records:    []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
 		InDatabase: &fsm.InDatabase{Sync: "s1", Config: "c1", RemoveParameters: []string{"work_mem"}},
@@ -79,7 +81,7 @@ func TestStepsOrder(t *testing.T) {
 	}
 	wantCalls := []string{
 		"status db/acid Running",
-		"ensure db/acid ",
+		"ensure db/acid {true}",
 		"syncRoles db/acid ",
 		"configure db/acid [work_mem]",
 		"replacePods db/acid [{p-0 u c-0 cu}]",

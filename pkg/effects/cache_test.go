@@ -447,7 +447,7 @@ func TestCacheResyncMakesNoCalls(t *testing.T) {
 			if err := h.eff.WriteStatus(ctx, key, &v1.PostgresqlStatus{}); err != nil {
 				t.Fatalf("status: %v", err)
 			}
-			if err := h.eff.Ensure(ctx, key); err != nil {
+			if err := h.eff.Ensure(ctx, key, EnsureOptions{}); err != nil {
 				t.Fatalf("ensure: %v", err)
 			}
 			if err := h.eff.RecordEvents(ctx, key, []Record{{Reason: "Resync"}}); err != nil {
@@ -638,7 +638,8 @@ func TestCacheFinalizerStaleResourceVersion(t *testing.T) {
 	h := newSnapshotHarness(t, []*v1.Postgresql{pg})
 	edited := h.pg.get(pg.Namespace, pg.Name)
 	edited.Spec.NumberOfInstances = 3
-	edited.Generation++ // as the API server does on a change of spec
+	// As the API server does on a change of spec:
+	edited.Generation++
 	h.pg.put(edited) // not in the cache
 	if err := h.ensure(t, pg); err != nil {
 		t.Fatal(err)

@@ -189,13 +189,23 @@ func (e *Effects) WriteStatus(ctx context.Context, key string, status *v1.Postgr
 	return r.writeStatus(ctx, status)
 }
 
+// EnsureOptions are what an ensure leaves as it is.
+type EnsureOptions struct {
+	// KeepPodTemplate keeps the StatefulSet's pod template (and with it
+	// every pod up to date) while the rest of it is brought in line: the
+	// cluster waits for a slot of the fleet's rollout budget
+	// (fsm.Plan.KeepPodTemplate).
+	KeepPodTemplate bool
+}
+
 // Ensure creates the cluster's objects that are missing and updates those
-// that differ from its spec (see ensure).
-func (e *Effects) Ensure(ctx context.Context, key string) error {
+// that differ from its spec (see ensure), but for what opts keeps.
+func (e *Effects) Ensure(ctx context.Context, key string, opts EnsureOptions) error {
 	r, err := e.run(key)
 	if err != nil {
 		return err
 	}
+	r.keepTemplate = opts.KeepPodTemplate
 	return r.ensure(ctx)
 }
 
@@ -262,6 +272,8 @@ type run struct {
 	log           *logrus.Entry
 	// uid is the resource's UID once the effect has read it, for Events.
 	uid types.UID
+	// keepTemplate is EnsureOptions.KeepPodTemplate.
+	keepTemplate bool
 }
 
 // postgresqls is the client of the resources of the cluster's namespace.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -323,7 +324,7 @@ func keyOf(pg *v1.Postgresql) string { return pg.Namespace + "/" + pg.Name }
 
 func (h *harness) ensure(t *testing.T, pg *v1.Postgresql) error {
 	t.Helper()
-	return h.eff.Ensure(context.Background(), keyOf(pg))
+	return h.eff.Ensure(context.Background(), keyOf(pg), EnsureOptions{})
 }
 
 func (h *harness) cleanup(t *testing.T, pg *v1.Postgresql) error {
@@ -451,7 +452,7 @@ func TestBadKey(t *testing.T) {
 func effectsOf(eff *Effects, status *v1.PostgresqlStatus) map[string]func(context.Context, string) error {
 	return map[string]func(context.Context, string) error{
 		"status": func(ctx context.Context, key string) error { return eff.WriteStatus(ctx, key, status) },
-		"ensure": eff.Ensure,
+		"ensure": func(ctx context.Context, key string) error { return eff.Ensure(ctx, key, EnsureOptions{}) },
 		"replacePods": func(ctx context.Context, key string) error {
 			return eff.ReplacePods(ctx, key, []Pod{{Name: "acid-minimal-cluster-0", UID: "u"}})
 		},
@@ -594,6 +595,72 @@ func TestEnsureSpecChange(t *testing.T) {
 					if strings.Contains(w, " secrets ") && !strings.HasPrefix(w, "create ") {
 						t.Errorf("a Secret was touched: %s", w)
 					}
+				}
+			})
+		}
+	})
+}
+
+// An ensure that keeps the pod template (the cluster waits for a rollout
+// slot) writes nothing for a new image alone, and for a new image with a
+// scale-up writes the replicas with the old template: no pod is outdated
+// until the slot is the cluster's; the next ensure writes the template.
+func TestEnsureKeepPodTemplate(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		sts := "acid-minimal-cluster"
+		keep := EnsureOptions{KeepPodTemplate: true}
+		for _, tt := range []struct {
+			name         string
+			edit         func(*v1.Postgresql)
+			writes       []string
+			wantReplicas int32
+		}{
+			{"new image", func(pg *v1.Postgresql) { pg.Spec.DockerImage = "example.org/spilo:next" }, nil, 2},
+			{"new image and scale up", func(pg *v1.Postgresql) {
+				pg.Spec.DockerImage = "example.org/spilo:next"
+				pg.Spec.NumberOfInstances = 3
+			}, []string{"update statefulsets " + sts}, 3},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				pg := testCluster(t)
+				h := newHarness(t, []*v1.Postgresql{pg})
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				h.kubeWrites()
+				get := func() *appsv1.StatefulSet {
+					t.Helper()
+					out, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), sts, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return out
+				}
+				before := cluster.PodTemplateHash(get())
+				edited := h.pg.get(pg.Namespace, pg.Name)
+				tt.edit(edited)
+				h.pg.put(edited)
+				if err := h.eff.Ensure(context.Background(), keyOf(pg), keep); err != nil {
+					t.Fatal(err)
+				}
+				if got := h.kubeWrites(); !slices.Equal(got, tt.writes) {
+					t.Errorf("writes keeping the template:\n got %v\nwant %v", got, tt.writes)
+				}
+				kept := get()
+				if h := cluster.PodTemplateHash(kept); h != before {
+					t.Errorf("template hash %s, want %s kept", h, before)
+				}
+				if n := ptr.Deref(kept.Spec.Replicas, 0); n != tt.wantReplicas {
+					t.Errorf("replicas %d, want %d", n, tt.wantReplicas)
+				}
+				if err := h.ensure(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := h.kubeWrites(), []string{"update statefulsets " + sts}; !slices.Equal(got, want) {
+					t.Errorf("writes with the slot:\n got %v\nwant %v", got, want)
+				}
+				if h := cluster.PodTemplateHash(get()); h == before {
+					t.Error("template not written with the slot")
 				}
 			})
 		}
@@ -1452,7 +1519,7 @@ func TestEnsureCancelledMidway(t *testing.T) {
 			cancel()
 			return false, nil, nil
 		})
-		err := h.eff.Ensure(ctx, keyOf(pg))
+		err := h.eff.Ensure(ctx, keyOf(pg), EnsureOptions{})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
@@ -1479,7 +1546,7 @@ func TestEnsureConcurrentClusters(t *testing.T) {
 		for i, pg := range []*v1.Postgresql{a, b} {
 			wg.Go(func() {
 				<-start
-				errs[i] = h.eff.Ensure(context.Background(), keyOf(pg))
+				errs[i] = h.eff.Ensure(context.Background(), keyOf(pg), EnsureOptions{})
 			})
 			wg.Go(func() {
 				<-start

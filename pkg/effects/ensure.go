@@ -188,15 +188,24 @@ func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql, sts *app
 			if cur.DeletionTimestamp != nil {
 				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, ErrWaiting)
 			}
-			change := cluster.Compare(cur, sts)
+			want := sts
+			change := cluster.Compare(cur, want)
 			if change == cluster.Recreate {
 				return nil, false, r.recreateStatefulSet(ctx, cur, cluster.ClaimTemplateClass(sts))
+			}
+			if change == cluster.ReplacePods && r.keepTemplate && cluster.PodTemplateHash(cur) != "" {
+				// The cluster waits for a rollout slot: the new
+				// template is written when the slot is its.
+				want = sts.DeepCopy()
+				want.Spec.Template = *cur.Spec.Template.DeepCopy()
+				change = cluster.Compare(cur, want)
+				r.log.WithField("change", change.String()).Debug("pod template kept until a rollout slot is the cluster's")
 			}
 			if change == cluster.NoChange {
 				return nil, false, nil
 			}
 			r.log.WithField("change", change.String()).Debug("statefulset differs")
-			return cluster.ApplyStatefulSet(cur, sts), true, nil
+			return cluster.ApplyStatefulSet(cur, want), true, nil
 		})
 }
 

@@ -1325,6 +1325,7 @@ func (m *Machine) finish(epoch int64) Result {
 	if p.Ensure {
 		p.InDatabase = m.inDatabaseWork()
 		m.out.inDatabase = p.InDatabase
+		p.KeepPodTemplate = m.roll.blocked && c.facts.TemplateChanged
 	}
 	if status {
 		// A shallow copy is a snapshot: st is copy-on-write.

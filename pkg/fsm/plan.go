@@ -61,6 +61,13 @@ type Plan struct {
 	// Ensure asks for every object the spec describes to be created or
 	// brought in line with the spec (idempotent; nothing written when equal).
 	Ensure bool
+	// KeepPodTemplate, with Ensure, keeps the StatefulSet's pod template
+	// as it is: the cluster waits for a slot of the fleet's rollout budget
+	// to roll out a new one (Facts.TemplateChanged while blocked). The
+	// template is written once the slot is the cluster's, so an upgrade
+	// of pgloop that changes every template rewrites the StatefulSets of
+	// the clusters that roll, not the whole fleet's at once.
+	KeepPodTemplate bool
 	// Cleanup asks for the owned objects to be deleted and the finalizer
 	// removed.
 	Cleanup bool

@@ -158,4 +158,9 @@ func (m *Machine) noteRollout() {
 	case wasBlocked && !m.hasTimer(TimerTimeout):
 		m.setTimer(TimerTimeout, m.timeoutFor(st.State))
 	}
+	if wasBlocked && !r.blocked && f.TemplateChanged {
+		// The ensures made while it was blocked kept the pod template
+		// (Plan.KeepPodTemplate): now it is written.
+		m.out.ask(ensureEffects)
+	}
 }

@@ -387,7 +387,7 @@ func (r *runner) output() []string {
 		for _, part := range []struct {
 			on   bool
 			name string
-		}{{p.Ensure, "ensure"}, {p.Cleanup, "cleanup"}, {p.Status != nil, "status"}} {
+		}{{p.Ensure, "ensure"}, {p.KeepPodTemplate, "keep-template"}, {p.Cleanup, "cleanup"}, {p.Status != nil, "status"}} {
 			if part.on {
 				parts = append(parts, part.name)
 			}

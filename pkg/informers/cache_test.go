@@ -52,7 +52,7 @@ func TestInformersAreTheEffectsCache(t *testing.T) {
 		if err := eff.WriteStatus(context.Background(), key, &v1.PostgresqlStatus{}); err != nil {
 			t.Fatalf("status: %v", err)
 		}
-		if err := eff.Ensure(context.Background(), key); err != nil {
+		if err := eff.Ensure(context.Background(), key, effects.EnsureOptions{}); err != nil {
 			t.Fatalf("ensure: %v", err)
 		}
 	}

@@ -828,11 +828,11 @@ func (a *actor) WriteStatus(ctx context.Context, key string, st *v1.PostgresqlSt
 	return a.real.WriteStatus(ctx, key, st)
 }
 
-func (a *actor) Ensure(ctx context.Context, key string) error {
+func (a *actor) Ensure(ctx context.Context, key string, opts effects.EnsureOptions) error {
 	if err := a.enter(ctx); err != nil {
 		return err
 	}
-	return a.real.Ensure(ctx, key)
+	return a.real.Ensure(ctx, key, opts)
 }
 
 func (a *actor) ReplacePods(ctx context.Context, key string, pods []effects.Pod) error {
