@@ -554,6 +554,19 @@ func TestEnsureTwiceWritesNothing(t *testing.T) {
 	})
 }
 
+// ensured returns a harness of newHarness whose cluster's objects are all
+// in place (one ensure), its writes so far forgotten.
+func ensured(t *testing.T, newHarness harnessFunc) (*v1.Postgresql, *harness) {
+	t.Helper()
+	pg := testCluster(t)
+	h := newHarness(t, []*v1.Postgresql{pg})
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	h.kubeWrites()
+	return pg, h
+}
+
 func TestEnsureSpecChange(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		sts := "acid-minimal-cluster"
@@ -575,12 +588,7 @@ func TestEnsureSpecChange(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				pg := testCluster(t)
-				h := newHarness(t, []*v1.Postgresql{pg})
-				if err := h.ensure(t, pg); err != nil {
-					t.Fatal(err)
-				}
-				h.kubeWrites()
+				pg, h := ensured(t, newHarness)
 				edited := h.pg.get(pg.Namespace, pg.Name)
 				tt.edit(edited)
 				h.pg.put(edited)
@@ -622,12 +630,7 @@ func TestEnsureKeepPodTemplate(t *testing.T) {
 			}, []string{"update statefulsets " + sts}, 3},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				pg := testCluster(t)
-				h := newHarness(t, []*v1.Postgresql{pg})
-				if err := h.ensure(t, pg); err != nil {
-					t.Fatal(err)
-				}
-				h.kubeWrites()
+				pg, h := ensured(t, newHarness)
 				get := func() *appsv1.StatefulSet {
 					t.Helper()
 					out, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), sts, metav1.GetOptions{})
