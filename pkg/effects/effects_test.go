@@ -708,6 +708,44 @@ func TestEnsureNeverOverwritesSecret(t *testing.T) {
 	})
 }
 
+// A Secret controlled by an earlier resource of the same name (deleted
+// before its cleanup kept the Secret: the garbage collector's now) makes
+// the new cluster wait, and no StatefulSet starts with its password; one
+// kept for it (no owner, volume.retention Retain) is used as it is
+// (TestEnsureNeverOverwritesSecret).
+func TestEnsureSecretOfEarlierCluster(t *testing.T) {
+	pg := testCluster(t)
+	earlier := pg.DeepCopy()
+	earlier.UID = "uid-of-an-earlier-one"
+	name := cluster.SecretName(cluster.SuperuserName, pg.Name)
+	existing := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace,
+		Labels: cluster.Labels(pg), OwnerReferences: []metav1.OwnerReference{cluster.OwnerReference(earlier)}}}
+	h := newCachedHarness(t, []*v1.Postgresql{pg}, existing)
+	err := h.ensure(t, pg)
+	if !errors.Is(err, ErrWaiting) || !strings.Contains(err.Error(), "earlier postgresql") {
+		t.Fatalf("ensure: %v, want a wait for the garbage collector", err)
+	}
+	_, err = h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("statefulset: %v, want not found", err)
+	}
+	// The garbage collector deletes it: the next ensure creates the
+	// cluster's own.
+	if err := h.kube.CoreV1().Secrets(pg.Namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ensure(t, pg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(got); ref == nil || ref.UID != pg.UID {
+		t.Errorf("secret's controller %v, want the cluster", ref)
+	}
+}
+
 func TestEnsureSecretCreateRace(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		// Another writer creates the Secret between the read and the create:

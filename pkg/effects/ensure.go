@@ -106,6 +106,9 @@ func (r *run) ensure(ctx context.Context) error {
 		// Its data is not looked at, nor logged, nor even read: one that
 		// exists (AlreadyExists included) is left as it is.
 		secrets = append(secrets, func() error {
+			if err := r.secretOfEarlier(pg, s.Name); err != nil {
+				return err
+			}
 			return ensureObject(ctx, r, core.Secrets(r.ns), "secret", s, cached(r, s.Name, Cache.Secret), nil)
 		})
 	}
@@ -173,6 +176,30 @@ func (r *run) ensure(ctx context.Context) error {
 		return err
 	}
 	return r.growVolumes(ctx, pg)
+}
+
+// secretOfEarlier returns an error wrapping ErrWaiting when the cache
+// shows the Secret name controlled by an earlier resource of the same
+// name, deleted before its cleanup could keep the Secret (a resource
+// deleted while its first ensure ran, whose finalizer was refused, or one
+// whose finalizer was removed by hand): the garbage collector is about to
+// delete it, so the new cluster waits for that and creates its own, and
+// never starts with a password that is then replaced. A Secret kept for a
+// new cluster of the same name (volume.retention Retain) has no owner.
+func (r *run) secretOfEarlier(pg *v1.Postgresql, name string) error {
+	if r.cache == nil {
+		return nil
+	}
+	cur, ok := r.cache.Secret(r.ns, name)
+	if !ok {
+		return nil
+	}
+	ref := metav1.GetControllerOf(cur)
+	if ref == nil || ref.Kind != v1.PostgresqlKind || ref.Name != pg.Name || ref.UID == pg.UID {
+		return nil
+	}
+	return fmt.Errorf("secret %s belongs to an earlier postgresql %s (uid %s), deleted: waiting for the garbage collector (%w)",
+		name, r.key, ref.UID, ErrWaiting)
 }
 
 // ensureStatefulSet creates the StatefulSet sts of pg, or updates it. The
