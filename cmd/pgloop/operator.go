@@ -102,7 +102,11 @@ the loop runs, and also while this replica stands by for the leader.`,
 	f.IntVar(&cfg.BackgroundRequests, "background-requests", cfg.BackgroundRequests,
 		"most API requests of background work (retries, resyncs, rollouts, Events) in flight at any time, so that a user's action finds the API server with room; 0: as many as the workers send")
 	f.DurationVar(&cfg.StepTimeout, "step-timeout", cfg.StepTimeout,
-		"deadline of one effect step (API calls); a hung call frees its worker after it")
+		"deadline of one effect step (API calls); a hung call ends with it")
+	f.DurationVar(&cfg.SlowAfter, "slow-after", cfg.SlowAfter,
+		"how long a plan of effects may hold a worker: past it the plan goes on off the workers, and the cluster's plans with the step that was this slow run in the hung lane (--hung-workers) until that step answers in time again, so clusters whose calls hang never take the workers healthy ones need; 0: off (a hung call holds its worker until --step-timeout)")
+	f.IntVar(&cfg.HungWorkers, "hung-workers", cfg.HungWorkers,
+		"plans of clusters whose calls hang (see --slow-after) running at once, beside --workers; 0: as many as --workers")
 	f.DurationVar(&cfg.CreateTimeout, "create-timeout", cfg.CreateTimeout,
 		"how long a cluster may stay Creating before it is Degraded")
 	f.DurationVar(&cfg.UpdateTimeout, "update-timeout", cfg.UpdateTimeout,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -31,17 +32,25 @@ func (e *PanicError) Unwrap() error {
 }
 
 // job is one plan handed to a worker, from its step next on: a plan may
-// be paused between two steps (Loop.worker) and resumed by another worker.
+// be paused between two steps (Loop.runJob) and resumed by another worker.
 type job struct {
 	key    string
 	plan   *Plan
 	ctx    context.Context
 	cancel context.CancelFunc
 	urgent bool
+	// contended is the flag of the lane the job started in: while it is
+	// set, the job pauses between two steps (nil: never).
+	contended *atomic.Bool
 	// next is the step to run next; err and panicErr are the plan's
 	// first error and first panic so far (runPlan).
 	next          int
 	err, panicErr error
+	// suspect is the cluster's slow steps when the job started
+	// (record.slow); slow and quick are the steps of this job that failed
+	// after SlowAfter or longer, and those of suspect that did not (job.timed):
+	// the loop updates record.slow with them when the job reports.
+	suspect, slow, quick []string
 }
 
 // submit makes p the cluster's next plan, superseding the one waiting, and
@@ -62,9 +71,9 @@ func (l *Loop) submit(rec *record, p *Plan) {
 	case rec.running:
 		// Queued by planFinished.
 	case rec.queued == notQueued:
-		l.runq.push(rec, urgent)
+		l.enqueue(rec, urgent)
 	case rec.queued == inBackground && urgent:
-		l.runq.promote(rec)
+		l.queueOf(rec).promote(rec)
 	}
 	l.schedule()
 }
@@ -80,14 +89,17 @@ func (l *Loop) dropWaiting(rec *record) {
 	l.st.plansCancelled.Add(1)
 }
 
-// schedule starts queued plans while workers are free, in the run queue's
-// order, with at most workers-reserved background plans in flight: the
-// last l.reserved workers are kept for urgent plans, which may take any.
-// The work channel has one slot per worker and at most Workers plans are
-// in flight (counted until their PlanDone is dispatched), so the send
-// never blocks.
+// schedule starts queued plans while places are free, in each run
+// queue's order: on the workers, with at most workers-reserved background
+// plans in flight (the last l.reserved workers are kept for urgent plans,
+// which may take any); in the hung lane, up to hungWorkers plans. At most
+// Workers plans hold a worker (counted until their PlanDone is dispatched,
+// or until they are detached: hung.go).
 func (l *Loop) schedule() {
-	defer func() { l.contended.Store(l.runq.waiting() > 0) }()
+	defer func() {
+		l.contended.Store(l.runq.waiting() > 0)
+		l.hungContended.Store(l.hungq.waiting() > 0)
+	}()
 	for l.inflight < l.workers {
 		var rec *record
 		urgent := true
@@ -97,59 +109,106 @@ func (l *Loop) schedule() {
 			rec = l.runq.popUrgent()
 		}
 		if rec == nil {
-			return
+			break
 		}
-		if j := rec.paused; j != nil {
-			// The cluster's plan in flight goes on where it paused.
-			rec.paused = nil
-			l.handed(rec, j.urgent)
-			l.start(*j)
-			continue
+		l.begin(rec, urgent, onWorker)
+	}
+	for l.hungInflight < l.hungWorkers {
+		rec, urgent := l.hungq.pop()
+		if rec == nil {
+			break
 		}
-		p := rec.waiting
-		if p == nil { // dropped while queued
-			l.gc(rec)
-			continue
-		}
-		rec.waiting, rec.urgent = nil, false
-		l.nWaiting--
-		if urgent {
-			l.st.plansUrgent.Add(1)
-		} else {
-			l.st.plansBackground.Add(1)
-		}
-		ctx, cancel := context.WithCancel(l.planCtx[planIndex(urgent)])
-		rec.running, rec.cancel, rec.planID = true, cancel, p.ID
-		l.handed(rec, urgent)
-		l.start(job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent})
+		l.begin(rec, urgent, inHungLane)
 	}
 }
 
-// handed counts a plan of rec handed to a worker, and whether it is a
-// background one; freed counts it back when its worker is free.
-func (l *Loop) handed(rec *record, urgent bool) {
-	l.inflight++
-	rec.background = !urgent
-	if !urgent {
-		l.background++
+// begin starts the cluster's plan taken from a run queue, holding s: the
+// rest of its paused plan, or its waiting plan.
+func (l *Loop) begin(rec *record, urgent bool, s slot) {
+	l.waited(rec, s)
+	if j := rec.paused; j != nil {
+		// The cluster's plan in flight goes on where it paused.
+		rec.paused = nil
+		l.handed(rec, j.urgent, s)
+		l.start(l.rehand(rec, j, s))
+		return
 	}
+	p := rec.waiting
+	if p == nil { // dropped while queued
+		l.gc(rec)
+		return
+	}
+	rec.waiting, rec.urgent = nil, false
+	l.nWaiting--
+	if urgent {
+		l.st.plansUrgent.Add(1)
+	} else {
+		l.st.plansBackground.Add(1)
+	}
+	ctx, cancel := context.WithCancel(l.planCtx[planIndex(urgent)])
+	rec.running, rec.cancel, rec.planID = true, cancel, p.ID
+	l.handed(rec, urgent, s)
+	l.start(l.rehand(rec, &job{key: rec.key, plan: p, ctx: ctx, cancel: cancel, urgent: urgent}, s))
+}
+
+// rehand readies j to run holding s: the lane whose contention pauses it,
+// the cluster's slow steps as they are now.
+func (l *Loop) rehand(rec *record, j *job, s slot) job {
+	j.contended = &l.contended
+	if s == inHungLane {
+		j.contended = &l.hungContended
+	}
+	j.suspect, j.slow, j.quick = rec.slow, nil, nil
+	return *j
+}
+
+// handed counts a plan of rec handed to run holding s, and whether it is
+// a background one; freed counts it back when it no longer holds it.
+func (l *Loop) handed(rec *record, urgent bool, s slot) {
+	rec.slot = s
+	l.jobSeq++
+	rec.job = l.jobSeq
+	if s == inHungLane {
+		l.hungInflight++
+	} else {
+		l.inflight++
+		rec.background = !urgent
+		if !urgent {
+			l.background++
+		}
+	}
+	l.watchJob(rec)
 }
 
 func (l *Loop) freed(rec *record) {
-	l.inflight--
-	if rec.background {
-		rec.background = false
-		l.background--
+	switch rec.slot {
+	case onWorker:
+		l.inflight--
+		if rec.background {
+			rec.background = false
+			l.background--
+		}
+	case inHungLane:
+		l.hungInflight--
+	case detached:
+		l.detached--
 	}
+	rec.slot = noSlot
 }
 
-// start hands a job to a worker, or to Options.Exec when set.
+// start runs a job on a goroutine of its own, or hands it to Options.Exec
+// when set. The executor's bound is the places counted by handed, not a
+// number of goroutines: a detached plan's goroutine goes on beside them.
 func (l *Loop) start(j job) {
 	if l.exec != nil {
 		l.exec(j.key, func() { l.runJob(j) })
 		return
 	}
-	l.work <- j
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.runJob(j)
+	}()
 }
 
 // planPaused takes back a plan a worker paused between two steps: the
@@ -160,13 +219,13 @@ func (l *Loop) planPaused(j *job) {
 	if rec == nil || !rec.running || rec.planID != j.plan.ID {
 		// Cannot happen: a record is kept while its plan runs.
 		l.log.WithField("cluster", j.key).Debug("paused plan for a cluster with no plan in flight")
-		l.inflight--
 		l.schedule()
 		return
 	}
 	l.freed(rec)
+	l.noteSteps(rec, j)
 	rec.paused = j
-	l.runq.push(rec, j.urgent)
+	l.enqueue(rec, j.urgent)
 	l.schedule()
 }
 
@@ -176,7 +235,7 @@ func (l *Loop) planPaused(j *job) {
 // (planAccounted): a plan the result asks for supersedes it, so a status
 // change queued while the plan ran and the change its result brings (a
 // timer, a record of what was applied) go in one write, not two.
-func (l *Loop) planFinished(key string) {
+func (l *Loop) planFinished(key string, j *job) {
 	rec := l.clusters[key]
 	if rec == nil || !rec.running {
 		// Cannot happen: a record is kept while its plan runs.
@@ -185,6 +244,9 @@ func (l *Loop) planFinished(key string) {
 	}
 	rec.running, rec.cancel, rec.planID = false, nil, 0
 	l.freed(rec)
+	if j != nil {
+		l.noteSteps(rec, j)
+	}
 }
 
 // planAccounted queues the cluster's waiting plan, if any and not queued
@@ -192,21 +254,9 @@ func (l *Loop) planFinished(key string) {
 // worker may run.
 func (l *Loop) planAccounted(key string) {
 	if rec := l.clusters[key]; rec != nil && !rec.running && rec.waiting != nil && rec.queued == notQueued {
-		l.runq.push(rec, rec.urgent)
+		l.enqueue(rec, rec.urgent)
 	}
 	l.schedule()
-}
-
-// worker runs plans until Run closes the work channel. Between two steps
-// of a plan, while other clusters wait for a worker (contended), it pauses
-// the plan and hands it back to the loop: a cluster whose plan has many
-// steps takes one step per turn, so it delays another cluster's next step
-// by one step at most, not by its whole plan.
-func (l *Loop) worker() {
-	defer l.wg.Done()
-	for j := range l.work {
-		l.runJob(j)
-	}
 }
 
 // runJob runs a job's steps until it is done or pauses, and reports to the
@@ -226,7 +276,7 @@ func (l *Loop) runJob(j job) {
 	// PlanDone first: the handler learns the plan is over, then that it
 	// panicked. Both are queued in order on the cluster's FIFO, at once,
 	// so the loop is never idle between them.
-	done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now, Urgent: j.urgent}
+	done := Event{Key: j.key, Kind: PlanDone, PlanID: j.plan.ID, Err: err, At: now, Urgent: j.urgent, cont: &j}
 	if panicErr != nil {
 		l.in.postPair(done, Event{Key: j.key, Kind: Panicked, PlanID: j.plan.ID, Err: panicErr, At: now})
 	} else {
@@ -247,11 +297,13 @@ func (l *Loop) runPlan(j *job) (done bool) {
 		if j.err != nil && !s.Always {
 			continue
 		}
-		if ran && l.contended.Load() {
+		if ran && j.contended != nil && j.contended.Load() {
 			return false
 		}
 		ran = true
+		began := l.clock.Now()
 		serr := l.runStep(j.ctx, s)
+		j.timed(s.Name, l.clock.Since(began), serr, l.slowAfter)
 		if serr == nil {
 			continue
 		}

@@ -23,6 +23,12 @@ const (
 	// DefaultStepTimeout bounds a step whose Timeout is zero when
 	// Options.StepTimeout is zero.
 	DefaultStepTimeout = 30 * time.Second
+	// DefaultSlowAfter is how long a plan may hold a worker when
+	// Options.SlowAfter is zero: the API answers in tens of milliseconds
+	// even when busy, while a call that hangs goes on for seconds (an
+	// unreachable PostgreSQL's connect timeout is 5 s by default). A plan
+	// detached early loses nothing: it goes on, off the workers.
+	DefaultSlowAfter = time.Second
 
 	// batchSize is how many events the loop takes from the inbox under one
 	// lock. Small enough that timers and shutdown are looked at often, and
@@ -59,6 +65,20 @@ type Options struct {
 	// StepTimeout bounds steps whose Timeout is zero. Default:
 	// DefaultStepTimeout.
 	StepTimeout time.Duration
+	// SlowAfter is how long a plan may hold a worker (or a place of the
+	// hung lane). A plan still in flight that long after it took it stops
+	// counting against Workers (its goroutine goes on until its step
+	// ends), and the next waiting plan starts. A step that ran that long is slow: the
+	// cluster's plans with a step of that name start in the hung lane
+	// (HungWorkers), never on a worker, until a step of that name ends
+	// sooner. So hung clusters hold workers for SlowAfter at most, once
+	// per kind of step that hangs, whatever their number. Default (0):
+	// DefaultSlowAfter; negative: never (a hung step holds its worker
+	// until its deadline, as before the hung lane).
+	SlowAfter time.Duration
+	// HungWorkers bounds the plans of the hung lane running at once
+	// (each for SlowAfter at most). Default: Workers.
+	HungWorkers int
 	// Log receives the loop's entries, with the field cluster=<key>.
 	// Default: logrus.StandardLogger().
 	Log logrus.FieldLogger
@@ -92,7 +112,9 @@ type Loop struct {
 	afterFunc   func(time.Duration, func()) func()
 	workers     int
 	reserved    int // of the workers, for urgent plans only
+	hungWorkers int // places of the hung lane
 	stepTimeout time.Duration
+	slowAfter   time.Duration // 0: never
 	log         logrus.FieldLogger
 	observe     func(Kind, time.Duration)
 	exec        func(string, func())
@@ -110,24 +132,35 @@ type Loop struct {
 	wake     clock.Timer
 	wakeAt   time.Time // deadline wake is armed for; zero when not armed
 	runq     runQueue
-	inflight int // plans handed to workers, not paused, whose PlanDone is not dispatched
+	inflight int // plans holding a worker: handed, not paused, not detached, whose PlanDone is not dispatched
 	// background counts those of inflight started from the background
 	// lane: at most workers-reserved.
 	background int
-	// contended: clusters wait for a worker (schedule sets it, on the
-	// loop goroutine); workers read it between steps.
-	contended atomic.Bool
-	nWaiting  int
-	batch     []Event
-	idle      []chan struct{}
-	runCtx    context.Context
-	planCtx   [2]context.Context // runCtx marked Background, Urgent
-	work      chan job
-	wg        sync.WaitGroup
+	// hungq is the hung lane's run queue (hung.go), hungInflight the
+	// plans holding one of its places (hungWorkers), those detached from
+	// a worker included.
+	hungq        runQueue
+	hungInflight int
+	hungClusters int // records with slow steps
+	detached     int // plans in flight that hold neither (hung.go)
+	// watch holds the plans holding a worker or a place of the hung lane
+	// in the order they took it, to detach those older than slowAfter.
+	watch  ring[watched]
+	jobSeq uint64
+	// contended: clusters wait for a worker, hungContended for a place
+	// of the hung lane (schedule sets them, on the loop goroutine); the
+	// plans in flight read theirs between steps.
+	contended, hungContended atomic.Bool
+	nWaiting                 int
+	batch                    []Event
+	idle                     []chan struct{}
+	runCtx                   context.Context
+	planCtx                  [2]context.Context // runCtx marked Background, Urgent
+	wg                       sync.WaitGroup
 }
 
 // record is what the loop keeps for one cluster. It exists only while there
-// is something to keep: a non-zero epoch, a timer, or a plan.
+// is something to keep: a non-zero epoch, a timer, a plan, or slow steps.
 type record struct {
 	key     string
 	epoch   int64
@@ -135,11 +168,19 @@ type record struct {
 	running bool   // a plan is in flight
 	planID  uint64 // its ID
 	paused  *job   // the rest of it, when paused between steps
+	// slot is what the plan in flight holds while it runs (not paused);
+	// job is the sequence number of its job (Loop.watch).
+	slot slot
+	job  uint64
 	// background: the plan in flight, handed to a worker, is a background
 	// one (Loop.background counts it).
 	background bool
-	cancel     context.CancelFunc // of the plan in flight
-	waiting    *Plan              // next plan, run when the one in flight is done
+	// slow names the cluster's steps that last failed after SlowAfter:
+	// its plans with one of them start in the hung lane (hung.go). Never
+	// changed in place: a job is handed it as it is.
+	slow    []string
+	cancel  context.CancelFunc // of the plan in flight
+	waiting *Plan              // next plan, run when the one in flight is done
 	// urgent: the waiting plan starts at urgent priority. It stays set
 	// when a background plan supersedes an urgent one, which carries what
 	// the urgent one did; it is cleared when the plan starts or is dropped.
@@ -147,6 +188,10 @@ type record struct {
 	queued queue  // the lane of the run queue holding the record
 	seq    uint64 // of its live entry there (runQueue)
 	forget bool   // drop the record once no plan is in flight
+	// inHung: the record is queued in the hung lane (Loop.hungq), since
+	// queuedAt.
+	inHung   bool
+	queuedAt time.Time
 }
 
 // New returns a Loop that hands events to h once Run is called. Notify may
@@ -174,6 +219,16 @@ func New(h Handler, opts Options) *Loop {
 	l.reserved = reservedWorkers(opts.UrgentWorkers, l.workers)
 	if l.stepTimeout <= 0 {
 		l.stepTimeout = DefaultStepTimeout
+	}
+	l.hungWorkers = opts.HungWorkers
+	if l.hungWorkers <= 0 {
+		l.hungWorkers = l.workers
+	}
+	switch l.slowAfter = opts.SlowAfter; {
+	case l.slowAfter == 0:
+		l.slowAfter = DefaultSlowAfter
+	case l.slowAfter < 0:
+		l.slowAfter = 0
 	}
 	if l.log == nil {
 		l.log = logrus.StandardLogger()
@@ -225,16 +280,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	// Marked once: a plan's context derives from its priority's, with no
 	// allocation for the mark on the loop goroutine.
 	l.planCtx = [2]context.Context{WithPriority(runCtx, Background), WithPriority(runCtx, Urgent)}
-	l.work = make(chan job, l.workers)
-	if l.exec == nil {
-		l.wg.Add(l.workers)
-		for range l.workers {
-			go l.worker()
-		}
-	}
 	defer func() {
 		cancel()
-		close(l.work)
 		l.wg.Wait()
 		l.stopWake()
 		l.publish()
@@ -272,6 +319,7 @@ func (l *Loop) run(ctx context.Context) {
 		}
 		now := l.clock.Now()
 		l.fireDue(now)
+		l.detachSlow(now)
 		if l.in.take(&l.batch, batchSize) > 0 {
 			l.dispatchBatch()
 			continue
@@ -284,14 +332,14 @@ func (l *Loop) run(ctx context.Context) {
 		if due {
 			continue
 		}
-		if l.exec != nil || (l.inflight == 0 && l.runq.waiting() == 0) {
+		if l.exec != nil || l.quiet() {
 			if !l.in.takeIdle(&l.idle) {
 				continue // an event arrived since take
 			}
 			if len(l.idle) > 0 {
 				// A WaitIdle caller may have stepped the clock after
 				// now was read: look again before saying idle.
-				if len(l.timers) > 0 && !l.timers[0].deadline.After(l.clock.Now()) {
+				if next, ok := l.nextDue(); ok && !next.After(l.clock.Now()) {
 					continue
 				}
 				for _, ch := range l.idle {
@@ -353,7 +401,8 @@ func (l *Loop) dispatch(ev *Event) bool {
 			return false
 		}
 	case PlanDone:
-		l.planFinished(ev.Key)
+		l.planFinished(ev.Key, ev.cont)
+		ev.cont = nil
 	case paused:
 		l.planPaused(ev.cont)
 		return false
@@ -447,8 +496,9 @@ func (l *Loop) apply(key string, out *Outcome) {
 	l.gc(rec)
 }
 
-// gc drops the cluster's record when nothing is left in it, or when it is
-// forgotten and no plan is in flight or waiting.
+// gc drops the cluster's record when nothing is left in it (an epoch,
+// timers, slow steps), or when it is forgotten and no plan is in flight or
+// waiting.
 func (l *Loop) gc(rec *record) {
 	if rec.running || rec.waiting != nil || rec.queued != notQueued || l.clusters[rec.key] != rec {
 		return
@@ -456,8 +506,11 @@ func (l *Loop) gc(rec *record) {
 	switch {
 	case rec.forget:
 		l.dropTimers(rec)
-	case rec.epoch != 0 || len(rec.timers) > 0:
+	case rec.epoch != 0 || len(rec.timers) > 0 || len(rec.slow) > 0:
 		return
+	}
+	if len(rec.slow) > 0 {
+		l.hungClusters--
 	}
 	delete(l.clusters, rec.key)
 }

@@ -105,8 +105,9 @@ func TestNotifyNeverBlocks(t *testing.T) {
 func TestHungEffectDoesNotDelayOtherClusters(t *testing.T) {
 	const timeout = 10 * time.Second
 	tests := []struct {
-		name    string
-		workers int
+		name      string
+		workers   int
+		slowAfter time.Duration
 		// before is what must happen before the clock reaches A's deadline.
 		before func(Event) bool
 		want   []string
@@ -116,10 +117,13 @@ func TestHungEffectDoesNotDelayOtherClusters(t *testing.T) {
 		before:  is("b", PlanDone),
 		want:    []string{"a signal go", "b signal go", "b planDone", "a planDone"},
 	}, {
-		name:    "the only worker hangs: B's transition still happens before A's deadline, its plan after",
-		workers: 1,
-		before:  is("b", Signal),
-		want:    []string{"a signal go", "b signal go", "a planDone", "b planDone"},
+		// With the hung lane, B's plan starts after SlowAfter
+		// (TestHungStepsLeaveTheWorkers); without it, after A's deadline.
+		name:      "the only worker hangs, no hung lane: B's transition still happens before A's deadline, its plan after",
+		workers:   1,
+		slowAfter: -1,
+		before:    is("b", Signal),
+		want:      []string{"a signal go", "b signal go", "a planDone", "b planDone"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,7 +141,7 @@ func TestHungEffectDoesNotDelayOtherClusters(t *testing.T) {
 				}
 				return Outcome{Plan: plan(2, step("quick", ok))}
 			})
-			l := startLoop(t, rec, Options{Workers: tt.workers, StepTimeout: timeout})
+			l := startLoop(t, rec, Options{Workers: tt.workers, StepTimeout: timeout, SlowAfter: tt.slowAfter})
 
 			l.Notify("a", "go")
 			recv(t, aStarted, "A's step to start") // its deadline is armed

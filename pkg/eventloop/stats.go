@@ -37,6 +37,11 @@ type Stats struct {
 	// PlanDone is dispatched) and plans waiting for their cluster's plan
 	// or for a free worker.
 	PlansRunning, PlansWaiting int
+	// PlansHung is how many of PlansRunning hold a place of the hung lane
+	// (hung.go), PlansSlow how many ran past SlowAfter and hold neither a
+	// place nor a worker; HungClusters is how many clusters have a step
+	// that was slow, whose plans with it start in the hung lane.
+	PlansHung, PlansSlow, HungClusters int
 
 	// Dispatched counts events handed to the Handler.
 	Dispatched uint64
@@ -62,6 +67,15 @@ type Stats struct {
 	PlansCancelled uint64
 	// Panics counts panics recovered in Handle and in steps.
 	Panics uint64
+	// PlansDetached counts plans that held a worker or a place of the
+	// hung lane for SlowAfter and went on holding neither.
+	PlansDetached uint64
+	// WorkerWaits counts plans that waited for a worker (none was free,
+	// or only those kept for urgent plans), and WorkerWait is how long
+	// they waited in all; HungWaits and HungWait the same for the places
+	// of the hung lane.
+	WorkerWaits, HungWaits uint64
+	WorkerWait, HungWait   time.Duration
 
 	// LagLast is how long the last dispatched event waited in the inbox,
 	// and LagMax the longest wait seen, by the loop's clock.
@@ -81,6 +95,10 @@ type counters struct {
 	plansSuperseded atomic.Uint64
 	plansCancelled  atomic.Uint64
 	panics          atomic.Uint64
+	plansDetached   atomic.Uint64
+	// waits and waitNanos count the plans that waited for a worker
+	// ([0]) or a place of the hung lane ([1]), and how long in all.
+	waits, waitNanos [2]atomic.Uint64
 	lagLast         atomic.Int64
 	lagMax          atomic.Int64
 
@@ -90,6 +108,9 @@ type counters struct {
 	timers       atomic.Int64
 	plansRunning atomic.Int64
 	plansWaiting atomic.Int64
+	plansHung    atomic.Int64
+	plansSlow    atomic.Int64
+	hungClusters atomic.Int64
 }
 
 // publish copies the loop-owned gauges where Stats can read them. It runs
@@ -97,8 +118,11 @@ type counters struct {
 func (l *Loop) publish() {
 	l.st.clusters.Store(int64(len(l.clusters)))
 	l.st.timers.Store(int64(len(l.timers)))
-	l.st.plansRunning.Store(int64(l.inflight))
+	l.st.plansRunning.Store(int64(l.inflight + l.hungInflight + l.detached))
 	l.st.plansWaiting.Store(int64(l.nWaiting))
+	l.st.plansHung.Store(int64(l.hungInflight))
+	l.st.plansSlow.Store(int64(l.detached))
+	l.st.hungClusters.Store(int64(l.hungClusters))
 }
 
 // Stats returns a snapshot of the loop's counters and gauges. It is safe
@@ -113,6 +137,9 @@ func (l *Loop) Stats() Stats {
 		Timers:          int(l.st.timers.Load()),
 		PlansRunning:    int(l.st.plansRunning.Load()),
 		PlansWaiting:    int(l.st.plansWaiting.Load()),
+		PlansHung:       int(l.st.plansHung.Load()),
+		PlansSlow:       int(l.st.plansSlow.Load()),
+		HungClusters:    int(l.st.hungClusters.Load()),
 		Dispatched:      l.st.dispatched.Load(),
 		Coalesced:       merged,
 		StaleTimers:     l.st.staleTimers.Load(),
@@ -124,6 +151,11 @@ func (l *Loop) Stats() Stats {
 		PlansSuperseded: l.st.plansSuperseded.Load(),
 		PlansCancelled:  l.st.plansCancelled.Load(),
 		Panics:          l.st.panics.Load(),
+		PlansDetached:   l.st.plansDetached.Load(),
+		WorkerWaits:     l.st.waits[0].Load(),
+		HungWaits:       l.st.waits[1].Load(),
+		WorkerWait:      time.Duration(l.st.waitNanos[0].Load()),
+		HungWait:        time.Duration(l.st.waitNanos[1].Load()),
 		LagLast:         time.Duration(l.st.lagLast.Load()),
 		LagMax:          time.Duration(l.st.lagMax.Load()),
 	}

@@ -134,16 +134,29 @@ func (l *Loop) liveTimer(rec *record, ev *Event) bool {
 	return true
 }
 
-// armWake makes the loop's clock timer fire at the earliest deadline and
-// returns its channel (nil when no timer is pending). due is true when that
-// deadline has already passed: the caller fires the timers instead of
-// sleeping.
+// nextDue returns the earliest deadline of the loop's own: a timer's, or
+// the moment the oldest plan holding a worker is to be detached
+// (hung.go); false when there is none.
+func (l *Loop) nextDue() (next time.Time, ok bool) {
+	if len(l.timers) > 0 {
+		next, ok = l.timers[0].deadline, true
+	}
+	if d, dok := l.nextDetach(); dok && (!ok || d.Before(next)) {
+		next, ok = d, true
+	}
+	return next, ok
+}
+
+// armWake makes the loop's clock timer fire at the earliest deadline
+// (nextDue) and returns its channel (nil when nothing is pending). due is
+// true when that deadline has already passed: the caller fires the timers
+// instead of sleeping.
 func (l *Loop) armWake(now time.Time) (c <-chan time.Time, due bool) {
-	if len(l.timers) == 0 {
+	next, ok := l.nextDue()
+	if !ok {
 		l.stopWake()
 		return nil, false
 	}
-	next := l.timers[0].deadline
 	if !next.After(now) {
 		return nil, true
 	}

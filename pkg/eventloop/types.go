@@ -58,7 +58,8 @@ type Event struct {
 	// clusters' until it is taken.
 	Urgent bool
 
-	// cont is the rest of a paused plan.
+	// cont is the rest of a paused plan, or the job a PlanDone reports
+	// (its steps' times: Loop.noteSteps).
 	cont *job
 }
 

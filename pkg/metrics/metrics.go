@@ -53,6 +53,18 @@ var (
 		"Plans of effects in flight in the executor."}
 	descPlansWaiting = Desc{"pgloop_loop_plans_waiting", "gauge", nil,
 		"Plans waiting for their cluster's running plan or for a free worker."}
+	descPlansHung = Desc{"pgloop_loop_plans_hung", "gauge", nil,
+		"Plans of effects holding a place of the hung lane (--hung-workers): plans of clusters whose step of the same name failed after --slow-after."}
+	descPlansSlow = Desc{"pgloop_loop_plans_slow", "gauge", nil,
+		"Plans of effects that held a worker or a place of the hung lane for --slow-after and go on holding neither, until their step ends."}
+	descHungClusters = Desc{"pgloop_loop_hung_clusters", "gauge", nil,
+		"Clusters with a step that failed after --slow-after (often at its deadline): their plans with that step run in the hung lane, off the workers, until it answers in time."}
+	descPlansDetached = Desc{"pgloop_loop_plans_detached_total", "counter", nil,
+		"Plans that held a worker or a place of the hung lane for --slow-after and went on holding neither."}
+	descWorkerWaits = Desc{"pgloop_loop_worker_waits_total", "counter", []string{"lane"},
+		"Plans that waited for a free worker (lane workers) or a free place of the hung lane (lane hung) before they started."}
+	descWorkerWait = Desc{"pgloop_loop_worker_wait_seconds_total", "counter", []string{"lane"},
+		"How long the plans counted by pgloop_loop_worker_waits_total waited in all."}
 	descDispatched = Desc{"pgloop_loop_events_dispatched_total", "counter", nil,
 		"Events handed to the state machines."}
 	descCoalesced = Desc{"pgloop_loop_signals_coalesced_total", "counter", nil,
@@ -97,6 +109,7 @@ var (
 // the standard go_* and process_* metrics.
 func Descs() []Desc {
 	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
+		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
 		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
@@ -333,9 +346,10 @@ type loopCollector struct {
 var loopDescs = func() map[string]*prometheus.Desc {
 	out := map[string]*prometheus.Desc{}
 	for _, d := range []Desc{descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
+		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics} {
-		out[d.Name] = prometheus.NewDesc(d.Name, d.Help, nil, nil)
+		out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
 	}
 	return out
 }()
@@ -363,6 +377,18 @@ func (c *loopCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTimers, s.Timers)
 	gauge(descPlansRunning, s.PlansRunning)
 	gauge(descPlansWaiting, s.PlansWaiting)
+	gauge(descPlansHung, s.PlansHung)
+	gauge(descPlansSlow, s.PlansSlow)
+	gauge(descHungClusters, s.HungClusters)
+	counter(descPlansDetached, s.PlansDetached)
+	for _, w := range []struct {
+		lane string
+		n    uint64
+		d    time.Duration
+	}{{"workers", s.WorkerWaits, s.WorkerWait}, {"hung", s.HungWaits, s.HungWait}} {
+		ch <- prometheus.MustNewConstMetric(loopDescs[descWorkerWaits.Name], prometheus.CounterValue, float64(w.n), w.lane)
+		ch <- prometheus.MustNewConstMetric(loopDescs[descWorkerWait.Name], prometheus.CounterValue, w.d.Seconds(), w.lane)
+	}
 	counter(descDispatched, s.Dispatched)
 	counter(descCoalesced, s.Coalesced)
 	counter(descStaleTimers, s.StaleTimers)

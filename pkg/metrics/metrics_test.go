@@ -50,6 +50,8 @@ func TestLoopStats(t *testing.T) {
 			InboxDepth: 3, Clusters: 5, Timers: 7, PlansRunning: 2, PlansWaiting: 1,
 			Dispatched: 100, Coalesced: 40, StaleTimers: 6, TimersDropped: 8,
 			PlansRun: 30, PlansFailed: 4, PlansSuperseded: 2, PlansCancelled: 1, Panics: 1,
+			PlansHung: 3, PlansSlow: 4, HungClusters: 9, PlansDetached: 11,
+			WorkerWaits: 2, WorkerWait: 1500 * time.Millisecond, HungWaits: 5, HungWait: 20 * time.Second,
 		}
 	})
 	want := `
@@ -68,6 +70,26 @@ pgloop_loop_plans_running 2
 # HELP pgloop_loop_plans_waiting Plans waiting for their cluster's running plan or for a free worker.
 # TYPE pgloop_loop_plans_waiting gauge
 pgloop_loop_plans_waiting 1
+# HELP pgloop_loop_plans_hung Plans of effects holding a place of the hung lane (--hung-workers): plans of clusters whose step of the same name failed after --slow-after.
+# TYPE pgloop_loop_plans_hung gauge
+pgloop_loop_plans_hung 3
+# HELP pgloop_loop_plans_slow Plans of effects that held a worker or a place of the hung lane for --slow-after and go on holding neither, until their step ends.
+# TYPE pgloop_loop_plans_slow gauge
+pgloop_loop_plans_slow 4
+# HELP pgloop_loop_hung_clusters Clusters with a step that failed after --slow-after (often at its deadline): their plans with that step run in the hung lane, off the workers, until it answers in time.
+# TYPE pgloop_loop_hung_clusters gauge
+pgloop_loop_hung_clusters 9
+# HELP pgloop_loop_plans_detached_total Plans that held a worker or a place of the hung lane for --slow-after and went on holding neither.
+# TYPE pgloop_loop_plans_detached_total counter
+pgloop_loop_plans_detached_total 11
+# HELP pgloop_loop_worker_waits_total Plans that waited for a free worker (lane workers) or a free place of the hung lane (lane hung) before they started.
+# TYPE pgloop_loop_worker_waits_total counter
+pgloop_loop_worker_waits_total{lane="hung"} 5
+pgloop_loop_worker_waits_total{lane="workers"} 2
+# HELP pgloop_loop_worker_wait_seconds_total How long the plans counted by pgloop_loop_worker_waits_total waited in all.
+# TYPE pgloop_loop_worker_wait_seconds_total counter
+pgloop_loop_worker_wait_seconds_total{lane="hung"} 20
+pgloop_loop_worker_wait_seconds_total{lane="workers"} 1.5
 # HELP pgloop_loop_events_dispatched_total Events handed to the state machines.
 # TYPE pgloop_loop_events_dispatched_total counter
 pgloop_loop_events_dispatched_total 100

@@ -98,6 +98,12 @@ type Config struct {
 	// behind background work (eventloop.Options.UrgentWorkers: at most a
 	// quarter of Workers; negative: none).
 	Workers, UrgentWorkers int
+	// SlowAfter is how long a plan may hold a worker before it is moved
+	// to the hung lane, and HungWorkers how many plans of that lane run
+	// at once (eventloop.Options.SlowAfter and HungWorkers; 0: as many as
+	// Workers). A SlowAfter of 0 turns the hung lane off.
+	SlowAfter   time.Duration
+	HungWorkers int
 	// BackgroundWhileUrgent is how many API requests of background plans
 	// may be in flight while requests of urgent plans are (requestGate;
 	// 0, the default: none, each held at most DefaultMaxHeld); negative:
@@ -197,6 +203,7 @@ func DefaultConfig() Config {
 		HealthAddr:              DefaultHealthAddr,
 		Workers:                 eventloop.DefaultWorkers,
 		UrgentWorkers:           eventloop.DefaultUrgentWorkers,
+		SlowAfter:               eventloop.DefaultSlowAfter,
 		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
 		StepTimeout:             eventloop.DefaultStepTimeout,
 		CreateTimeout:           f.CreateTimeout,
@@ -272,6 +279,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Workers < 1 {
 		bad("workers must be at least 1, got %d", c.Workers)
+	}
+	if c.SlowAfter < 0 {
+		bad("slow-after must not be negative (0 turns the hung lane off), got %s", c.SlowAfter)
+	}
+	if c.HungWorkers < 0 {
+		bad("hung-workers must not be negative (0: as many as --workers), got %d", c.HungWorkers)
 	}
 	if c.BackgroundWhileUrgent < -1 {
 		bad("background-requests-while-urgent must be at least 0, or -1 for no limit, got %d", c.BackgroundWhileUrgent)
@@ -366,4 +379,13 @@ func (c *Config) clusterOptions() cluster.Options {
 		EnableShmVolume:           ptr.To(c.EnableShmVolume),
 		LogicalBackup:             c.LogicalBackup,
 	}
+}
+
+// loopSlowAfter is SlowAfter as the event loop takes it: 0, off, is
+// negative there.
+func (c *Config) loopSlowAfter() time.Duration {
+	if c.SlowAfter == 0 {
+		return -1
+	}
+	return c.SlowAfter
 }

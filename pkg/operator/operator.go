@@ -179,6 +179,8 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *met
 		"urgentWorkers":                 cfg.UrgentWorkers,
 		"backgroundRequestsWhileUrgent": cfg.BackgroundWhileUrgent,
 		"stepTimeout":                   cfg.StepTimeout.String(),
+		"slowAfter":                     cfg.SlowAfter.String(),
+		"hungWorkers":                   cfg.HungWorkers,
 		"resyncPeriod":                  cfg.ResyncPeriod.String(),
 	}).Info("pgloop operator starting")
 
@@ -424,6 +426,8 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Workers:       cfg.Workers,
 		UrgentWorkers: cfg.UrgentWorkers,
 		StepTimeout:   cfg.StepTimeout,
+		SlowAfter:     cfg.loopSlowAfter(),
+		HungWorkers:   cfg.HungWorkers,
 		Log:           log,
 		Observe:       m.ObserveLag,
 	})

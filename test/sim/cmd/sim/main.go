@@ -110,6 +110,8 @@ func swarm(first int64, n, jobs, shrink int) int {
 		writes           int
 		maxWrites        int
 		maxWait          time.Duration
+		maxWaitSeed      int64
+		maxWaitKey       string
 		maxStuck         int
 		oldWrites        int
 		overlapping      int
@@ -127,7 +129,10 @@ func swarm(first int64, n, jobs, shrink int) int {
 		oldWrites += res.OldWrites
 		overlapping += res.Overlapping
 		maxWrites = max(maxWrites, res.MaxWritesPerMinute)
-		maxWait, maxStuck = max(maxWait, res.MaxWait), max(maxStuck, res.MaxStuckStarts)
+		if res.MaxWait > maxWait {
+			maxWait, maxWaitSeed, maxWaitKey = res.MaxWait, res.Seed, res.MaxWaitKey
+		}
+		maxStuck = max(maxStuck, res.MaxStuckStarts)
 		hours += res.ClusterHours
 		simulated += res.Simulated.Hours()
 		if len(res.Violations) > 0 {
@@ -154,8 +159,8 @@ func swarm(first int64, n, jobs, shrink int) int {
 	fmt.Printf("faults injected: %s\n", counts(faults))
 	fmt.Printf("invariant checks: %s\n", counts(checks))
 	fmt.Printf("operator write calls: %d, at most %d by one cluster in a simulated minute\n", writes, maxWrites)
-	fmt.Printf("isolation: a plan outside the stuck namespace waited at most %v to start, behind at most %d starts of stuck clusters\n",
-		maxWait.Round(time.Millisecond), maxStuck)
+	fmt.Printf("isolation: a plan outside the stuck namespace waited at most %v to start (seed %d, %s), behind at most %d starts of stuck clusters\n",
+		maxWait.Round(time.Millisecond), maxWaitSeed, maxWaitKey, maxStuck)
 	fmt.Printf("handovers: %d writes of an incarnation that lost its Lease stored during its overlap, %d plans handed while the other incarnation had one of the same cluster in flight\n",
 		oldWrites, overlapping)
 	fmt.Printf("failures: %d\n", len(failed))

@@ -1,0 +1,209 @@
+package eventloop
+
+import (
+	"slices"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// The hung lane keeps clusters whose calls hang off the workers that
+// healthy clusters need, whatever the number of hung clusters:
+//
+//   - A plan that has held a worker, or a place of the hung lane, for
+//     SlowAfter is detached: it stops counting against them, its goroutine
+//     goes on until its step ends (the step's deadline bounds it), and the
+//     next waiting plan starts. A hung step holds a place for SlowAfter,
+//     not for its whole deadline.
+//   - A step that ran SlowAfter or longer and failed (most often at its
+//     deadline) is slow, and its name is kept in its cluster's record: the
+//     cluster's plans with a step of that name start in the hung lane,
+//     which has places of its own (HungWorkers) and never takes a worker.
+//     A step of that name that succeeds or ends sooner, there, takes it off
+//     the list: the cluster's plans go back to the workers. A long step
+//     that succeeds (a switchover waits for the new leader) is not slow.
+//
+// So a cluster that hangs holds a worker for SlowAfter once per kind of
+// step that hangs (a frozen PostgreSQL: its in-database steps; an API that
+// never answers for it: each of its steps once), and then none: K hung
+// clusters, however many, cost healthy ones K*kinds*SlowAfter of worker
+// time in all, spread by the run queue's turns, not K*deadline on every
+// retry. A hung cluster that recovers waits for a place of the hung lane
+// with its next plan with the step that hung, behind the other hung
+// clusters' plans, each of which holds one for SlowAfter at most (and the
+// machines' retries back off); that step answering in time puts it back
+// on the workers. Plans run detached at most (Workers+HungWorkers) per
+// SlowAfter, each for its step's deadline at most (a plan pauses between
+// steps while others wait): about (Workers+HungWorkers)*StepTimeout/
+// SlowAfter goroutines in the worst case, 320 with the defaults.
+
+// slot is what a plan in flight holds while it runs.
+type slot uint8
+
+const (
+	noSlot     slot = iota
+	onWorker        // one of the Workers (Loop.inflight)
+	inHungLane      // a place of the hung lane (Loop.hungInflight)
+	detached        // none: it ran past SlowAfter (Loop.detached)
+)
+
+// watched is a plan that took a worker or a place of the hung lane at at;
+// stale once its job (seq) no longer holds it.
+type watched struct {
+	rec *record
+	seq uint64
+	at  time.Time
+}
+
+// queueOf is the run queue that holds, or is to hold, the cluster's plan.
+func (l *Loop) queueOf(rec *record) *runQueue {
+	if rec.queued != notQueued {
+		if rec.inHung {
+			return &l.hungq
+		}
+		return &l.runq
+	}
+	if l.hangs(rec) {
+		return &l.hungq
+	}
+	return &l.runq
+}
+
+// enqueue queues the cluster, which is in no run queue, in the hung lane
+// when its next steps include one that was slow, else on the workers'.
+func (l *Loop) enqueue(rec *record, urgent bool) {
+	rec.inHung = l.hangs(rec)
+	rec.queuedAt = l.clock.Now()
+	l.queueOf(rec).push(rec, urgent)
+}
+
+// waited counts how long the cluster's plan, starting now holding s,
+// waited in its run queue for a free worker or place: nothing when it
+// starts as it is queued (schedule runs at once).
+func (l *Loop) waited(rec *record, s slot) {
+	w := l.clock.Since(rec.queuedAt)
+	if w <= 0 {
+		return
+	}
+	i := 0
+	if s == inHungLane {
+		i = 1
+	}
+	l.st.waits[i].Add(1)
+	l.st.waitNanos[i].Add(uint64(w))
+}
+
+// hangs reports whether what the cluster runs next (the rest of its
+// paused plan, or its waiting plan) has a step that was slow.
+func (l *Loop) hangs(rec *record) bool {
+	if len(rec.slow) == 0 {
+		return false
+	}
+	var steps []Step
+	switch {
+	case rec.paused != nil:
+		steps = rec.paused.plan.Steps[rec.paused.next:]
+	case rec.waiting != nil:
+		steps = rec.waiting.Steps
+	}
+	for i := range steps {
+		if slices.Contains(rec.slow, steps[i].Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// watchJob notes that the cluster's job took a worker or a place now.
+func (l *Loop) watchJob(rec *record) {
+	if l.slowAfter > 0 {
+		l.watch.push(watched{rec: rec, seq: rec.job, at: l.clock.Now()})
+	}
+}
+
+// nextDetach returns when the oldest plan holding a worker or a place is
+// to be detached, dropping the entries of plans that no longer hold one.
+func (l *Loop) nextDetach() (time.Time, bool) {
+	for l.watch.len() > 0 {
+		w := l.watch.buf[l.watch.head]
+		if w.rec.job == w.seq && (w.rec.slot == onWorker || w.rec.slot == inHungLane) {
+			return w.at.Add(l.slowAfter), true
+		}
+		l.watch.pop()
+	}
+	return time.Time{}, false
+}
+
+// detachSlow detaches the plans that have held a worker or a place for
+// slowAfter by now: they run on holding neither, and what they free starts
+// waiting plans.
+func (l *Loop) detachSlow(now time.Time) {
+	n := 0
+	for {
+		at, ok := l.nextDetach()
+		if !ok || at.After(now) {
+			break
+		}
+		rec := l.watch.pop().rec
+		l.freed(rec)
+		rec.slot = detached
+		l.detached++
+		l.st.plansDetached.Add(1)
+		n++
+	}
+	if n > 0 {
+		l.schedule()
+	}
+}
+
+// timed notes that the job's step name ran for d and ended with err: slow
+// when it ran slowAfter or longer and failed; quick, for a step that was
+// slow before, when it succeeded or ended sooner.
+func (j *job) timed(name string, d time.Duration, err error, slowAfter time.Duration) {
+	switch {
+	case slowAfter <= 0:
+	case d >= slowAfter && err != nil:
+		if !slices.Contains(j.slow, name) {
+			j.slow = append(j.slow, name)
+		}
+	case slices.Contains(j.suspect, name) && !slices.Contains(j.quick, name):
+		j.quick = append(j.quick, name)
+	}
+}
+
+// noteSteps updates the cluster's slow steps with what its job reports:
+// its steps that were slow are added, those that were slow before and ran
+// quickly now are taken off. The record's list is replaced, never changed
+// in place: a job started later reads it as it was.
+func (l *Loop) noteSteps(rec *record, j *job) {
+	if len(j.slow) == 0 && len(j.quick) == 0 {
+		return
+	}
+	before := len(rec.slow)
+	next := slices.DeleteFunc(slices.Clone(rec.slow), func(name string) bool {
+		return slices.Contains(j.quick, name) && !slices.Contains(j.slow, name)
+	})
+	for _, name := range j.slow {
+		if !slices.Contains(next, name) {
+			next = append(next, name)
+		}
+	}
+	if len(next) == 0 {
+		next = nil
+	}
+	rec.slow = next
+	log := l.log.WithFields(logrus.Fields{"cluster": rec.key, "slowSteps": next})
+	switch {
+	case before == 0 && len(next) > 0:
+		l.hungClusters++
+		log.Infof("steps failed after %v or longer: the cluster's plans with them run in the hung lane, off the workers", l.slowAfter)
+	case before > 0 && len(next) == 0:
+		l.hungClusters--
+		log.Info("its slow steps answered in time again: the cluster's plans run on the workers")
+	}
+}
+
+// quiet reports whether no plan is running or waiting to start.
+func (l *Loop) quiet() bool {
+	return l.inflight == 0 && l.hungInflight == 0 && l.detached == 0 && l.runq.waiting() == 0 && l.hungq.waiting() == 0
+}

@@ -1,0 +1,232 @@
+package eventloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hungWorld is a handler whose clusters of the namespace "stuck" hang in
+// their step "call" (until its deadline) while hang is set; every other
+// step answers at once. Each Signal makes a plan of one step named by
+// the signal ("call" or another name).
+type hungWorld struct {
+	*recorder
+	hang    atomic.Bool
+	entered chan string // a hung step began
+	nextID  atomic.Uint64
+}
+
+func newHungWorld() *hungWorld {
+	w := &hungWorld{entered: make(chan string, 100)}
+	w.hang.Store(true)
+	w.recorder = newRecorder(func(ev Event) Outcome {
+		if ev.Kind != Signal {
+			return Outcome{}
+		}
+		key := ev.Key
+		return Outcome{Plan: plan(w.nextID.Add(1), step(ev.Name, func(ctx context.Context) error {
+			if !strings.HasPrefix(key, "stuck/") || ev.Name != "call" || !w.hang.Load() {
+				return nil
+			}
+			w.entered <- key
+			<-ctx.Done()
+			return ctx.Err()
+		}))}
+	})
+	return w
+}
+
+// startHung starts a loop of 2 workers (none kept for urgent plans), 2
+// places in the hung lane, SlowAfter 3s and steps of 30s, whose plans run
+// on goroutines of their own through Exec, so that WaitIdle waits for the
+// loop alone while steps hang.
+func startHung(t *testing.T, w *hungWorld) *testLoop {
+	return startLoop(t, w, Options{Workers: 2, UrgentWorkers: -1, HungWorkers: 2, SlowAfter: 3 * time.Second,
+		StepTimeout: 30 * time.Second, Exec: func(_ string, work func()) { go work() }})
+}
+
+func doneOf(key string) func([]Event) bool {
+	return func(evs []Event) bool { return len(only(evs, is(key, PlanDone))) > 0 }
+}
+
+func countDone(evs []Event, key string) int { return len(only(evs, is(key, PlanDone))) }
+
+// TestHungStepsLeaveTheWorkers: four clusters whose steps hang take both
+// workers and wait for them; a healthy cluster's plan starts once the
+// hung ones have held them for SlowAfter (not for their 30 s deadline).
+// Once their step has hung, the hung clusters' plans with it run in the
+// hung lane and a healthy plan starts at once; a cluster whose step
+// answers again is back on the workers.
+func TestHungStepsLeaveTheWorkers(t *testing.T) {
+	w := newHungWorld()
+	l := startHung(t, w)
+	for i := range 4 {
+		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+	}
+	for range 2 {
+		recv(t, w.entered, "a hung step to begin")
+	}
+	l.Notify("ns/a", "call")
+	l.waitIdle(t)
+	if st := l.Stats(); st.PlansRunning != 2 || st.PlansWaiting != 3 {
+		t.Fatalf("before SlowAfter: %d plans running, %d waiting; want 2 and 3", st.PlansRunning, st.PlansWaiting)
+	}
+	// SlowAfter: the two hung plans leave the workers, the next two
+	// plans start: stuck/h2 and ns/a, as the namespaces take turns.
+	l.clock.Step(3 * time.Second)
+	w.waitUntil(t, "ns/a's plan is done", doneOf("ns/a"))
+	recv(t, w.entered, "a third hung step to begin")
+	l.waitIdle(t)
+	// Then stuck/h3 takes ns/a's worker and leaves it after SlowAfter.
+	recv(t, w.entered, "the fourth hung step to begin")
+	l.clock.Step(3 * time.Second)
+	l.waitIdle(t)
+	st := l.Stats()
+	// ns/a, stuck/h2 and stuck/h3 (on ns/a's worker) waited 3s each.
+	if st.WorkerWaits != 3 || st.WorkerWait != 9*time.Second || st.HungWaits != 0 {
+		t.Errorf("waits for a worker: %d, %v in all, %d for the hung lane; want 3, 9s and 0", st.WorkerWaits, st.WorkerWait, st.HungWaits)
+	}
+	if st.PlansDetached != 4 || st.PlansSlow != 4 || st.PlansRunning != 4 || st.HungClusters != 0 {
+		t.Fatalf("after the hung steps' SlowAfter: %d detached, %d slow, %d running, %d hung clusters; want 4, 4, 4 and 0",
+			st.PlansDetached, st.PlansSlow, st.PlansRunning, st.HungClusters)
+	}
+
+	// Their deadlines: each hung cluster now has a slow step.
+	l.clock.Step(30 * time.Second)
+	w.waitUntil(t, "the hung plans are done", func(evs []Event) bool {
+		for i := range 4 {
+			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	l.waitIdle(t)
+	for _, ev := range only(w.snapshot(), func(ev Event) bool { return ev.Kind == PlanDone && ev.Key != "ns/a" }) {
+		if !errors.Is(ev.Err, context.DeadlineExceeded) {
+			t.Errorf("%s: plan error %v, want its deadline", ev.Key, ev.Err)
+		}
+	}
+	if st := l.Stats(); st.HungClusters != 4 || st.PlansRunning != 0 {
+		t.Fatalf("after the deadlines: %d hung clusters, %d plans running; want 4 and 0", st.HungClusters, st.PlansRunning)
+	}
+
+	// Again: their plans with the slow step take the hung lane's two
+	// places and wait for them; none takes a worker, and a healthy
+	// plan runs at once, the clock standing still.
+	for i := range 4 {
+		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+	}
+	for range 2 {
+		recv(t, w.entered, "a hung step to begin in the hung lane")
+	}
+	l.Notify("ns/a", "call")
+	w.waitUntil(t, "ns/a's second plan is done", func(evs []Event) bool { return countDone(evs, "ns/a") == 2 })
+	l.waitIdle(t)
+	if st := l.Stats(); st.PlansHung != 2 || st.PlansRunning != 2 || st.PlansWaiting != 2 || st.PlansDetached != 4 {
+		t.Fatalf("hung clusters again: %d plans in the hung lane, %d running, %d waiting, %d detached; want 2, 2, 2 and 4",
+			st.PlansHung, st.PlansRunning, st.PlansWaiting, st.PlansDetached)
+	}
+	// They answer again: the two hung steps leave their places after
+	// SlowAfter and end at their deadline; the two waiting plans run in
+	// the hung lane and answer at once, which takes them off it.
+	w.hang.Store(false)
+	l.clock.Step(3 * time.Second)
+	w.waitUntil(t, "the two waiting plans are done", func(evs []Event) bool {
+		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && strings.HasPrefix(ev.Key, "stuck/") })) == 6
+	})
+	l.waitIdle(t)
+	l.clock.Step(27 * time.Second)
+	w.waitUntil(t, "the second round is done", func(evs []Event) bool {
+		for i := range 4 {
+			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	l.waitIdle(t)
+	if st := l.Stats(); st.HungClusters != 2 || st.PlansRunning != 0 {
+		t.Fatalf("after two answered: %d hung clusters, %d plans running; want 2 and 0", st.HungClusters, st.PlansRunning)
+	}
+	// The other two answer in the hung lane, then run on the workers.
+	for i := range 4 {
+		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+	}
+	w.waitUntil(t, "the third round is done", func(evs []Event) bool {
+		for i := range 4 {
+			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	l.waitIdle(t)
+	if st := l.Stats(); st.HungClusters != 0 || st.PlansDetached != 6 {
+		t.Fatalf("after all answered: %d hung clusters, %d detached; want 0 and 6", st.HungClusters, st.PlansDetached)
+	}
+}
+
+// TestHungLaneAnyNumber: with 40 clusters whose steps have hung, many
+// more than the workers and the hung lane's places, every healthy
+// cluster's plan starts at once, with the clock standing still: no
+// healthy plan waits for a hung one, whatever their number.
+func TestHungLaneAnyNumber(t *testing.T) {
+	w := newHungWorld()
+	l := startHung(t, w)
+	const k = 40
+	for i := range k {
+		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+	}
+	// Two at a time take the workers, hang for SlowAfter and leave
+	// them: the 40 begin within 20 steps of SlowAfter.
+	for i := 0; i < k; i += 2 {
+		recv(t, w.entered, "a hung step to begin")
+		recv(t, w.entered, "a hung step to begin")
+		l.waitIdle(t)
+		l.clock.Step(3 * time.Second)
+	}
+	l.clock.Step(30 * time.Second)
+	w.waitUntil(t, "every hung plan is done", func(evs []Event) bool { return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone })) == k })
+	l.waitIdle(t)
+	if st := l.Stats(); st.HungClusters != k {
+		t.Fatalf("%d hung clusters, want %d", st.HungClusters, k)
+	}
+	for i := range k {
+		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+	}
+	for i := range 10 {
+		l.NotifyUrgent(fmt.Sprintf("ns%d/a", i), "call")
+	}
+	w.waitUntil(t, "the healthy plans are done", func(evs []Event) bool {
+		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && !strings.HasPrefix(ev.Key, "stuck/") })) == 10
+	})
+	l.waitIdle(t)
+	if st := l.Stats(); st.PlansHung != 2 || st.PlansWaiting != k-2 {
+		t.Fatalf("%d plans in the hung lane, %d waiting; want 2 and %d", st.PlansHung, st.PlansWaiting, k-2)
+	}
+}
+
+// TestSlowAfterNever: SlowAfter < 0 keeps a hung step on its worker
+// until its deadline, as the executor did before the hung lane.
+func TestSlowAfterNever(t *testing.T) {
+	w := newHungWorld()
+	l := startLoop(t, w, Options{Workers: 1, SlowAfter: -1, StepTimeout: 30 * time.Second,
+		Exec: func(_ string, work func()) { go work() }})
+	l.Notify("stuck/h0", "call")
+	recv(t, w.entered, "the hung step to begin")
+	l.Notify("ns/a", "call")
+	l.waitIdle(t)
+	l.clock.Step(29 * time.Second)
+	l.waitIdle(t)
+	if st := l.Stats(); st.PlansDetached != 0 || st.PlansWaiting != 1 {
+		t.Fatalf("%d detached, %d waiting; want 0 and 1", st.PlansDetached, st.PlansWaiting)
+	}
+	l.clock.Step(time.Second)
+	w.waitUntil(t, "ns/a's plan is done", doneOf("ns/a"))
+}
