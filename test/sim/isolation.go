@@ -28,12 +28,15 @@ const FaultHungCluster = "hungCluster"
 // the waiting plan in the background lane and the stuck clusters' plans in
 // both: per start of another namespace, one background start of the stuck
 // one and 4 urgent starts before each of the two. Hence 2*4+1. Each start
-// holds a worker for at most one step, which its deadline ends
-// (stepTimeout), so the time stuck clusters add to a wait is at most
-// maxStuckShare * (other starts + 1) * stepTimeout: it does not grow with
-// their number (plus the plans chosen before the wait began: fair). Served
-// first come, first served, a plan waits a step of every stuck cluster
-// ahead of it (TestIsolationFailsWhenSerial).
+// holds a worker for at most the executor's SlowAfter (1 s; then the plan
+// goes on off the workers), and a hung cluster's plans with a step that
+// hung start in the hung lane, off the workers (pkg/eventloop/hung.go),
+// so the time stuck clusters add to a wait is at most maxStuckShare *
+// (other starts + 1) * SlowAfter: it does not grow with their number
+// (plus the plans chosen before the wait began: fair). Served first come,
+// first served, a plan waits a step of every stuck cluster ahead of it
+// (TestIsolationFailsWhenSerial), and without the hung lane a hung step
+// holds its worker until its deadline (TestIsolationRegressions).
 const maxStuckShare = 2*4 + 1
 
 // newStuck draws the clusters of stuckNS: in half of the seeds, 1 to 8,

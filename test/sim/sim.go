@@ -49,6 +49,10 @@ type Options struct {
 	// hung, when not 0, makes that many hung clusters in stuckNS in
 	// every seed (newStuck).
 	hung int
+	// noHungLane runs the executor without its hung lane (SlowAfter < 0):
+	// a hung step holds its worker until its deadline, as before issue
+	// 35 (TestIsolationRegressions).
+	noHungLane bool
 	// handovers, when set, are the run's handovers instead of the
 	// seed's (TestHandover).
 	handovers []handover
@@ -583,8 +587,12 @@ func (s *Sim) startOperator() {
 	if s.opt.serial {
 		workers = 1000
 	}
+	var slowAfter time.Duration // the operator's default
+	if s.opt.noHungLane {
+		slowAfter = -1
+	}
 	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: clk, Workers: workers,
-		StepTimeout: stepTimeout, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
+		StepTimeout: stepTimeout, SlowAfter: slowAfter, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
 	ctrl.SetRolloutBudget(rolloutBudget, loop.Notify)
 	keys := v.keys("postgresqls")
 	ctrl.Resuming(keys)

@@ -89,6 +89,35 @@ func TestRegressions(t *testing.T) {
 	}
 }
 
+// isolationRegressions are seeds with stuck clusters that broke
+// isolation before a fix of the executor, with what they found. Each is
+// run with the executor as it is, and without its fix, where it must
+// still fail: a change to the simulator's draws that makes it another
+// run shows here.
+var isolationRegressions = []struct {
+	seed  int64
+	found string
+}{
+	{217931, "a user's delete waited 1m0s behind 13 starts of hung clusters, each holding one of 3 workers until its deadline (issue 35: the hung lane)"},
+}
+
+func TestIsolationRegressions(t *testing.T) {
+	for _, r := range isolationRegressions {
+		res := Run(r.seed, Options{})
+		for _, v := range res.Violations {
+			t.Errorf("seed %d (%s): %s\n%s", r.seed, r.found, v, strings.Join(res.Trace, "\n"))
+		}
+		if res.Faults[FaultHungCluster] == 0 {
+			t.Errorf("seed %d: no step of a hung cluster: its run is not the one that found %s", r.seed, r.found)
+		}
+		old := Run(r.seed, Options{noHungLane: true})
+		if !slices.ContainsFunc(old.Violations, func(v string) bool { return strings.Contains(v, "stuck clusters delay it") }) {
+			t.Errorf("seed %d without the hung lane: isolation held (longest wait %v): its run is not the one that found %s",
+				r.seed, old.MaxWait, r.found)
+		}
+	}
+}
+
 // TestIsolationFailsWhenSerial checks the isolation invariant against an
 // executor that breaks it: with 24 hung clusters in stuckNS, the real
 // loop keeps every other cluster's waits within their share, and a

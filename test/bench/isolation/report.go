@@ -158,6 +158,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 		}
 		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running on the executor's workers and %d waiting (for their cluster's running plan or a free worker)",
 			p.Load, states(p.States), len(p.Clusters), benchkit.Ms(p.Window), benchkit.StepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
+		fmt.Fprintf(w, "; %s", executorWaits(p.Background))
 		if frozen && p.K > 0 && !row.unfrozen {
 			fmt.Fprintf(w, "; %d of the %d frozen clusters still hung at the end", p.HungAtEnd, p.K)
 		}
@@ -170,7 +171,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 
 // hungFlagNames are the operator's flags that bound what a hung primary
 // costs.
-var hungFlagNames = []string{"workers", "sql-connect-timeout", "sql-statement-timeout", "in-database-timeout", "retry-base", "retry-max"}
+var hungFlagNames = []string{"workers", "hung-workers", "slow-after", "sql-connect-timeout", "sql-statement-timeout", "in-database-timeout", "retry-base", "retry-max"}
 
 // describe renders what the CPUs did, for the details: the process node's
 // groups only with one.
@@ -339,3 +340,16 @@ to keep the operator's log and the plane's directory). A run takes 3 to 5 minute
 `
 
 const docFooter = ``
+
+// executorWaits says, from a window's metrics, how many plans waited for a
+// worker and for a place of the hung lane, and how many went on off them
+// after --slow-after (pkg/eventloop/hung.go).
+func executorWaits(d benchkit.Samples) string {
+	lane := func(l string) (float64, float64) {
+		return d.Get(`pgloop_loop_worker_waits_total{lane="` + l + `"}`), d.Get(`pgloop_loop_worker_wait_seconds_total{lane="` + l + `"}`)
+	}
+	wn, ws := lane("workers")
+	hn, hs := lane("hung")
+	return fmt.Sprintf("%.0f plans waited for a worker (%s in all), %.0f for a place of the hung lane (%s), %.0f went on off them after --slow-after",
+		wn, benchkit.Ms(time.Duration(ws*float64(time.Second))), hn, benchkit.Ms(time.Duration(hs*float64(time.Second))), d.Get("pgloop_loop_plans_detached_total"))
+}
