@@ -53,4 +53,12 @@
 //  9. A plan's steps run under a context marked with its priority
 //     (PriorityOf), so that the requests they send can be ordered by it
 //     where the loop no longer decides.
+//  10. A plan holds a worker (or a place of the hung lane) for at most
+//     Options.SlowAfter; then it goes on, detached, holding neither, and
+//     still reports one PlanDone. A cluster whose step of a name failed
+//     after SlowAfter or longer runs its plans with a step of that name
+//     in the hung lane (Options.HungWorkers places, the same turns as
+//     the workers'), never on a worker, until a step of that name
+//     succeeds or fails sooner (hung.go). So hung clusters, however
+//     many, cannot take the workers healthy clusters need.
 package eventloop

@@ -99,8 +99,8 @@ type counters struct {
 	// waits and waitNanos count the plans that waited for a worker
 	// ([0]) or a place of the hung lane ([1]), and how long in all.
 	waits, waitNanos [2]atomic.Uint64
-	lagLast         atomic.Int64
-	lagMax          atomic.Int64
+	lagLast          atomic.Int64
+	lagMax           atomic.Int64
 
 	// Gauges of loop-owned state, published after each batch of events
 	// and when the inbox is found empty.
