@@ -99,6 +99,7 @@ func (l *Loop) schedule() {
 	defer func() {
 		l.contended.Store(l.runq.waiting() > 0)
 		l.hungContended.Store(l.hungq.waiting() > 0)
+		l.rounds++
 	}()
 	for l.inflight < l.workers {
 		var rec *record

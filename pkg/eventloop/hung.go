@@ -73,18 +73,19 @@ func (l *Loop) queueOf(rec *record) *runQueue {
 // when its next steps include one that was slow, else on the workers'.
 func (l *Loop) enqueue(rec *record, urgent bool) {
 	rec.inHung = l.hangs(rec)
-	rec.queuedAt = l.clock.Now()
+	rec.queuedAt, rec.queuedRound = l.clock.Now(), l.rounds
 	l.queueOf(rec).push(rec, urgent)
 }
 
 // waited counts how long the cluster's plan, starting now holding s,
 // waited in its run queue for a free worker or place: nothing when it
-// starts as it is queued (schedule runs at once).
+// starts in the schedule round that follows its enqueue (every enqueue
+// is followed by one), as it found one free.
 func (l *Loop) waited(rec *record, s slot) {
-	w := l.clock.Since(rec.queuedAt)
-	if w <= 0 {
+	if rec.queuedRound == l.rounds {
 		return
 	}
+	w := l.clock.Since(rec.queuedAt)
 	i := 0
 	if s == inHungLane {
 		i = 1

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // hungWorld is a handler whose clusters of the namespace "stuck" hang in
@@ -229,4 +231,20 @@ func TestSlowAfterNever(t *testing.T) {
 	}
 	l.clock.Step(time.Second)
 	w.waitUntil(t, "ns/a's plan is done", doneOf("ns/a"))
+}
+
+// TestWaitsCountOnlyWaits: plans that find a worker free are not counted
+// as waiting for one, on the real clock too (time passes between their
+// queueing and their start, however little).
+func TestWaitsCountOnlyWaits(t *testing.T) {
+	w := newHungWorld()
+	l := startLoop(t, w, Options{Workers: 4, Clock: clock.RealClock{}})
+	for i := range 3 {
+		l.Notify(fmt.Sprintf("ns/a%d", i), "call")
+		w.waitUntil(t, "its plan is done", func(evs []Event) bool { return countDone(evs, fmt.Sprintf("ns/a%d", i)) == 1 })
+	}
+	l.waitIdle(t)
+	if st := l.Stats(); st.WorkerWaits != 0 || st.WorkerWait != 0 || st.PlansRun != 3 {
+		t.Errorf("%d plans run, %d waited for a worker (%v); want 3, 0 and 0s", st.PlansRun, st.WorkerWaits, st.WorkerWait)
+	}
 }

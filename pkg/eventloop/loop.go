@@ -141,8 +141,9 @@ type Loop struct {
 	// a worker included.
 	hungq        runQueue
 	hungInflight int
-	hungClusters int // records with slow steps
-	detached     int // plans in flight that hold neither (hung.go)
+	hungClusters int    // records with slow steps
+	detached     int    // plans in flight that hold neither (hung.go)
+	rounds       uint64 // calls of schedule that ended (Loop.waited)
 	// watch holds the plans holding a worker or a place of the hung lane
 	// in the order they took it, to detach those older than slowAfter.
 	watch  ring[watched]
@@ -189,9 +190,10 @@ type record struct {
 	seq    uint64 // of its live entry there (runQueue)
 	forget bool   // drop the record once no plan is in flight
 	// inHung: the record is queued in the hung lane (Loop.hungq), since
-	// queuedAt.
-	inHung   bool
-	queuedAt time.Time
+	// queuedAt, before the schedule round queuedRound (Loop.waited).
+	inHung      bool
+	queuedAt    time.Time
+	queuedRound uint64
 }
 
 // New returns a Loop that hands events to h once Run is called. Notify may

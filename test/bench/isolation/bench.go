@@ -155,9 +155,10 @@ type Phase struct {
 	// the operator's metrics counted during it.
 	Window     time.Duration
 	Background benchkit.Samples
-	// PeakRunning and PeakWaiting are the most plans seen running on the
-	// executor's workers, and waiting for their cluster's running plan or
-	// a free worker, during the window (/metrics read every 250ms).
+	// PeakRunning and PeakWaiting are the most plans seen running (on the
+	// executor's workers, in its hung lane, or detached past --slow-after),
+	// and waiting for their cluster's running plan, a free worker or a
+	// place of the hung lane, during the window (/metrics read every 250ms).
 	PeakRunning, PeakWaiting int
 	// CPU is what the machine's CPUs did during the window.
 	CPU CPU

@@ -188,7 +188,7 @@ func TestFrozenSectionRenders(t *testing.T) {
 		"- K = 0: operator quiet after 0s;",
 		"- K = 8 Running, none frozen: the 8 clusters on the process node Running with roles synced and configuration applied 40s after the first Create; measured at once",
 		`- K = 8: then all hung mid-sync 7s after the first freeze (RolesSynced: "primary 127.64.1.2:5432 did not answer within 5s"); measured at once`,
-		"at most 11 plans running on the executor's workers and 0 waiting (for their cluster's running plan or a free worker); 0 plans waited for a worker (0s in all), 3 for a place of the hung lane (1.5s), 8 went on off them after --slow-after; 8 of the 8 frozen clusters still hung at the end;",
+		"at most 11 plans running (on the workers, in the hung lane, or past --slow-after) and 0 waiting (for their cluster's running plan, a free worker or a place of the hung lane); 0 plans waited for a worker (0s in all), 3 for a place of the hung lane (1.5s), 8 went on off them after --slow-after; 8 of the 8 frozen clusters still hung at the end;",
 		"CPU: 1.50 of 2 cores busy on average (15.0s of CPU time): the operator 2.0s, the control plane 0.0s, the process kubelet 0.0s, Patroni and PostgreSQL 8.0s, the bench 0.0s, others 0.0s.\n",
 		doc.End(),
 	} {

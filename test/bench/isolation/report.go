@@ -156,7 +156,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 		default:
 			fmt.Fprintf(w, "operator not quiet within %v (measured anyway); ", benchkit.Ms(p.Settle))
 		}
-		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running on the executor's workers and %d waiting (for their cluster's running plan or a free worker)",
+		fmt.Fprintf(w, "load average %s, clusters by state %s at the start; %d healthy clusters measured in %v, during which the operator ran %s, mean loop lag %s; at most %d plans running (on the workers, in the hung lane, or past --slow-after) and %d waiting (for their cluster's running plan, a free worker or a place of the hung lane)",
 			p.Load, states(p.States), len(p.Clusters), benchkit.Ms(p.Window), benchkit.StepCounts(p.Background), meanLag(p.Background), p.PeakRunning, p.PeakWaiting)
 		fmt.Fprintf(w, "; %s", executorWaits(p.Background))
 		if frozen && p.K > 0 && !row.unfrozen {
