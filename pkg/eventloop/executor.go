@@ -126,10 +126,10 @@ func (l *Loop) schedule() {
 // begin starts the cluster's plan taken from a run queue, holding s: the
 // rest of its paused plan, or its waiting plan.
 func (l *Loop) begin(rec *record, urgent bool, s slot) {
-	l.waited(rec, s)
 	if j := rec.paused; j != nil {
 		// The cluster's plan in flight goes on where it paused.
 		rec.paused = nil
+		l.waited(rec, s)
 		l.handed(rec, j.urgent, s)
 		l.start(l.rehand(rec, j, s))
 		return
@@ -141,6 +141,7 @@ func (l *Loop) begin(rec *record, urgent bool, s slot) {
 	}
 	rec.waiting, rec.urgent = nil, false
 	l.nWaiting--
+	l.waited(rec, s)
 	if urgent {
 		l.st.plansUrgent.Add(1)
 	} else {
