@@ -58,6 +58,19 @@ func doneOf(key string) func([]Event) bool {
 
 func countDone(evs []Event, key string) int { return len(only(evs, is(key, PlanDone))) }
 
+// eachDone is a cond for waitUntil: clusters stuck/h0 to stuck/h<k-1>
+// have each seen n PlanDones.
+func eachDone(k, n int) func([]Event) bool {
+	return func(evs []Event) bool {
+		for i := range k {
+			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != n {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // TestHungStepsLeaveTheWorkers: four clusters whose steps hang take both
 // workers and wait for them; a healthy cluster's plan starts once the
 // hung ones have held them for SlowAfter (not for their 30 s deadline).
@@ -100,14 +113,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 
 	// Their deadlines: each hung cluster now has a slow step.
 	l.clock.Step(30 * time.Second)
-	w.waitUntil(t, "the hung plans are done", func(evs []Event) bool {
-		for i := range 4 {
-			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	w.waitUntil(t, "the hung plans are done", eachDone(4, 1))
 	l.waitIdle(t)
 	for _, ev := range only(w.snapshot(), func(ev Event) bool { return ev.Kind == PlanDone && ev.Key != "ns/a" }) {
 		if !errors.Is(ev.Err, context.DeadlineExceeded) {
@@ -144,14 +150,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	})
 	l.waitIdle(t)
 	l.clock.Step(27 * time.Second)
-	w.waitUntil(t, "the second round is done", func(evs []Event) bool {
-		for i := range 4 {
-			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 2 {
-				return false
-			}
-		}
-		return true
-	})
+	w.waitUntil(t, "the second round is done", eachDone(4, 2))
 	l.waitIdle(t)
 	if st := l.Stats(); st.HungClusters != 2 || st.PlansRunning != 0 {
 		t.Fatalf("after two answered: %d hung clusters, %d plans running; want 2 and 0", st.HungClusters, st.PlansRunning)
@@ -160,14 +159,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	for i := range 4 {
 		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
 	}
-	w.waitUntil(t, "the third round is done", func(evs []Event) bool {
-		for i := range 4 {
-			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != 3 {
-				return false
-			}
-		}
-		return true
-	})
+	w.waitUntil(t, "the third round is done", eachDone(4, 3))
 	l.waitIdle(t)
 	if st := l.Stats(); st.HungClusters != 0 || st.PlansDetached != 6 {
 		t.Fatalf("after all answered: %d hung clusters, %d detached; want 0 and 6", st.HungClusters, st.PlansDetached)
