@@ -203,18 +203,22 @@ var handoverBugs = []struct {
 	seed  int64
 	found string // a part of the violation
 }{
-	// The leader that lost its Lease wrote the status of its retry
-	// (Degraded, epoch 9) after the new one resumed the cluster from the
-	// status before it (Running, epoch 8): the new machine, unchanged,
-	// never writes status again and a status-only change notifies
-	// nothing, so the API said Degraded for good.
-	{42, "is not its machine's"},
-	// The leader that lost its Lease retried its status write (Creating,
-	// epoch 1) after the API refused it (429): it wrote over the status
-	// the new leader had written (Running, epoch 2). Seed 62 found the
-	// same after a Conflict, before the executor kept workers for urgent
-	// plans (eventloop.Options.UrgentWorkers), which changed its order.
-	{891, "status.epoch went back from 2 to 1"},
+	// The leader that lost its Lease wrote the status of its failed plan
+	// (Degraded, epoch 4: its Events step had hung) 15 s after the new one
+	// resumed the cluster from the status before it (Running, epoch 3):
+	// the new machine, unchanged, never writes status again and a
+	// status-only change notifies nothing, so the API said Degraded for
+	// good. Seed 42 found it before the executor's hung lane (issue 35)
+	// changed its order.
+	{903, "is not its machine's"},
+	// The leader that lost its Lease wrote its status (Degraded, epoch
+	// 11) over the one the new leader had resumed from (Running, epoch
+	// 8); the new leader's next write (Deleting, epoch 9, a user's
+	// delete) went over it: the stored epoch went back. Seeds 62 (after
+	// a Conflict) and 891 (after a 429) found the same before the
+	// executor kept workers for urgent plans, and before its hung lane,
+	// each of which changed its order.
+	{1098, "status.epoch went back from 11 to 9"},
 	// The same, shortly after the handover (within the 7 s the defaults
 	// allowed a leader in good health): the old leader's status write,
 	// retried after a Conflict, went over the new leader's. Found as
