@@ -140,17 +140,34 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	case Signal:
 		m.out.observed(m.effects())
 	}
+	// Then, in this order (each step reads what the ones before wrote):
+	// forget the restarts and the switchover the facts show done (outbox.go);
 	m.out.keep(c.facts.PendingRestart, c.facts.Primary)
+	// take what Patroni's bootstrap made as applied, so that the guards of
+	// observe see a fresh cluster in sync (indatabase.go);
 	m.adoptBootstrap()
+	// follow the primary Patroni names (primary.go);
 	m.notePrimary()
+	// fire the fact-driven events whose guards hold (Pending → Creating →
+	// Running at most);
 	m.observe()
+	// again: observe may have entered a state where the bootstrap is
+	// adopted (Pending → Creating);
 	m.adoptBootstrap()
+	// ask for the StatefulSet's nudge when the namespace's quotas changed;
 	m.noteNudge()
+	// plan the roles' and the configuration's sync, or record it done
+	// (indatabase.go);
 	m.noteInDatabase()
+	// start or end the loss grace of a pod that went away (grace.go);
 	m.graceLoss()
+	// take, keep or give back a slot of the rollout budget (rollout.go);
 	m.noteRollout()
+	// wait for the maintenance window, or stop waiting (rollout.go);
 	m.noteWindow()
+	// write the conditions, reason and message status shows (project.go);
 	m.project()
+	// and make the plan: status write, effects, timers, urgency (plan.go).
 	return m.finish(epoch)
 }
 
