@@ -159,7 +159,8 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	// plan the roles' and the configuration's sync, or record it done
 	// (indatabase.go);
 	m.noteInDatabase()
-	// start or end the loss grace of a pod that went away (grace.go);
+	// give a Running cluster that lost a Ready pod or its primary its grace
+	// before Degraded, or end it (grace.go);
 	m.graceLoss()
 	// take, keep or give back a slot of the rollout budget (rollout.go);
 	m.noteRollout()
