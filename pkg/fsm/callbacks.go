@@ -24,7 +24,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 	now := metav1.NewTime(c.now)
 	m.st.State = e.Dst
 	m.st.StateSince = &now
-	m.waits = 0
+	m.out.waits = 0
 	m.st.Reason, m.st.Message = c.reason, c.message
 	m.addHistory(v1.Transition{From: e.Src, To: e.Dst, Event: e.Event, Time: now, Reason: c.reason})
 	m.out.changed()
@@ -71,7 +71,7 @@ func (m *Machine) enterUpdating(_ *lfsm.Event) {
 // maintenance window has no timeout: it is armed once it no longer is
 // (noteRollout, noteWindow).
 func (m *Machine) armTimeout(o outcome) {
-	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked || m.windowWait {
+	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked || m.roll.windowWait {
 		return
 	}
 	m.setTimer(TimerTimeout, m.timeoutFor(m.st.State))

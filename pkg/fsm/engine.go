@@ -93,7 +93,7 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	if m.st.Reason == ReasonMaintenanceWindow {
 		// Waiting for a maintenance window: its timeout was cancelled
 		// (rollout.go, noteWindow).
-		m.windowWait = true
+		m.roll.windowWait = true
 	}
 	if m.st.Reason == ReasonRolloutQueued {
 		// Blocked on the rollout budget: its timeout was cancelled, and

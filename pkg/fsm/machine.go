@@ -22,21 +22,14 @@ type Machine struct {
 	st v1.PostgresqlStatus
 	// out is what the machine remembers of its plans (outbox.go).
 	out outbox
-	// roll is its part in the fleet's rollout budget (rollout.go).
+	// roll is its part in the fleet's rollout budget and its wait for a
+	// maintenance window (rollout.go).
 	roll rollout
-	// windowWait: a rollout step or a restart waits for a maintenance
-	// window (noteWindow).
-	windowWait bool
 	// soft are the timers of the current epoch that status does not keep:
 	// the resync and the status flush. Writing them would cost a status
 	// write each time they are armed; a restarted operator arms them
 	// afresh (Resume) instead.
 	soft []v1.Timer
-	// waits counts the effects that reported waiting (ErrWaiting) one
-	// after another in this state: the retry that asks again in case no
-	// observation does backs off with it. Not kept in status: a restarted
-	// operator asks again soon, as after any restart.
-	waits int32
 
 	call call // scratch of the Handle in progress
 }
@@ -196,19 +189,19 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	switch r.outcome {
 	case waiting:
 		m.st.Message = err.Error()
-		m.setTimer(TimerRetry, m.cfg.waitDelay(m.waits))
-		m.waits = min(m.waits+1, 3)
+		m.setTimer(TimerRetry, m.cfg.waitDelay(m.out.waits))
+		m.out.waits = min(m.out.waits+1, 3)
 		if part != nil {
 			m.partCondition(part, ReasonSyncPending, ReasonConfigPending)
 		}
 	case failed:
-		m.waits = 0
+		m.out.waits = 0
 		if part != nil {
 			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
 		}
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
 	case succeeded:
-		m.waits = 0
+		m.out.waits = 0
 		if r.inDatabase != nil {
 			m.recordInDatabase(r.inDatabase)
 		}

@@ -53,6 +53,11 @@ import (
 //  8. cleanupDone implies no effects are wanted: the cleanup was the last.
 type outbox struct {
 	seq uint64 // ID of the latest plan
+	// waits counts the effects that reported waiting (ErrWaiting) one
+	// after another in this state: the retry that asks again in case no
+	// observation does backs off with it. Not kept in status: a restarted
+	// operator asks again soon, as after any restart.
+	waits int32
 
 	// What must be sent.
 	want effects // the state's effects, until a plan carrying them reports

@@ -87,7 +87,7 @@ func (m *Machine) showCause() {
 	}
 	reason, msg := f.StuckReason, f.Stuck
 	switch {
-	case m.windowWait:
+	case m.roll.windowWait:
 		reason, msg = ReasonMaintenanceWindow, f.MaintenanceWait
 	case m.roll.blocked:
 		reason, msg = ReasonRolloutQueued, f.RolloutWait
@@ -115,7 +115,7 @@ func (m *Machine) showQueued() {
 	st, f := &m.st, &m.call.facts
 	reason, msg := st.Reason, st.Message
 	switch {
-	case m.windowWait:
+	case m.roll.windowWait:
 		reason, msg = ReasonMaintenanceWindow, f.MaintenanceWait
 	case m.roll.blocked:
 		reason, msg = ReasonRolloutQueued, f.RolloutWait

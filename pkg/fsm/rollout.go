@@ -64,6 +64,9 @@ type rollout struct {
 	// stepped: a step of a rollout (a running pod's replacement, a
 	// switchover) fired in the current input.
 	stepped bool
+	// windowWait: a rollout step or a restart waits for a maintenance
+	// window (noteWindow).
+	windowWait bool
 }
 
 // rolloutStepDue reports whether a step of a rollout of pods that run
@@ -96,10 +99,10 @@ func (m *Machine) rolloutStep() bool {
 // slot of the rollout budget (rolloutStepDue).
 func (m *Machine) noteWindow() {
 	st, f := &m.st, &m.call.facts
-	was := m.windowWait
-	m.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
+	was := m.roll.windowWait
+	m.roll.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
 		(m.rolloutStep() || !ConfigDue(st, f) && f.toRestart(m.out.restarted) != nil)
-	if m.windowWait {
+	if m.roll.windowWait {
 		if st.State == Updating {
 			m.cancelTimer(TimerTimeout)
 		}
