@@ -20,7 +20,7 @@ func (m *Machine) leaveState(_ *lfsm.Event) {
 }
 
 func (m *Machine) enterState(e *lfsm.Event) {
-	c := &m.call
+	c := &m.eng.call
 	now := metav1.NewTime(c.now)
 	m.st.State = e.Dst
 	m.st.StateSince = &now
@@ -92,26 +92,26 @@ func (m *Machine) enterInvalid(_ *lfsm.Event) {
 
 func (m *Machine) enterDeleting(_ *lfsm.Event) {
 	m.out.ask(cleanupEffects)
-	m.call.res.CancelInFlight = true
+	m.eng.call.res.CancelInFlight = true
 }
 
 func (m *Machine) enterDeleted(_ *lfsm.Event) {
 	m.out.ask(noEffects)
-	m.call.res.Forget = true
+	m.eng.call.res.Forget = true
 }
 
 // afterSpecSeen records that the current generation was acted on. A
 // self-transition (a new spec while Creating or Updating, a still-invalid
 // edit) re-plans and restarts the state's timeout.
 func (m *Machine) afterSpecSeen(e *lfsm.Event) {
-	m.st.ObservedGeneration = m.call.facts.Generation
+	m.st.ObservedGeneration = m.eng.call.facts.Generation
 	m.out.changed()
 	if e.Src != e.Dst {
 		return
 	}
 	switch e.Dst {
 	case Invalid:
-		m.st.Reason, m.st.Message = m.call.reason, m.call.message
+		m.st.Reason, m.st.Message = m.eng.call.reason, m.eng.call.message
 	case Creating, Updating:
 		m.out.ask(ensureEffects)
 		m.cancelTimer(TimerTimeout)
@@ -137,7 +137,7 @@ func (m *Machine) afterRetry(e *lfsm.Event) {
 // recreates them; their pod events drive the next step. A replacement still
 // waiting for its plan's result is carried on with the new one.
 func (m *Machine) afterReplacePod(e *lfsm.Event) {
-	f := &m.call.facts
+	f := &m.eng.call.facts
 	refs := f.toReplace(m.out.replaced)
 	m.out.replacePods(refs, f.Replace)
 	m.roll.stepped = m.roll.stepped || f.ReplaceRunning
@@ -160,7 +160,7 @@ func (m *Machine) afterReplacePod(e *lfsm.Event) {
 // afterRestartMember asks Patroni to restart one member whose settings
 // wait for a restart. Its member data drive the next step.
 func (m *Machine) afterRestartMember(_ *lfsm.Event) {
-	f := &m.call.facts
+	f := &m.eng.call.facts
 	ref := f.toRestart(m.out.restarted)
 	m.out.restartPod(ref)
 	m.st.Reason = ReasonRestarting
@@ -171,7 +171,7 @@ func (m *Machine) afterRestartMember(_ *lfsm.Event) {
 // afterSwitchover asks Patroni to hand the primary's role over before the
 // rollout replaces the primary's pod.
 func (m *Machine) afterSwitchover(_ *lfsm.Event) {
-	s := m.call.facts.Switchover
+	s := m.eng.call.facts.Switchover
 	m.out.askSwitchover(s)
 	m.roll.stepped = true
 	m.st.Reason = ReasonSwitchover
@@ -187,7 +187,7 @@ func (m *Machine) afterResync(_ *lfsm.Event) {
 // afterLossGrace lets podsLost fire in this call: the loss lasted the whole
 // grace. observe fires it next, when the loss still holds.
 func (m *Machine) afterLossGrace(_ *lfsm.Event) {
-	m.call.lossDue = true
+	m.eng.call.lossDue = true
 }
 
 func (m *Machine) afterEffectsSucceeded(e *lfsm.Event) {
@@ -214,7 +214,7 @@ func (m *Machine) afterTrouble(e *lfsm.Event) {
 	if e.Src != e.Dst {
 		return
 	}
-	m.st.Reason, m.st.Message = m.call.reason, m.call.message
+	m.st.Reason, m.st.Message = m.eng.call.reason, m.eng.call.message
 	m.out.changed()
 	// In Degraded the retry that planned these effects already counted
 	// the attempt (afterRetry) and so did entering it: the delay runs

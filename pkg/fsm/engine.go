@@ -20,6 +20,10 @@ type Engine struct {
 	cfg Config
 	fsm *lfsm.FSM
 	cur *Machine // the machine whose event is running
+	// call is the scratch of the Handle in progress, of whichever machine:
+	// one per engine, not per cluster (a cluster's facts are not kept
+	// between its inputs).
+	call call
 }
 
 // NewEngine compiles Table into a looplab/fsm instance.

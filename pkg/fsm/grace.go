@@ -32,7 +32,7 @@ import (
 // concrete cause (Facts.Stuck) does not wait: podsLost's guard fires it at
 // once, since an unschedulable pod or a crash loop is no blip.
 func (m *Machine) graceLoss() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	if st.State != Running {
 		return
 	}

@@ -17,7 +17,7 @@ import (
 // and, while Creating, the configuration the StatefulSet bootstraps with.
 // Such a cluster needs no SQL or Patroni call.
 func (m *Machine) adoptBootstrap() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	switch st.State {
 	case Creating, Running, Updating, Degraded:
 	default:
@@ -39,7 +39,7 @@ func (m *Machine) adoptBootstrap() {
 // now: what is due, once every pod is Ready and the primary's Patroni
 // publishes where to reach it.
 func (m *Machine) inDatabaseWork() *InDatabase {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	if f.Target == "" || !f.converged() {
 		return nil
 	}
@@ -83,8 +83,8 @@ func (m *Machine) noteInDatabase() {
 // recordInDatabase records the in-database work of a plan whose effects
 // succeeded as applied.
 func (m *Machine) recordInDatabase(w *InDatabase) {
-	st, f := &m.st, &m.call.facts
-	now := metav1.NewTime(m.call.now)
+	st, f := &m.st, &m.eng.call.facts
+	now := metav1.NewTime(m.eng.call.now)
 	if w.Sync != "" {
 		db := &v1.DatabaseStatus{Hash: w.Sync, SyncedAt: &now, SyncRequest: f.SyncRequest}
 		for _, u := range f.Users {
@@ -139,7 +139,7 @@ func retained(prev *v1.DatabaseStatus, f *Facts) []string {
 // what is applied. A failure or a wait reported by a plan (partCondition)
 // stays until what was due is applied, or a new cause is known.
 func (m *Machine) inDatabaseConditions() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	why := f.NoTarget
 	if !f.converged() {
 		why = "waiting for every instance to be Ready"

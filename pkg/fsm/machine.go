@@ -30,11 +30,11 @@ type Machine struct {
 	// write each time they are armed; a restarted operator arms them
 	// afresh (Resume) instead.
 	soft []v1.Timer
-
-	call call // scratch of the Handle in progress
 }
 
-// call is what callbacks record during one Handle.
+// call is what callbacks record during one Handle (or Resume): the
+// engine's, since it runs one machine's input at a time; each Handle
+// starts it afresh.
 type call struct {
 	facts   Facts
 	now     time.Time
@@ -52,7 +52,7 @@ type call struct {
 // memory is the read-only view of what the machine remembers that guards
 // decide on.
 func (m *Machine) memory() Memory {
-	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.call.lossDue,
+	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.eng.call.lossDue,
 		Restarted: m.out.restarted, SwitchedFrom: m.out.switchedFrom,
 		EnsurePending: m.out.want == ensureEffects || m.out.again}
 }
@@ -85,10 +85,12 @@ func (m *Machine) Resume(now time.Time) Result {
 		res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
 	}
 	if m.st.State == Running {
-		m.call.now = now
+		// The engine's scratch holds the last Handle's, of any machine.
+		c := &m.eng.call
+		*c = call{now: now, events: c.events[:0]}
 		m.setSoftTimer(TimerResync, m.nextResync(now))
-		res.Timers = append(res.Timers, m.call.res.Timers...)
-		m.call.res.Timers = nil
+		res.Timers = append(res.Timers, c.res.Timers...)
+		c.res.Timers = nil
 	}
 	switch m.st.State {
 	case Creating, Updating, Running, Degraded, Deleting:
@@ -100,8 +102,8 @@ func (m *Machine) Resume(now time.Time) Result {
 // Handle runs one input through the machine with the facts observed now and
 // returns what to do. It never blocks and does no I/O.
 func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
-	c := &m.call
-	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.eng.cfg.LossGrace <= 0, inFlight: in.InFlight}
+	c := &m.eng.call
+	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.cfg.LossGrace <= 0, inFlight: in.InFlight}
 	m.out.begin()
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
@@ -219,7 +221,7 @@ func (m *Machine) ignore(why string) Result {
 // fired; a guard that does not hold or an event the state does not take is
 // not an error, just no transition.
 func (m *Machine) fire(event, reason, message string) bool {
-	if g := guards[guardKey{event, m.st.State}]; g != nil && !g(&m.st, &m.call.facts, m.memory()) {
+	if g := guards[guardKey{event, m.st.State}]; g != nil && !g(&m.st, &m.eng.call.facts, m.memory()) {
 		return false
 	}
 	return m.transition(event, reason, message)
@@ -229,12 +231,12 @@ func (m *Machine) fire(event, reason, message string) bool {
 // here, in the machine, once per event: not again in a looplab/fsm
 // callback.
 func (m *Machine) transition(event, reason, message string) bool {
-	m.call.reason, m.call.message = reason, message
+	m.eng.call.reason, m.eng.call.message = reason, message
 	from := m.st.State
 	err := m.eng.event(m, event)
 	var noTransition lfsm.NoTransitionError
 	if err == nil || errors.As(err, &noTransition) {
-		m.call.res.Fired = append(m.call.res.Fired, Fired{Event: event, From: from, To: m.st.State})
+		m.eng.call.res.Fired = append(m.eng.call.res.Fired, Fired{Event: event, From: from, To: m.st.State})
 		return true
 	}
 	return false
@@ -247,7 +249,7 @@ func (m *Machine) observe() {
 	for round := 0; round < 4 && m.st.State != Deleted; round++ {
 		fired := false
 		for _, c := range candidates[m.st.State] {
-			if c.guard != nil && !c.guard(&m.st, &m.call.facts, m.memory()) {
+			if c.guard != nil && !c.guard(&m.st, &m.eng.call.facts, m.memory()) {
 				continue
 			}
 			reason, msg := m.observeReason(c.event)
@@ -269,6 +271,6 @@ func (m *Machine) observe() {
 func (m *Machine) noteNudge() {
 	switch m.st.State {
 	case Creating, Running, Updating, Degraded:
-		m.out.askNudge(m.call.facts.Nudge)
+		m.out.askNudge(m.eng.call.facts.Nudge)
 	}
 }

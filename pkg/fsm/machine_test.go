@@ -238,7 +238,6 @@ func TestEngineSurvivesPanickingCallback(t *testing.T) {
 	cfg := writeAtOnce()
 	e := NewEngine(cfg)
 	bad := e.New(nil)
-	bad.call.facts = starting(1)
 	bad.st.History = nil
 	func() {
 		defer func() {

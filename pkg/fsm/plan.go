@@ -170,7 +170,7 @@ type Fired struct {
 
 // finish turns what the callbacks recorded into a Result and a Plan.
 func (m *Machine) finish(epoch int64) Result {
-	c := &m.call
+	c := &m.eng.call
 	res := c.res
 	res.To, res.Epoch, res.Rollout = m.st.State, m.st.Epoch, m.roll.state
 	if res.Epoch != epoch {

@@ -25,7 +25,7 @@ import (
 // fact-driven events fire, so that a failover that also lets the cluster
 // converge reads "primaryChanged, then podsReady" in the history.
 func (m *Machine) notePrimary() {
-	f, st := &m.call.facts, &m.st
+	f, st := &m.eng.call.facts, &m.st
 	if st.State == Deleted {
 		return
 	}
@@ -55,7 +55,7 @@ func (m *Machine) notePrimary() {
 // and failovers). A Running cluster's message names the primary: it is
 // brought up to date.
 func (m *Machine) primaryChanged(from, to string) {
-	c, st := &m.call, &m.st
+	c, st := &m.eng.call, &m.st
 	msg := fmt.Sprintf("primary changed from %s to %s", from, to)
 	m.addHistory(v1.Transition{From: st.State, To: st.State, Event: EventPrimaryChanged, Time: metav1.NewTime(c.now),
 		Reason: ReasonPrimaryChanged, Message: msg})

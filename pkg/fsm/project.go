@@ -35,7 +35,7 @@ func (m *Machine) project() {
 	if m.st.State == Deleted {
 		return
 	}
-	f := &m.call.facts
+	f := &m.eng.call.facts
 	st := &m.st
 	if st.DesiredInstances != f.Desired || st.ReadyInstances != f.Ready || st.Primary != f.Primary || st.Ready == "" {
 		st.DesiredInstances, st.ReadyInstances, st.Primary = f.Desired, f.Ready, f.Primary
@@ -80,7 +80,7 @@ func (m *Machine) project() {
 //     is observed, while the state waits for its timeout;
 //  5. once that cause is gone, the state's own words come back.
 func (m *Machine) showCause() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	o := &m.out
 	if o.troubled || len(o.replace) > 0 || len(o.restarted) > 0 || o.switchedFrom != "" {
 		return
@@ -112,7 +112,7 @@ func (m *Machine) showCause() {
 // fleet's rollout budget while it is blocked on it, and on what holds it
 // back once it no longer is (rollout.go).
 func (m *Machine) showQueued() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	reason, msg := st.Reason, st.Message
 	switch {
 	case m.roll.windowWait:
@@ -143,7 +143,7 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 	m.st.Conditions = slices.Clone(m.st.Conditions)
 	meta.SetStatusCondition(&m.st.Conditions, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.call.now),
+		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.eng.call.now),
 	})
 	m.later()
 }

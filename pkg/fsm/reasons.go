@@ -9,7 +9,7 @@ import (
 )
 
 func (m *Machine) observeReason(event string) (string, string) {
-	f := &m.call.facts
+	f := &m.eng.call.facts
 	switch event {
 	case EventCleanedUp:
 		if f.Gone {
@@ -63,7 +63,7 @@ func (m *Machine) timeoutFor(state string) time.Duration {
 // outOfSync says what a Running cluster that serves updates: its objects
 // and pods, and what it applies inside PostgreSQL.
 func (m *Machine) outOfSync() string {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	var what []string
 	switch {
 	case f.ObjectsCurrent:

@@ -73,7 +73,7 @@ type rollout struct {
 // PostgreSQL is due now but for a slot: a running pod to replace, or a
 // switchover, that the machine has not asked for yet.
 func (m *Machine) rolloutStepDue() bool {
-	return !windowClosed(&m.st, &m.call.facts) && m.rolloutStep()
+	return !windowClosed(&m.st, &m.eng.call.facts) && m.rolloutStep()
 }
 
 // rolloutStep reports whether the facts show a step of a rollout of pods
@@ -81,7 +81,7 @@ func (m *Machine) rolloutStepDue() bool {
 // maintenance window aside: a replacement, a switchover, or the pod
 // template's update that makes every pod outdated.
 func (m *Machine) rolloutStep() bool {
-	f, o := &m.call.facts, &m.out
+	f, o := &m.eng.call.facts, &m.out
 	return f.ReplaceRunning && len(f.toReplace(o.replaced)) > 0 ||
 		f.Switchover != nil && f.Switchover.From != o.switchedFrom ||
 		f.TemplateChanged
@@ -98,7 +98,7 @@ func (m *Machine) rolloutStep() bool {
 // wait back from status.reason (Engine.New). A waiting cluster holds no
 // slot of the rollout budget (rolloutStepDue).
 func (m *Machine) noteWindow() {
-	st, f := &m.st, &m.call.facts
+	st, f := &m.st, &m.eng.call.facts
 	was := m.roll.windowWait
 	m.roll.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
 		(m.rolloutStep() || !ConfigDue(st, f) && f.toRestart(m.out.restarted) != nil)
@@ -107,7 +107,7 @@ func (m *Machine) noteWindow() {
 			m.cancelTimer(TimerTimeout)
 		}
 		if !m.timerAt(TimerMaintenance, f.MaintenanceOpens) {
-			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.call.now))
+			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.eng.call.now))
 		}
 		return
 	}
@@ -132,7 +132,7 @@ func (m *Machine) noteWindow() {
 //     is cancelled (status.reason says why, showCause). Once no longer
 //     blocked, the timeout is armed again.
 func (m *Machine) noteRollout() {
-	st, f, r := &m.st, &m.call.facts, &m.roll
+	st, f, r := &m.st, &m.eng.call.facts, &m.roll
 	wasBlocked := r.blocked
 	r.blocked = false
 	timed := st.State == Creating || st.State == Updating

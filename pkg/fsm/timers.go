@@ -13,13 +13,13 @@ import (
 // deadline is rounded up to a whole second, the precision status keeps, so
 // a resumed timer never fires early.
 func (m *Machine) setTimer(name string, d time.Duration) {
-	deadline := m.call.now.Add(d)
+	deadline := m.eng.call.now.Add(d)
 	if r := deadline.Truncate(time.Second); !r.Equal(deadline) {
 		deadline = r.Add(time.Second)
 	}
 	t := v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch}
 	m.out.changed()
-	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
+	m.eng.call.res.Timers = append(m.eng.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
 	timers := make([]v1.Timer, 0, len(m.st.Timers)+1)
 	replaced := false
 	for _, old := range m.st.Timers {
@@ -57,7 +57,7 @@ func (m *Machine) removeTimer(name string) bool {
 
 func (m *Machine) cancelTimer(name string) {
 	if m.dropTimer(name) {
-		m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Cancel: true})
+		m.eng.call.res.Timers = append(m.eng.call.res.Timers, TimerOp{Name: name, Cancel: true})
 	}
 }
 
@@ -107,10 +107,10 @@ func softTimer(name string) bool { return name == TimerResync || name == TimerFl
 // setSoftTimer arms (or re-arms) a timer that status does not keep, d from
 // now, in the current epoch.
 func (m *Machine) setSoftTimer(name string, d time.Duration) {
-	deadline := m.call.now.Add(d)
+	deadline := m.eng.call.now.Add(d)
 	m.dropSoft(name)
 	m.soft = append(m.soft, v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch})
-	m.call.res.Timers = append(m.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
+	m.eng.call.res.Timers = append(m.eng.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
 }
 
 // dropSoft removes the soft timer name and reports whether it was there.
