@@ -62,7 +62,7 @@ func statusIn(state string) *v1.PostgresqlStatus {
 func newMachine(e *Engine, st *v1.PostgresqlStatus) *Machine {
 	m := e.New(st)
 	if st != nil && st.State == Running {
-		m.soft = []v1.Timer{{Name: TimerResync, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: st.Epoch}}
+		m.soft = softTimers{{Name: TimerResync, Deadline: metav1.NewTime(t0.Add(time.Minute)), Epoch: st.Epoch}}
 	}
 	return m
 }

@@ -25,11 +25,8 @@ type Machine struct {
 	// roll is its part in the fleet's rollout budget and its wait for a
 	// maintenance window (rollout.go).
 	roll rollout
-	// soft are the timers of the current epoch that status does not keep:
-	// the resync and the status flush. Writing them would cost a status
-	// write each time they are armed; a restarted operator arms them
-	// afresh (Resume) instead.
-	soft []v1.Timer
+	// soft are the timers status does not keep (timers.go).
+	soft softTimers
 }
 
 // call is what callbacks record during one Handle (or Resume): the

@@ -212,7 +212,7 @@ func (m *Machine) finish(epoch int64) Result {
 		// A shallow copy is a snapshot: st is copy-on-write.
 		snap := m.st
 		p.Status = &snap
-		if m.dropSoft(TimerFlush) {
+		if m.soft.drop(TimerFlush) {
 			// Armed in this call, it is no news to the loop.
 			n := len(res.Timers)
 			res.Timers = slices.DeleteFunc(res.Timers, func(op TimerOp) bool { return op.Name == TimerFlush })

@@ -24,7 +24,7 @@ func (m *Machine) later() {
 		return
 	}
 	m.out.lazy = true
-	if !m.hasSoft(TimerFlush) {
+	if !m.soft.has(TimerFlush) {
 		m.setSoftTimer(TimerFlush, m.cfg.StatusDelay)
 	}
 }

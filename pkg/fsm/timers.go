@@ -10,13 +10,10 @@ import (
 )
 
 // setTimer arms (or re-arms) a timer d from now, in the current epoch. The
-// deadline is rounded up to a whole second, the precision status keeps, so
-// a resumed timer never fires early.
+// deadline is rounded up to a whole second (ceilSecond), the precision
+// status keeps, so a resumed timer never fires early.
 func (m *Machine) setTimer(name string, d time.Duration) {
-	deadline := m.eng.call.now.Add(d)
-	if r := deadline.Truncate(time.Second); !r.Equal(deadline) {
-		deadline = r.Add(time.Second)
-	}
+	deadline := ceilSecond(m.eng.call.now.Add(d))
 	t := v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch}
 	m.out.changed()
 	m.eng.call.res.Timers = append(m.eng.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
@@ -34,6 +31,19 @@ func (m *Machine) setTimer(name string, d time.Duration) {
 	m.st.Timers = timers
 }
 
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+// named matches the timer name.
+func named(name string) func(v1.Timer) bool {
+	return func(t v1.Timer) bool { return t.Name == name }
+}
+
 // dropTimer removes the timer name from status (copy-on-write) and reports
 // whether it was there.
 func (m *Machine) dropTimer(name string) bool {
@@ -47,7 +57,7 @@ func (m *Machine) dropTimer(name string) bool {
 // removeTimer removes the timer name from status (copy-on-write), without
 // asking for a write, and reports whether it was there.
 func (m *Machine) removeTimer(name string) bool {
-	i := slices.IndexFunc(m.st.Timers, func(t v1.Timer) bool { return t.Name == name })
+	i := slices.IndexFunc(m.st.Timers, named(name))
 	if i < 0 {
 		return false
 	}
@@ -64,26 +74,14 @@ func (m *Machine) cancelTimer(name string) {
 // timerAt reports whether the timer name is pending with the deadline at
 // (rounded up to the second, as setTimer does).
 func (m *Machine) timerAt(name string, at time.Time) bool {
-	if r := at.Truncate(time.Second); !r.Equal(at) {
-		at = r.Add(time.Second)
-	}
-	for i := range m.st.Timers {
-		if t := &m.st.Timers[i]; t.Name == name {
-			return t.Deadline.Time.Equal(at)
-		}
-	}
-	return false
+	i := slices.IndexFunc(m.st.Timers, named(name))
+	return i >= 0 && m.st.Timers[i].Deadline.Time.Equal(ceilSecond(at))
 }
 
 // hasTimer reports whether the timer name is pending (in the current
 // epoch: a state change drops every timer).
 func (m *Machine) hasTimer(name string) bool {
-	for i := range m.st.Timers {
-		if m.st.Timers[i].Name == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(m.st.Timers, named(name))
 }
 
 // takeTimer removes the pending timer name of the given epoch and reports
@@ -93,7 +91,7 @@ func (m *Machine) takeTimer(name string, epoch int64) bool {
 		return false
 	}
 	if softTimer(name) {
-		return m.dropSoft(name)
+		return m.soft.drop(name)
 	}
 	// A fired timer left in status fires again, at once, after a
 	// restart, which plans what its event did anyway: its removal alone
@@ -104,25 +102,30 @@ func (m *Machine) takeTimer(name string, epoch int64) bool {
 // softTimer reports whether the timer name is one status does not keep.
 func softTimer(name string) bool { return name == TimerResync || name == TimerFlush }
 
-// setSoftTimer arms (or re-arms) a timer that status does not keep, d from
-// now, in the current epoch.
+// softTimers are the timers of the current epoch that status does not
+// keep (softTimer): the resync and the status flush. Writing them would
+// cost a status write each time they are armed; a restarted operator arms
+// them afresh (Resume) instead. Their deadlines are not rounded: nothing
+// stores them.
+type softTimers []v1.Timer
+
+// drop removes the timer name and reports whether it was there.
+func (s *softTimers) drop(name string) bool {
+	n := len(*s)
+	*s = slices.DeleteFunc(*s, named(name))
+	return len(*s) != n
+}
+
+// has reports whether the timer name is pending.
+func (s softTimers) has(name string) bool { return slices.ContainsFunc(s, named(name)) }
+
+// setSoftTimer arms (or re-arms) the soft timer name d from now, in the
+// current epoch.
 func (m *Machine) setSoftTimer(name string, d time.Duration) {
 	deadline := m.eng.call.now.Add(d)
-	m.dropSoft(name)
+	m.soft.drop(name)
 	m.soft = append(m.soft, v1.Timer{Name: name, Deadline: metav1.NewTime(deadline), Epoch: m.st.Epoch})
 	m.eng.call.res.Timers = append(m.eng.call.res.Timers, TimerOp{Name: name, Deadline: deadline})
-}
-
-// dropSoft removes the soft timer name and reports whether it was there.
-func (m *Machine) dropSoft(name string) bool {
-	n := len(m.soft)
-	m.soft = slices.DeleteFunc(m.soft, func(t v1.Timer) bool { return t.Name == name })
-	return len(m.soft) != n
-}
-
-// hasSoft reports whether the soft timer name is pending.
-func (m *Machine) hasSoft(name string) bool {
-	return slices.ContainsFunc(m.soft, func(t v1.Timer) bool { return t.Name == name })
 }
 
 // nextResync is how long until the next resync of a cluster resumed in
