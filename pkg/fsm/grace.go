@@ -49,8 +49,5 @@ func (m *Machine) graceLoss() {
 	}
 	reason, msg := stuck(f)
 	msg = fmt.Sprintf("%s; Degraded unless it recovers within the %s loss grace", msg, m.cfg.LossGrace)
-	if st.Reason != reason || st.Message != msg {
-		st.Reason, st.Message = reason, msg
-		m.later()
-	}
+	m.say(reason, msg)
 }

@@ -29,6 +29,15 @@ func (m *Machine) later() {
 	}
 }
 
+// say shows reason and message in status, when they differ from what it
+// shows, with the deferred write (later).
+func (m *Machine) say(reason, message string) {
+	if m.st.Reason != reason || m.st.Message != message {
+		m.st.Reason, m.st.Message = reason, message
+		m.later()
+	}
+}
+
 // project copies the observed counts into status and keeps the conditions in
 // line with the state.
 func (m *Machine) project() {
@@ -44,9 +53,8 @@ func (m *Machine) project() {
 	}
 	// In Degraded the message follows the live cause, so a user sees the
 	// current reason, not the one of an hour ago.
-	if st.State == Degraded && f.Stuck != "" && (st.Reason != f.StuckReason || st.Message != f.Stuck) {
-		st.Reason, st.Message = f.StuckReason, f.Stuck
-		m.later()
+	if st.State == Degraded && f.Stuck != "" {
+		m.say(f.StuckReason, f.Stuck)
 	}
 	if st.State == Degraded && !m.out.troubled {
 		m.showQueued()
@@ -102,10 +110,7 @@ func (m *Machine) showCause() {
 		}
 		reason, msg = m.progress()
 	}
-	if st.Reason != reason || st.Message != msg {
-		st.Reason, st.Message = reason, msg
-		m.later()
-	}
+	m.say(reason, msg)
 }
 
 // showQueued keeps the reason and message of a Degraded cluster on the
@@ -122,10 +127,7 @@ func (m *Machine) showQueued() {
 	case st.Reason == ReasonRolloutQueued, st.Reason == ReasonMaintenanceWindow:
 		reason, msg = stuck(f)
 	}
-	if st.Reason != reason || st.Message != msg {
-		st.Reason, st.Message = reason, msg
-		m.later()
-	}
+	m.say(reason, msg)
 }
 
 func (m *Machine) condition(typ string, on bool, reason, message string) {
