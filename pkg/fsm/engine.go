@@ -91,7 +91,7 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	if status != nil {
 		status.DeepCopyInto(&m.st)
 	}
-	if !knownState(m.st.State) || m.st.State == Deleted {
+	if !KnownState(m.st.State) || m.st.State == Deleted {
 		m.st.State = Pending
 	}
 	if m.st.Reason == ReasonMaintenanceWindow {
@@ -110,11 +110,5 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	return m
 }
 
-func knownState(s string) bool {
-	for _, k := range States {
-		if s == k {
-			return true
-		}
-	}
-	return false
-}
+// KnownState reports whether s is a state of the machine (States).
+func KnownState(s string) bool { return slices.Contains(States, s) }

@@ -265,7 +265,7 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 	}
 	var st *v1.PostgresqlStatus
 	if s, ok := args["state"]; ok {
-		if !knownState(s) {
+		if !KnownState(s) {
 			return nil, fmt.Errorf("unknown state %s", s)
 		}
 		st = statusIn(s)

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"slices"
+
 	lfsm "github.com/looplab/fsm"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -26,14 +28,7 @@ type Transition struct {
 func allBut(except ...string) []string {
 	var out []string
 	for _, s := range States {
-		skip := false
-		for _, e := range except {
-			if s == e {
-				skip = true
-				break
-			}
-		}
-		if !skip {
+		if !slices.Contains(except, s) {
 			out = append(out, s)
 		}
 	}
