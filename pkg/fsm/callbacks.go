@@ -48,7 +48,7 @@ func (m *Machine) addHistory(t v1.Transition) {
 	h := make([]v1.Transition, len(old), len(old)+1)
 	copy(h, old)
 	m.st.History = append(h, t)
-	m.later()
+	m.deferWrite()
 }
 
 // enterCreating and enterUpdating ask for the objects; the state's

@@ -40,7 +40,7 @@ func (m *Machine) graceLoss() {
 		m.cancelTimer(TimerLossGrace)
 		if st.Reason != ReasonReady {
 			st.Reason, st.Message = m.observeReason(EventPodsReady)
-			m.later()
+			m.deferWrite()
 		}
 		return
 	}

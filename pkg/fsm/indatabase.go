@@ -27,11 +27,11 @@ func (m *Machine) adoptBootstrap() {
 	// again: the write may wait.
 	if st.Database == nil && f.Sync.Bootstrap && f.Sync.Hash != "" {
 		st.Database = &v1.DatabaseStatus{Hash: f.Sync.Hash}
-		m.later()
+		m.deferWrite()
 	}
 	if st.Config == nil && st.State == Creating && f.Config.Bootstrap && f.Config.Hash != "" {
 		st.Config = &v1.ConfigStatus{Hash: f.Config.Hash}
-		m.later()
+		m.deferWrite()
 	}
 }
 

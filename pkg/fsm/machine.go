@@ -130,7 +130,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		m.out.trouble()
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
 	case Signal:
-		m.out.observed(m.effects())
+		m.out.signalled(m.effects())
 	}
 	// Then, in this order (each step reads what the ones before wrote):
 	// forget the restarts and the switchover the facts show done (outbox.go);

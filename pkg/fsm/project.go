@@ -11,30 +11,30 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// later records a status change that may wait Config.StatusDelay for its
+// deferWrite records a status change that may wait Config.StatusDelay for its
 // write: progress (counts, the cause shown, conditions, history) rather
 // than what a restart needs (state, epoch, timers, what was applied). A
 // plan made meanwhile for any other reason writes it too; the flush timer
 // writes it otherwise. So a create whose pods come up within the delay
 // writes its status three times (accepted, objects created, Running), not
 // once per pod event.
-func (m *Machine) later() {
+func (m *Machine) deferWrite() {
 	if m.cfg.StatusDelay <= 0 {
 		m.out.changed()
 		return
 	}
-	m.out.lazy = true
+	m.out.deferred = true
 	if !m.soft.has(TimerFlush) {
 		m.setSoftTimer(TimerFlush, m.cfg.StatusDelay)
 	}
 }
 
 // say shows reason and message in status, when they differ from what it
-// shows, with the deferred write (later).
+// shows, with the deferred write (deferWrite).
 func (m *Machine) say(reason, message string) {
 	if m.st.Reason != reason || m.st.Message != message {
 		m.st.Reason, m.st.Message = reason, message
-		m.later()
+		m.deferWrite()
 	}
 }
 
@@ -49,7 +49,7 @@ func (m *Machine) project() {
 	if st.DesiredInstances != f.Desired || st.ReadyInstances != f.Ready || st.Primary != f.Primary || st.Ready == "" {
 		st.DesiredInstances, st.ReadyInstances, st.Primary = f.Desired, f.Ready, f.Primary
 		st.Ready = fmt.Sprintf("%d/%d", f.Ready, f.Desired)
-		m.later()
+		m.deferWrite()
 	}
 	// In Degraded the message follows the live cause, so a user sees the
 	// current reason, not the one of an hour ago.
@@ -66,7 +66,7 @@ func (m *Machine) project() {
 		m.inDatabaseConditions()
 		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
 			st.Volumes = v
-			m.later()
+			m.deferWrite()
 		}
 	}
 	state := st.State
@@ -147,5 +147,5 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 		Type: typ, Status: status, Reason: reason, Message: message,
 		ObservedGeneration: m.st.ObservedGeneration, LastTransitionTime: metav1.NewTime(m.eng.call.now),
 	})
-	m.later()
+	m.deferWrite()
 }
