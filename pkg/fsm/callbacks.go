@@ -34,7 +34,7 @@ func (m *Machine) enterState(e *lfsm.Event) {
 		if c.message != "" {
 			msg += ": " + c.message
 		}
-		c.events = append(c.events, Record{Warning: warning, Reason: e.Dst, Message: msg})
+		c.records = append(c.records, Record{Warning: warning, Reason: e.Dst, Message: msg})
 	}
 }
 

@@ -38,7 +38,7 @@ type call struct {
 	reason  string
 	message string
 	res     Result
-	events  []Record
+	records []Record // Kubernetes Events to record (Plan.Records)
 	// inFlight is Input.InFlight.
 	inFlight uint64
 	// lossDue: a loss in Running may go Degraded now, the lossGrace
@@ -84,7 +84,7 @@ func (m *Machine) Resume(now time.Time) Result {
 	if m.st.State == Running {
 		// The engine's scratch holds the last Handle's, of any machine.
 		c := &m.eng.call
-		*c = call{now: now, events: c.events[:0]}
+		*c = call{now: now, records: c.records[:0]}
 		m.setSoftTimer(TimerResync, m.nextResync(now))
 		res.Timers = append(res.Timers, c.res.Timers...)
 		c.res.Timers = nil
@@ -100,7 +100,7 @@ func (m *Machine) Resume(now time.Time) Result {
 // returns what to do. It never blocks and does no I/O.
 func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	c := &m.eng.call
-	*c = call{facts: f, now: now, events: c.events[:0], lossDue: m.cfg.LossGrace <= 0, inFlight: in.InFlight}
+	*c = call{facts: f, now: now, records: c.records[:0], lossDue: m.cfg.LossGrace <= 0, inFlight: in.InFlight}
 	m.out.begin()
 	c.res.From = m.st.State
 	epoch := m.st.Epoch
@@ -142,7 +142,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	m.notePrimary()
 	// fire the fact-driven events whose guards hold (Pending → Creating →
 	// Running at most);
-	m.observe()
+	m.fireObserved()
 	// again: observe may have entered a state where the bootstrap is
 	// adopted (Pending → Creating);
 	m.adoptBootstrap()
@@ -239,10 +239,10 @@ func (m *Machine) transition(event, reason, message string) bool {
 	return false
 }
 
-// observe fires the fact-driven events whose guards hold, in observeOrder,
+// fireObserved fires the fact-driven events whose guards hold, in observeOrder,
 // until none does. A few rounds are enough: Pending → Creating → Running is
 // the longest chain. Each guard runs once per try.
-func (m *Machine) observe() {
+func (m *Machine) fireObserved() {
 	for round := 0; round < 4 && m.st.State != Deleted; round++ {
 		fired := false
 		for _, c := range candidates[m.st.State] {

@@ -196,12 +196,12 @@ func (m *Machine) finish(epoch int64) Result {
 	// Degraded on a failed write is one such plan, once. Meanwhile the
 	// status is not lost: the retry's plan, or any plan made for another
 	// reason, writes the latest one.
-	p, status := m.out.next(len(c.events) > 0, m.hasTimer(TimerRetry), c.inFlight)
+	p, status := m.out.next(len(c.records) > 0, m.hasTimer(TimerRetry), c.inFlight)
 	if p == nil {
 		return res
 	}
-	if len(c.events) > 0 {
-		p.Records = append([]Record(nil), c.events...)
+	if len(c.records) > 0 {
+		p.Records = append([]Record(nil), c.records...)
 	}
 	if p.Ensure {
 		p.InDatabase = m.inDatabaseWork()

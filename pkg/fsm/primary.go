@@ -59,7 +59,7 @@ func (m *Machine) primaryChanged(from, to string) {
 	msg := fmt.Sprintf("primary changed from %s to %s", from, to)
 	m.addHistory(v1.Transition{From: st.State, To: st.State, Event: EventPrimaryChanged, Time: metav1.NewTime(c.now),
 		Reason: ReasonPrimaryChanged, Message: msg})
-	c.events = append(c.events, Record{Reason: ReasonPrimaryChanged, Message: msg})
+	c.records = append(c.records, Record{Reason: ReasonPrimaryChanged, Message: msg})
 	c.res.Fired = append(c.res.Fired, Fired{Event: EventPrimaryChanged, From: st.State, To: st.State})
 	if st.State == Running && st.Reason == ReasonReady {
 		_, st.Message = m.observeReason(EventPodsReady)
