@@ -185,7 +185,7 @@ func (m *Machine) afterResync(_ *lfsm.Event) {
 }
 
 // afterLossGrace lets podsLost fire in this call: the loss lasted the whole
-// grace. observe fires it next, when the loss still holds.
+// grace. fireObserved fires it next, when the loss still holds.
 func (m *Machine) afterLossGrace(_ *lfsm.Event) {
 	m.eng.call.lossDue = true
 }

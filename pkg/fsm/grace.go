@@ -12,7 +12,7 @@ import (
 // the same. Neither is worth a Degraded state, two history entries and two
 // Events, each time.
 //
-// It runs after observe, so podsLost has had its chance: a cluster still
+// It runs after fireObserved, so podsLost has had its chance: a cluster still
 // Running here is either converged or within its grace.
 //  1. Converged: a pending grace is cancelled, and the reason and message
 //     are Running's again. No history entry, no Event: at most a status

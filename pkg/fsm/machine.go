@@ -136,14 +136,14 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	// forget the restarts and the switchover the facts show done (outbox.go);
 	m.out.keep(c.facts.PendingRestart, c.facts.Primary)
 	// take what Patroni's bootstrap made as applied, so that the guards of
-	// observe see a fresh cluster in sync (indatabase.go);
+	// fireObserved see a fresh cluster in sync (indatabase.go);
 	m.adoptBootstrap()
 	// follow the primary Patroni names (primary.go);
 	m.notePrimary()
 	// fire the fact-driven events whose guards hold (Pending → Creating →
 	// Running at most);
 	m.fireObserved()
-	// again: observe may have entered a state where the bootstrap is
+	// again: fireObserved may have entered a state where the bootstrap is
 	// adopted (Pending → Creating);
 	m.adoptBootstrap()
 	// ask for the StatefulSet's nudge when the namespace's quotas changed;

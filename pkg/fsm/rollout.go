@@ -118,7 +118,7 @@ func (m *Machine) noteWindow() {
 }
 
 // noteRollout works out the cluster's part in the fleet's rollout budget
-// once observe has fired what it could:
+// once fireObserved has fired what it could:
 //  1. Out of Creating, Updating and Degraded, or with no pod outdated nor
 //     a pod template to change and, for a cluster that held a slot, every
 //     pod Ready again, it needs none.
