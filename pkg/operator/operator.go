@@ -417,10 +417,10 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Restart:    cfg.RestartTimeout + cfg.PatroniTimeout,
 		Switchover: cfg.SwitchoverTimeout,
 	})
-	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(steps, m), clk, log)
+	ctrl := controller.New(cfg.fsmConfig(), obs, timeSteps(steps, m.StepObserver), clk, log)
 	// The budget wakes a waiting cluster through the loop, once it is set.
 	ctrl.SetRolloutBudget(cfg.MaxRollingClusters, notifier.Notify)
-	m.InstrumentController(ctrl)
+	instrument(ctrl, m)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:         clk,
 		Workers:       cfg.Workers,
