@@ -1,8 +1,3 @@
-// Package operator runs pgloop against a Kubernetes API: it wires the
-// clients, the informers, the effects, the per-cluster state machines and
-// the event loop together, elects a leader among the operator's replicas,
-// and serves health, readiness and Prometheus metrics. cmd/pgloop's
-// `operator` command only parses flags into a Config and calls Run.
 package operator
 
 import (
