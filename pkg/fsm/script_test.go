@@ -29,7 +29,7 @@ import (
 //	    Degraded), and the sync and configuration given recorded as
 //	    applied; Resume is not called, as if the machine had been
 //	    running. Without, a cluster never seen (no status).
-//	restart
+//	operator-restart
 //	    A new operator process: a machine made from the persisted status,
 //	    then Resume; the output is the timers it hands the new loop.
 //	observe [facts]
@@ -186,8 +186,8 @@ func (r *runner) run(line string) ([]string, error) {
 	if r.m == nil {
 		return nil, errors.New("no machine: start first")
 	}
-	if cmd == "restart" {
-		return r.restart(rest)
+	if cmd == "operator-restart" {
+		return r.operatorRestart(rest)
 	}
 	in := Input{Kind: Signal}
 	switch cmd {
@@ -287,9 +287,9 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 	return statusLines(r.m.Status()), nil
 }
 
-func (r *runner) restart(rest []string) ([]string, error) {
+func (r *runner) operatorRestart(rest []string) ([]string, error) {
 	if len(rest) > 0 {
-		return nil, fmt.Errorf("restart takes no facts: %v", rest)
+		return nil, fmt.Errorf("operator-restart takes no facts: %v", rest)
 	}
 	r.m = NewEngine(r.cfg).New(r.m.Status())
 	r.before = *r.m.Status().DeepCopy()
