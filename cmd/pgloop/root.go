@@ -33,7 +33,7 @@ func newFSMCmd() *cobra.Command {
 			"table in pkg/fsm. --markdown prints the whole reference (docs/fsm.md).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if current != "" && !validState(current) {
+			if current != "" && !fsm.KnownState(current) {
 				return fmt.Errorf("unknown state %q (states: %v)", current, fsm.States)
 			}
 			out := fsm.Mermaid(current)
@@ -47,15 +47,6 @@ func newFSMCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the full Markdown reference instead of the diagram")
 	cmd.Flags().StringVar(&current, "current", "", "highlight this state in the diagram")
 	return cmd
-}
-
-func validState(s string) bool {
-	for _, k := range fsm.States {
-		if k == s {
-			return true
-		}
-	}
-	return false
 }
 
 func newVersionCmd() *cobra.Command {

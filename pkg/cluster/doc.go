@@ -1,19 +1,26 @@
 // Package cluster says what a pgloop cluster is made of. Its builders turn a
 // *v1.Postgresql into the Kubernetes objects that run it (a StatefulSet of
 // Spilo pods, Services, Secrets, a PodDisruptionBudget and the RBAC Patroni
-// needs), and its comparisons tell pkg/effects whether an existing object
-// must be left alone, updated in place, or have its pods replaced. It also
-// holds the names, labels and annotations pgloop gives those objects, for
-// every package that must find them.
+// needs; the connection poolers' Deployments, Services and
+// PodDisruptionBudgets; the logical backup CronJob) and into the part of
+// Patroni's dynamic configuration the spec decides (Dynamic). Its
+// comparisons tell pkg/effects whether an existing object must be left
+// alone, updated in place, or have its pods replaced. It also holds the
+// names, labels and annotations pgloop gives those objects, and those of
+// Patroni's own objects it reads (the leader ConfigMap), for every package
+// that must find them.
 //
 // Everything here is pure: no API calls, no clock, no global state; it
 // imports nothing of pgloop but pkg/apis, and no client, so a package that
-// only needs a name links no write path. The only input besides the
-// cluster is the random source of Secrets, which tests replace. Builders read the cluster and never modify it, and the
-// objects they return share no memory with it, so a cluster taken from an
-// informer's cache can be passed as it is. Output is deterministic: the same
-// cluster always gives byte-identical objects, whatever the order of Go's
-// map iteration, which is what lets the pod template hash detect change.
+// only needs a name links no write path. Besides the cluster, the builders
+// take the operator's Options (image, default resources, logical backup
+// settings and the like), which the effects and pkg/facts must be given
+// alike, and the Secrets take a random source, which tests replace.
+// Builders read the cluster and never modify it, and the objects they
+// return share no memory with it, so a cluster taken from an informer's
+// cache can be passed as it is. Output is deterministic: the same inputs
+// always give byte-identical objects, whatever the order of Go's map
+// iteration, which is what lets the pod template hash detect change.
 //
 // Builders assume a cluster that passed v1.Postgresql.Validate; they do not
 // re-validate it, but they never panic on one that did not.

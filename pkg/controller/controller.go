@@ -6,6 +6,13 @@
 // needs no locks. NewEffects is the glue between the machine and
 // pkg/effects: it makes a plan's steps out of the calls of an Actor
 // (*effects.Effects).
+//
+// It also holds the one policy that spans clusters, the fleet's rollout
+// budget (budget.go, SetRolloutBudget): at most --max-rolling-clusters
+// clusters replace pods that run PostgreSQL at once. Before each input it
+// tells a machine whether a slot is its own (fsm.Facts.RolloutWait), and
+// after it accounts for what the machine reports (fsm.Result.Rollout),
+// waking the next waiting cluster (SignalRollout) when a slot frees.
 package controller
 
 import (

@@ -1,12 +1,29 @@
-// Package effects carries out what the state machine decides: it is the
-// only package that writes to the Kubernetes API. It creates and updates
-// the objects pkg/cluster builds, deletes them when a cluster goes, writes
-// the status of the Postgresql resources, replaces pods, and records
-// Kubernetes Events.
+// Package effects carries out what the state machine decides, one method
+// of Effects per kind of step. In the Kubernetes API it creates and updates
+// the objects pkg/cluster builds (growing the data volumes' claims with
+// the spec), deletes them when a cluster goes, writes the status of the
+// Postgresql resources, replaces pods, nudges a StatefulSet a quota held
+// back, and records Kubernetes Events. In the clusters it syncs roles and
+// databases over SQL (SyncRoles, through pkg/pgsql), and brings Patroni's
+// dynamic configuration to the spec, restarts members and switches over
+// through Patroni's REST API (Configure, RestartMembers, Switchover,
+// through pkg/patroni).
 //
-// Every effect is idempotent and writes only what differs, so running it
-// again (a retry, a resync) is safe and, when nothing changed, free: with a
-// Cache (the informers' caches) it reads nothing from the API either.
+// It is not the only writer to the API: pkg/operator writes its leader
+// Lease, and `pgloop sync` (cmd/pgloop) patches a Postgresql resource to
+// ask for a sync. But it is the only one that writes the clusters' objects
+// and statuses.
+//
+// The effects that bring something to the spec (Ensure, WriteStatus,
+// Cleanup, ReplacePods, Nudge, SyncRoles, Configure) write only what
+// differs, so running one again (a retry, a resync) is safe and, when
+// nothing changed, cheap: with a Cache (the informers' caches) those on
+// Kubernetes objects read nothing from the API either. The others act
+// rather than converge: RecordEvents records its Events again each time,
+// so it is not idempotent; RestartMembers and Switchover interrupt
+// PostgreSQL, and a repeat is harmless only as far as their checks go (a
+// restart asks Patroni to restart what is pending only; a switchover does
+// nothing once the pods' member data show another primary).
 //
 // This package knows neither the state machine nor the event loop: it has
 // its own small types (Pod, Record) and its own ErrWaiting, and

@@ -111,13 +111,15 @@ type Options struct {
 	VolumeRetention v1.VolumeRetention
 }
 
-// Effects are the client-go calls that carry out the state machine's plans,
-// one method per effect, each for the cluster key ("namespace/name"). Every
-// effect is idempotent and writes only
-// what differs, so that a periodic resync of a cluster that did not change
-// writes nothing. With a Cache it reads nothing from the API either, as
-// long as the cache is current. It is safe for concurrent use: plans of
-// different clusters run at once.
+// Effects are the calls that carry out the state machine's plans (to the
+// Kubernetes API, over SQL, to Patroni), one method per effect, each for
+// the cluster key ("namespace/name"). The effects that bring something to
+// the spec write only what differs, so that a periodic resync of a cluster
+// that did not change writes nothing; with a Cache they read nothing from
+// the API either, as long as the cache is current. RecordEvents,
+// RestartMembers and Switchover act rather than converge (see the package
+// comment). It is safe for concurrent use: plans of different clusters run
+// at once.
 type Effects struct {
 	kube   kubernetes.Interface
 	pg     pgclient.Interface

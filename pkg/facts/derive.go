@@ -19,11 +19,14 @@ import (
 )
 
 // Deriver turns a cluster's Objects into its fsm.Facts. The facts are a
-// function of the objects and the time only; the Deriver remembers what the
-// spec alone says, which only changes with the generation, so that it is
-// computed once per (UID, generation) and not again for every pod event.
-// It is safe for concurrent use: Observe runs on the loop goroutine, but
-// other readers (a status endpoint, tests) may call it too.
+// function of the objects and the time only; the Deriver remembers, per
+// cluster, what saves work on the next observation (derived): what the
+// spec alone says, computed once per (UID, generation) and not again for
+// every pod event, and within it the pods' parsed Patroni member data (per
+// pod resourceVersion), the StatefulSet's bootstrap configuration (per its
+// resourceVersion) and the last sync hash (per Secret versions and sync
+// request). It is safe for concurrent use (a mutex guards that memory);
+// the controller calls it through the Observer, on the loop goroutine.
 type Deriver struct {
 	// build are the settings the desired StatefulSet is built with: the
 	// effects' own, or ObjectsCurrent stays false.

@@ -2,14 +2,19 @@
 // hold them, into the fsm.Facts its state machine decides on: who the
 // primary is (Patroni's leader record), which pods a rollout replaces next,
 // why the cluster is stuck (its pods, claims and Warning Events), whether a
-// ResourceQuota changed since the StatefulSet was nudged, and whether the
-// owned objects match the spec.
+// ResourceQuota changed since the StatefulSet was nudged, whether the owned
+// objects match the spec, and what the roles and Patroni's configuration
+// should be against what the members' data report (indatabase.go).
 //
-// The derivation is a pure function of plain values (Objects and "now"):
-// no informer, no API, no clock of its own, so it is tested by feeding it
-// objects. Deriver only remembers what the spec alone says (its validation,
-// the desired StatefulSet) per (UID, generation), which a pod event never
-// changes. Observer is the controller's Observer: it reads a cluster's
+// The derivation is a function of plain values (Objects and "now"): no
+// informer, no API, no clock of its own, so it is tested by feeding it
+// objects. What the Deriver remembers only saves work, never changes a
+// result: per (UID, generation) of a cluster, what its spec alone says (its
+// validation, the desired StatefulSet, poolers, backup CronJob and Patroni
+// configuration), and within that the pods' parsed Patroni member data per
+// pod resourceVersion, the StatefulSet's bootstrap configuration per its
+// resourceVersion, and the last sync hash per Secret versions and sync
+// request. Observer is the controller's Observer: it reads a cluster's
 // Objects from a Reader (the informers' caches) and derives their facts.
 //
 // The StatefulSet a cluster should have is built with the same

@@ -25,7 +25,7 @@ func Mermaid(current string) string {
 		}
 	}
 	fmt.Fprintf(&b, "    %s --> [*]\n", Deleted)
-	if knownState(current) {
+	if KnownState(current) {
 		b.WriteString("    classDef current fill:#f96,stroke:#333,stroke-width:3px\n")
 		fmt.Fprintf(&b, "    class %s current\n", current)
 	}

@@ -8,8 +8,10 @@ import (
 )
 
 // Facts are what pgloop observed about a cluster when an input arrives,
-// derived from the informers' caches by pkg/facts: observations only. Guards decide
-// on them, the status and what the machine remembers (Memory).
+// derived from the informers' caches by pkg/facts, plus one decision that
+// is not an observation: RolloutWait, the controller's answer from the
+// fleet's rollout budget. Guards decide on them, the status and what the
+// machine remembers (Memory).
 type Facts struct {
 	// Generation is the custom resource's metadata.generation.
 	Generation int64
@@ -223,10 +225,10 @@ type Memory struct {
 	// LossDue: a loss in Running may go Degraded now, the lossGrace timer
 	// having fired in this input, or the grace being 0.
 	LossDue bool
-	// Restarted are the UIDs of the pods the machine asked to restart
+	// Restarted are the names of the pods the machine asked to restart
 	// whose Patroni may still report the restart pending; SwitchedFrom is
-	// the UID of the primary it asked to hand its role over, while it is
-	// still the primary.
+	// the name of the primary's pod it asked to hand its role over, while
+	// it is still the primary.
 	Restarted    []string
 	SwitchedFrom string
 	// EnsurePending: the ensure effects asked for (a spec edit, a

@@ -53,16 +53,21 @@ import (
 //  8. cleanupDone implies no effects are wanted: the cleanup was the last.
 type outbox struct {
 	seq uint64 // ID of the latest plan
+	// waits counts the effects that reported waiting (ErrWaiting) one
+	// after another in this state: the retry that asks again in case no
+	// observation does backs off with it. Not kept in status: a restarted
+	// operator asks again soon, as after any restart.
+	waits int32
 
 	// What must be sent.
 	want effects // the state's effects, until a plan carrying them reports
 	// sent: want rides on effectsPlan, and was not asked for again
 	// since. While that plan runs, new plans need not carry it.
-	sent    bool
-	dirty   bool     // the status changed since the last snapshot was sent
-	lazy    bool     // it changed in a way that may wait (Machine.later)
-	replace []PodRef // pods the next plans delete (copy-on-write)
-	nudge   string   // the quota version the next plans record
+	sent     bool
+	dirty    bool     // the status changed since the last snapshot was sent
+	deferred bool     // it changed in a way that may wait (Machine.deferWrite)
+	replace  []PodRef // pods the next plans delete (copy-on-write)
+	nudge    string   // the quota version the next plans record
 	// restart and switchover ride on every plan like replace: members
 	// to restart, a switchover to ask Patroni for.
 	restart    []PodRef
@@ -158,7 +163,7 @@ func (o *outbox) changed() { o.dirty = true }
 
 // flush makes the changes that waited due: the next plan writes them.
 func (o *outbox) flush() {
-	if o.lazy {
+	if o.deferred {
 		o.dirty = true
 	}
 }
@@ -166,9 +171,10 @@ func (o *outbox) flush() {
 // trouble records a failure or a panic: trust nothing until effects succeed.
 func (o *outbox) trouble() { o.troubled = true }
 
-// observed is told of every observation: effects that were waiting for one
-// (ErrWaiting) are asked for again, e being the state's.
-func (o *outbox) observed(e effects) {
+// signalled is told of every Signal (the cluster's objects changed):
+// effects that were waiting for one (ErrWaiting) are asked for again, e
+// being the state's.
+func (o *outbox) signalled(e effects) {
 	if o.again {
 		o.again = false
 		o.ask(e)
@@ -232,12 +238,12 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	// A plan made anyway carries the status while another snapshot is in
 	// flight (the executor may supersede a queued plan), and writes what
 	// waited too.
-	status = o.dirty || o.statusPlan != 0 || o.lazy
+	status = o.dirty || o.statusPlan != 0 || o.deferred
 	o.seq++
 	p = &Plan{ID: o.seq, Ensure: want == ensureEffects, Cleanup: want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge,
 		Restart: o.restart, Switchover: o.switchover}
 	if status {
-		o.statusPlan, o.dirty, o.lazy = p.ID, false, false
+		o.statusPlan, o.dirty, o.deferred = p.ID, false, false
 	}
 	if want != noEffects {
 		o.effectsPlan, o.sent = p.ID, true

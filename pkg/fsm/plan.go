@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -165,4 +166,70 @@ type Result struct {
 // went from and to (the same state for a self-transition).
 type Fired struct {
 	Event, From, To string
+}
+
+// finish turns what the callbacks recorded into a Result and a Plan.
+func (m *Machine) finish(epoch int64) Result {
+	c := &m.eng.call
+	res := c.res
+	res.To, res.Epoch, res.Rollout = m.st.State, m.st.Epoch, m.roll.state
+	if res.Epoch != epoch {
+		// The loop drops every timer of the old epoch; re-send the ones
+		// set in this one, once each, with their final deadlines.
+		res.Timers = res.Timers[:0]
+		for _, t := range m.st.Timers {
+			res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+		}
+		for _, t := range m.soft {
+			res.Timers = append(res.Timers, TimerOp{Name: t.Name, Deadline: t.Deadline.Time})
+		}
+	}
+	if m.st.State == Deleted {
+		return res
+	}
+	// A failed status write waits for the retry timer that its failure
+	// armed (outbox invariant 5): every failure of a plan carrying the
+	// status fires effectsFailed, which arms it (afterTrouble, or entering
+	// Degraded from Running) and sets troubled, so podsReady waits for a
+	// retry's success. A state change drops the timer, ending the hold,
+	// but it records an Event, so its plan is made anyway: Running ->
+	// Degraded on a failed write is one such plan, once. Meanwhile the
+	// status is not lost: the retry's plan, or any plan made for another
+	// reason, writes the latest one.
+	p, status := m.out.next(len(c.records) > 0, m.hasTimer(TimerRetry), c.inFlight)
+	if p == nil {
+		return res
+	}
+	if len(c.records) > 0 {
+		p.Records = append([]Record(nil), c.records...)
+	}
+	if p.Ensure {
+		p.InDatabase = m.inDatabaseWork()
+		m.out.inDatabase = p.InDatabase
+		p.KeepPodTemplate = m.roll.blocked && c.facts.TemplateChanged
+	}
+	if status {
+		// A shallow copy is a snapshot: st is copy-on-write.
+		snap := m.st
+		p.Status = &snap
+		if m.soft.drop(TimerFlush) {
+			// Armed in this call, it is no news to the loop.
+			n := len(res.Timers)
+			res.Timers = slices.DeleteFunc(res.Timers, func(op TimerOp) bool { return op.Name == TimerFlush })
+			if len(res.Timers) == n {
+				res.Timers = append(res.Timers, TimerOp{Name: TimerFlush, Cancel: true})
+			}
+		}
+	}
+	// What a user did goes ahead of other clusters' background work; so
+	// does the cleanup a deletion asked for, also when a timer retries it,
+	// and the rest of a create: its objects written, then Running. Else,
+	// in a burst of creates, the clusters whose pods are Ready would wait
+	// to be told Running behind every create of the burst (5,000 at once:
+	// 125 Running while 2,840 had their pods Ready, in make bench-scale).
+	p.Urgent = p.Cleanup || slices.ContainsFunc(res.Fired, func(f Fired) bool {
+		return slices.Contains(userActions, f.Event) || f.From == Creating && slices.Contains(createSteps, f.Event)
+	})
+	res.Plan = p
+	return res
 }

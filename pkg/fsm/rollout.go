@@ -64,13 +64,16 @@ type rollout struct {
 	// stepped: a step of a rollout (a running pod's replacement, a
 	// switchover) fired in the current input.
 	stepped bool
+	// windowWait: a rollout step or a restart waits for a maintenance
+	// window (noteWindow).
+	windowWait bool
 }
 
 // rolloutStepDue reports whether a step of a rollout of pods that run
 // PostgreSQL is due now but for a slot: a running pod to replace, or a
 // switchover, that the machine has not asked for yet.
 func (m *Machine) rolloutStepDue() bool {
-	return !windowClosed(&m.st, &m.call.facts) && m.rolloutStep()
+	return !windowClosed(&m.st, &m.eng.call.facts) && m.rolloutStep()
 }
 
 // rolloutStep reports whether the facts show a step of a rollout of pods
@@ -78,7 +81,7 @@ func (m *Machine) rolloutStepDue() bool {
 // maintenance window aside: a replacement, a switchover, or the pod
 // template's update that makes every pod outdated.
 func (m *Machine) rolloutStep() bool {
-	f, o := &m.call.facts, &m.out
+	f, o := &m.eng.call.facts, &m.out
 	return f.ReplaceRunning && len(f.toReplace(o.replaced)) > 0 ||
 		f.Switchover != nil && f.Switchover.From != o.switchedFrom ||
 		f.TemplateChanged
@@ -95,16 +98,16 @@ func (m *Machine) rolloutStep() bool {
 // wait back from status.reason (Engine.New). A waiting cluster holds no
 // slot of the rollout budget (rolloutStepDue).
 func (m *Machine) noteWindow() {
-	st, f := &m.st, &m.call.facts
-	was := m.windowWait
-	m.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
+	st, f := &m.st, &m.eng.call.facts
+	was := m.roll.windowWait
+	m.roll.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
 		(m.rolloutStep() || !ConfigDue(st, f) && f.toRestart(m.out.restarted) != nil)
-	if m.windowWait {
+	if m.roll.windowWait {
 		if st.State == Updating {
 			m.cancelTimer(TimerTimeout)
 		}
 		if !m.timerAt(TimerMaintenance, f.MaintenanceOpens) {
-			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.call.now))
+			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.eng.call.now))
 		}
 		return
 	}
@@ -115,7 +118,7 @@ func (m *Machine) noteWindow() {
 }
 
 // noteRollout works out the cluster's part in the fleet's rollout budget
-// once observe has fired what it could:
+// once fireObserved has fired what it could:
 //  1. Out of Creating, Updating and Degraded, or with no pod outdated nor
 //     a pod template to change and, for a cluster that held a slot, every
 //     pod Ready again, it needs none.
@@ -129,7 +132,7 @@ func (m *Machine) noteWindow() {
 //     is cancelled (status.reason says why, showCause). Once no longer
 //     blocked, the timeout is armed again.
 func (m *Machine) noteRollout() {
-	st, f, r := &m.st, &m.call.facts, &m.roll
+	st, f, r := &m.st, &m.eng.call.facts, &m.roll
 	wasBlocked := r.blocked
 	r.blocked = false
 	timed := st.State == Creating || st.State == Updating

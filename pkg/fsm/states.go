@@ -1,15 +1,3 @@
-// Package fsm is the per-cluster state machine of pgloop. It decides; it
-// never acts: a transition is a pure function of the stored status, one input
-// and the observed facts, and it returns a Result (effects to run, timers to
-// set or cancel, the new status). The event loop runs the effects off its
-// goroutine and feeds their outcome back as another input.
-//
-// The machine is built on github.com/looplab/fsm. A guard runs once per event
-// the machine tries, before the event is handed to looplab/fsm, on the status,
-// the facts and what the machine remembers of its plans (Memory); enter_ and
-// after_ callbacks only record into the status, the outbox (outbox.go) and the
-// current call's result. No callback calls the FSM's own methods, no transition is async, and
-// the context handed to looplab/fsm is never cancellable.
 package fsm
 
 // States. PascalCase nouns, as a user reads them in `kubectl get`.

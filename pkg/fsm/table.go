@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"slices"
+
 	lfsm "github.com/looplab/fsm"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -26,14 +28,7 @@ type Transition struct {
 func allBut(except ...string) []string {
 	var out []string
 	for _, s := range States {
-		skip := false
-		for _, e := range except {
-			if s == e {
-				skip = true
-				break
-			}
-		}
-		if !skip {
+		if !slices.Contains(except, s) {
 			out = append(out, s)
 		}
 	}
@@ -127,6 +122,19 @@ func specChanged(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
 	return f.SpecError == "" && f.Generation > st.ObservedGeneration
 }
 
+// From returns the rows of Table whose source states include state, in
+// the order of Table: the events the state takes (whether one fires
+// depends on its guard).
+func From(state string) []Transition {
+	var out []Transition
+	for _, t := range Table {
+		if slices.Contains(t.From, state) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // guards maps an event to the guards of its rows, by source state.
 type guardKey struct{ event, from string }
 
@@ -178,9 +186,10 @@ type candidate struct {
 var candidates = func() map[string][]candidate {
 	m := map[string][]candidate{}
 	for _, s := range States {
+		rows := From(s)
 		for _, ev := range observeOrder {
-			if g, ok := guards[guardKey{ev, s}]; ok {
-				m[s] = append(m[s], candidate{event: ev, guard: g})
+			if i := slices.IndexFunc(rows, func(t Transition) bool { return t.Event == ev }); i >= 0 {
+				m[s] = append(m[s], candidate{event: ev, guard: rows[i].Guard})
 			}
 		}
 	}

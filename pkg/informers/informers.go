@@ -1,14 +1,3 @@
-// Package informers keeps pgloop's view of the cluster: informer caches of
-// the Postgresql resources and of the objects pgloop owns, and handlers that
-// turn every watch event into a Notify of the event loop. It derives
-// nothing: the loop reads a cluster's objects from the caches (Objects) and
-// pkg/facts derives its fsm.Facts from them; the effects read the same
-// caches (effects.Cache).
-//
-// Handlers never call the API and never block: they map an object to the
-// cluster it belongs to and notify. Everything else is read from the caches
-// when the loop asks, so a burst of pod updates costs one read once the
-// loop's inbox has coalesced it.
 package informers
 
 import (

@@ -6,15 +6,14 @@
 //
 // Everything is registered on the Metrics' own Registry, never on the
 // global one, so tests and several operators in one process do not collide.
-// The hooks that feed it (Observe, the controller hooks, the effect wrapper)
-// run on the loop goroutine or in the executor's workers and only touch
-// Prometheus' lock-free or atomic collectors, so they never make the loop
-// wait.
+// Its methods are plain: they know neither the controller nor the effects.
+// pkg/operator points the loop's Observe, the controller's hooks and a
+// wrapper of the effect steps at them. They run on the loop goroutine or in
+// the executor's workers and only touch Prometheus' lock-free or atomic
+// collectors, so they never make the loop wait.
 package metrics
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -23,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/version"
@@ -139,8 +137,9 @@ type Metrics struct {
 
 	// states is the last state reported for each cluster, so that the
 	// per-state gauge moves a cluster from its old state to its new one
-	// whatever the hooks reported in between. Only the controller's hooks
-	// touch it, all on the loop goroutine.
+	// whatever the hooks reported in between. Only ClusterState and
+	// ForgetCluster touch it, from the controller's hooks, all on the loop
+	// goroutine.
 	states map[string]string
 }
 
@@ -237,42 +236,18 @@ func (m *Metrics) WatchLoop(stats func() eventloop.Stats) {
 	m.loop.stats.Store(&stats)
 }
 
-// InstrumentController sets the controller's hooks to maintain
-// pgloop_clusters, pgloop_transitions_total and the rollout gauges. It
-// replaces hooks already set.
-func (m *Metrics) InstrumentController(c *controller.Controller) {
-	c.OnNew = m.clusterSeen
-	c.OnTransition = m.transition
-	c.OnForget = m.clusterForgotten
-	c.OnRollouts = m.rollouts
-}
-
-func (m *Metrics) rollouts(rolling, waiting int) {
+// Rollouts sets pgloop_rollouts_active and pgloop_rollouts_waiting: the
+// clusters rolling pods that run PostgreSQL, and those waiting for a slot
+// of the rollout budget to. It is the controller's OnRollouts.
+func (m *Metrics) Rollouts(rolling, waiting int) {
 	m.rolling.Set(float64(rolling))
 	m.waiting.Set(float64(waiting))
 }
 
-func (m *Metrics) clusterSeen(key, state string) {
-	m.moveCluster(key, state)
-}
-
-func (m *Metrics) transition(key string, res *fsm.Result) {
-	for _, f := range res.Fired {
-		m.transitions.WithLabelValues(f.From, f.To, f.Event).Inc()
-	}
-	m.moveCluster(key, res.To)
-}
-
-func (m *Metrics) clusterForgotten(key, _ string) {
-	m.forgetSQL(key)
-	if old, ok := m.states[key]; ok {
-		m.clusters.WithLabelValues(old).Dec()
-		delete(m.states, key)
-	}
-}
-
-// moveCluster counts key in state, and no longer in the state it was in.
-func (m *Metrics) moveCluster(key, state string) {
+// ClusterState counts the cluster key in state in pgloop_clusters, and no
+// longer in the state it was in, whatever was reported in between. It is
+// the controller's OnNew, and ends its OnTransition with the state entered.
+func (m *Metrics) ClusterState(key, state string) {
 	old, ok := m.states[key]
 	if ok && old == state {
 		return
@@ -284,58 +259,42 @@ func (m *Metrics) moveCluster(key, state string) {
 	m.states[key] = state
 }
 
-// InstrumentEffects returns Effects whose steps record their duration in
-// pgloop_effect_step_duration_seconds and their failures in
-// pgloop_effect_step_failures_total, labelled with the step's name. Step
-// names must therefore be a small fixed set (what the step does, never
-// which object). A step cancelled because its cluster's plan was cancelled
-// (the cluster was deleted, or the operator is stopping) is timed but not
-// counted as failed; a step that ran out of its own deadline is.
-func InstrumentEffects(e controller.Effects, m *Metrics) controller.Effects {
-	return instrumented{e: e, m: m}
+// Transition counts one event the state machine fired in
+// pgloop_transitions_total, by state left, state entered (the same for a
+// self-transition) and event. The controller's OnTransition calls it once
+// per event fired.
+func (m *Metrics) Transition(from, to, event string) {
+	m.transitions.WithLabelValues(from, to, event).Inc()
 }
 
-type instrumented struct {
-	e controller.Effects
-	m *Metrics
-}
-
-func (i instrumented) Steps(key string, plan *fsm.Plan) []eventloop.Step {
-	steps := i.e.Steps(key, plan)
-	for n := range steps {
-		steps[n].Run = i.m.wrapStep(steps[n].Name, steps[n].Run)
+// ForgetCluster drops a cluster the controller forgot: it leaves
+// pgloop_clusters and its series of pgloop_sql_statements_total go. A key
+// never seen is harmless. It is the controller's OnForget.
+func (m *Metrics) ForgetCluster(key string) {
+	m.forgetSQL(key)
+	if old, ok := m.states[key]; ok {
+		m.clusters.WithLabelValues(old).Dec()
+		delete(m.states, key)
 	}
-	return steps
 }
 
-func (m *Metrics) wrapStep(name string, run func(context.Context) error) func(context.Context) error {
-	if run == nil {
-		return nil
-	}
+// StepObserver returns what records the runs of the effect step name: how
+// long each took in pgloop_effect_step_duration_seconds and, when it
+// failed, one more of pgloop_effect_step_failures_total. Both series exist
+// from this call on, so a step that never failed shows 0 failures rather
+// than no data. Step names must therefore be a small fixed set (what the
+// step does, never which object). What counts as a failure is the caller's
+// to say: pkg/operator wraps every step and counts an error or a panic,
+// but not the cancellation of the step's plan.
+func (m *Metrics) StepObserver(name string) func(took time.Duration, failed bool) {
 	duration := m.stepDuration.WithLabelValues(name)
 	failures := m.stepFailures.WithLabelValues(name)
-	return func(ctx context.Context) (err error) {
-		start := time.Now()
-		returned := false
-		defer func() {
-			duration.Observe(time.Since(start).Seconds())
-			// 1. A panic: the executor recovers it; count it here.
-			// 2. An error, except the cancellation of the plan.
-			if !returned || (err != nil && !cancelled(ctx, err)) {
-				failures.Inc()
-			}
-		}()
-		err = run(ctx)
-		returned = true
-		return err
+	return func(took time.Duration, failed bool) {
+		duration.Observe(took.Seconds())
+		if failed {
+			failures.Inc()
+		}
 	}
-}
-
-// cancelled tells an error caused by the plan's cancellation from a
-// failure. The executor gives each step a deadline of its own, so a
-// DeadlineExceeded is a step that took too long: a failure.
-func cancelled(ctx context.Context, err error) bool {
-	return errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)
 }
 
 // loopCollector exports a Loop's Stats, read once per scrape.

@@ -1,8 +1,6 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"io"
 	"net/http/httptest"
 	"slices"
@@ -13,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
@@ -128,27 +125,20 @@ pgloop_loop_panics_total 1
 
 func TestClustersAndTransitions(t *testing.T) {
 	m := New()
-	c := controller.New(fsm.DefaultConfig(), nil, nil, nil, nil)
-	m.InstrumentController(c)
-
-	c.OnNew("ns/a", fsm.Pending)
-	c.OnNew("ns/b", fsm.Running) // resumed from status
-	c.OnTransition("ns/a", &fsm.Result{From: fsm.Pending, To: fsm.Creating, Fired: []fsm.Fired{
-		{Event: fsm.EventCreate, From: fsm.Pending, To: fsm.Creating},
-	}})
-	c.OnTransition("ns/a", &fsm.Result{From: fsm.Creating, To: fsm.Creating, Fired: []fsm.Fired{
-		{Event: fsm.EventEffectsSucceeded, From: fsm.Creating, To: fsm.Creating},
-	}})
-	c.OnTransition("ns/a", &fsm.Result{From: fsm.Creating, To: fsm.Running, Fired: []fsm.Fired{
-		{Event: fsm.EventPodsReady, From: fsm.Creating, To: fsm.Running},
-	}})
-	// Two events in one input: the gauge follows the final state.
-	c.OnTransition("ns/b", &fsm.Result{From: fsm.Running, To: fsm.Deleted, Fired: []fsm.Fired{
-		{Event: fsm.EventDelete, From: fsm.Running, To: fsm.Deleting},
-		{Event: fsm.EventCleanedUp, From: fsm.Deleting, To: fsm.Deleted},
-	}})
-	c.OnForget("ns/b", fsm.Deleted)
-	c.OnForget("ns/never-seen", fsm.Pending) // harmless
+	m.ClusterState("ns/a", fsm.Pending)
+	m.ClusterState("ns/b", fsm.Running) // resumed from status
+	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
+	m.ClusterState("ns/a", fsm.Creating)
+	m.Transition(fsm.Creating, fsm.Creating, fsm.EventEffectsSucceeded)
+	m.ClusterState("ns/a", fsm.Creating) // a self-transition: the gauge stays
+	m.Transition(fsm.Creating, fsm.Running, fsm.EventPodsReady)
+	m.ClusterState("ns/a", fsm.Running)
+	m.Transition(fsm.Running, fsm.Deleting, fsm.EventDelete)
+	m.Transition(fsm.Deleting, fsm.Deleted, fsm.EventCleanedUp)
+	m.ClusterState("ns/b", fsm.Deleted)
+	m.ObserveSQL("ns/b", "ok")
+	m.ForgetCluster("ns/b")
+	m.ForgetCluster("ns/never-seen") // harmless
 
 	wantStates := map[string]float64{fsm.Running: 1}
 	for _, s := range fsm.States {
@@ -172,14 +162,15 @@ func TestClustersAndTransitions(t *testing.T) {
 			t.Errorf("pgloop_transitions_total%v = %v, want %v", l, got, want)
 		}
 	}
+	if n := testutil.CollectAndCount(m.sql); n != 0 {
+		t.Errorf("SQL series of a forgotten cluster = %d, want 0", n)
+	}
 }
 
 func TestRollouts(t *testing.T) {
 	m := New()
-	c := controller.New(fsm.DefaultConfig(), nil, nil, nil, nil)
-	m.InstrumentController(c)
-	c.OnRollouts(2, 3)
-	c.OnRollouts(1, 0)
+	m.Rollouts(2, 3)
+	m.Rollouts(1, 0)
 	if got := testutil.ToFloat64(m.rolling); got != 1 {
 		t.Errorf("pgloop_rollouts_active = %v, want 1", got)
 	}
@@ -188,63 +179,30 @@ func TestRollouts(t *testing.T) {
 	}
 }
 
-type fakeEffects struct{ steps []eventloop.Step }
-
-func (f fakeEffects) Steps(string, *fsm.Plan) []eventloop.Step { return slices.Clone(f.steps) }
-
-func TestInstrumentEffects(t *testing.T) {
+func TestStepObserver(t *testing.T) {
 	m := New()
-	boom := errors.New("boom")
-	eff := InstrumentEffects(fakeEffects{steps: []eventloop.Step{
-		{Name: "writeStatus", Always: true, Timeout: time.Second, Run: func(context.Context) error { return nil }},
-		{Name: "ensureStatefulSet", Run: func(context.Context) error { return boom }},
-		{Name: "ensureService", Run: func(ctx context.Context) error { return ctx.Err() }},
-		{Name: "deletePod", Run: func(context.Context) error { panic("bad") }},
-		{Name: "noop"},
-	}}, m)
+	writeStatus := m.StepObserver("writeStatus")
+	ensureService := m.StepObserver("ensureService")
+	m.StepObserver("noop") // built, never run: its series are there, at 0
+	writeStatus(2*time.Millisecond, false)
+	ensureService(time.Millisecond, true)
+	ensureService(3*time.Millisecond, false)
 
-	steps := eff.Steps("ns/a", &fsm.Plan{ID: 1})
-	if len(steps) != 5 || steps[0].Name != "writeStatus" || !steps[0].Always || steps[0].Timeout != time.Second {
-		t.Fatalf("steps not preserved: %+v", steps)
-	}
-	if steps[4].Run != nil {
-		t.Error("a nil Run must stay nil")
-	}
-	if err := steps[0].Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := steps[1].Run(context.Background()); !errors.Is(err, boom) {
-		t.Fatalf("error not passed through: %v", err)
-	}
-	// Cancelled with its plan (cluster deleted): not a failure.
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := steps[2].Run(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatal(err)
-	}
-	// Out of its own deadline: a failure.
-	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
-	defer dcancel()
-	if err := steps[2].Run(dctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatal(err)
-	}
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("the panic must go on to the executor")
-			}
-		}()
-		_ = steps[3].Run(context.Background())
-	}()
-
-	for name, want := range map[string]float64{"writeStatus": 0, "ensureStatefulSet": 1, "ensureService": 1, "deletePod": 1} {
+	for name, want := range map[string]float64{"writeStatus": 0, "ensureService": 1, "noop": 0} {
 		if got := testutil.ToFloat64(m.stepFailures.WithLabelValues(name)); got != want {
 			t.Errorf("failures{step=%s} = %v, want %v", name, got, want)
 		}
 	}
-	for name, want := range map[string]uint64{"writeStatus": 1, "ensureStatefulSet": 1, "ensureService": 2, "deletePod": 1} {
+	if n := testutil.CollectAndCount(m.stepFailures); n != 3 {
+		t.Errorf("failure series = %d, want 3", n)
+	}
+	h := histogram(t, m, "pgloop_effect_step_duration_seconds", "step", "ensureService")
+	if h.GetSampleCount() != 2 || h.GetSampleSum() < 0.0039 || h.GetSampleSum() > 0.0041 {
+		t.Errorf("ensureService durations: count %d sum %v, want 2 and 0.004", h.GetSampleCount(), h.GetSampleSum())
+	}
+	for name, want := range map[string]uint64{"writeStatus": 1, "noop": 0} {
 		if got := histogram(t, m, "pgloop_effect_step_duration_seconds", "step", name).GetSampleCount(); got != want {
-			t.Errorf("durations{step=%s} count = %d, want %d", name, got, want)
+			t.Errorf("%s durations count = %d, want %d", name, got, want)
 		}
 	}
 }
@@ -273,9 +231,9 @@ func TestDescs(t *testing.T) {
 	m.ObserveSQL("ns/a", "ok")
 	m.ObservePatroni("config", "timeout")
 	m.apiRequests.WithLabelValues("get", "pods", "200").Inc()
-	m.transition("ns/a", &fsm.Result{To: fsm.Creating, Fired: []fsm.Fired{{Event: fsm.EventCreate, From: fsm.Pending, To: fsm.Creating}}})
-	eff := InstrumentEffects(fakeEffects{steps: []eventloop.Step{{Name: "s", Run: func(context.Context) error { return errors.New("x") }}}}, m)
-	_ = eff.Steps("ns/a", &fsm.Plan{})[0].Run(context.Background())
+	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
+	m.ClusterState("ns/a", fsm.Creating)
+	m.StepObserver("s")(time.Millisecond, true)
 
 	families, err := m.Registry.Gather()
 	if err != nil {

@@ -1,8 +1,3 @@
-// Package operator runs pgloop against a Kubernetes API: it wires the
-// clients, the informers, the effects, the per-cluster state machines and
-// the event loop together, elects a leader among the operator's replicas,
-// and serves health, readiness and Prometheus metrics. cmd/pgloop's
-// `operator` command only parses flags into a Config and calls Run.
 package operator
 
 import (
@@ -114,18 +109,10 @@ type Config struct {
 	BackgroundRequests int
 	// StepTimeout bounds one effect step (one API call or a short series).
 	StepTimeout time.Duration
-	// CreateTimeout and UpdateTimeout bound Creating and Updating before
-	// a cluster is Degraded; RetryBase and RetryMax are the backoff of
-	// retries; ResyncPeriod is how often a Running cluster re-checks its
-	// objects (docs/fsm.md).
-	CreateTimeout, UpdateTimeout, RetryBase, RetryMax, ResyncPeriod time.Duration
-	// LossGrace is how long a Running cluster may miss a Ready pod or its
-	// primary (a switchover, a restarting replica) before it is Degraded;
-	// 0 means at once.
-	LossGrace time.Duration
-	// StatusDelay is how long a status change that is progress only may
-	// wait for its write (fsm.Config.StatusDelay); 0 writes at once.
-	StatusDelay time.Duration
+	// Config is the state machine's part: the timeouts of Creating and
+	// Updating, the retries' backoff, the resync period, the loss grace
+	// and the status delay (fsm.Config, docs/fsm.md).
+	fsm.Config
 	// SpiloImage is the image of clusters that set no spec.dockerImage.
 	SpiloImage string
 	// PoolerImage is the connection pooler image of clusters that set no
@@ -206,13 +193,7 @@ func DefaultConfig() Config {
 		SlowAfter:               eventloop.DefaultSlowAfter,
 		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
 		StepTimeout:             eventloop.DefaultStepTimeout,
-		CreateTimeout:           f.CreateTimeout,
-		UpdateTimeout:           f.UpdateTimeout,
-		RetryBase:               f.RetryBase,
-		RetryMax:                f.RetryMax,
-		ResyncPeriod:            f.ResyncPeriod,
-		LossGrace:               f.LossGrace,
-		StatusDelay:             f.StatusDelay,
+		Config:                  f,
 		SpiloImage:              cluster.DefaultImage,
 		PoolerImage:             cluster.DefaultPoolerImage,
 		LogicalBackup: cluster.LogicalBackupOptions{
@@ -356,17 +337,7 @@ func (c *Config) Validate() error {
 }
 
 // fsmConfig is the state machine's part of the configuration.
-func (c *Config) fsmConfig() fsm.Config {
-	return fsm.Config{
-		CreateTimeout: c.CreateTimeout,
-		UpdateTimeout: c.UpdateTimeout,
-		RetryBase:     c.RetryBase,
-		RetryMax:      c.RetryMax,
-		ResyncPeriod:  c.ResyncPeriod,
-		LossGrace:     c.LossGrace,
-		StatusDelay:   c.StatusDelay,
-	}
-}
+func (c *Config) fsmConfig() fsm.Config { return c.Config }
 
 // clusterOptions are the builders' options. runLeader hands the one value
 // to the facts and to the effects, which must build with the same ones.

@@ -417,10 +417,10 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		Restart:    cfg.RestartTimeout + cfg.PatroniTimeout,
 		Switchover: cfg.SwitchoverTimeout,
 	})
-	ctrl := controller.New(cfg.fsmConfig(), obs, metrics.InstrumentEffects(steps, m), clk, log)
+	ctrl := controller.New(cfg.fsmConfig(), obs, timeSteps(steps, m.StepObserver), clk, log)
 	// The budget wakes a waiting cluster through the loop, once it is set.
 	ctrl.SetRolloutBudget(cfg.MaxRollingClusters, notifier.Notify)
-	m.InstrumentController(ctrl)
+	instrument(ctrl, m)
 	loop := eventloop.New(ctrl, eventloop.Options{
 		Clock:         clk,
 		Workers:       cfg.Workers,
@@ -495,9 +495,11 @@ func checkAPI(ctx context.Context, cfg *Config, pg pgclient.Interface) error {
 	return nil
 }
 
-// checkOwned lists each kind of object the informers watch (one item at
-// most) within cfg.CacheSyncTimeout, to name the one the operator may not
-// list when the caches do not sync: usually RBAC.
+// checkOwned lists each kind of object the informers watch besides the
+// Postgresql resources (watchedKinds: one item at most, in each watched
+// namespace, or once for a cluster-scoped kind) within
+// cfg.CacheSyncTimeout, to name the one the operator may not list when the
+// caches do not sync: usually RBAC.
 func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
 	defer cancel()
@@ -505,35 +507,107 @@ func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) err
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	one := metav1.ListOptions{Limit: 1}
-	for _, ns := range namespaces {
-		lists := []struct {
-			kind string
-			list func() error
-		}{
-			{"pods", func() error { _, err := kube.CoreV1().Pods(ns).List(ctx, one); return err }},
-			{"statefulsets.apps", func() error { _, err := kube.AppsV1().StatefulSets(ns).List(ctx, one); return err }},
-			{"services", func() error { _, err := kube.CoreV1().Services(ns).List(ctx, one); return err }},
-			{"secrets", func() error { _, err := kube.CoreV1().Secrets(ns).List(ctx, one); return err }},
-			{"poddisruptionbudgets.policy", func() error { _, err := kube.PolicyV1().PodDisruptionBudgets(ns).List(ctx, one); return err }},
-			{"persistentvolumeclaims", func() error { _, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, one); return err }},
-			{"configmaps", func() error { _, err := kube.CoreV1().ConfigMaps(ns).List(ctx, one); return err }},
-			{"events", func() error { _, err := kube.CoreV1().Events(ns).List(ctx, one); return err }},
+	for _, k := range watchedKinds(kube) {
+		in := namespaces
+		if k.clusterScoped {
+			in = []string{metav1.NamespaceAll}
 		}
-		where := "in all namespaces"
-		if ns != metav1.NamespaceAll {
-			where = "in namespace " + ns
-		}
-		for _, l := range lists {
-			err := l.list()
-			switch {
-			case err == nil:
+		for _, ns := range in {
+			err := k.list(ctx, ns)
+			if err == nil {
 				continue
-			case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-				return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", l.kind, where, err)
 			}
-			return fmt.Errorf("list %s %s: %w", l.kind, where, err)
+			where := "in all namespaces"
+			switch {
+			case k.clusterScoped:
+				where = "(cluster-scoped)"
+			case ns != metav1.NamespaceAll:
+				where = "in namespace " + ns
+			}
+			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+				return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", k.name, where, err)
+			}
+			return fmt.Errorf("list %s %s: %w", k.name, where, err)
 		}
 	}
 	return nil
+}
+
+// watchedKind is a kind of object the informers watch, for checkOwned.
+type watchedKind struct {
+	// name is resource.group, as RBAC rules and the API's errors name it.
+	name          string
+	clusterScoped bool
+	// list lists one item at most in namespace ns (all when empty, and
+	// for a cluster-scoped kind).
+	list func(ctx context.Context, ns string) error
+}
+
+// watchedKinds are the kinds pkg/informers watches besides the Postgresql
+// resources (its New and newScope), listed with kube.
+// TestWatchedKindsAreWhatTheInformersList keeps the two in step.
+func watchedKinds(kube kubernetes.Interface) []watchedKind {
+	one := metav1.ListOptions{Limit: 1}
+	return []watchedKind{
+		{name: "pods", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().Pods(ns).List(ctx, one)
+			return err
+		}},
+		{name: "statefulsets.apps", list: func(ctx context.Context, ns string) error {
+			_, err := kube.AppsV1().StatefulSets(ns).List(ctx, one)
+			return err
+		}},
+		{name: "services", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().Services(ns).List(ctx, one)
+			return err
+		}},
+		{name: "secrets", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().Secrets(ns).List(ctx, one)
+			return err
+		}},
+		{name: "poddisruptionbudgets.policy", list: func(ctx context.Context, ns string) error {
+			_, err := kube.PolicyV1().PodDisruptionBudgets(ns).List(ctx, one)
+			return err
+		}},
+		{name: "persistentvolumeclaims", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, one)
+			return err
+		}},
+		{name: "configmaps", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().ConfigMaps(ns).List(ctx, one)
+			return err
+		}},
+		{name: "events", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().Events(ns).List(ctx, one)
+			return err
+		}},
+		{name: "deployments.apps", list: func(ctx context.Context, ns string) error {
+			_, err := kube.AppsV1().Deployments(ns).List(ctx, one)
+			return err
+		}},
+		{name: "cronjobs.batch", list: func(ctx context.Context, ns string) error {
+			_, err := kube.BatchV1().CronJobs(ns).List(ctx, one)
+			return err
+		}},
+		{name: "resourcequotas", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().ResourceQuotas(ns).List(ctx, one)
+			return err
+		}},
+		{name: "serviceaccounts", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().ServiceAccounts(ns).List(ctx, one)
+			return err
+		}},
+		{name: "roles.rbac.authorization.k8s.io", list: func(ctx context.Context, ns string) error {
+			_, err := kube.RbacV1().Roles(ns).List(ctx, one)
+			return err
+		}},
+		{name: "rolebindings.rbac.authorization.k8s.io", list: func(ctx context.Context, ns string) error {
+			_, err := kube.RbacV1().RoleBindings(ns).List(ctx, one)
+			return err
+		}},
+		{name: "storageclasses.storage.k8s.io", clusterScoped: true, list: func(ctx context.Context, _ string) error {
+			_, err := kube.StorageV1().StorageClasses().List(ctx, one)
+			return err
+		}},
+	}
 }

@@ -60,9 +60,10 @@ type Pod struct {
 	Why string
 }
 
-// Detail reads one cluster and its pods. When only the pods cannot be
-// listed, it returns the view (with PodsError set) and that error, so a
-// caller can show what it has and still fail.
+// Detail reads one cluster, its pods and its connection poolers'
+// Deployments. When only the pods cannot be listed, or only the poolers
+// read, it returns the view (with PodsError or PoolersError set) and that
+// error, so a caller can show what it has and still fail.
 func Detail(ctx context.Context, pg pgclient.Interface, kube kubernetes.Interface, ns, name string) (*View, error) {
 	obj, err := Get(ctx, pg, ns, name)
 	if err != nil {

@@ -287,7 +287,7 @@ func (p *printer) diagram(current string, color bool) {
 		}
 		p.line("  > " + paint(s, color))
 		var t table
-		for _, e := range Events(s) {
+		for _, e := range fsm.From(s) {
 			to := e.To
 			if to == "" || to == s {
 				to = "(same)"
@@ -296,21 +296,6 @@ func (p *printer) diagram(current string, color bool) {
 		}
 		p.table(&t, "      ")
 	}
-}
-
-// Events returns the transitions available from state, in the order of
-// fsm.Table. Whether one fires depends on its guard.
-func Events(state string) []fsm.Transition {
-	var out []fsm.Transition
-	for _, t := range fsm.Table {
-		for _, from := range t.From {
-			if from == state {
-				out = append(out, t)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // PrintJSON prints v as indented JSON: rows, or a cluster from ForOutput.
