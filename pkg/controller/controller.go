@@ -2,8 +2,8 @@
 // machines: it implements eventloop.Handler by keeping one fsm.Machine per
 // cluster, reading each cluster's facts from an Observer (pkg/facts, over
 // the informers' caches) and turning the machine's plans into executable
-// steps through Effects. The Handler runs on the loop goroutine only, so it
-// needs no locks. NewEffects is the glue between the machine and
+// steps through a StepBuilder. The Handler runs on the loop goroutine only,
+// so it needs no locks. NewStepBuilder is the glue between the machine and
 // pkg/effects: it makes a plan's steps out of the calls of an Actor
 // (*effects.Effects).
 //
@@ -32,8 +32,8 @@ type Observer interface {
 	Observe(key string) (fsm.Facts, *v1.PostgresqlStatus)
 }
 
-// Effects turns a cluster's plan into the steps the executor runs.
-type Effects interface {
+// StepBuilder turns a cluster's plan into the steps the executor runs.
+type StepBuilder interface {
 	Steps(key string, plan *fsm.Plan) []eventloop.Step
 }
 
@@ -41,7 +41,7 @@ type Effects interface {
 type Controller struct {
 	engine   *fsm.Engine
 	obs      Observer
-	eff      Effects
+	eff      StepBuilder
 	clock    clock.PassiveClock
 	log      *logrus.Entry
 	machines map[string]*fsm.Machine
@@ -62,7 +62,7 @@ type Controller struct {
 }
 
 // New returns a Controller. log may be nil (the standard logger).
-func New(cfg fsm.Config, obs Observer, eff Effects, clk clock.PassiveClock, log *logrus.Entry) *Controller {
+func New(cfg fsm.Config, obs Observer, eff StepBuilder, clk clock.PassiveClock, log *logrus.Entry) *Controller {
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
-// Names of the steps of a plan (NewEffects), for logs, metrics and tests.
+// Names of the steps of a plan (NewStepBuilder), for logs, metrics and tests.
 const (
 	StepStatus     = "status"
 	StepEnsure     = "ensure"
@@ -55,12 +55,12 @@ type Timeouts struct {
 	Switchover time.Duration
 }
 
-// NewEffects returns the Effects whose steps call a. It is the one place
+// NewStepBuilder returns the StepBuilder whose steps call a. It is the one place
 // where the state machine's plans meet the API: the machine and the
 // effects know nothing of each other.
-func NewEffects(a Actor, t Timeouts) Effects { return actorEffects{a, t} }
+func NewStepBuilder(a Actor, t Timeouts) StepBuilder { return actorSteps{a, t} }
 
-type actorEffects struct {
+type actorSteps struct {
 	a Actor
 	t Timeouts
 }
@@ -73,7 +73,7 @@ var _ Actor = (*effects.Effects)(nil)
 // the plan asks for are returned. status and events are Always: the state
 // machine's record and the user's Events are written even when an effect
 // failed.
-func (e actorEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+func (e actorSteps) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	a := e.a
 	var steps []eventloop.Step
 	timed := func(name string, always bool, timeout time.Duration, run func(ctx context.Context) error) {

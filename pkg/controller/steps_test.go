@@ -64,7 +64,7 @@ func TestStepsOrder(t *testing.T) {
 	}
 	var got []string
 	timeouts := Timeouts{InDatabase: 30 * time.Second, Restart: time.Minute, Switchover: 20 * time.Second}
-	for _, s := range NewEffects(a, timeouts).Steps("db/acid", plan) {
+	for _, s := range NewStepBuilder(a, timeouts).Steps("db/acid", plan) {
 		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
 		if want := map[string]time.Duration{StepSyncRoles: 30 * time.Second, StepConfigure: 30 * time.Second,
 			StepRestart: time.Minute, StepSwitchover: 20 * time.Second}[s.Name]; s.Timeout != want {
@@ -94,7 +94,7 @@ func TestStepsOrder(t *testing.T) {
 	if !slices.Equal(a.calls, wantCalls) {
 		t.Errorf("calls:\n got %q\nwant %q", a.calls, wantCalls)
 	}
-	if n := len(NewEffects(a, Timeouts{}).Steps("db/acid", &fsm.Plan{})); n != 0 {
+	if n := len(NewStepBuilder(a, Timeouts{}).Steps("db/acid", &fsm.Plan{})); n != 0 {
 		t.Errorf("empty plan: %d steps, want none", n)
 	}
 }
@@ -117,7 +117,7 @@ func TestStepsErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &actor{fail: map[string]error{"cleanup": tt.err}}
-			steps := NewEffects(a, Timeouts{}).Steps("db/acid", &fsm.Plan{Cleanup: true})
+			steps := NewStepBuilder(a, Timeouts{}).Steps("db/acid", &fsm.Plan{Cleanup: true})
 			err := steps[0].Run(context.Background())
 			if tt.err == nil {
 				if err != nil {

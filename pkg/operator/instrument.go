@@ -28,23 +28,23 @@ func instrument(c *controller.Controller, m *metrics.Metrics) {
 	c.OnRollouts = m.Rollouts
 }
 
-// timeSteps returns Effects whose steps report each run to observer(name)
+// timeSteps returns a StepBuilder whose steps report each run to observer(name)
 // (the metrics' StepObserver), called once per step as the step is made:
 // how long the run took, and whether it failed. A step cancelled because
 // its cluster's plan was cancelled (the cluster was deleted, or the
 // operator is stopping) is timed but not failed; a step that ran out of
 // its own deadline, or panicked, failed. A step without Run stays so, and
 // reports nothing.
-func timeSteps(e controller.Effects, observer func(name string) func(took time.Duration, failed bool)) controller.Effects {
-	return timedEffects{e: e, observer: observer}
+func timeSteps(e controller.StepBuilder, observer func(name string) func(took time.Duration, failed bool)) controller.StepBuilder {
+	return timedSteps{e: e, observer: observer}
 }
 
-type timedEffects struct {
-	e        controller.Effects
+type timedSteps struct {
+	e        controller.StepBuilder
 	observer func(name string) func(took time.Duration, failed bool)
 }
 
-func (t timedEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
+func (t timedSteps) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	steps := t.e.Steps(key, plan)
 	for n := range steps {
 		steps[n].Run = t.wrap(steps[n].Name, steps[n].Run)
@@ -52,7 +52,7 @@ func (t timedEffects) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	return steps
 }
 
-func (t timedEffects) wrap(name string, run func(context.Context) error) func(context.Context) error {
+func (t timedSteps) wrap(name string, run func(context.Context) error) func(context.Context) error {
 	if run == nil {
 		return nil
 	}

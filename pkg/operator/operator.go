@@ -410,7 +410,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		RestartTimeout:  cfg.RestartTimeout,
 		VolumeRetention: v1.VolumeRetention(cfg.VolumeRetention),
 	})
-	steps := controller.NewEffects(eff, controller.Timeouts{
+	steps := controller.NewStepBuilder(eff, controller.Timeouts{
 		InDatabase: cfg.InDatabaseTimeout,
 		// Patroni answers a restart once PostgreSQL is up again, within
 		// its own timeout; the step allows a little more for the call.

@@ -579,7 +579,7 @@ func (s *Sim) startOperator() {
 	binary.LittleEndian.PutUint64(seed[8:], uint64(s.inc))
 	eff := effects.New(s.kube, s.pg, &record.FakeRecorder{}, effects.Options{Build: build, Log: entry, Cache: v,
 		Random: rand.NewChaCha8(seed), Now: clk.Now, Serial: true})
-	steps := controller.NewEffects(&actor{s: s, real: eff}, controller.Timeouts{})
+	steps := controller.NewStepBuilder(&actor{s: s, real: eff}, controller.Timeouts{})
 	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, facts.NewDeriver(build, true), clk.Now),
 		steps, clk, entry)
 	inc := s.inc
