@@ -54,11 +54,11 @@ func (m *Machine) addHistory(t v1.Transition) {
 // enterCreating and enterUpdating ask for the objects; the state's
 // timeout is armed when the effects first report (armTimeout).
 func (m *Machine) enterCreating(_ *lfsm.Event) {
-	m.out.ask(ensureEffects)
+	m.out.ask(ensureWork)
 }
 
 func (m *Machine) enterUpdating(_ *lfsm.Event) {
-	m.out.ask(ensureEffects)
+	m.out.ask(ensureWork)
 }
 
 // armTimeout arms the timeout of Creating or Updating when the effects of
@@ -87,16 +87,16 @@ func (m *Machine) enterDegraded(_ *lfsm.Event) {
 
 // enterInvalid drops the ensure effects; a plan in flight still reports.
 func (m *Machine) enterInvalid(_ *lfsm.Event) {
-	m.out.ask(noEffects)
+	m.out.ask(noWork)
 }
 
 func (m *Machine) enterDeleting(_ *lfsm.Event) {
-	m.out.ask(cleanupEffects)
+	m.out.ask(cleanupWork)
 	m.eng.call.res.CancelInFlight = true
 }
 
 func (m *Machine) enterDeleted(_ *lfsm.Event) {
-	m.out.ask(noEffects)
+	m.out.ask(noWork)
 	m.eng.call.res.Forget = true
 }
 
@@ -113,7 +113,7 @@ func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 	case Invalid:
 		m.st.Reason, m.st.Message = m.eng.call.reason, m.eng.call.message
 	case Creating, Updating:
-		m.out.ask(ensureEffects)
+		m.out.ask(ensureWork)
 		m.cancelTimer(TimerTimeout)
 	}
 }
@@ -124,7 +124,7 @@ func (m *Machine) afterRetry(e *lfsm.Event) {
 	case Invalid:
 		m.out.changed() // only the status write had failed
 	default:
-		m.out.ask(m.effects())
+		m.out.ask(m.work())
 	}
 	if e.Dst == Degraded {
 		m.st.Attempt++
@@ -180,7 +180,7 @@ func (m *Machine) afterSwitchover(_ *lfsm.Event) {
 }
 
 func (m *Machine) afterResync(_ *lfsm.Event) {
-	m.out.ask(ensureEffects)
+	m.out.ask(ensureWork)
 	m.setSoftTimer(TimerResync, m.cfg.ResyncPeriod)
 }
 

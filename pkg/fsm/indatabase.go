@@ -74,10 +74,10 @@ func (m *Machine) noteInDatabase() {
 		return
 	}
 	o := &m.out
-	if o.want != noEffects || o.effectsPlan != 0 || o.troubled || o.again || m.inDatabaseWork() == nil {
+	if o.want != noWork || o.effectsPlan != 0 || o.troubled || o.again || m.inDatabaseWork() == nil {
 		return
 	}
-	o.ask(ensureEffects)
+	o.ask(ensureWork)
 }
 
 // recordInDatabase records the in-database work of a plan whose effects

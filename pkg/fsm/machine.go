@@ -51,16 +51,16 @@ type call struct {
 func (m *Machine) memory() Memory {
 	return Memory{CleanupDone: m.out.cleanupDone, Troubled: m.out.troubled, Replaced: m.out.replaced, LossDue: m.eng.call.lossDue,
 		Restarted: m.out.restarted, SwitchedFrom: m.out.switchedFrom,
-		EnsurePending: m.out.want == ensureEffects || m.out.again}
+		EnsurePending: m.out.want == ensureWork || m.out.again}
 }
 
-// effects are the state's own effects: the cleanup in Deleting, the ensure
+// work is the state's own effects: the cleanup in Deleting, the ensure
 // effects elsewhere.
-func (m *Machine) effects() effects {
+func (m *Machine) work() work {
 	if m.st.State == Deleting {
-		return cleanupEffects
+		return cleanupWork
 	}
-	return ensureEffects
+	return ensureWork
 }
 
 // State is the current state.
@@ -91,7 +91,7 @@ func (m *Machine) Resume(now time.Time) Result {
 	}
 	switch m.st.State {
 	case Creating, Updating, Running, Degraded, Deleting:
-		m.out.ask(m.effects())
+		m.out.ask(m.work())
 	}
 	return res
 }
@@ -130,7 +130,7 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 		m.out.trouble()
 		m.fire(EventPanicked, ReasonPanic, fmt.Sprint(in.Err))
 	case Signal:
-		m.out.signalled(m.effects())
+		m.out.signalled(m.work())
 	}
 	// Then, in this order (each step reads what the ones before wrote):
 	// forget the restarts and the switchover the facts show done (outbox.go);

@@ -60,7 +60,7 @@ type outbox struct {
 	waits int32
 
 	// What must be sent.
-	want effects // the state's effects, until a plan carrying them reports
+	want work // the state's work, until a plan carrying it reports
 	// sent: want rides on effectsPlan, and was not asked for again
 	// since. While that plan runs, new plans need not carry it.
 	sent     bool
@@ -102,17 +102,18 @@ type outbox struct {
 	again bool // the effects wait for the next observation (ErrWaiting)
 }
 
-// effects names the state's own effects a plan may carry.
-type effects uint8
+// work names the state's own effects a plan may carry: its work, the
+// ensure or the cleanup ('effects' alone names pkg/effects).
+type work uint8
 
 const (
-	noEffects effects = iota
-	// ensureEffects: every object the spec describes created or brought
+	noWork work = iota
+	// ensureWork: every object the spec describes created or brought
 	// in line with it (Plan.Ensure).
-	ensureEffects
-	// cleanupEffects: the owned objects deleted and the finalizer
+	ensureWork
+	// cleanupWork: the owned objects deleted and the finalizer
 	// removed (Plan.Cleanup).
-	cleanupEffects
+	cleanupWork
 )
 
 // begin is called when an input begins.
@@ -153,10 +154,10 @@ func (o *outbox) askSwitchover(s *Switchover) {
 	o.switchover, o.switchedFrom = s, s.From
 }
 
-// ask wants the state's effects e (noEffects drops them) until a plan
+// ask wants the state's effects e (noWork drops them) until a plan
 // carrying them reports. Asked again while a plan carries them, they are
 // sent again: what they act on may have changed since that plan started.
-func (o *outbox) ask(e effects) { o.want, o.sent = e, false }
+func (o *outbox) ask(e work) { o.want, o.sent = e, false }
 
 // changed records that the status changed: the next plan writes it.
 func (o *outbox) changed() { o.dirty = true }
@@ -174,7 +175,7 @@ func (o *outbox) trouble() { o.troubled = true }
 // signalled is told of every Signal (the cluster's objects changed):
 // effects that were waiting for one (ErrWaiting) are asked for again, e
 // being the state's.
-func (o *outbox) signalled(e effects) {
+func (o *outbox) signalled(e work) {
 	if o.again {
 		o.again = false
 		o.ask(e)
@@ -230,9 +231,9 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	// superseded, and its report is accounted.
 	want := o.want
 	if o.sent && o.effectsPlan != 0 && o.effectsPlan == inFlight {
-		want = noEffects
+		want = noWork
 	}
-	if want == noEffects && !events && !o.carries() && (!o.dirty || o.held && retryPending) {
+	if want == noWork && !events && !o.carries() && (!o.dirty || o.held && retryPending) {
 		return nil, false
 	}
 	// A plan made anyway carries the status while another snapshot is in
@@ -240,12 +241,12 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	// waited too.
 	status = o.dirty || o.statusPlan != 0 || o.deferred
 	o.seq++
-	p = &Plan{ID: o.seq, Ensure: want == ensureEffects, Cleanup: want == cleanupEffects, ReplacePods: o.replace, Nudge: o.nudge,
+	p = &Plan{ID: o.seq, Ensure: want == ensureWork, Cleanup: want == cleanupWork, ReplacePods: o.replace, Nudge: o.nudge,
 		Restart: o.restart, Switchover: o.switchover}
 	if status {
 		o.statusPlan, o.dirty, o.deferred = p.ID, false, false
 	}
-	if want != noEffects {
+	if want != noWork {
 		o.effectsPlan, o.sent = p.ID, true
 	}
 	return p, status
@@ -324,7 +325,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 	case o.effectsPlan != 0 && id == o.effectsPlan:
 		o.effectsPlan = 0
 		done, db := o.want, o.inDatabase
-		o.want, o.sent, o.inDatabase = noEffects, false, nil
+		o.want, o.sent, o.inDatabase = noWork, false, nil
 		r.inDatabase = db
 		switch {
 		case errors.Is(err, ErrWaiting):
@@ -334,7 +335,7 @@ func (o *outbox) report(id uint64, err error) receipt {
 			o.troubled, r.outcome = true, failed
 		default:
 			o.troubled, r.outcome = false, succeeded
-			if done == cleanupEffects {
+			if done == cleanupWork {
 				o.cleanupDone = true
 			}
 		}

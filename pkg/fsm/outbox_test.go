@@ -15,7 +15,7 @@ func checkOutbox(o *outbox) error {
 		return fmt.Errorf("plans in flight %d (effects), %d (status) beyond the latest %d", o.effectsPlan, o.statusPlan, o.seq)
 	case o.held && !o.dirty && o.statusPlan == 0:
 		return errors.New("a held status is neither dirty nor in flight: it is lost")
-	case o.cleanupDone && o.want != noEffects:
+	case o.cleanupDone && o.want != noWork:
 		return fmt.Errorf("effects %d wanted after the cleanup", o.want)
 	case o.forget && len(o.replace) > 0:
 		return errors.New("a failed replacement to forget while pods wait to be replaced")
@@ -100,7 +100,7 @@ func is(what string, got func(o *outbox) any, want any) outboxStep {
 
 func TestOutbox(t *testing.T) {
 	changed := op((*outbox).changed)
-	ensure := op(func(o *outbox) { o.ask(ensureEffects) })
+	ensure := op(func(o *outbox) { o.ask(ensureWork) })
 	troubled := func(o *outbox) any { return o.troubled }
 	replaced := func(o *outbox) any { return o.replaced }
 	pod := func(name string) PodRef { return PodRef{Name: name, UID: "uid-" + name} }
@@ -136,8 +136,8 @@ func TestOutbox(t *testing.T) {
 		{name: "waiting effects are asked again on the next observation",
 			steps: []outboxStep{ensure, send(false, false, "plan 1 ensure"), result(1, errWaiting, "waiting"),
 				is("troubled", troubled, false), send(false, false, "none"),
-				op(func(o *outbox) { o.signalled(ensureEffects) }), send(false, false, "plan 2 ensure"),
-				op(func(o *outbox) { o.signalled(ensureEffects) }), result(2, nil, "succeeded"), send(false, false, "none")}},
+				op(func(o *outbox) { o.signalled(ensureWork) }), send(false, false, "plan 2 ensure"),
+				op(func(o *outbox) { o.signalled(ensureWork) }), result(2, nil, "succeeded"), send(false, false, "none")}},
 		{name: "a failed status-only write waits for the retry timer",
 			steps: []outboxStep{changed, send(false, false, "plan 1 status"), result(1, errRefused, "failed"),
 				is("troubled", troubled, true),
@@ -151,10 +151,10 @@ func TestOutbox(t *testing.T) {
 			steps: []outboxStep{ensure, send(false, false, "plan 1 ensure"), send(true, false, "plan 2 ensure"),
 				result(2, errRefused, "failed"), send(false, false, "none"), result(1, nil, "stale")}},
 		{name: "a cleanup that succeeds is acknowledged",
-			steps: []outboxStep{op(func(o *outbox) { o.ask(cleanupEffects) }), send(false, false, "plan 1 cleanup"),
+			steps: []outboxStep{op(func(o *outbox) { o.ask(cleanupWork) }), send(false, false, "plan 1 cleanup"),
 				result(1, nil, "succeeded"), is("cleanupDone", func(o *outbox) any { return o.cleanupDone }, true)}},
 		{name: "effects dropped meanwhile: the plan in flight still reports",
-			steps: []outboxStep{ensure, send(false, false, "plan 1 ensure"), op(func(o *outbox) { o.ask(noEffects) }),
+			steps: []outboxStep{ensure, send(false, false, "plan 1 ensure"), op(func(o *outbox) { o.ask(noWork) }),
 				changed, send(false, false, "plan 2 status"), result(1, nil, "succeeded"), result(2, nil, "nothing, written")}},
 		{name: "pods to replace ride on every plan until the latest reports",
 			steps: []outboxStep{op(func(o *outbox) { o.replacePods([]PodRef{pod("c-1")}, []PodRef{pod("c-1")}) }),

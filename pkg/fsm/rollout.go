@@ -164,6 +164,6 @@ func (m *Machine) noteRollout() {
 	if wasBlocked && !r.blocked && f.TemplateChanged {
 		// The ensures made while it was blocked kept the pod template
 		// (Plan.KeepPodTemplate): now it is written.
-		m.out.ask(ensureEffects)
+		m.out.ask(ensureWork)
 	}
 }

@@ -284,7 +284,7 @@ func (r *runner) check() []string {
 	if err := checkRollout(m); err != nil {
 		bad = append(bad, err.Error())
 	}
-	if w := m.out.want; w == cleanupEffects && st.State != Deleting || w == ensureEffects && st.State == Deleting {
+	if w := m.out.want; w == cleanupWork && st.State != Deleting || w == ensureWork && st.State == Deleting {
 		bad = append(bad, fmt.Sprintf("effects %d wanted in %s", w, st.State))
 	}
 	if r.handled && st.State != Deleted {
