@@ -125,9 +125,9 @@ func reportDispatch(b *testing.B, l *Loop, start time.Time) {
 // 5,000 clusters of 50 namespaces, a tenth of them promoted while queued
 // (their stale entries skipped later): the loop's cost of a plan's turn.
 func BenchmarkRunQueue(b *testing.B) {
-	recs := make([]*record, 5000)
+	recs := make([]*clusterState, 5000)
 	for i := range recs {
-		recs[i] = &record{key: fmt.Sprintf("ns-%d/cluster-%d", i%50, i)}
+		recs[i] = &clusterState{key: fmt.Sprintf("ns-%d/cluster-%d", i%50, i)}
 	}
 	var q runQueue
 	for i, rec := range recs {

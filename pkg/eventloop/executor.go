@@ -47,9 +47,9 @@ type job struct {
 	next          int
 	err, panicErr error
 	// suspect is the cluster's slow steps when the job started
-	// (record.slow); slow and quick are the steps of this job that failed
+	// (clusterState.slow); slow and quick are the steps of this job that failed
 	// after SlowAfter or longer, and those of suspect that did not (job.timed):
-	// the loop updates record.slow with them when the job reports.
+	// the loop updates clusterState.slow with them when the job reports.
 	suspect, slow, quick []string
 }
 
@@ -58,7 +58,7 @@ type job struct {
 // blocks. A plan that supersedes an urgent one is urgent: it carries what
 // that one did. A cluster queued keeps its turn, or moves to the urgent lane
 // when its plan becomes urgent.
-func (l *Loop) submit(rec *record, p *Plan) {
+func (l *Loop) submit(rec *clusterState, p *Plan) {
 	urgent := p.Urgent
 	if rec.waiting != nil {
 		l.st.plansSuperseded.Add(1)
@@ -80,7 +80,7 @@ func (l *Loop) submit(rec *record, p *Plan) {
 
 // dropWaiting forgets the cluster's waiting plan: it never runs and no
 // PlanDone reports it.
-func (l *Loop) dropWaiting(rec *record) {
+func (l *Loop) dropWaiting(rec *clusterState) {
 	if rec.waiting == nil {
 		return
 	}
@@ -102,7 +102,7 @@ func (l *Loop) schedule() {
 		l.rounds++
 	}()
 	for l.inflight < l.workers {
-		var rec *record
+		var rec *clusterState
 		urgent := true
 		if l.background < l.workers-l.reserved {
 			rec, urgent = l.runq.pop()
@@ -125,7 +125,7 @@ func (l *Loop) schedule() {
 
 // begin starts the cluster's plan taken from a run queue, holding s: the
 // rest of its paused plan, or its waiting plan.
-func (l *Loop) begin(rec *record, urgent bool, s slot) {
+func (l *Loop) begin(rec *clusterState, urgent bool, s slot) {
 	if j := rec.paused; j != nil {
 		// The cluster's plan in flight goes on where it paused.
 		rec.paused = nil
@@ -155,7 +155,7 @@ func (l *Loop) begin(rec *record, urgent bool, s slot) {
 
 // rehand readies j to run holding s: the lane whose contention pauses it,
 // the cluster's slow steps as they are now.
-func (l *Loop) rehand(rec *record, j *job, s slot) job {
+func (l *Loop) rehand(rec *clusterState, j *job, s slot) job {
 	j.contended = &l.contended
 	if s == inHungLane {
 		j.contended = &l.hungContended
@@ -166,7 +166,7 @@ func (l *Loop) rehand(rec *record, j *job, s slot) job {
 
 // handed counts a plan of rec handed to run holding s, and whether it is
 // a background one; freed counts it back when it no longer holds it.
-func (l *Loop) handed(rec *record, urgent bool, s slot) {
+func (l *Loop) handed(rec *clusterState, urgent bool, s slot) {
 	rec.slot = s
 	l.jobSeq++
 	rec.job = l.jobSeq
@@ -182,7 +182,7 @@ func (l *Loop) handed(rec *record, urgent bool, s slot) {
 	l.watchJob(rec)
 }
 
-func (l *Loop) freed(rec *record) {
+func (l *Loop) freed(rec *clusterState) {
 	switch rec.slot {
 	case onWorker:
 		l.inflight--
@@ -219,7 +219,7 @@ func (l *Loop) start(j job) {
 func (l *Loop) planPaused(j *job) {
 	rec := l.clusters[j.key]
 	if rec == nil || !rec.running || rec.planID != j.plan.ID {
-		// Cannot happen: a record is kept while its plan runs.
+		// Cannot happen: a cluster state is kept while its plan runs.
 		l.log.WithField("cluster", j.key).Debug("paused plan for a cluster with no plan in flight")
 		l.schedule()
 		return
@@ -240,7 +240,7 @@ func (l *Loop) planPaused(j *job) {
 func (l *Loop) planFinished(key string, j *job) {
 	rec := l.clusters[key]
 	if rec == nil || !rec.running {
-		// Cannot happen: a record is kept while its plan runs.
+		// Cannot happen: a cluster state is kept while its plan runs.
 		l.log.WithField("cluster", key).Debug("plan result for a cluster with no plan in flight")
 		return
 	}

@@ -16,7 +16,7 @@ import (
 //     next waiting plan starts. A hung step holds a place for SlowAfter,
 //     not for its whole deadline.
 //   - A step that ran SlowAfter or longer and failed (most often at its
-//     deadline) is slow, and its name is kept in its cluster's record: the
+//     deadline) is slow, and its name is kept in its cluster's state: the
 //     cluster's plans with a step of that name start in the hung lane,
 //     which has places of its own (HungWorkers) and never takes a worker.
 //     A step of that name that succeeds or ends sooner, there, takes it off
@@ -50,13 +50,13 @@ const (
 // watched is a plan that took a worker or a place of the hung lane at at;
 // stale once its job (seq) no longer holds it.
 type watched struct {
-	rec *record
+	rec *clusterState
 	seq uint64
 	at  time.Time
 }
 
 // queueOf is the run queue that holds, or is to hold, the cluster's plan.
-func (l *Loop) queueOf(rec *record) *runQueue {
+func (l *Loop) queueOf(rec *clusterState) *runQueue {
 	if rec.queued != notQueued {
 		if rec.inHung {
 			return &l.hungq
@@ -71,7 +71,7 @@ func (l *Loop) queueOf(rec *record) *runQueue {
 
 // enqueue queues the cluster, which is in no run queue, in the hung lane
 // when its next steps include one that was slow, else on the workers'.
-func (l *Loop) enqueue(rec *record, urgent bool) {
+func (l *Loop) enqueue(rec *clusterState, urgent bool) {
 	rec.inHung = l.hangs(rec)
 	rec.queuedAt, rec.queuedRound = l.clock.Now(), l.rounds
 	l.queueOf(rec).push(rec, urgent)
@@ -81,7 +81,7 @@ func (l *Loop) enqueue(rec *record, urgent bool) {
 // waited in its run queue for a free worker or place: nothing when it
 // starts in the schedule round that follows its enqueue (every enqueue
 // is followed by one), as it found one free.
-func (l *Loop) waited(rec *record, s slot) {
+func (l *Loop) waited(rec *clusterState, s slot) {
 	if rec.queuedRound == l.rounds {
 		return
 	}
@@ -96,7 +96,7 @@ func (l *Loop) waited(rec *record, s slot) {
 
 // hangs reports whether what the cluster runs next (the rest of its
 // paused plan, or its waiting plan) has a step that was slow.
-func (l *Loop) hangs(rec *record) bool {
+func (l *Loop) hangs(rec *clusterState) bool {
 	if len(rec.slow) == 0 {
 		return false
 	}
@@ -116,7 +116,7 @@ func (l *Loop) hangs(rec *record) bool {
 }
 
 // watchJob notes that the cluster's job took a worker or a place now.
-func (l *Loop) watchJob(rec *record) {
+func (l *Loop) watchJob(rec *clusterState) {
 	if l.slowAfter > 0 {
 		l.watch.push(watched{rec: rec, seq: rec.job, at: l.clock.Now()})
 	}
@@ -174,9 +174,9 @@ func (j *job) timed(name string, d time.Duration, err error, slowAfter time.Dura
 
 // noteSteps updates the cluster's slow steps with what its job reports:
 // its steps that were slow are added, those that were slow before and ran
-// quickly now are taken off. The record's list is replaced, never changed
+// quickly now are taken off. The cluster state's list is replaced, never changed
 // in place: a job started later reads it as it was.
-func (l *Loop) noteSteps(rec *record, j *job) {
+func (l *Loop) noteSteps(rec *clusterState, j *job) {
 	if len(j.slow) == 0 && len(j.quick) == 0 {
 		return
 	}

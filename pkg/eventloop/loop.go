@@ -126,7 +126,7 @@ type Loop struct {
 
 	// Everything below is owned by the loop goroutine (set up by Run
 	// before the workers start).
-	clusters map[string]*record
+	clusters map[string]*clusterState
 	timers   timerHeap
 	timerSeq uint64
 	wake     clock.Timer
@@ -141,7 +141,7 @@ type Loop struct {
 	// a worker included.
 	hungq        runQueue
 	hungInflight int
-	hungClusters int    // records with slow steps
+	hungClusters int    // cluster states with slow steps
 	detached     int    // plans in flight that hold neither (hung.go)
 	rounds       uint64 // calls of schedule that ended (Loop.waited)
 	// watch holds the plans holding a worker or a place of the hung lane
@@ -160,9 +160,9 @@ type Loop struct {
 	wg                       sync.WaitGroup
 }
 
-// record is what the loop keeps for one cluster. It exists only while there
+// clusterState is what the loop keeps for one cluster. It exists only while there
 // is something to keep: a non-zero epoch, a timer, a plan, or slow steps.
-type record struct {
+type clusterState struct {
 	key     string
 	epoch   int64
 	timers  map[string]*timer
@@ -186,10 +186,10 @@ type record struct {
 	// when a background plan supersedes an urgent one, which carries what
 	// the urgent one did; it is cleared when the plan starts or is dropped.
 	urgent bool
-	queued queue  // the lane of the run queue holding the record
+	queued queue  // the lane of the run queue holding the cluster state
 	seq    uint64 // of its live entry there (runQueue)
-	forget bool   // drop the record once no plan is in flight
-	// inHung: the record is queued in the hung lane (Loop.hungq), since
+	forget bool   // drop the cluster state once no plan is in flight
+	// inHung: the cluster state is queued in the hung lane (Loop.hungq), since
 	// queuedAt, before the schedule round queuedRound (Loop.waited).
 	inHung      bool
 	queuedAt    time.Time
@@ -209,7 +209,7 @@ func New(h Handler, opts Options) *Loop {
 		exec:        opts.Exec,
 		in:          newInbox(),
 		stopped:     make(chan struct{}),
-		clusters:    make(map[string]*record),
+		clusters:    make(map[string]*clusterState),
 		batch:       make([]Event, 0, batchSize),
 	}
 	if l.clock == nil {
@@ -459,7 +459,7 @@ func (l *Loop) apply(key string, out *Outcome) {
 		if out.Epoch == 0 && len(out.Timers) == 0 && out.Plan == nil {
 			return // nothing to keep, nothing to cancel
 		}
-		rec = &record{key: key}
+		rec = &clusterState{key: key}
 		l.clusters[key] = rec
 	}
 	if out.Epoch != rec.epoch {
@@ -474,7 +474,7 @@ func (l *Loop) apply(key string, out *Outcome) {
 		l.dropWaiting(rec)
 	}
 	if out.Forget {
-		// The cluster is gone: its timers go now, the record once no
+		// The cluster is gone: its timers go now, the cluster state once no
 		// plan is in flight. Timers set alongside Forget are ignored.
 		rec.forget = true
 		l.dropTimers(rec)
@@ -498,10 +498,10 @@ func (l *Loop) apply(key string, out *Outcome) {
 	l.gc(rec)
 }
 
-// gc drops the cluster's record when nothing is left in it (an epoch,
+// gc drops the cluster's state when nothing is left in it (an epoch,
 // timers, slow steps), or when it is forgotten and no plan is in flight or
 // waiting.
-func (l *Loop) gc(rec *record) {
+func (l *Loop) gc(rec *clusterState) {
 	if rec.running || rec.waiting != nil || rec.queued != notQueued || l.clusters[rec.key] != rec {
 		return
 	}

@@ -9,7 +9,7 @@ import "strings"
 // starts: background work gets at least one start in five.
 const maxUrgentStreak = 4
 
-// queue names the lane of the run queue that holds a record, if any.
+// queue names the lane of the run queue that holds a cluster state, if any.
 type queue uint8
 
 const (
@@ -35,22 +35,22 @@ const (
 // turns as they did the whole lane's before flows.
 //
 // Invariants (TestRunQueue checks them after every operation):
-//  1. A record is queued in at most one lane, the one rec.queued names,
+//  1. A cluster state is queued in at most one lane, the one rec.queued names,
 //     and has exactly one live entry there, the one whose seq is rec.seq,
 //     in the flow its flowOf names. A flow's live counts its live entries,
 //     a lane's live those of its flows.
 //  2. The flows map holds the flows with a live entry; each of them is in
-//     the turns ring exactly once. promote moves a record from the
+//     the turns ring exactly once. promote moves a cluster state from the
 //     background lane to the urgent one: a ring cannot remove from its
-//     middle, so the old entry stays, stale (its seq is not the record's
+//     middle, so the old entry stays, stale (its seq is not the cluster state's
 //     any more), and is skipped when popped. A flow left with stale
 //     entries only leaves the map at once, and the ring when its turn
-//     comes: a record of its namespace queued meanwhile starts a new flow
+//     comes: a cluster state of its namespace queued meanwhile starts a new flow
 //     at the back of the turns, as if the old one were gone.
 //  3. A lane with no live entry holds no flow at all: stale entries never
 //     outlive the live ones.
-//  4. streak counts the records taken in a row from the urgent lane while
-//     a background record waited; it never exceeds maxUrgentStreak, at
+//  4. streak counts the cluster states taken in a row from the urgent lane while
+//     a background cluster state waited; it never exceeds maxUrgentStreak, at
 //     which the next pop takes from the background lane.
 type runQueue struct {
 	urgent, background lane
@@ -74,9 +74,9 @@ type flow struct {
 	live    int
 }
 
-// entry is a record's place in a flow; live while the record's seq is its.
+// entry is a cluster state's place in a flow; live while the cluster state's seq is its.
 type entry struct {
-	rec *record
+	rec *clusterState
 	seq uint64
 }
 
@@ -89,12 +89,12 @@ func flowOf(key string) string {
 	return key
 }
 
-// waiting counts the records queued in either lane (no stale entry).
+// waiting counts the cluster states queued in either lane (no stale entry).
 func (q *runQueue) waiting() int { return q.urgent.live + q.background.live }
 
-// push queues a record that is in no lane, at the end of its flow in the
+// push queues a cluster state that is in no lane, at the end of its flow in the
 // urgent lane or in the background one.
-func (q *runQueue) push(rec *record, urgent bool) {
+func (q *runQueue) push(rec *clusterState, urgent bool) {
 	q.seq++
 	rec.seq = q.seq
 	if urgent {
@@ -106,18 +106,18 @@ func (q *runQueue) push(rec *record, urgent bool) {
 	q.background.push(rec)
 }
 
-// promote moves a record queued in the background lane to the end of its
+// promote moves a cluster state queued in the background lane to the end of its
 // flow in the urgent lane.
-func (q *runQueue) promote(rec *record) {
+func (q *runQueue) promote(rec *clusterState) {
 	q.background.remove(rec)
 	q.push(rec, true)
 }
 
-// pop takes the record whose plan starts next, and says from which lane;
+// pop takes the cluster state whose plan starts next, and says from which lane;
 // nil when both are empty. It takes from the urgent lane first, except
-// that after maxUrgentStreak urgent records in a row it takes a background
+// that after maxUrgentStreak urgent cluster states in a row it takes a background
 // one if one waits.
-func (q *runQueue) pop() (rec *record, urgent bool) {
+func (q *runQueue) pop() (rec *clusterState, urgent bool) {
 	if q.background.live > 0 && (q.streak >= maxUrgentStreak || q.urgent.live == 0) {
 		q.streak = 0
 		return q.background.pop(), false
@@ -134,11 +134,11 @@ func (q *runQueue) pop() (rec *record, urgent bool) {
 	return rec, true
 }
 
-// popUrgent takes the record whose urgent plan starts next, nil when the
+// popUrgent takes the cluster state whose urgent plan starts next, nil when the
 // urgent lane is empty: what a worker kept for urgent plans takes
 // (Options.UrgentWorkers). A background plan could not have had that
 // worker, so the streak does not count it.
-func (q *runQueue) popUrgent() *record {
+func (q *runQueue) popUrgent() *clusterState {
 	if q.urgent.live == 0 {
 		return nil
 	}
@@ -147,7 +147,7 @@ func (q *runQueue) popUrgent() *record {
 
 // push adds rec's entry at the end of its flow, and the flow at the end of
 // the turns if it had no live entry.
-func (l *lane) push(rec *record) {
+func (l *lane) push(rec *clusterState) {
 	name := flowOf(rec.key)
 	f := l.flows[name]
 	if f == nil {
@@ -164,7 +164,7 @@ func (l *lane) push(rec *record) {
 }
 
 // remove makes rec's live entry stale; rec must be queued in the lane.
-func (l *lane) remove(rec *record) {
+func (l *lane) remove(rec *clusterState) {
 	f := l.flows[flowOf(rec.key)]
 	if f.live--; f.live == 0 {
 		delete(l.flows, f.name)
@@ -174,7 +174,7 @@ func (l *lane) remove(rec *record) {
 
 // pop takes the first live entry of the flow whose turn it is, which must
 // exist (live > 0); the flow goes to the back of the turns if it has more.
-func (l *lane) pop() *record {
+func (l *lane) pop() *clusterState {
 	for {
 		f := l.turns.pop()
 		if f.live == 0 {

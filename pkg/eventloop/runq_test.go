@@ -19,13 +19,13 @@ import (
 // runQueue must hold after every operation.
 func TestRunQueue(t *testing.T) {
 	rng := rand.New(rand.NewPCG(14, 0))
-	recs := make([]*record, 16)
+	recs := make([]*clusterState, 16)
 	for i := range recs {
 		switch i % 4 {
 		case 3:
-			recs[i] = &record{key: fmt.Sprint(i)}
+			recs[i] = &clusterState{key: fmt.Sprint(i)}
 		default:
-			recs[i] = &record{key: fmt.Sprintf("ns%d/%d", i%4, i)}
+			recs[i] = &clusterState{key: fmt.Sprintf("ns%d/%d", i%4, i)}
 		}
 	}
 	var (
@@ -53,7 +53,7 @@ func TestRunQueue(t *testing.T) {
 			urgent.push(rec)
 		default:
 			op = "pop"
-			var want *record
+			var want *clusterState
 			wantUrgent := false
 			switch {
 			case background.len() > 0 && (streak >= maxUrgentStreak || urgent.len() == 0):
@@ -89,7 +89,7 @@ func TestRunQueue(t *testing.T) {
 // names of the flows with a queued record, in turn order, and their records.
 type modelLane struct {
 	order []string
-	flows map[string][]*record
+	flows map[string][]*clusterState
 }
 
 func (m *modelLane) len() int {
@@ -100,9 +100,9 @@ func (m *modelLane) len() int {
 	return n
 }
 
-func (m *modelLane) push(rec *record) {
+func (m *modelLane) push(rec *clusterState) {
 	if m.flows == nil {
-		m.flows = map[string][]*record{}
+		m.flows = map[string][]*clusterState{}
 	}
 	f := flowOf(rec.key)
 	if len(m.flows[f]) == 0 {
@@ -111,15 +111,15 @@ func (m *modelLane) push(rec *record) {
 	m.flows[f] = append(m.flows[f], rec)
 }
 
-func (m *modelLane) remove(rec *record) {
+func (m *modelLane) remove(rec *clusterState) {
 	f := flowOf(rec.key)
-	m.flows[f] = slices.DeleteFunc(m.flows[f], func(r *record) bool { return r == rec })
+	m.flows[f] = slices.DeleteFunc(m.flows[f], func(r *clusterState) bool { return r == rec })
 	if len(m.flows[f]) == 0 {
 		m.order = slices.DeleteFunc(m.order, func(o string) bool { return o == f })
 	}
 }
 
-func (m *modelLane) pop() *record {
+func (m *modelLane) pop() *clusterState {
 	f := m.order[0]
 	rec := m.flows[f][0]
 	m.flows[f] = m.flows[f][1:]
@@ -130,7 +130,7 @@ func (m *modelLane) pop() *record {
 	return rec
 }
 
-func name(rec *record) string {
+func name(rec *clusterState) string {
 	if rec == nil {
 		return "<nil>"
 	}
@@ -138,7 +138,7 @@ func name(rec *record) string {
 }
 
 // checkRunQueue checks the invariants of runQueue for records recs.
-func checkRunQueue(q *runQueue, recs []*record) error {
+func checkRunQueue(q *runQueue, recs []*clusterState) error {
 	var errs []string
 	errs = checkLane(&q.urgent, inUrgent, recs, errs)
 	errs = checkLane(&q.background, inBackground, recs, errs)
@@ -153,12 +153,12 @@ func checkRunQueue(q *runQueue, recs []*record) error {
 
 // checkLane checks the invariants of runQueue for lane l, which holds the
 // records queued as which.
-func checkLane(l *lane, which queue, recs []*record, errs []string) []string {
+func checkLane(l *lane, which queue, recs []*clusterState, errs []string) []string {
 	inTurns := map[*flow]int{}
 	for i := range l.turns.n {
 		inTurns[l.turns.buf[(l.turns.head+i)&(len(l.turns.buf)-1)]]++
 	}
-	liveEntries := map[*record]int{} // in the flow the record's key names
+	liveEntries := map[*clusterState]int{} // in the flow the record's key names
 	live := 0
 	for name, f := range l.flows {
 		if f.name != name || f.live == 0 || inTurns[f] != 1 {

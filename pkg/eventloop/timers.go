@@ -6,9 +6,9 @@ import (
 )
 
 // timer is one pending timer of a cluster. It sits in the loop's heap until
-// its deadline, then stays in its cluster's record, marked fired, until its
+// its deadline, then stays in its cluster's state, marked fired, until its
 // TimerFired event is dispatched: setting or cancelling the timer in the
-// meantime (or an epoch change) replaces that record entry, which makes the
+// meantime (or an epoch change) replaces that cluster state entry, which makes the
 // event already in the inbox stale.
 type timer struct {
 	key      string
@@ -57,7 +57,7 @@ func (h *timerHeap) Pop() any {
 
 // setTimer applies one TimerOp to the cluster's timers, in the cluster's
 // current epoch.
-func (l *Loop) setTimer(rec *record, op TimerOp) {
+func (l *Loop) setTimer(rec *clusterState, op TimerOp) {
 	t := rec.timers[op.Name]
 	if op.Cancel {
 		if t != nil {
@@ -86,7 +86,7 @@ func (l *Loop) setTimer(rec *record, op TimerOp) {
 	heap.Push(&l.timers, t)
 }
 
-func (l *Loop) removeTimer(rec *record, t *timer) {
+func (l *Loop) removeTimer(rec *clusterState, t *timer) {
 	if t.index >= 0 {
 		heap.Remove(&l.timers, t.index)
 	}
@@ -95,7 +95,7 @@ func (l *Loop) removeTimer(rec *record, t *timer) {
 
 // dropTimers removes every timer of the cluster, pending or fired and not
 // yet delivered.
-func (l *Loop) dropTimers(rec *record) {
+func (l *Loop) dropTimers(rec *clusterState) {
 	if len(rec.timers) == 0 {
 		return
 	}
@@ -122,7 +122,7 @@ func (l *Loop) fireDue(now time.Time) {
 // is in the epoch the timer was set in (the first defence, redundant with
 // the eager drop on epoch change, kept on purpose) and the timer was neither
 // set again nor cancelled since it fired. On success the timer is consumed.
-func (l *Loop) liveTimer(rec *record, ev *Event) bool {
+func (l *Loop) liveTimer(rec *clusterState, ev *Event) bool {
 	if rec == nil || ev.Epoch != rec.epoch {
 		return false
 	}
