@@ -24,7 +24,7 @@ type Machine struct {
 	out outbox
 	// roll is its part in the fleet's rollout budget and its wait for a
 	// maintenance window (rollout.go).
-	roll rollout
+	roll rolloutMemory
 	// soft are the timers status does not keep (timers.go).
 	soft softTimers
 }

@@ -30,7 +30,7 @@ func (r Rollout) String() string {
 	return "not rolling"
 }
 
-// rollout is what a machine remembers of its part in the fleet's rollout
+// rolloutMemory is what a machine remembers of its part in the fleet's rollout
 // budget between inputs.
 //
 // A cluster needs a slot from the input where it would first replace a pod
@@ -58,7 +58,7 @@ func (r Rollout) String() string {
 //  3. A blocked cluster's status.reason is RolloutQueued, unless a failed
 //     plan's reason stands: a restarted operator reads blocked back from it
 //     (Engine.New).
-type rollout struct {
+type rolloutMemory struct {
 	state   Rollout
 	blocked bool
 	// stepped: a step of a rollout (a running pod's replacement, a
