@@ -16,9 +16,10 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
-// Deriver turns a cluster's Objects into its fsm.Facts. The facts are a
+// Deriver turns an observed.Cluster into its fsm.Facts. The facts are a
 // function of the objects and the time only; the Deriver remembers, per
 // cluster, what saves work on the next observation (derived): what the
 // spec alone says, computed once per (UID, generation) and not again for
@@ -91,7 +92,7 @@ func NewDeriver(build cluster.Options, switchover bool) *Deriver {
 
 // Facts returns the facts of the cluster objs describe; now ages its
 // Warning Events. objs are not modified.
-func (d *Deriver) Facts(objs Objects, now time.Time) fsm.Facts {
+func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	pg := objs.Postgresql
 	spec := d.derive(pg)
 	f := fsm.Facts{
@@ -368,7 +369,7 @@ func scheduled(p *corev1.Pod) bool {
 // StatefulSet does not say, a claim is replaced only when its own class
 // does not exist (its ProvisioningFailed Warning says so), so a claim of
 // the default class that waits for its provisioner is left alone.
-func wrongClassClaim(objs Objects, p *corev1.Pod, class string) *corev1.PersistentVolumeClaim {
+func wrongClassClaim(objs observed.Cluster, p *corev1.Pod, class string) *corev1.PersistentVolumeClaim {
 	c := claimNamed(objs.Claims, p.Namespace, cluster.DataVolumeName+"-"+p.Name)
 	if c == nil || c.DeletionTimestamp != nil || c.Status.Phase != corev1.ClaimPending || c.Spec.VolumeName != "" {
 		return nil

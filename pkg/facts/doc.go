@@ -6,16 +6,18 @@
 // objects match the spec, and what the roles and Patroni's configuration
 // should be against what the members' data report (indatabase.go).
 //
-// The derivation is a function of plain values (Objects and "now"): no
-// informer, no API, no clock of its own, so it is tested by feeding it
-// objects. What the Deriver remembers only saves work, never changes a
-// result: per (UID, generation) of a cluster, what its spec alone says (its
-// validation, the desired StatefulSet, poolers, backup CronJob and Patroni
-// configuration), and within that the pods' parsed Patroni member data per
-// pod resourceVersion, the StatefulSet's bootstrap configuration per its
-// resourceVersion, and the last sync hash per Secret versions and sync
-// request. Observer is the controller's Observer: it reads a cluster's
-// Objects from a Reader (the informers' caches) and derives their facts.
+// The derivation is a function of plain values (an observed.Cluster, what
+// the caches hold of one cluster, and "now"): no informer, no API, no clock
+// of its own, so it is tested by feeding it objects. What the Deriver
+// remembers only saves work, never changes a result: per (UID, generation)
+// of a cluster, what its spec alone says (its validation, the desired
+// StatefulSet, poolers, backup CronJob and Patroni configuration), and
+// within that the pods' parsed Patroni member data per pod resourceVersion,
+// the StatefulSet's bootstrap configuration per its resourceVersion, and
+// the last sync hash per Secret versions and sync request. Observer is the
+// controller's Observer: it reads a cluster's observed.Cluster from a
+// Reader (the informers' caches, which know nothing of this package) and
+// derives its facts.
 //
 // The StatefulSet a cluster should have is built with the same
 // cluster.Options as the effects build it with: the operator hands one value

@@ -12,6 +12,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/internal/fixtures"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // The cluster fixtures are shared with the other package that derives or
@@ -48,10 +49,10 @@ func nudged(sts *appsv1.StatefulSet, v string) *appsv1.StatefulSet {
 	return out
 }
 
-// objects sorts objs into the Objects of cluster pg, as a cache would hold
+// objects sorts objs into the observed.Cluster of pg, as a cache would hold
 // them: every Event by the kind of object it is about, whatever its type.
-func objects(pg *v1.Postgresql, objs ...runtime.Object) Objects {
-	out := Objects{Postgresql: pg}
+func objects(pg *v1.Postgresql, objs ...runtime.Object) observed.Cluster {
+	out := observed.Cluster{Postgresql: pg}
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *appsv1.StatefulSet:

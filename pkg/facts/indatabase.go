@@ -14,6 +14,7 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/observed"
 	"github.com/pgloop/pgloop/pkg/patroni"
 )
 
@@ -95,7 +96,7 @@ func switchoverCandidate(pods []*corev1.Pod, members map[string]patroni.Member, 
 // inDatabase derives what pgloop applies inside PostgreSQL and Patroni: the
 // sync and configuration the spec asks for, where to send them, and the
 // members pending a restart.
-func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs Objects, pods []*corev1.Pod, members map[string]patroni.Member, stsName string) {
+func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster, pods []*corev1.Pod, members map[string]patroni.Member, stsName string) {
 	if f.SpecError != "" || f.Deleting {
 		return
 	}
@@ -159,7 +160,7 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 	// the manifest's.
 	s.users = union(sortedKeys(pg.Spec.Users), pg.Spec.PreparedRoleNames())
 	s.databases = union(sortedKeys(pg.Spec.Databases), pg.Spec.PreparedDatabaseNames())
-	s.secretNames = SecretNames(pg)
+	s.secretNames = cluster.Names(pg).Secrets
 	h := sha256.New()
 	for _, u := range sortedKeys(pg.Spec.Users) {
 		flags := make([]string, 0, len(pg.Spec.Users[u]))
@@ -255,10 +256,4 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// SecretNames are the names of the credentials Secrets of pg's roles: the
-// system roles', the users' and the connection pooler's (cluster.Names).
-func SecretNames(pg *v1.Postgresql) []string {
-	return cluster.Names(pg).Secrets
 }

@@ -38,7 +38,7 @@ func memberData(role string, lsn int64, pending bool) func(*corev1.Pod) {
 
 func credentials(pg *v1.Postgresql, rv string) []runtime.Object {
 	var out []runtime.Object
-	for _, name := range SecretNames(pg) {
+	for _, name := range cluster.Names(pg).Secrets {
 		out = append(out, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: pg.Namespace, Name: name,
 			UID: types.UID("uid-" + name), ResourceVersion: rv}})
 	}

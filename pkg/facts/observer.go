@@ -5,16 +5,17 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // Reader reads a cluster's objects from local caches (pkg/informers
-// implements it). It must not do network I/O: Observe runs on the loop
-// goroutine.
+// implements it without knowing this package: pkg/operator's tests check
+// it). It must not do network I/O: Observe runs on the loop goroutine.
 type Reader interface {
 	// Objects returns the objects of cluster key ("namespace/name"), and
 	// false when its resource is not in the cache. They are the cache's
 	// own objects, shared with every reader.
-	Objects(key string) (Objects, bool)
+	Objects(key string) (observed.Cluster, bool)
 }
 
 // Observer is the controller's Observer: it reads a cluster's objects from

@@ -9,12 +9,13 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // reader is a Reader over a map of cluster key to objects.
-type reader map[string]Objects
+type reader map[string]observed.Cluster
 
-func (r reader) Objects(key string) (Objects, bool) {
+func (r reader) Objects(key string) (observed.Cluster, bool) {
 	objs, ok := r[key]
 	return objs, ok
 }

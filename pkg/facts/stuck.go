@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // Reasons of fsm.Facts.StuckReason that pgloop names itself. A container
@@ -80,7 +81,7 @@ func stuckContainer(p *corev1.Pod) *corev1.ContainerStateWaiting {
 // first with a Warning if any has one. It returns nil when none is
 // Pending. Claims kept from a scale-down (ordinals >= desired) are not
 // waited for.
-func pendingClaim(objs Objects, stsName string, desired int32) (*corev1.PersistentVolumeClaim, *corev1.Event) {
+func pendingClaim(objs observed.Cluster, stsName string, desired int32) (*corev1.PersistentVolumeClaim, *corev1.Event) {
 	var first, firstWarned *corev1.PersistentVolumeClaim
 	var warning *corev1.Event
 	for _, c := range objs.Claims {

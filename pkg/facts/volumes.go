@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // ReasonVolumeNotExpandable is the cause when spec.volume.size grew and a claim's
@@ -29,7 +30,7 @@ const (
 // (ordinals below desired) whose volume is smaller than size, by name, with
 // where their growth is. A claim not bound yet has no volume to grow: the
 // ensure effects grow it once it is (and VolumePending explains a wait).
-func volumes(objs Objects, stsName string, desired int32, size resource.Quantity) []v1.ClaimStatus {
+func volumes(objs observed.Cluster, stsName string, desired int32, size resource.Quantity) []v1.ClaimStatus {
 	if size.IsZero() {
 		return nil
 	}

@@ -3,8 +3,10 @@
 // reads (Patroni's ConfigMaps, Warning Events, ResourceQuotas,
 // StorageClasses), and handlers that turn their watch events into Notify
 // calls of the event loop. It derives nothing: the loop reads a cluster's
-// objects from the caches (Objects) and pkg/facts derives its fsm.Facts
-// from them; the effects read the same caches (effects.Cache).
+// objects from the caches (Objects, an observed.Cluster) and pkg/facts
+// derives its fsm.Facts from them; the effects read the same caches
+// (effects.Cache). It imports neither of them, nor the state machine:
+// pkg/operator wires them together, and its tests check that they fit.
 //
 // Handlers never call the API and never block: they map an object to the
 // cluster it belongs to and notify. Everything else is read from the caches

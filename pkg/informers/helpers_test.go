@@ -13,10 +13,9 @@ import (
 	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
-// The cluster fixtures are shared with the other package that derives or
-// caches facts (pkg/internal/fixtures).
+// The cluster fixtures are shared with the tests of pkg/facts and
+// pkg/operator (pkg/internal/fixtures).
 var (
-	now           = fixtures.Now
 	newPG         = fixtures.NewPG
 	statefulSet   = fixtures.StatefulSet
 	pod           = fixtures.Pod

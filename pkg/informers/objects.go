@@ -12,21 +12,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/facts"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
-
-// The informers are what the facts are read from: pkg/facts derives a
-// cluster's fsm.Facts from what Objects returns.
-var _ facts.Reader = (*Informers)(nil)
 
 // Objects returns what the facts of cluster key are derived from, read from
 // the caches only (it runs on the loop goroutine), and false when its
-// resource is not in the cache. They are the cache's own objects, shared
-// with every reader: callers must not modify them (DeepCopy first).
-func (i *Informers) Objects(key string) (facts.Objects, bool) {
+// resource is not in the cache: pkg/facts reads the caches through it (its
+// Reader). They are the cache's own objects, shared with every reader:
+// callers must not modify them (DeepCopy first).
+func (i *Informers) Objects(key string) (observed.Cluster, bool) {
 	pg, ok := i.Postgresql(key)
 	if !ok {
-		return facts.Objects{}, false
+		return observed.Cluster{}, false
 	}
 	s := i.scopeOf(key)
 	stsName := cluster.StatefulSetName(pg.Name)
@@ -34,7 +31,7 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 	if stsName != pg.Name {
 		stsKey = pg.Namespace + "/" + stsName
 	}
-	objs := facts.Objects{
+	objs := observed.Cluster{
 		Postgresql: pg,
 		Pods:       sortedPods(indexed[*corev1.Pod](s.pods, byCluster, key)),
 	}
@@ -50,7 +47,7 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 	objs.LogicalBackup, _ = byKey[*batchv1.CronJob](s.cronJobs, pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
 	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
 	secrets := s.owned.Core().V1().Secrets().Informer()
-	for _, name := range facts.SecretNames(pg) {
+	for _, name := range cluster.Names(pg).Secrets {
 		if sec, ok := byKey[*corev1.Secret](secrets, pg.Namespace, name); ok {
 			objs.Secrets = append(objs.Secrets, sec)
 		}
@@ -62,14 +59,14 @@ func (i *Informers) Objects(key string) (facts.Objects, bool) {
 	objs.StorageClasses = i.classesToGrow(objs.Claims, pg.Spec.Volume.Size)
 	if allReady(objs.Pods, pg.Spec.NumberOfInstances) {
 		// Warnings and quotas only explain missing or unready pods
-		// (facts.Objects): the healthy path, most observations, reads
+		// (observed.Cluster): the healthy path, most observations, reads
 		// none of them.
 		return objs, true
 	}
 	objs.StatefulSetWarnings = indexed[*corev1.Event](s.warnings, byInvolvedObject, stsKey)
 	objs.Quotas = indexed[*corev1.ResourceQuota](s.quotas, cache.NamespaceIndex, pg.Namespace)
 	// Only the Warnings of a Pending claim say anything about the cluster
-	// (facts.Objects): a healthy cluster's claims cost no Event lookup.
+	// (observed.Cluster): a healthy cluster's claims cost no Event lookup.
 	for _, c := range objs.Claims {
 		if c.Status.Phase == corev1.ClaimPending {
 			objs.ClaimWarnings = append(objs.ClaimWarnings,

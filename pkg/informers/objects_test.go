@@ -12,8 +12,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/facts"
-	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // TestObjects checks that Objects reads a cluster's own objects from the
@@ -82,31 +80,6 @@ func TestObjects(t *testing.T) {
 	inf2, _, _ := start(t, Options{}, discard{}, nil, pod(other, 0))
 	if _, ok := inf2.Objects("db/c2"); ok {
 		t.Error("db/c2 read without its resource")
-	}
-}
-
-// TestObserveThroughTheCaches checks the wiring of the operator: facts
-// derived from what the caches hold.
-func TestObserveThroughTheCaches(t *testing.T) {
-	pg := newPG("c1", 3)
-	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{pg},
-		statefulSet(pg), lock(pg, "c1-0"), pod(pg, 0, master), pod(pg, 1), pod(pg, 2))
-	obs := facts.NewObserver(inf, facts.NewDeriver(cluster.Options{}, true), func() time.Time { return now })
-	f, status := obs.Observe("db/c1")
-	// The roles' Secrets are not in the caches: the sync is not known yet.
-	// The StatefulSet bootstraps the spec's configuration.
-	if f.Sync.Hash != "" || !f.Config.Bootstrap || f.Config.Hash == "" {
-		t.Errorf("in-database facts: sync %+v config %+v", f.Sync, f.Config)
-	}
-	f.Sync, f.Config, f.Users, f.Databases, f.NoTarget = fsm.Want{}, fsm.Want{}, nil, nil, ""
-	if want := (fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true, VolumeSize: "10Gi"}); !reflect.DeepEqual(f, want) {
-		t.Errorf("facts\n got %+v\nwant %+v", f, want)
-	}
-	if cached, _ := inf.Postgresql("db/c1"); status != &cached.Status {
-		t.Errorf("status is not the cache's: %p, want %p", status, &cached.Status)
-	}
-	if f, status := obs.Observe("db/nope"); !f.Gone || status != nil {
-		t.Errorf("db/nope: %+v %v, want gone", f, status)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
+	"github.com/pgloop/pgloop/pkg/informers"
 	"github.com/pgloop/pgloop/pkg/metrics"
 )
 
@@ -38,6 +39,25 @@ func newPGClient(pgs ...*v1.Postgresql) *pgfake.Clientset {
 		objs[i] = pg
 	}
 	return pgfake.NewSimpleClientset(objs...)
+}
+
+// startInformers runs the informers over the given objects until the test
+// ends, notifying nothing, and returns once their caches are synced, with
+// the fake clientsets they read.
+func startInformers(t testing.TB, pgs []*v1.Postgresql, objs ...runtime.Object) (*informers.Informers, *fake.Clientset, *pgfake.Clientset) {
+	t.Helper()
+	kube := fake.NewClientset(objs...)
+	pgc := newPGClient(pgs...)
+	inf := informers.New(kube, pgc, informers.Options{}, nopNotifier{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf.Start(ctx)
+	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelSync()
+	if err := inf.WaitForCacheSync(syncCtx); err != nil {
+		t.Fatal(err)
+	}
+	return inf, kube, pgc
 }
 
 // failLists makes every List and Watch of pg's resources fail with err (a

@@ -18,6 +18,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/facts"
 	"github.com/pgloop/pgloop/pkg/informers"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // view stands in for pkg/informers: the operator's caches of the API,
@@ -177,16 +178,16 @@ func members[T runtime.Object](v *view, res, key string) []T {
 	return out
 }
 
-func (v *view) Objects(key string) (facts.Objects, bool) {
+func (v *view) Objects(key string) (observed.Cluster, bool) {
 	pg, ok := v.Postgresql(key)
 	if !ok {
-		return facts.Objects{}, false
+		return observed.Cluster{}, false
 	}
-	objs := facts.Objects{Postgresql: pg, Pods: v.Pods(key), Claims: v.PersistentVolumeClaims(key)}
+	objs := observed.Cluster{Postgresql: pg, Pods: v.Pods(key), Claims: v.PersistentVolumeClaims(key)}
 	objs.StatefulSet, _ = v.StatefulSet(pg.Namespace, cluster.StatefulSetName(pg.Name))
 	objs.LogicalBackup, _ = v.CronJob(pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
 	objs.Leader, _ = lookup[*corev1.ConfigMap](v, "configmaps", pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
-	for _, name := range facts.SecretNames(pg) {
+	for _, name := range cluster.Names(pg).Secrets {
 		if s, ok := v.Secret(pg.Namespace, name); ok {
 			objs.Secrets = append(objs.Secrets, s)
 		}

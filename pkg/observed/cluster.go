@@ -1,4 +1,4 @@
-package facts
+package observed
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
@@ -9,10 +9,10 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// Objects are what is known of one cluster: its resource and the objects
-// its facts are derived from. They are read from shared caches, so
-// derivation never modifies them. A nil or empty field means there is none.
-type Objects struct {
+// Cluster is what is known of one cluster: its resource and the objects
+// its facts are derived from. They are read from shared caches, so no
+// reader modifies them. A nil or empty field means there is none.
+type Cluster struct {
 	// Postgresql is the cluster's resource; it is never nil.
 	Postgresql *v1.Postgresql
 	// StatefulSet is the cluster's StatefulSet.
