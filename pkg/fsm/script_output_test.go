@@ -275,6 +275,16 @@ func (r *runner) check() []string {
 	if !maps.EqualFunc(loop, r.loop, time.Time.Equal) {
 		bad = append(bad, fmt.Sprintf("the loop holds timers %v, the status %v", r.loop, loop))
 	}
+	// The ready count shown is the one status counts.
+	if st.Ready != "" && st.Ready != fmt.Sprintf("%d/%d", st.ReadyInstances, st.DesiredInstances) {
+		bad = append(bad, fmt.Sprintf("ready %s, readyInstances %d of %d", st.Ready, st.ReadyInstances, st.DesiredInstances))
+	}
+	// A history entry, a state's or a primary's change, has the input's time.
+	for _, h := range added(r.before.History, st.History) {
+		if !h.Time.Time.Equal(t0.Add(r.at)) {
+			bad = append(bad, fmt.Sprintf("history entry %s at %s, the input at %s", h.Event, since(h.Time.Time), r.at))
+		}
+	}
 	if p := res.Plan; p != nil && p.Status != nil && !equality.Semantic.DeepEqual(p.Status, st) {
 		bad = append(bad, "the plan's snapshot is not the status")
 	}
