@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -73,12 +72,4 @@ func firedEvents(fired []Fired) []string {
 		out = append(out, f.Event)
 	}
 	return out
-}
-
-func wantCondition(t *testing.T, st *v1.PostgresqlStatus, typ string, status metav1.ConditionStatus, reason, message string) {
-	t.Helper()
-	c := meta.FindStatusCondition(st.Conditions, typ)
-	if c == nil || c.Status != status || c.Reason != reason || c.Message != message {
-		t.Errorf("condition %s %+v, want %s %s %q", typ, c, status, reason, message)
-	}
 }
