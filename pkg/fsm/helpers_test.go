@@ -27,12 +27,6 @@ func unschedulable(gen int64) Facts {
 	return f
 }
 
-func invalid(gen int64, msg string) Facts {
-	f := starting(gen)
-	f.SpecError = msg
-	return f
-}
-
 func with(f Facts, change func(*Facts)) Facts {
 	change(&f)
 	return f
