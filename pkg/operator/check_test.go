@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pgloop/pgloop/pkg/informers"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
 // forbidList makes every list of resource r by kube fail as RBAC would.
@@ -135,7 +136,7 @@ func (nopNotifier) NotifyUrgent(string, string) {}
 func TestWatchedKindsAreWhatTheInformersList(t *testing.T) {
 	for _, namespaces := range [][]string{nil, {"a", "b"}} {
 		kube := fake.NewClientset()
-		inf := informers.New(kube, newPGClient(), informers.Options{Namespaces: namespaces}, nopNotifier{})
+		inf := informers.New(kube, fixtures.NewPGClient(), informers.Options{Namespaces: namespaces}, nopNotifier{})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		inf.Start(ctx)
 		err := inf.WaitForCacheSync(ctx)
