@@ -1,18 +1,3 @@
-// Package controller connects the generic event loop to the clusters' state
-// machines: it implements eventloop.Handler by keeping one fsm.Machine per
-// cluster, reading each cluster's facts from an Observer (pkg/facts, over
-// the informers' caches) and turning the machine's plans into executable
-// steps through a StepBuilder. The Handler runs on the loop goroutine only,
-// so it needs no locks. NewStepBuilder is the glue between the machine and
-// pkg/effects: it makes a plan's steps out of the calls of an Actor
-// (*effects.Effects).
-//
-// It also holds the one policy that spans clusters, the fleet's rollout
-// budget (budget.go, SetRolloutBudget): at most --max-rolling-clusters
-// clusters replace pods that run PostgreSQL at once. Before each input it
-// tells a machine whether a slot is its own (fsm.Facts.RolloutWait), and
-// after it accounts for what the machine reports (fsm.Result.Rollout),
-// waking the next waiting cluster (SignalRollout) when a slot frees.
 package controller
 
 import (

@@ -193,20 +193,36 @@ func (r *run) deleteClaims(ctx context.Context, pg *v1.Postgresql) error {
 	return nil
 }
 
-// deleteObject deletes one object; one already gone is fine.
+// deleteObject deletes one object; one already gone is fine. With a UID
+// as precondition (withUID), so is a Conflict: the name is then another
+// object's (a successor's), and the one meant is gone.
 func (r *run) deleteObject(ctx context.Context, kind, name string, del deleteFunc, opts metav1.DeleteOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	err := del(ctx, name, opts)
+	log := r.log.WithFields(logrus.Fields{"kind": kind, "name": name})
 	switch {
 	case err == nil:
-		r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("deleted")
+		log.Info("deleted")
 		return nil
 	case apierrors.IsNotFound(err):
 		return nil
+	case apierrors.IsConflict(err) && opts.Preconditions != nil && opts.Preconditions.UID != nil:
+		log.Debug("already gone: the name is another object's")
+		return nil
 	}
 	return fmt.Errorf("delete %s %s: %w", kind, name, err)
+}
+
+// withUID are the options of a delete of the object with uid only (none
+// when uid is empty).
+func withUID(uid string) metav1.DeleteOptions {
+	if uid == "" {
+		return metav1.DeleteOptions{}
+	}
+	u := types.UID(uid)
+	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}}
 }
 
 // deletePatroniConfigMaps deletes the ConfigMaps Patroni keeps the

@@ -222,3 +222,44 @@ func TestCleanupFinalizerConflict(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteObject: an object already gone is deleted; so is one whose
+// name, with a UID as precondition, is another object's (Conflict). A
+// Conflict without that precondition is an error.
+func TestDeleteObject(t *testing.T) {
+	pods := corev1.Resource("pods")
+	conflict := apierrors.NewConflict(pods, "p", errors.New("precondition failed"))
+	tests := []struct {
+		name    string
+		uid     string
+		err     error
+		wantErr bool
+	}{
+		{name: "deleted"},
+		{name: "gone", err: apierrors.NewNotFound(pods, "p")},
+		{name: "gone, with a UID", uid: "u1", err: apierrors.NewNotFound(pods, "p")},
+		{name: "the name is another object's", uid: "u1", err: conflict},
+		{name: "a Conflict without a UID", err: conflict, wantErr: true},
+		{name: "any other error", uid: "u1", err: apierrors.NewInternalError(errors.New("etcd")), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := newHarness(t, nil).eff.run("db/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got metav1.DeleteOptions
+			del := func(_ context.Context, _ string, opts metav1.DeleteOptions) error {
+				got = opts
+				return tt.err
+			}
+			err = r.deleteObject(context.Background(), "pod", "p", del, withUID(tt.uid))
+			if (err != nil) != tt.wantErr {
+				t.Errorf("error %v, want one: %t", err, tt.wantErr)
+			}
+			if pre := got.Preconditions; (pre != nil && pre.UID != nil && string(*pre.UID) == tt.uid) != (tt.uid != "") {
+				t.Errorf("preconditions %+v, want UID %q", pre, tt.uid)
+			}
+		})
+	}
+}

@@ -330,35 +330,14 @@ func (r *run) replacePods(ctx context.Context, pods []Pod) error {
 // pod is gone (the apiserver's claim protection); the StatefulSet
 // controller waits for it before it creates the claim anew.
 func (r *run) replacePod(ctx context.Context, pod Pod) error {
-	if err := r.deleteReplaced(ctx, "pod", pod.Name, pod.UID, r.kube.CoreV1().Pods(r.ns).Delete); err != nil {
+	core := r.kube.CoreV1()
+	if err := r.deleteObject(ctx, "pod", pod.Name, core.Pods(r.ns).Delete, withUID(pod.UID)); err != nil {
 		return err
 	}
 	if pod.Claim == "" {
 		return nil
 	}
-	return r.deleteReplaced(ctx, "persistentvolumeclaim", pod.Claim, pod.ClaimUID,
-		r.kube.CoreV1().PersistentVolumeClaims(r.ns).Delete)
-}
-
-func (r *run) deleteReplaced(ctx context.Context, kind, name, uid string, del deleteFunc) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var opts metav1.DeleteOptions
-	if uid != "" {
-		u := types.UID(uid)
-		opts.Preconditions = &metav1.Preconditions{UID: &u}
-	}
-	err := del(ctx, name, opts)
-	switch {
-	case err == nil:
-		r.log.WithField(kind, name).Info("deleted " + kind + " for replacement")
-		return nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		r.log.WithField(kind, name).Debug(kind + " already replaced")
-		return nil
-	}
-	return fmt.Errorf("delete %s %s: %w", kind, name, err)
+	return r.deleteObject(ctx, "persistentvolumeclaim", pod.Claim, core.PersistentVolumeClaims(r.ns).Delete, withUID(pod.ClaimUID))
 }
 
 // nudge records the namespace's quota version on the StatefulSet (a merge

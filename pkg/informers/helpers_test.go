@@ -13,8 +13,8 @@ import (
 	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
-// The cluster fixtures are shared with the tests of pkg/facts and
-// pkg/operator (pkg/internal/fixtures).
+// The cluster fixtures and the fake clientset are shared with the tests of
+// pkg/facts and pkg/operator (pkg/internal/fixtures).
 var (
 	newPG         = fixtures.NewPG
 	statefulSet   = fixtures.StatefulSet
@@ -26,20 +26,10 @@ var (
 	claimEvent    = fixtures.ClaimEvent
 	resourceQuota = fixtures.ResourceQuota
 	event         = fixtures.Event
+	newPGClient   = fixtures.NewPGClient
 )
 
 const ns = fixtures.Namespace
-
-// newPGClient returns a fake clientset holding pgs. Its object tracker gives
-// a List a resourceVersion and replays to a Watch what changed since, so no
-// event between an informer's list and its watch is lost.
-func newPGClient(pgs ...*v1.Postgresql) *pgfake.Clientset {
-	objs := make([]runtime.Object, len(pgs))
-	for i, pg := range pgs {
-		objs[i] = pg
-	}
-	return pgfake.NewSimpleClientset(objs...)
-}
 
 // note is one Notify call.
 type note struct{ key, signal string }

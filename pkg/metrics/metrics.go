@@ -1,16 +1,3 @@
-// Package metrics exposes what pgloop does as Prometheus metrics: how long
-// events wait for the loop, what the loop holds (inbox, timers, plans), how
-// many clusters are in each state, which transitions fire, how long each
-// effect step takes and how often it fails, and which requests the
-// Kubernetes client sends.
-//
-// Everything is registered on the Metrics' own Registry, never on the
-// global one, so tests and several operators in one process do not collide.
-// Its methods are plain: they know neither the controller nor the effects.
-// pkg/operator points the loop's Observe, the controller's hooks and a
-// wrapper of the effect steps at them. They run on the loop goroutine or in
-// the executor's workers and only touch Prometheus' lock-free or atomic
-// collectors, so they never make the loop wait.
 package metrics
 
 import (

@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/pgloop/pgloop/pkg/informers"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
 // forbidList makes every list of resource r by kube fail as RBAC would.
@@ -71,6 +72,59 @@ func TestCheckOwnedNamesTheForbiddenKind(t *testing.T) {
 	})
 }
 
+// TestCheckListsSaysWhy: each cause of a failed list is worded once, for
+// checkAPI and checkOwned alike, names the kind and where, and wraps the
+// API's error.
+func TestCheckListsSaysWhy(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	postgresqls := schema.ParseGroupResource(crdName)
+	tests := []struct {
+		name       string
+		kind       string
+		namespaces []string
+		failIn     string // the namespace whose list fails
+		err        error  // nil: the list waits for its context
+		want       string
+	}{
+		{"CRD missing", crdName, nil, "", apierrors.NewNotFound(postgresqls, ""),
+			"CRD postgresqls.pgloop.dev not installed (kubectl apply -f manifests/crds/)"},
+		{"built-in kind missing", "pods", []string{"db"}, "db", apierrors.NewNotFound(pods, ""),
+			"list pods in namespace db: "},
+		{"unauthorized", crdName, []string{"db"}, "db", apierrors.NewUnauthorized("no"),
+			"not allowed to list postgresqls.pgloop.dev in namespace db: check the operator's RBAC"},
+		{"the second namespace", "pods", []string{"a", "db"}, "db", apierrors.NewForbidden(pods, "", errors.New("no")),
+			"not allowed to list pods in namespace db: check the operator's RBAC"},
+		{"no answer", "pods", []string{"db"}, "db", nil,
+			"the Kubernetes API did not answer a list of pods in namespace db within 50ms"},
+		{"anything else", "pods", nil, "", apierrors.NewInternalError(errors.New("etcd")),
+			"list pods in all namespaces: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Namespaces = tt.namespaces
+			cfg.CacheSyncTimeout = 50 * time.Millisecond
+			kind := watchedKind{name: tt.kind, list: func(ctx context.Context, ns string) error {
+				switch {
+				case ns != tt.failIn:
+					return nil
+				case tt.err == nil:
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return tt.err
+			}}
+			err := checkLists(context.Background(), &cfg, []watchedKind{kind})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want %q", err, tt.want)
+			}
+			if wrapped := tt.err; wrapped != nil && !errors.Is(err, wrapped) {
+				t.Errorf("error %v does not wrap %v", err, wrapped)
+			}
+		})
+	}
+}
+
 type nopNotifier struct{}
 
 func (nopNotifier) Notify(string, string)       {}
@@ -82,7 +136,7 @@ func (nopNotifier) NotifyUrgent(string, string) {}
 func TestWatchedKindsAreWhatTheInformersList(t *testing.T) {
 	for _, namespaces := range [][]string{nil, {"a", "b"}} {
 		kube := fake.NewClientset()
-		inf := informers.New(kube, newPGClient(), informers.Options{Namespaces: namespaces}, nopNotifier{})
+		inf := informers.New(kube, fixtures.NewPGClient(), informers.Options{Namespaces: namespaces}, nopNotifier{})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		inf.Start(ctx)
 		err := inf.WaitForCacheSync(ctx)

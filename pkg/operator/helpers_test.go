@@ -22,6 +22,7 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
 	"github.com/pgloop/pgloop/pkg/informers"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 	"github.com/pgloop/pgloop/pkg/metrics"
 )
 
@@ -31,23 +32,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newPGClient returns a fake clientset holding pgs, on client-go's object
-// tracker, so that informers list and watch it as they would the API.
-func newPGClient(pgs ...*v1.Postgresql) *pgfake.Clientset {
-	objs := make([]runtime.Object, len(pgs))
-	for i, pg := range pgs {
-		objs[i] = pg
-	}
-	return pgfake.NewSimpleClientset(objs...)
-}
-
 // startInformers runs the informers over the given objects until the test
 // ends, notifying nothing, and returns once their caches are synced, with
 // the fake clientsets they read.
 func startInformers(t testing.TB, pgs []*v1.Postgresql, objs ...runtime.Object) (*informers.Informers, *fake.Clientset, *pgfake.Clientset) {
 	t.Helper()
 	kube := fake.NewClientset(objs...)
-	pgc := newPGClient(pgs...)
+	pgc := fixtures.NewPGClient(pgs...)
 	inf := informers.New(kube, pgc, informers.Options{}, nopNotifier{})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -468,46 +468,36 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 // cause instead of waiting for caches that cannot sync: the API server is
 // unreachable, the CRD is not installed, or RBAC forbids the list.
 func checkAPI(ctx context.Context, cfg *Config, pg pgclient.Interface) error {
-	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
-	defer cancel()
-	namespaces := cfg.Namespaces
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	for _, ns := range namespaces {
+	return checkLists(ctx, cfg, []watchedKind{{name: crdName, list: func(ctx context.Context, ns string) error {
 		_, err := pg.PgloopV1().Postgresqls(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		where := "in all namespaces"
-		if ns != metav1.NamespaceAll {
-			where = "in namespace " + ns
-		}
-		switch {
-		case err == nil:
-			continue
-		case apierrors.IsNotFound(err):
-			return fmt.Errorf("CRD %s not installed (kubectl apply -f manifests/crds/): %w", crdName, err)
-		case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-			return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", crdName, where, err)
-		case ctx.Err() != nil:
-			return fmt.Errorf("the Kubernetes API did not answer a list of %s %s within %s: %w", crdName, where, cfg.CacheSyncTimeout, err)
-		}
-		return fmt.Errorf("list %s %s: %w", crdName, where, err)
-	}
-	return nil
+		return err
+	}}})
 }
 
 // checkOwned lists each kind of object the informers watch besides the
-// Postgresql resources (watchedKinds: one item at most, in each watched
-// namespace, or once for a cluster-scoped kind) within
-// cfg.CacheSyncTimeout, to name the one the operator may not list when the
-// caches do not sync: usually RBAC.
+// Postgresql resources (watchedKinds) within cfg.CacheSyncTimeout, to name
+// the one the operator may not list when the caches do not sync: usually
+// RBAC.
 func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) error {
+	return checkLists(ctx, cfg, watchedKinds(kube))
+}
+
+// checkLists lists one item at most of each kind, in each watched
+// namespace or once for a cluster-scoped kind, within
+// cfg.CacheSyncTimeout, and says why the first list that fails did:
+//  1. the CRD is not installed (only the Postgresql resource can be
+//     missing: the others are built in);
+//  2. RBAC forbids the list;
+//  3. the API did not answer in time;
+//  4. anything else, as the API said it.
+func checkLists(ctx context.Context, cfg *Config, kinds []watchedKind) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.CacheSyncTimeout)
 	defer cancel()
 	namespaces := cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	for _, k := range watchedKinds(kube) {
+	for _, k := range kinds {
 		in := namespaces
 		if k.clusterScoped {
 			in = []string{metav1.NamespaceAll}
@@ -524,8 +514,13 @@ func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) err
 			case ns != metav1.NamespaceAll:
 				where = "in namespace " + ns
 			}
-			if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			switch {
+			case k.name == crdName && apierrors.IsNotFound(err):
+				return fmt.Errorf("CRD %s not installed (kubectl apply -f manifests/crds/): %w", crdName, err)
+			case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
 				return fmt.Errorf("not allowed to list %s %s: check the operator's RBAC (manifests/operator/): %w", k.name, where, err)
+			case ctx.Err() != nil:
+				return fmt.Errorf("the Kubernetes API did not answer a list of %s %s within %s: %w", k.name, where, cfg.CacheSyncTimeout, err)
 			}
 			return fmt.Errorf("list %s %s: %w", k.name, where, err)
 		}
@@ -533,7 +528,7 @@ func checkOwned(ctx context.Context, cfg *Config, kube kubernetes.Interface) err
 	return nil
 }
 
-// watchedKind is a kind of object the informers watch, for checkOwned.
+// watchedKind is a kind of object the informers watch, for checkLists.
 type watchedKind struct {
 	// name is resource.group, as RBAC rules and the API's errors name it.
 	name          string

@@ -25,6 +25,7 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 	"github.com/pgloop/pgloop/pkg/metrics"
 )
 
@@ -190,7 +191,7 @@ func TestRunWithoutLeaderElection(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
 	kube := fake.NewClientset()
-	pg := newPGClient(newPG("db", "alpha"))
+	pg := fixtures.NewPGClient(newPG("db", "alpha"))
 	in := start(t, cfg, kube, pg)
 
 	eventually(t, 10*time.Second, "/readyz is 200", func() bool { code, _ := in.get("/readyz"); return code == 200 })
@@ -223,7 +224,7 @@ func TestRunWithoutLeaderElection(t *testing.T) {
 func TestRunFailsWithoutCRD(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
-	pg := newPGClient()
+	pg := fixtures.NewPGClient()
 	failLists(pg, apierrors.NewNotFound(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, ""))
 	in := start(t, cfg, fake.NewClientset(), pg)
 	err := in.wait(5 * time.Second)
@@ -236,7 +237,7 @@ func TestRunFailsWhenForbidden(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
 	cfg.Namespaces = []string{"db"}
-	pg := newPGClient()
+	pg := fixtures.NewPGClient()
 	failLists(pg, apierrors.NewForbidden(schema.GroupResource{Group: "pgloop.dev", Resource: "postgresqls"}, "", errors.New("no")))
 	in := start(t, cfg, fake.NewClientset(), pg)
 	err := in.wait(5 * time.Second)
@@ -255,7 +256,7 @@ func TestRunNamesWhatDoesNotSync(t *testing.T) {
 	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no"))
 	})
-	in := start(t, cfg, kube, newPGClient())
+	in := start(t, cfg, kube, fixtures.NewPGClient())
 	err := in.wait(10 * time.Second)
 	if err == nil || !strings.Contains(err.Error(), "informer caches did not sync within 1s: not allowed to list pods in all namespaces") {
 		t.Fatalf("error %v, want pods named", err)
@@ -330,7 +331,7 @@ func TestRunHealthAddrInUse(t *testing.T) {
 	defer ln.Close()
 	cfg := testConfig(t)
 	cfg.HealthAddr = ln.Addr().String()
-	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: newPGClient()}, metrics.New())
+	err = run(context.Background(), cfg, newLogger(&cfg), clients{kube: fake.NewClientset(), pg: fixtures.NewPGClient()}, metrics.New())
 	if err == nil || !strings.Contains(err.Error(), "listen on health-addr") {
 		t.Fatalf("error %v, want the address named", err)
 	}
@@ -368,7 +369,7 @@ func TestLeaderElection(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElectionNamespace = "pgloop-system"
 	kube := fake.NewClientset()
-	pg := newPGClient(newPG("db", "alpha"))
+	pg := fixtures.NewPGClient(newPG("db", "alpha"))
 	// Set before the fake is used: its reactors are not safe to change
 	// while it serves. (Not a Conflict: client-go retries a conflicting
 	// release without bound on a client that ignores deadlines, as the

@@ -20,6 +20,7 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 )
 
 // apiWrites records the writes fake APIs receive: "verb resource" (with
@@ -77,7 +78,7 @@ func TestCreateWrites(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.LeaderElect = false
 	kube := fake.NewClientset()
-	pg := newPGClient()
+	pg := fixtures.NewPGClient()
 	w := &apiWrites{}
 	kube.PrependReactor("*", "*", w.record)
 	pg.PrependReactor("*", "*", w.record)
