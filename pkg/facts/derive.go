@@ -8,7 +8,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -110,125 +109,46 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	}
 
 	leader, recorded := leaderRecord(objs.Leader, pg.Name)
-	// A never-bound claim of another StorageClass than the StatefulSet's
-	// is replaced with its pod, once the StatefulSet asks for the spec's
-	// class (it was re-created): before that, its controller would make
-	// the claim anew with the old class.
-	claimClass, replaceClaims := "", false
-	if sts != nil {
-		claimClass = cluster.ClaimTemplateClass(sts)
-		replaceClaims = claimClass == pg.Spec.Volume.StorageClass
-	}
-	var (
-		existing    int32
-		leaderPod   *corev1.Pod // the pod the leader record names, terminating or not
-		lastCreated time.Time
-		// next is the outdated pod that runs PostgreSQL to replace first:
-		// replicas before the leader, then the lowest ordinal.
-		next       *corev1.Pod
-		nextLeader bool
-		nextOrd    int
-		// idle are the outdated pods that run nothing, replaced at once.
-		idle []fsm.PodRef
-		// outdated counts the outdated pods among the desired ordinals.
-		outdated int32
-		// The first pod-level causes, by kind.
-		unschedulable        *corev1.Pod
-		unschedulableMessage string
-		waiting              *corev1.Pod
-		waitingState         *corev1.ContainerStateWaiting
-	)
-	for _, p := range pods {
-		if t := p.CreationTimestamp.Time; t.After(lastCreated) {
-			lastCreated = t
-		}
-		isLeader := leader != "" && p.Name == leader
-		if isLeader {
-			leaderPod = p
-		}
-		// A terminating pod is on its way out: it counts for nothing, not
-		// even as outdated, or a rollout would pick it again.
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		existing++
-		if podReady(p) {
-			f.Ready++
-		}
-		var claim *corev1.PersistentVolumeClaim
-		if replaceClaims && runsNothing(p) {
-			claim = wrongClassClaim(objs, p, claimClass)
-		}
-		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
-			f.Outdated++
-			ord := ordinal(p.Name, stsName)
-			desired := ord >= 0 && ord < int(f.Desired)
-			if desired {
-				outdated++
-			}
-			switch {
-			case !desired:
-				// Scaled away: the StatefulSet controller deletes it.
-			case runsNothing(p):
-				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
-				if claim != nil {
-					ref.Claim, ref.ClaimUID = claim.Name, string(claim.UID)
-				}
-				idle = append(idle, ref)
-			case next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd):
-				next, nextLeader, nextOrd = p, isLeader, ord
-			}
-		}
-		if unschedulable == nil {
-			if msg, ok := schedulingFailure(p); ok {
-				unschedulable, unschedulableMessage = p, msg
-			}
-		}
-		if waiting == nil {
-			if w := stuckContainer(p); w != nil {
-				waiting, waitingState = p, w
-			}
-		}
-	}
-
-	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
+	scan := scanPods(objs, pods, leader)
+	f.Ready, f.Outdated = scan.ready, scan.outdated
+	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, scan.leaderPod)
 	members := d.members(spec, pods)
 	switch {
-	case len(idle) > 0:
-		f.Replace = idle
-	case f.Ready == f.Desired && next != nil && nextLeader && d.switchover && f.Primary == next.Name && hasMember(members, next.Name):
+	case len(scan.idle) > 0:
+		f.Replace = scan.idle
+	case f.Ready == f.Desired && scan.next != nil && scan.nextLeader && d.switchover && f.Primary == scan.next.Name && hasMember(members, scan.next.Name):
 		// The primary's Patroni publishes its member data: it can be
 		// asked to switch over.
 		// Hand the role to the most up-to-date replica first; the
 		// former primary is replaced once it is a replica.
-		switch to, wait := switchoverCandidate(pods, members, next.Name); {
+		switch to, wait := switchoverCandidate(pods, members, scan.next.Name); {
 		case to != "":
-			f.Switchover = &fsm.Switchover{From: next.Name, To: to}
+			f.Switchover = &fsm.Switchover{From: scan.next.Name, To: to}
 		case !wait:
 			// No replica can take over (all tagged nofailover):
 			// Patroni fails over as it can.
-			f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
+			f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: scan.next.Name, UID: string(scan.next.UID)}}, true
 		}
-	case f.Ready == f.Desired && next != nil:
-		f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
+	case f.Ready == f.Desired && scan.next != nil:
+		f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: scan.next.Name, UID: string(scan.next.UID)}}, true
 	}
 	// A desired pod that is not outdated runs the current template, or
 	// is missing or terminating: the StatefulSet controller makes it from
 	// that template.
-	f.RolloutStarted = next != nil && outdated < f.Desired
+	f.RolloutStarted = scan.next != nil && scan.outdatedDesired < f.Desired
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
 	// Cheapest checks first: the desired StatefulSet is built (once per
 	// generation) only when every desired pod exists from the
 	// StatefulSet's template.
 	change := cluster.NoChange
-	if f.SpecError == "" && sts != nil && f.Outdated == 0 && existing == f.Desired {
+	if f.SpecError == "" && sts != nil && f.Outdated == 0 && scan.existing == f.Desired {
 		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
 	}
 	f.TemplateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
 	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
 		sts.Status.ObservedGeneration >= sts.Generation &&
 		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
-		f.Outdated == 0 && existing == f.Desired && change == cluster.NoChange
+		f.Outdated == 0 && scan.existing == f.Desired && change == cluster.NoChange
 	if f.SpecError == "" {
 		var current bool
 		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
@@ -248,23 +168,23 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	// healthy path free of them. A claim that cannot bind comes first when
 	// its Warning says why: the scheduler's words for its pod ("pod has
 	// unbound immediate PersistentVolumeClaims") do not.
-	if existing < f.Desired || f.Ready < f.Desired {
+	if scan.existing < f.Desired || f.Ready < f.Desired {
 		claim, warning := pendingClaim(objs, stsName, f.Desired)
 		switch {
 		case claim != nil && warning != nil:
 			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, warning)
-		case unschedulable != nil:
-			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
-		case waiting != nil:
-			msg := waitingState.Message
+		case scan.unschedulable != nil:
+			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage)
+		case scan.waiting != nil:
+			msg := scan.waitingState.Message
 			if msg == "" {
-				msg = waitingState.Reason
+				msg = scan.waitingState.Reason
 			}
-			f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
+			f.StuckReason, f.Stuck = scan.waitingState.Reason, podMessage(scan.waiting.Name, msg)
 		case claim != nil:
 			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, nil)
-		case sts != nil && existing < f.Desired:
-			f.StuckReason, f.Stuck = failedCreate(objs.StatefulSetWarnings, sts, lastCreated, now)
+		case sts != nil && scan.existing < f.Desired:
+			f.StuckReason, f.Stuck = failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
 			if f.StuckReason == ReasonQuotaExceeded {
 				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
 					f.Nudge = v
@@ -275,7 +195,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	// Volumes that cannot grow hold back a cluster whose pods all serve:
 	// they are no cause of a pod's loss (fsm's podsLost takes a stuck
 	// cause for one).
-	if f.Stuck == "" && existing == f.Desired && f.Ready >= f.Desired {
+	if f.Stuck == "" && scan.existing == f.Desired && f.Ready >= f.Desired {
 		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
 	}
 	return f

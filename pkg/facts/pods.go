@@ -3,13 +3,118 @@ package facts
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/observed"
 )
+
+// podScan is what one pass over a cluster's pods finds (scanPods): what
+// they count, the leader's pod, what a rollout replaces, and the first
+// pod-level causes of a stuck cluster.
+type podScan struct {
+	// existing counts the pods that are not terminating; ready, those of
+	// them that are Ready (Facts.Ready).
+	existing, ready int32
+	// outdated counts the pods that are not terminating and do not run the
+	// StatefulSet's current pod template, or whose claim is replaced with
+	// them (Facts.Outdated); outdatedDesired, those of them among the
+	// desired ordinals.
+	outdated, outdatedDesired int32
+	// leaderPod is the pod the leader record names, terminating or not.
+	leaderPod *corev1.Pod
+	// lastCreated is when the newest pod was created.
+	lastCreated time.Time
+	// next is the outdated pod that runs PostgreSQL to replace first:
+	// replicas before the leader, then the lowest ordinal. nextLeader: it
+	// is the leader's; nextOrd is its ordinal.
+	next       *corev1.Pod
+	nextLeader bool
+	nextOrd    int
+	// idle are the outdated pods that run nothing, replaced at once.
+	idle []fsm.PodRef
+	// The first pod-level causes, by kind: a pod the scheduler found no
+	// node for, with its message, and a pod with a container that waits
+	// for a reason that does not go away by itself (stuckContainer).
+	unschedulable        *corev1.Pod
+	unschedulableMessage string
+	waiting              *corev1.Pod
+	waitingState         *corev1.ContainerStateWaiting
+}
+
+// scanPods goes once over pods, the pods of objs's cluster in name order;
+// leader is the member its leader record names, "" for none.
+func scanPods(objs observed.Cluster, pods []*corev1.Pod, leader string) podScan {
+	pg, sts := objs.Postgresql, objs.StatefulSet
+	stsName := cluster.StatefulSetName(pg.Name)
+	// A never-bound claim of another StorageClass than the StatefulSet's
+	// is replaced with its pod, once the StatefulSet asks for the spec's
+	// class (it was re-created): before that, its controller would make
+	// the claim anew with the old class.
+	claimClass, replaceClaims := "", false
+	if sts != nil {
+		claimClass = cluster.ClaimTemplateClass(sts)
+		replaceClaims = claimClass == pg.Spec.Volume.StorageClass
+	}
+	var s podScan
+	for _, p := range pods {
+		if t := p.CreationTimestamp.Time; t.After(s.lastCreated) {
+			s.lastCreated = t
+		}
+		isLeader := leader != "" && p.Name == leader
+		if isLeader {
+			s.leaderPod = p
+		}
+		// A terminating pod is on its way out: it counts for nothing, not
+		// even as outdated, or a rollout would pick it again.
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		s.existing++
+		if podReady(p) {
+			s.ready++
+		}
+		var claim *corev1.PersistentVolumeClaim
+		if replaceClaims && runsNothing(p) {
+			claim = wrongClassClaim(objs, p, claimClass)
+		}
+		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
+			s.outdated++
+			ord := ordinal(p.Name, stsName)
+			desired := ord >= 0 && ord < int(pg.Spec.NumberOfInstances)
+			if desired {
+				s.outdatedDesired++
+			}
+			switch {
+			case !desired:
+				// Scaled away: the StatefulSet controller deletes it.
+			case runsNothing(p):
+				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
+				if claim != nil {
+					ref.Claim, ref.ClaimUID = claim.Name, string(claim.UID)
+				}
+				s.idle = append(s.idle, ref)
+			case s.next == nil || (!isLeader && s.nextLeader) || (isLeader == s.nextLeader && ord < s.nextOrd):
+				s.next, s.nextLeader, s.nextOrd = p, isLeader, ord
+			}
+		}
+		if s.unschedulable == nil {
+			if msg, ok := schedulingFailure(p); ok {
+				s.unschedulable, s.unschedulableMessage = p, msg
+			}
+		}
+		if s.waiting == nil {
+			if w := stuckContainer(p); w != nil {
+				s.waiting, s.waitingState = p, w
+			}
+		}
+	}
+	return s
+}
 
 // runsNothing reports whether pod p runs no PostgreSQL: not Ready, and
 // not scheduled, not started (waiting on a volume, an image, its
