@@ -113,25 +113,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	f.Ready, f.Outdated = scan.ready, scan.outdated
 	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, scan.leaderPod)
 	members := d.members(spec, pods)
-	switch {
-	case len(scan.idle) > 0:
-		f.Replace = scan.idle
-	case f.Ready == f.Desired && scan.next != nil && scan.nextLeader && d.switchover && f.Primary == scan.next.Name && hasMember(members, scan.next.Name):
-		// The primary's Patroni publishes its member data: it can be
-		// asked to switch over.
-		// Hand the role to the most up-to-date replica first; the
-		// former primary is replaced once it is a replica.
-		switch to, wait := switchoverCandidate(pods, members, scan.next.Name); {
-		case to != "":
-			f.Switchover = &fsm.Switchover{From: scan.next.Name, To: to}
-		case !wait:
-			// No replica can take over (all tagged nofailover):
-			// Patroni fails over as it can.
-			f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: scan.next.Name, UID: string(scan.next.UID)}}, true
-		}
-	case f.Ready == f.Desired && scan.next != nil:
-		f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: scan.next.Name, UID: string(scan.next.UID)}}, true
-	}
+	f.Replace, f.ReplaceRunning, f.Switchover = d.replacement(&f, &scan, pods, members)
 	// A desired pod that is not outdated runs the current template, or
 	// is missing or terminating: the StatefulSet controller makes it from
 	// that template.

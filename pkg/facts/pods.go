@@ -11,6 +11,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/observed"
+	"github.com/pgloop/pgloop/pkg/patroni"
 )
 
 // podScan is what one pass over a cluster's pods finds (scanPods): what
@@ -114,6 +115,36 @@ func scanPods(objs observed.Cluster, pods []*corev1.Pod, leader string) podScan 
 		}
 	}
 	return s
+}
+
+// replacement says what a rollout does next, from scan, the pods it was
+// made of and their members' data, and the counts and the primary of f:
+//  1. the outdated pods that run nothing are replaced at once, all of them
+//     (running is false);
+//  2. otherwise, once every desired pod is Ready, the next outdated pod
+//     that runs PostgreSQL (podScan.next) is replaced, one at a time;
+//  3. but with switchover the primary's pod, when its Patroni publishes
+//     its member data and so can be asked to, first hands its role to the
+//     most up-to-date replica; it is replaced once it is a replica. While
+//     a replica may become a candidate shortly, nothing is done; when none
+//     can take over (all tagged nofailover), the primary's pod is replaced
+//     and Patroni fails over as it can.
+func (d *Deriver) replacement(f *fsm.Facts, scan *podScan, pods []*corev1.Pod, members map[string]patroni.Member) (replace []fsm.PodRef, running bool, switchover *fsm.Switchover) {
+	next := scan.next
+	switch {
+	case len(scan.idle) > 0:
+		return scan.idle, false, nil
+	case next == nil || f.Ready != f.Desired:
+		return nil, false, nil
+	case scan.nextLeader && d.switchover && f.Primary == next.Name && hasMember(members, next.Name):
+		switch to, wait := switchoverCandidate(pods, members, next.Name); {
+		case to != "":
+			return nil, false, &fsm.Switchover{From: next.Name, To: to}
+		case wait:
+			return nil, false, nil
+		}
+	}
+	return []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true, nil
 }
 
 // runsNothing reports whether pod p runs no PostgreSQL: not Ready, and
