@@ -119,24 +119,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	// that template.
 	f.RolloutStarted = scan.next != nil && scan.outdatedDesired < f.Desired
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
-	// Cheapest checks first: the desired StatefulSet is built (once per
-	// generation) only when every desired pod exists from the
-	// StatefulSet's template.
-	change := cluster.NoChange
-	if f.SpecError == "" && sts != nil && f.Outdated == 0 && scan.existing == f.Desired {
-		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
-	}
-	f.TemplateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
-	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
-		sts.Status.ObservedGeneration >= sts.Generation &&
-		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
-		f.Outdated == 0 && scan.existing == f.Desired && change == cluster.NoChange
-	if f.SpecError == "" {
-		var current bool
-		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
-		f.ObjectsCurrent = f.ObjectsCurrent && current && d.logicalBackup(spec, pg, objs.LogicalBackup)
-	}
-
+	f.TemplateChanged, f.ObjectsCurrent, f.Pooler = d.compareObjects(&f, spec, objs, scan.existing)
 	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {
 		f.MaintenanceOpens = next
 		f.MaintenanceWait = maintenanceWait(pg.Spec.MaintenanceWindows, next)
@@ -181,6 +164,37 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
 	}
 	return f
+}
+
+// compareObjects compares the objects the cluster owns with those its
+// spec asks for, given f's counts and existing, the pods that are not
+// terminating. templateChanged: the StatefulSet's pod template is not the
+// spec's, while every desired pod runs its template and is Ready
+// (Facts.TemplateChanged). current:
+// the StatefulSet, the poolers' Deployments and the logical backup CronJob
+// are the spec's, and every desired pod exists from the StatefulSet's
+// template (Facts.ObjectsCurrent). pooler says which pooler does not run
+// all its pods yet (Facts.Pooler).
+func (d *Deriver) compareObjects(f *fsm.Facts, spec *derived, objs observed.Cluster, existing int32) (templateChanged, current bool, pooler string) {
+	pg, sts := objs.Postgresql, objs.StatefulSet
+	// Cheapest checks first: the desired StatefulSet is built (once per
+	// generation) only when every desired pod exists from the
+	// StatefulSet's template.
+	change := cluster.NoChange
+	if f.SpecError == "" && sts != nil && f.Outdated == 0 && existing == f.Desired {
+		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
+	}
+	templateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
+	current = f.SpecError == "" && sts != nil &&
+		sts.Status.ObservedGeneration >= sts.Generation &&
+		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
+		f.Outdated == 0 && existing == f.Desired && change == cluster.NoChange
+	if f.SpecError == "" {
+		var poolersCurrent bool
+		poolersCurrent, pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
+		current = current && poolersCurrent && d.logicalBackup(spec, pg, objs.LogicalBackup)
+	}
+	return templateChanged, current, pooler
 }
 
 // maintenanceWait says the cluster waits for its maintenance windows,
