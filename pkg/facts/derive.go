@@ -89,7 +89,8 @@ func NewDeriver(build cluster.Options, switchover bool) *Deriver {
 }
 
 // Facts returns the facts of the cluster objs describe; now ages its
-// Warning Events. objs are not modified.
+// Warning Events. objs are not modified. Each step reads what the steps
+// before it set in the facts.
 func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	pg := objs.Postgresql
 	spec := d.derive(pg)
@@ -99,15 +100,15 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 		Desired:    pg.Spec.NumberOfInstances,
 		SpecError:  spec.specError,
 	}
-
 	stsName := cluster.StatefulSetName(pg.Name)
-	sts := objs.StatefulSet
 	// Name order makes "the first cause found" the same on every call.
 	pods := objs.Pods
 	if !slices.IsSortedFunc(pods, byName) {
 		pods = slices.SortedFunc(slices.Values(pods), byName)
 	}
 
+	// The pods: their counts, the primary (primary.go), and what a
+	// rollout does next (pods.go).
 	leader, recorded := leaderRecord(objs.Leader, pg.Name)
 	scan := scanPods(objs, pods, leader)
 	f.Ready, f.Outdated = scan.ready, scan.outdated
@@ -118,51 +119,22 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	// is missing or terminating: the StatefulSet controller makes it from
 	// that template.
 	f.RolloutStarted = scan.next != nil && scan.outdatedDesired < f.Desired
+
+	// What pgloop applies inside PostgreSQL and Patroni (indatabase.go),
+	// and whether the owned objects are the spec's.
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
 	f.TemplateChanged, f.ObjectsCurrent, f.Pooler = d.compareObjects(&f, spec, objs, scan.existing)
+
+	// The maintenance windows, and the volumes (volumes.go).
 	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {
 		f.MaintenanceOpens = next
 		f.MaintenanceWait = maintenanceWait(pg.Spec.MaintenanceWindows, next)
 	}
-
 	f.VolumeSize = pg.Spec.Volume.Size.String()
 	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
 
-	// Stuck causes, the first found in this order. Claims and Events are
-	// looked at only while pods are missing or not Ready, which keeps the
-	// healthy path free of them. A claim that cannot bind comes first when
-	// its Warning says why: the scheduler's words for its pod ("pod has
-	// unbound immediate PersistentVolumeClaims") do not.
-	if scan.existing < f.Desired || f.Ready < f.Desired {
-		claim, warning := pendingClaim(objs, stsName, f.Desired)
-		switch {
-		case claim != nil && warning != nil:
-			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, warning)
-		case scan.unschedulable != nil:
-			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage)
-		case scan.waiting != nil:
-			msg := scan.waitingState.Message
-			if msg == "" {
-				msg = scan.waitingState.Reason
-			}
-			f.StuckReason, f.Stuck = scan.waitingState.Reason, podMessage(scan.waiting.Name, msg)
-		case claim != nil:
-			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, nil)
-		case sts != nil && scan.existing < f.Desired:
-			f.StuckReason, f.Stuck = failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
-			if f.StuckReason == ReasonQuotaExceeded {
-				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
-					f.Nudge = v
-				}
-			}
-		}
-	}
-	// Volumes that cannot grow hold back a cluster whose pods all serve:
-	// they are no cause of a pod's loss (fsm's podsLost takes a stuck
-	// cause for one).
-	if f.Stuck == "" && scan.existing == f.Desired && f.Ready >= f.Desired {
-		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
-	}
+	// Last, what holds the cluster back (stuck.go).
+	f.StuckReason, f.Stuck, f.Nudge = stuckCause(&f, &scan, objs, now)
 	return f
 }
 
