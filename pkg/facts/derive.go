@@ -2,14 +2,12 @@ package facts
 
 import (
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -91,7 +89,8 @@ func NewDeriver(build cluster.Options, switchover bool) *Deriver {
 }
 
 // Facts returns the facts of the cluster objs describe; now ages its
-// Warning Events. objs are not modified.
+// Warning Events. objs are not modified. Each step reads what the steps
+// before it set in the facts.
 func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	pg := objs.Postgresql
 	spec := d.derive(pg)
@@ -101,123 +100,55 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 		Desired:    pg.Spec.NumberOfInstances,
 		SpecError:  spec.specError,
 	}
-
 	stsName := cluster.StatefulSetName(pg.Name)
-	sts := objs.StatefulSet
 	// Name order makes "the first cause found" the same on every call.
 	pods := objs.Pods
 	if !slices.IsSortedFunc(pods, byName) {
 		pods = slices.SortedFunc(slices.Values(pods), byName)
 	}
 
+	// The pods: their counts, the primary (primary.go), and what a
+	// rollout does next (pods.go).
 	leader, recorded := leaderRecord(objs.Leader, pg.Name)
-	// A never-bound claim of another StorageClass than the StatefulSet's
-	// is replaced with its pod, once the StatefulSet asks for the spec's
-	// class (it was re-created): before that, its controller would make
-	// the claim anew with the old class.
-	claimClass, replaceClaims := "", false
-	if sts != nil {
-		claimClass = cluster.ClaimTemplateClass(sts)
-		replaceClaims = claimClass == pg.Spec.Volume.StorageClass
-	}
-	var (
-		existing    int32
-		leaderPod   *corev1.Pod // the pod the leader record names, terminating or not
-		lastCreated time.Time
-		// next is the outdated pod that runs PostgreSQL to replace first:
-		// replicas before the leader, then the lowest ordinal.
-		next       *corev1.Pod
-		nextLeader bool
-		nextOrd    int
-		// idle are the outdated pods that run nothing, replaced at once.
-		idle []fsm.PodRef
-		// outdated counts the outdated pods among the desired ordinals.
-		outdated int32
-		// The first pod-level causes, by kind.
-		unschedulable        *corev1.Pod
-		unschedulableMessage string
-		waiting              *corev1.Pod
-		waitingState         *corev1.ContainerStateWaiting
-	)
-	for _, p := range pods {
-		if t := p.CreationTimestamp.Time; t.After(lastCreated) {
-			lastCreated = t
-		}
-		isLeader := leader != "" && p.Name == leader
-		if isLeader {
-			leaderPod = p
-		}
-		// A terminating pod is on its way out: it counts for nothing, not
-		// even as outdated, or a rollout would pick it again.
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		existing++
-		if podReady(p) {
-			f.Ready++
-		}
-		var claim *corev1.PersistentVolumeClaim
-		if replaceClaims && runsNothing(p) {
-			claim = wrongClassClaim(objs, p, claimClass)
-		}
-		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
-			f.Outdated++
-			ord := ordinal(p.Name, stsName)
-			desired := ord >= 0 && ord < int(f.Desired)
-			if desired {
-				outdated++
-			}
-			switch {
-			case !desired:
-				// Scaled away: the StatefulSet controller deletes it.
-			case runsNothing(p):
-				ref := fsm.PodRef{Name: p.Name, UID: string(p.UID)}
-				if claim != nil {
-					ref.Claim, ref.ClaimUID = claim.Name, string(claim.UID)
-				}
-				idle = append(idle, ref)
-			case next == nil || (!isLeader && nextLeader) || (isLeader == nextLeader && ord < nextOrd):
-				next, nextLeader, nextOrd = p, isLeader, ord
-			}
-		}
-		if unschedulable == nil {
-			if msg, ok := schedulingFailure(p); ok {
-				unschedulable, unschedulableMessage = p, msg
-			}
-		}
-		if waiting == nil {
-			if w := stuckContainer(p); w != nil {
-				waiting, waitingState = p, w
-			}
-		}
-	}
-
-	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, leaderPod)
+	scan := scanPods(objs, pods, leader)
+	f.Ready, f.Outdated = scan.ready, scan.outdated
+	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, scan.leaderPod)
 	members := d.members(spec, pods)
-	switch {
-	case len(idle) > 0:
-		f.Replace = idle
-	case f.Ready == f.Desired && next != nil && nextLeader && d.switchover && f.Primary == next.Name && hasMember(members, next.Name):
-		// The primary's Patroni publishes its member data: it can be
-		// asked to switch over.
-		// Hand the role to the most up-to-date replica first; the
-		// former primary is replaced once it is a replica.
-		switch to, wait := switchoverCandidate(pods, members, next.Name); {
-		case to != "":
-			f.Switchover = &fsm.Switchover{From: next.Name, To: to}
-		case !wait:
-			// No replica can take over (all tagged nofailover):
-			// Patroni fails over as it can.
-			f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
-		}
-	case f.Ready == f.Desired && next != nil:
-		f.Replace, f.ReplaceRunning = []fsm.PodRef{{Name: next.Name, UID: string(next.UID)}}, true
-	}
+	f.Replace, f.ReplaceRunning, f.Switchover = d.replacement(&f, &scan, pods, members)
 	// A desired pod that is not outdated runs the current template, or
 	// is missing or terminating: the StatefulSet controller makes it from
 	// that template.
-	f.RolloutStarted = next != nil && outdated < f.Desired
+	f.RolloutStarted = scan.next != nil && scan.outdatedDesired < f.Desired
+
+	// What pgloop applies inside PostgreSQL and Patroni (indatabase.go),
+	// and whether the owned objects are the spec's.
 	d.inDatabase(&f, spec, objs, pods, members, stsName)
+	f.TemplateChanged, f.ObjectsCurrent, f.Pooler = d.compareObjects(&f, spec, objs, scan.existing)
+
+	// The maintenance windows, and the volumes (volumes.go).
+	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {
+		f.MaintenanceOpens = next
+		f.MaintenanceWait = maintenanceWait(pg.Spec.MaintenanceWindows, next)
+	}
+	f.VolumeSize = pg.Spec.Volume.Size.String()
+	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
+
+	// Last, what holds the cluster back (stuck.go).
+	f.StuckReason, f.Stuck, f.Nudge = stuckCause(&f, &scan, objs, now)
+	return f
+}
+
+// compareObjects compares the objects the cluster owns with those its
+// spec asks for, given f's counts and existing, the pods that are not
+// terminating. templateChanged: the StatefulSet's pod template is not the
+// spec's, while every desired pod runs its template and is Ready
+// (Facts.TemplateChanged). current:
+// the StatefulSet, the poolers' Deployments and the logical backup CronJob
+// are the spec's, and every desired pod exists from the StatefulSet's
+// template (Facts.ObjectsCurrent). pooler says which pooler does not run
+// all its pods yet (Facts.Pooler).
+func (d *Deriver) compareObjects(f *fsm.Facts, spec *derived, objs observed.Cluster, existing int32) (templateChanged, current bool, pooler string) {
+	pg, sts := objs.Postgresql, objs.StatefulSet
 	// Cheapest checks first: the desired StatefulSet is built (once per
 	// generation) only when every desired pod exists from the
 	// StatefulSet's template.
@@ -225,61 +156,17 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	if f.SpecError == "" && sts != nil && f.Outdated == 0 && existing == f.Desired {
 		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
 	}
-	f.TemplateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
-	f.ObjectsCurrent = f.SpecError == "" && sts != nil &&
+	templateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
+	current = f.SpecError == "" && sts != nil &&
 		sts.Status.ObservedGeneration >= sts.Generation &&
 		ptr.Deref(sts.Spec.Replicas, 1) == f.Desired &&
 		f.Outdated == 0 && existing == f.Desired && change == cluster.NoChange
 	if f.SpecError == "" {
-		var current bool
-		current, f.Pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
-		f.ObjectsCurrent = f.ObjectsCurrent && current && d.logicalBackup(spec, pg, objs.LogicalBackup)
+		var poolersCurrent bool
+		poolersCurrent, pooler = d.poolers(spec, pg, objs.Poolers, objs.PoolerPods)
+		current = current && poolersCurrent && d.logicalBackup(spec, pg, objs.LogicalBackup)
 	}
-
-	if open, next := v1.InWindow(pg.Spec.MaintenanceWindows, now); !open {
-		f.MaintenanceOpens = next
-		f.MaintenanceWait = maintenanceWait(pg.Spec.MaintenanceWindows, next)
-	}
-
-	f.VolumeSize = pg.Spec.Volume.Size.String()
-	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
-
-	// Stuck causes, the first found in this order. Claims and Events are
-	// looked at only while pods are missing or not Ready, which keeps the
-	// healthy path free of them. A claim that cannot bind comes first when
-	// its Warning says why: the scheduler's words for its pod ("pod has
-	// unbound immediate PersistentVolumeClaims") do not.
-	if existing < f.Desired || f.Ready < f.Desired {
-		claim, warning := pendingClaim(objs, stsName, f.Desired)
-		switch {
-		case claim != nil && warning != nil:
-			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, warning)
-		case unschedulable != nil:
-			f.StuckReason, f.Stuck = ReasonUnschedulable, podMessage(unschedulable.Name, unschedulableMessage)
-		case waiting != nil:
-			msg := waitingState.Message
-			if msg == "" {
-				msg = waitingState.Reason
-			}
-			f.StuckReason, f.Stuck = waitingState.Reason, podMessage(waiting.Name, msg)
-		case claim != nil:
-			f.StuckReason, f.Stuck = ReasonVolumePending, claimMessage(claim, nil)
-		case sts != nil && existing < f.Desired:
-			f.StuckReason, f.Stuck = failedCreate(objs.StatefulSetWarnings, sts, lastCreated, now)
-			if f.StuckReason == ReasonQuotaExceeded {
-				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
-					f.Nudge = v
-				}
-			}
-		}
-	}
-	// Volumes that cannot grow hold back a cluster whose pods all serve:
-	// they are no cause of a pod's loss (fsm's podsLost takes a stuck
-	// cause for one).
-	if f.Stuck == "" && existing == f.Desired && f.Ready >= f.Desired {
-		f.StuckReason, f.Stuck = notExpandable(f.Volumes, f.VolumeSize)
-	}
-	return f
+	return templateChanged, current, pooler
 }
 
 // maintenanceWait says the cluster waits for its maintenance windows,
@@ -328,99 +215,4 @@ func (d *Deriver) desiredStatefulSet(s *derived, pg *v1.Postgresql) *appsv1.Stat
 		s.desired = cluster.StatefulSet(pg, d.build)
 	}
 	return s.desired
-}
-
-// runsNothing reports whether pod p runs no PostgreSQL: not Ready, and
-// not scheduled, not started (waiting on a volume, an image, its
-// configuration), or with no container running (a crash loop between two
-// tries). Replacing such a pod interrupts nothing.
-func runsNothing(p *corev1.Pod) bool {
-	if podReady(p) {
-		return false
-	}
-	if !scheduled(p) || p.Status.Phase == corev1.PodPending {
-		return true
-	}
-	for i := range p.Status.ContainerStatuses {
-		if p.Status.ContainerStatuses[i].State.Running != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// scheduled reports whether p was bound to a node.
-func scheduled(p *corev1.Pod) bool {
-	if p.Spec.NodeName != "" {
-		return true
-	}
-	for i := range p.Status.Conditions {
-		if c := &p.Status.Conditions[i]; c.Type == corev1.PodScheduled {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// wrongClassClaim returns the data volume claim of pod p when it never
-// bound (it holds no data) and asks for another StorageClass than class,
-// the StatefulSet's ("" for the default): replacing it with the pod gives
-// it the StatefulSet's class. With the default class, whose name the
-// StatefulSet does not say, a claim is replaced only when its own class
-// does not exist (its ProvisioningFailed Warning says so), so a claim of
-// the default class that waits for its provisioner is left alone.
-func wrongClassClaim(objs observed.Cluster, p *corev1.Pod, class string) *corev1.PersistentVolumeClaim {
-	c := claimNamed(objs.Claims, p.Namespace, cluster.DataVolumeName+"-"+p.Name)
-	if c == nil || c.DeletionTimestamp != nil || c.Status.Phase != corev1.ClaimPending || c.Spec.VolumeName != "" {
-		return nil
-	}
-	have := ptr.Deref(c.Spec.StorageClassName, "")
-	switch {
-	case have == class:
-		return nil
-	case class != "":
-		return c
-	}
-	if w := claimWarning(objs.ClaimWarnings, c); w != nil && strings.Contains(w.Message, `storageclass.storage.k8s.io "`+have+`" not found`) {
-		return c
-	}
-	return nil
-}
-
-// claimNamed returns the claim namespace/name of claims, nil when none.
-func claimNamed(claims []*corev1.PersistentVolumeClaim, namespace, name string) *corev1.PersistentVolumeClaim {
-	for _, c := range claims {
-		if c.Name == name && c.Namespace == namespace {
-			return c
-		}
-	}
-	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for i := range p.Status.Conditions {
-		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func byName(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) }
-
-// ordinal returns n of a name "<stsName>-<n>", -1 for any other name.
-func ordinal(name, stsName string) int {
-	rest, ok := strings.CutPrefix(name, stsName)
-	if !ok {
-		return -1
-	}
-	rest, ok = strings.CutPrefix(rest, "-")
-	if !ok {
-		return -1
-	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/observed"
 )
 
@@ -43,6 +44,54 @@ const failedCreateWindow = 10 * time.Minute
 // maxMessage bounds a Stuck message: it ends up in the status, a condition
 // and a Kubernetes Event.
 const maxMessage = 300
+
+// stuckCause returns the concrete cause that holds the cluster back
+// (Facts.StuckReason and Facts.Stuck), and the version of the namespace's
+// quotas to nudge the StatefulSet with (Facts.Nudge), from scan and the
+// counts and volumes of f:
+//  1. While pods are missing or not Ready, the first found in this order:
+//     a claim that cannot bind, when its Warning says why (the scheduler's
+//     words for its pod, "pod has unbound immediate
+//     PersistentVolumeClaims", do not); a pod the scheduler found no node
+//     for; a container that cannot start; a claim that cannot bind,
+//     without a Warning; and, while pods are missing, the StatefulSet
+//     controller's FailedCreate. Claims and Events are looked at only
+//     then, which keeps the healthy path free of them.
+//  2. Once every desired pod exists and serves, volumes that cannot grow:
+//     they hold back a cluster whose pods all serve, and are no cause of a
+//     pod's loss (fsm's podsLost takes a stuck cause for one).
+func stuckCause(f *fsm.Facts, scan *podScan, objs observed.Cluster, now time.Time) (reason, message, nudge string) {
+	pg, sts := objs.Postgresql, objs.StatefulSet
+	if scan.existing < f.Desired || f.Ready < f.Desired {
+		claim, warning := pendingClaim(objs, cluster.StatefulSetName(pg.Name), f.Desired)
+		switch {
+		case claim != nil && warning != nil:
+			return ReasonVolumePending, claimMessage(claim, warning), ""
+		case scan.unschedulable != nil:
+			return ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage), ""
+		case scan.waiting != nil:
+			msg := scan.waitingState.Message
+			if msg == "" {
+				msg = scan.waitingState.Reason
+			}
+			return scan.waitingState.Reason, podMessage(scan.waiting.Name, msg), ""
+		case claim != nil:
+			return ReasonVolumePending, claimMessage(claim, nil), ""
+		case sts != nil && scan.existing < f.Desired:
+			reason, message = failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
+			if reason == ReasonQuotaExceeded {
+				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
+					nudge = v
+				}
+			}
+		}
+		return reason, message, nudge
+	}
+	if scan.existing == f.Desired {
+		reason, message = notExpandable(f.Volumes, f.VolumeSize)
+	}
+	return reason, message, ""
+}
 
 // schedulingFailure returns the scheduler's message when it found no
 // node for p.

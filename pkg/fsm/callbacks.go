@@ -52,29 +52,13 @@ func (m *Machine) addHistory(t v1.Transition) {
 }
 
 // enterCreating and enterUpdating ask for the objects; the state's
-// timeout is armed when the effects first report (armTimeout).
+// timeout is armed when the effects first report (keepTimeout).
 func (m *Machine) enterCreating(_ *lfsm.Event) {
 	m.out.ask(ensureWork)
 }
 
 func (m *Machine) enterUpdating(_ *lfsm.Event) {
 	m.out.ask(ensureWork)
-}
-
-// armTimeout arms the timeout of Creating or Updating when the effects of
-// the state first report, whatever their outcome. It measures the cluster,
-// not the queue in front of it: a cluster whose plan waited behind a
-// thousand others for a worker and the API's rate is not timed out for
-// that wait. A spec edit meanwhile starts it again (afterSpecSeen).
-//
-// A cluster blocked on the fleet's rollout budget or waiting for a
-// maintenance window has no timeout: it is armed once it no longer is
-// (noteRollout, noteWindow).
-func (m *Machine) armTimeout(o outcome) {
-	if o == noOutcome || (m.st.State != Creating && m.st.State != Updating) || m.hasTimer(TimerTimeout) || m.roll.blocked || m.roll.windowWait {
-		return
-	}
-	m.setTimer(TimerTimeout, m.timeoutFor(m.st.State))
 }
 
 func (m *Machine) enterRunning(_ *lfsm.Event) {
@@ -114,7 +98,7 @@ func (m *Machine) afterSpecSeen(e *lfsm.Event) {
 		m.st.Reason, m.st.Message = m.eng.call.reason, m.eng.call.message
 	case Creating, Updating:
 		m.out.ask(ensureWork)
-		m.cancelTimer(TimerTimeout)
+		m.keepTimeout(specEdited)
 	}
 }
 

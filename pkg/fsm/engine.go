@@ -96,12 +96,13 @@ func (e *Engine) New(status *v1.PostgresqlStatus) *Machine {
 	}
 	if m.st.Reason == ReasonMaintenanceWindow {
 		// Waiting for a maintenance window: its timeout was cancelled
-		// (rollout.go, noteWindow).
+		// (noteWindow, keepTimeout).
 		m.roll.windowWait = true
 	}
 	if m.st.Reason == ReasonRolloutQueued {
 		// Blocked on the rollout budget: its timeout was cancelled, and
-		// is armed again once it is no longer blocked (rollout.go).
+		// is armed again once it is no longer blocked (noteRollout,
+		// keepTimeout).
 		m.roll.state, m.roll.blocked = Queued, true
 	}
 	// Before soft timers, status kept the resync's deadline: Resume arms

@@ -206,7 +206,9 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		}
 		m.fire(EventEffectsSucceeded, "", "")
 	}
-	m.armTimeout(r.outcome)
+	if r.outcome != noOutcome {
+		m.keepTimeout(effectsReported)
+	}
 	return true
 }
 

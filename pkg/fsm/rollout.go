@@ -54,7 +54,7 @@ func (r Rollout) String() string {
 //     cluster is declared Degraded for the time it waited for pgloop's own
 //     budget; the timeout measures the cluster, not the queue in front of
 //     it. It is armed again, in full, once the cluster is no longer
-//     blocked.
+//     blocked (keepTimeout).
 //  3. A blocked cluster's status.reason is RolloutQueued, unless a failed
 //     plan's reason stands: a restarted operator reads blocked back from it
 //     (Engine.New).
@@ -68,6 +68,11 @@ type rolloutMemory struct {
 	// window (noteWindow).
 	windowWait bool
 }
+
+// waiting reports whether the cluster waits for a slot of the rollout
+// budget or for a maintenance window: its timeout does not run meanwhile
+// (keepTimeout).
+func (r *rolloutMemory) waiting() bool { return r.blocked || r.windowWait }
 
 // rolloutStepDue reports whether a step of a rollout of pods that run
 // PostgreSQL is due now but for a slot: a running pod to replace, or a
@@ -92,7 +97,7 @@ func (m *Machine) rolloutStep() bool {
 // no window is open, the cluster is waiting, its status.reason
 // MaintenanceWindow (showCause), and the timer of the next opening is
 // armed; the timeout of Updating is cancelled, as for the rollout budget
-// (rollout.go): it measures the cluster, not the calendar. Once nothing
+// (keepTimeout): it measures the cluster, not the calendar. Once nothing
 // waits (the window opened, or nothing is due any more), the timer goes
 // and the timeout is armed again, in full. A restarted operator reads the
 // wait back from status.reason (Engine.New). A waiting cluster holds no
@@ -102,18 +107,12 @@ func (m *Machine) noteWindow() {
 	was := m.roll.windowWait
 	m.roll.windowWait = windowClosed(st, f) && (st.State == Updating || st.State == Degraded) &&
 		(m.rolloutStep() || !ConfigDue(st, f) && f.toRestart(m.out.restarted) != nil)
-	if m.roll.windowWait {
-		if st.State == Updating {
-			m.cancelTimer(TimerTimeout)
-		}
-		if !m.timerAt(TimerMaintenance, f.MaintenanceOpens) {
-			m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.eng.call.now))
-		}
-		return
+	if !m.roll.windowWait {
+		m.cancelTimer(TimerMaintenance)
 	}
-	m.cancelTimer(TimerMaintenance)
-	if was && st.State == Updating && !m.roll.blocked && !m.hasTimer(TimerTimeout) {
-		m.setTimer(TimerTimeout, m.timeoutFor(st.State))
+	m.keepTimeout(waitCue(was))
+	if m.roll.windowWait && !m.timerAt(TimerMaintenance, f.MaintenanceOpens) {
+		m.setTimer(TimerMaintenance, f.MaintenanceOpens.Sub(m.eng.call.now))
 	}
 }
 
@@ -130,12 +129,11 @@ func (m *Machine) noteWindow() {
 //  3. With a slot (Facts.RolloutWait empty) it is Rolling; without, Queued,
 //     and blocked when a step is due: the timeout of Creating or Updating
 //     is cancelled (status.reason says why, showCause). Once no longer
-//     blocked, the timeout is armed again.
+//     blocked, the timeout is armed again (keepTimeout).
 func (m *Machine) noteRollout() {
 	st, f, r := &m.st, &m.eng.call.facts, &m.roll
 	wasBlocked := r.blocked
 	r.blocked = false
-	timed := st.State == Creating || st.State == Updating
 	switch {
 	case st.State != Creating && st.State != Updating && st.State != Degraded:
 		r.state = NotRolling
@@ -154,13 +152,7 @@ func (m *Machine) noteRollout() {
 		r.blocked = m.rolloutStepDue()
 	}
 	r.stepped = false
-	switch {
-	case !timed:
-	case r.blocked:
-		m.cancelTimer(TimerTimeout)
-	case wasBlocked && !m.hasTimer(TimerTimeout):
-		m.setTimer(TimerTimeout, m.timeoutFor(st.State))
-	}
+	m.keepTimeout(waitCue(wasBlocked))
 	if wasBlocked && !r.blocked && f.TemplateChanged {
 		// The ensures made while it was blocked kept the pod template
 		// (Plan.KeepPodTemplate): now it is written.
