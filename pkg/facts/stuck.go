@@ -18,23 +18,6 @@ import (
 	"github.com/pgloop/pgloop/pkg/observed"
 )
 
-// Reasons of fsm.Facts.StuckReason that pgloop names itself. A container
-// that cannot start reports the kubelet's own reason instead
-// (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
-// CreateContainerConfigError).
-const (
-	// ReasonUnschedulable: the scheduler found no node for a pod.
-	ReasonUnschedulable = corev1.PodReasonUnschedulable
-	// ReasonVolumePending: a data volume claim of the cluster is not bound.
-	ReasonVolumePending = "VolumePending"
-	// ReasonQuotaExceeded: the StatefulSet controller could not create a
-	// pod because a ResourceQuota is exhausted.
-	ReasonQuotaExceeded = "QuotaExceeded"
-	// ReasonFailedCreate: the StatefulSet controller could not create a pod
-	// for another reason (admission, a missing ServiceAccount...).
-	ReasonFailedCreate = "FailedCreate"
-)
-
 // failedCreateWindow is how long a FailedCreate Event counts while pods are
 // missing even though a pod was created after it: the StatefulSet
 // controller retries with a backoff and refreshes the Event while the cause
@@ -66,9 +49,9 @@ func stuckCause(f *fsm.Facts, scan *podScan, objs observed.Cluster, now time.Tim
 		claim, warning := pendingClaim(objs, cluster.StatefulSetName(pg.Name), f.Desired)
 		switch {
 		case claim != nil && warning != nil:
-			return ReasonVolumePending, claimMessage(claim, warning), ""
+			return fsm.ReasonVolumePending, claimMessage(claim, warning), ""
 		case scan.unschedulable != nil:
-			return ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage), ""
+			return fsm.ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage), ""
 		case scan.waiting != nil:
 			msg := scan.waitingState.Message
 			if msg == "" {
@@ -76,10 +59,10 @@ func stuckCause(f *fsm.Facts, scan *podScan, objs observed.Cluster, now time.Tim
 			}
 			return scan.waitingState.Reason, podMessage(scan.waiting.Name, msg), ""
 		case claim != nil:
-			return ReasonVolumePending, claimMessage(claim, nil), ""
+			return fsm.ReasonVolumePending, claimMessage(claim, nil), ""
 		case sts != nil && scan.existing < f.Desired:
 			reason, message = failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
-			if reason == ReasonQuotaExceeded {
+			if reason == fsm.ReasonQuotaExceeded {
 				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
 					nudge = v
 				}
@@ -198,7 +181,7 @@ func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, 
 	var newest *corev1.Event
 	var at time.Time
 	for _, ev := range events {
-		if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonFailedCreate ||
+		if ev.Type != corev1.EventTypeWarning || ev.Reason != fsm.ReasonFailedCreate ||
 			ev.InvolvedObject.Kind != "StatefulSet" || !about(ev, sts.Namespace, sts.Name) {
 			continue
 		}
@@ -214,9 +197,9 @@ func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, 
 	if newest == nil || (!at.After(lastCreated) && now.Sub(at) > failedCreateWindow) {
 		return "", ""
 	}
-	reason := ReasonFailedCreate
+	reason := fsm.ReasonFailedCreate
 	if strings.Contains(newest.Message, "exceeded quota") {
-		reason = ReasonQuotaExceeded
+		reason = fsm.ReasonQuotaExceeded
 	}
 	return reason, truncate(newest.Message)
 }

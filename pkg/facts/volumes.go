@@ -11,12 +11,9 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/observed"
 )
-
-// ReasonVolumeNotExpandable is the cause when spec.volume.size grew and a claim's
-// StorageClass does not allow volume expansion.
-const ReasonVolumeNotExpandable = "VolumeNotExpandable"
 
 // Conditions of a claim that the resizer and the kubelet set, besides
 // corev1.PersistentVolumeClaimResizing and
@@ -88,7 +85,7 @@ func notExpandable(claims []v1.ClaimStatus, size string) (reason, message string
 	if len(names) == 0 {
 		return "", ""
 	}
-	return ReasonVolumeNotExpandable, truncate(fmt.Sprintf("volume.size %s: claim %s cannot grow: %s (allowVolumeExpansion); the claims keep their size until it does",
+	return fsm.ReasonVolumeNotExpandable, truncate(fmt.Sprintf("volume.size %s: claim %s cannot grow: %s (allowVolumeExpansion); the claims keep their size until it does",
 		size, strings.Join(names, ", "), why))
 }
 

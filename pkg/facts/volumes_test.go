@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
 // A grown spec.volume.size: each bound claim of a desired instance that is
@@ -111,11 +112,11 @@ func TestVolumes(t *testing.T) {
 				t.Errorf("Volumes\n got %+v\nwant %+v", f.Volumes, tt.want)
 			}
 			switch {
-			case tt.stuck != "" && (f.StuckReason != ReasonVolumeNotExpandable || f.Stuck != tt.stuck):
-				t.Errorf("stuck %s: %q, want %s: %q", f.StuckReason, f.Stuck, ReasonVolumeNotExpandable, tt.stuck)
+			case tt.stuck != "" && (f.StuckReason != fsm.ReasonVolumeNotExpandable || f.Stuck != tt.stuck):
+				t.Errorf("stuck %s: %q, want %s: %q", f.StuckReason, f.Stuck, fsm.ReasonVolumeNotExpandable, tt.stuck)
 			case tt.stuck == "" && !tt.notStuck && f.Stuck != "":
 				t.Errorf("stuck %s: %q, want none", f.StuckReason, f.Stuck)
-			case tt.notStuck && f.StuckReason == ReasonVolumeNotExpandable:
+			case tt.notStuck && f.StuckReason == fsm.ReasonVolumeNotExpandable:
 				t.Errorf("stuck %s while a pod is not Ready: a cause of the pod's loss it is not", f.StuckReason)
 			}
 		})

@@ -43,7 +43,7 @@ func stuck(f *Facts) (string, string) {
 	case f.Stuck != "":
 		return f.StuckReason, f.Stuck
 	case !f.ObjectsCurrent:
-		return "NotConverged", fmt.Sprintf("objects do not match the spec yet, %d/%d instances ready", f.Ready, f.Desired)
+		return ReasonNotConverged, fmt.Sprintf("objects do not match the spec yet, %d/%d instances ready", f.Ready, f.Desired)
 	case f.Ready < f.Desired:
 		return ReasonPodsNotReady, fmt.Sprintf("%d/%d instances ready", f.Ready, f.Desired)
 	}

@@ -155,6 +155,29 @@ const (
 	ReasonConfigPending  = "ConfigPending"
 	ReasonConfigFailed   = "ConfigFailed"
 	ReasonRestartPending = "RestartPending"
+	// ReasonNotConverged: the owned objects do not match the spec yet,
+	// with no cause found.
+	ReasonNotConverged = "NotConverged"
+
+	// Causes pkg/facts finds (fsm.Facts.StuckReason). A container that
+	// cannot start reports the kubelet's own reason instead
+	// (CrashLoopBackOff, ImagePullBackOff, ErrImagePull,
+	// CreateContainerConfigError).
+
+	// ReasonUnschedulable: the scheduler found no node for a pod (the
+	// scheduler's own reason, corev1.PodReasonUnschedulable).
+	ReasonUnschedulable = "Unschedulable"
+	// ReasonVolumePending: a data volume claim of the cluster is not bound.
+	ReasonVolumePending = "VolumePending"
+	// ReasonQuotaExceeded: the StatefulSet controller could not create a
+	// pod because a ResourceQuota is exhausted.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonFailedCreate: the StatefulSet controller could not create a pod
+	// for another reason (admission, a missing ServiceAccount...).
+	ReasonFailedCreate = "FailedCreate"
+	// ReasonVolumeNotExpandable: spec.volume.size grew and a claim's
+	// StorageClass does not allow volume expansion.
+	ReasonVolumeNotExpandable = "VolumeNotExpandable"
 )
 
 // stateDocs and eventDocs are the documentation `pgloop fsm --markdown`

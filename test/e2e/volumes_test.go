@@ -12,7 +12,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/facts"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/test/testbed"
 )
@@ -94,8 +93,8 @@ func TestVolumeResize(t *testing.T) {
 		if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"volume":{"size":"2Gi"}}}`); err != nil {
 			t.Fatal(err)
 		}
-		stuck, err := env.WaitCluster(ctx, ns, name, "showing "+facts.ReasonVolumeNotExpandable, func(pg *v1.Postgresql) bool {
-			return pg.Status.Reason == facts.ReasonVolumeNotExpandable && pg.Status.Volumes != nil
+		stuck, err := env.WaitCluster(ctx, ns, name, "showing "+fsm.ReasonVolumeNotExpandable, func(pg *v1.Postgresql) bool {
+			return pg.Status.Reason == fsm.ReasonVolumeNotExpandable && pg.Status.Volumes != nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -122,7 +121,7 @@ func TestVolumeResize(t *testing.T) {
 		}
 		if pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Fatal(err)
-		} else if pg.Status.Reason != facts.ReasonVolumeNotExpandable || pg.Status.ObservedGeneration < pg.Generation {
+		} else if pg.Status.Reason != fsm.ReasonVolumeNotExpandable || pg.Status.ObservedGeneration < pg.Generation {
 			t.Errorf("after the neighbour: %s", Summary(pg))
 		}
 	})
