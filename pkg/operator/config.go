@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -128,6 +129,13 @@ type Config struct {
 	// EnableShmVolume gives the pods of clusters that set no
 	// enableShmVolume a memory-backed /dev/shm.
 	EnableShmVolume bool
+	// Backup is the default pgBackRest repository, where every cluster
+	// without spec.backup archives its WAL; no Bucket means none.
+	Backup v1.BackupS3
+	// ArchiveTimeout is archive_timeout of the clusters that archive and
+	// set none: the bound of what a lost primary loses when it writes
+	// little.
+	ArchiveTimeout time.Duration
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -204,6 +212,7 @@ func DefaultConfig() Config {
 			S3SSE:          cluster.DefaultLogicalBackupS3SSE,
 		},
 		EnableShmVolume:     true,
+		ArchiveTimeout:      cluster.DefaultArchiveTimeout,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,
@@ -321,6 +330,18 @@ func (c *Config) Validate() error {
 			bad("logical-backup-env-secret %q is not a valid Secret name: %s", s, strings.Join(msgs, "; "))
 		}
 	}
+	if b := c.Backup; b != (v1.BackupS3{}) {
+		if b.Endpoint == "" || b.Bucket == "" || b.SecretName == "" {
+			bad("backup-s3-endpoint, backup-s3-bucket and backup-s3-secret go together: a default repository needs all three")
+		} else {
+			for _, e := range v1.ValidateBackupS3(&b, field.NewPath("backup-s3")) {
+				bad("%s %q: %s", strings.ReplaceAll(e.Field, ".", "-"), e.BadValue, e.Detail)
+			}
+		}
+	}
+	if c.ArchiveTimeout < time.Second {
+		bad("archive-timeout must be at least 1s, got %s", c.ArchiveTimeout)
+	}
 	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
 		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
 	}
@@ -349,7 +370,18 @@ func (c *Config) clusterOptions() cluster.Options {
 		EnableReplicaLoadBalancer: c.EnableReplicaLoadBalancer,
 		EnableShmVolume:           ptr.To(c.EnableShmVolume),
 		LogicalBackup:             c.LogicalBackup,
+		Backup:                    c.backupRepository(),
+		ArchiveTimeout:            c.ArchiveTimeout,
 	}
+}
+
+// backupRepository is the default repository, nil when none is set.
+func (c *Config) backupRepository() *v1.BackupS3 {
+	if c.Backup.Bucket == "" {
+		return nil
+	}
+	b := c.Backup
+	return &b
 }
 
 // loopSlowAfter is SlowAfter as the event loop takes it: 0, off, is
