@@ -124,6 +124,12 @@ type Facts struct {
 	MaintenanceWait  string
 	MaintenanceOpens time.Time
 
+	// Repository is where the cluster's backups go (s3://bucket/path),
+	// empty when it has no repository; Archiving is continuous archiving
+	// as last checked on its primary, nil until then.
+	Repository string
+	Archiving  *v1.ArchivingStatus
+
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it
 	// is; empty when every enabled one does (or none is enabled). Its
