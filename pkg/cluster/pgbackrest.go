@@ -72,6 +72,12 @@ func RepositoryPath(pg *v1.Postgresql) string {
 	return path.Join("/pgloop", pg.Namespace, pg.Name, string(pg.UID))
 }
 
+// RepositoryURL names the cluster's repository for people:
+// s3://<bucket><path> at <endpoint>.
+func RepositoryURL(pg *v1.Postgresql, repo *v1.BackupS3) string {
+	return "s3://" + repo.Bucket + RepositoryPath(pg) + " at " + repo.Endpoint
+}
+
 // Stanza is the cluster's pgBackRest stanza: its name (the repository
 // path is the cluster's own).
 func Stanza(pg *v1.Postgresql) string { return pg.Name }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/archiving"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
@@ -136,6 +137,10 @@ type Config struct {
 	// set none: the bound of what a lost primary loses when it writes
 	// little.
 	ArchiveTimeout time.Duration
+	// ArchiveCheckPeriod is how often each archiving cluster's primary is
+	// asked how its archiving goes; ArchiveStatusPeriod how often a report
+	// that only moved on is written to status (pkg/archiving).
+	ArchiveCheckPeriod, ArchiveStatusPeriod time.Duration
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -213,6 +218,8 @@ func DefaultConfig() Config {
 		},
 		EnableShmVolume:     true,
 		ArchiveTimeout:      cluster.DefaultArchiveTimeout,
+		ArchiveCheckPeriod:  archiving.DefaultPeriod,
+		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,
@@ -341,6 +348,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ArchiveTimeout < time.Second {
 		bad("archive-timeout must be at least 1s, got %s", c.ArchiveTimeout)
+	}
+	if c.ArchiveCheckPeriod < time.Second {
+		bad("archive-check-period must be at least 1s, got %s", c.ArchiveCheckPeriod)
+	}
+	if c.ArchiveStatusPeriod < c.ArchiveCheckPeriod {
+		bad("archive-status-period (%s) must not be less than archive-check-period (%s)", c.ArchiveStatusPeriod, c.ArchiveCheckPeriod)
 	}
 	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
 		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
