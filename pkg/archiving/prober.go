@@ -13,7 +13,6 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/observed"
 	"github.com/pgloop/pgloop/pkg/patroni"
 	"github.com/pgloop/pgloop/pkg/pgsql"
@@ -349,7 +348,7 @@ func (p *Prober) superuser(ctx context.Context, key string, objs observed.Cluste
 		return nil, fmt.Errorf("read secret %s: %w", name, err)
 	}
 	value := []string{string(s.Data[cluster.SecretPasswordKey])}
-	if next, ok := s.Data[effects.SecretNextPasswordKey]; ok {
+	if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 		value = append(value, string(next))
 	}
 	p.mu.Lock()
