@@ -346,17 +346,38 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
 	}
-	config, extraEnv, err := PatroniConfig(pod, env, Host{
+	host := Host{
 		PodIP:       p.ip.String(),
 		Mounts:      p.mounts,
 		SocketDir:   p.socketDir,
 		BinDir:      in.k.opts.PGBin,
 		Kubeconfig:  p.kubeconfig,
 		KubeContext: podContext,
-	})
+	}
+	config, extraEnv, err := PatroniConfig(pod, env, host)
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "while building Patroni's configuration: %w", err)
 	}
+	// Of the container's environment, only PGBACKREST_* reaches Patroni,
+	// and through it PostgreSQL and archive_command (Patroni hands its
+	// environment to the postmaster): pgBackRest reads its options there,
+	// and the kubelet knows which of them are paths to translate. The rest
+	// is Spilo's configuration, which PatroniConfig has already turned
+	// into patroni.yml with its paths translated; passed raw, its
+	// container paths (PGDATA, PGROOT), libpq defaults (PGPORT, PGUSER,
+	// PGPASSWORD...) and KUBERNETES_* would point Patroni and PostgreSQL
+	// elsewhere than the configuration does.
+	//
+	// Spilo's image itself does not pass them: its runit script
+	// (runit/patroni/run, 4.0-p2 as today) unsets every variable but PATH,
+	// PGHOME, LC_ALL, HOSTNAME, POD_IP, POD_NAMESPACE, ENABLE_PG_MON and
+	// KUBERNETES_SERVICE_*/PORT*/ROLE* before it starts Patroni. This is
+	// what an image that keeps PGBACKREST_* for Patroni runs.
+	backrest, err := PgBackRestEnv(env, host)
+	if err != nil {
+		return spawnSpec{}, waiting(ReasonConfigError, "pgBackRest's environment: %w", err)
+	}
+	extraEnv = append(extraEnv, backrest...)
 	configPath := filepath.Join(p.podDir, configFile)
 	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
 		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
