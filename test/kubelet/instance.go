@@ -369,7 +369,7 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 	// elsewhere than the configuration does.
 	//
 	// Spilo's image itself does not pass them: its runit script
-	// (runit/patroni/run, 4.0-p2 as today) unsets every variable but PATH,
+	// (runit/patroni/run, at tag 4.0-p2 and at master) unsets every variable but PATH,
 	// PGHOME, LC_ALL, HOSTNAME, POD_IP, POD_NAMESPACE, ENABLE_PG_MON and
 	// KUBERNETES_SERVICE_*/PORT*/ROLE* before it starts Patroni. This is
 	// what an image that keeps PGBACKREST_* for Patroni runs.
