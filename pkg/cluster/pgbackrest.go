@@ -128,6 +128,8 @@ func pgbackrestEnv(pg *v1.Postgresql, opts Options) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: "PGBACKREST_STANZA", Value: Stanza(pg)},
 		{Name: "PGBACKREST_PG1_PATH", Value: PGData},
+		// Spilo's socket directory: stanza-create asks PostgreSQL there.
+		{Name: "PGBACKREST_PG1_SOCKET_PATH", Value: "/var/run/postgresql"},
 		{Name: "PGBACKREST_REPO1_TYPE", Value: "s3"},
 		{Name: "PGBACKREST_REPO1_PATH", Value: RepositoryPath(pg)},
 		{Name: "PGBACKREST_REPO1_S3_ENDPOINT", Value: host},

@@ -73,6 +73,7 @@ func TestArchiving(t *testing.T) {
 		want := map[string]string{
 			"PGBACKREST_STANZA":              pg.Name,
 			"PGBACKREST_PG1_PATH":            "/home/postgres/pgdata/pgroot/pgdata",
+			"PGBACKREST_PG1_SOCKET_PATH":     "/var/run/postgresql",
 			"PGBACKREST_REPO1_TYPE":          "s3",
 			"PGBACKREST_REPO1_PATH":          "/pgloop/" + pg.Namespace + "/" + pg.Name + "/uid-1",
 			"PGBACKREST_REPO1_S3_ENDPOINT":   "127.0.0.1",
