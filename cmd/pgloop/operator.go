@@ -161,6 +161,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"key of that Secret holding the PEM certificate authority of the endpoint; empty means the image's system authorities")
 	f.DurationVar(&cfg.ArchiveTimeout, "archive-timeout", cfg.ArchiveTimeout,
 		"archive_timeout of the clusters that archive and set none: a primary pushes its WAL at least this often, which bounds what a lost volume loses")
+	f.StringSliceVar(&cfg.ArchivingImages, "archiving-images", cfg.ArchivingImages,
+		"images known to carry pgBackRest (and keep PGBACKREST_* for Patroni): only clusters running one archive to their repository; others show ContinuousArchiving False")
 	f.DurationVar(&cfg.ArchiveCheckPeriod, "archive-check-period", cfg.ArchiveCheckPeriod,
 		"how often each archiving cluster's primary is asked how its WAL archiving goes (a failure shows in status within this)")
 	f.DurationVar(&cfg.ArchiveStatusPeriod, "archive-status-period", cfg.ArchiveStatusPeriod,

@@ -69,7 +69,8 @@ func (n *notifier) count(key string) int {
 // clusterWith returns a cluster whose pod pg-0 leads, its PostgreSQL at
 // addr (nothing listens there), and the superuser's Secret at version.
 func clusterWith(name string, leader bool, version string) observed.Cluster {
-	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u1"}}
+	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u1"},
+		Spec: v1.PostgresqlSpec{DockerImage: cluster.DefaultArchivingImage}}
 	role := "replica"
 	if leader {
 		role = "master"

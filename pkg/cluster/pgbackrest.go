@@ -3,6 +3,7 @@ package cluster
 import (
 	"net"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,12 @@ const (
 	DefaultArchiveTimeout = 60 * time.Second
 )
 
+// DefaultArchivingImage is pgloop's instance image: Spilo's, with Debian's
+// pgbackrest and a Patroni that inherits the container's PGBACKREST_*
+// variables (docs/backups.md). It is the one image Options.ArchivingImages
+// lists by default.
+const DefaultArchivingImage = "ghcr.io/pgloop/spilo-pgbackrest-17:4.0-p2"
+
 // ArchiveCommand is PostgreSQL's archive_command of a cluster with a
 // repository. The first push to a new repository fails, as its stanza
 // does not exist yet: the primary then creates it and pushes again.
@@ -45,12 +52,45 @@ const (
 // (another system identifier), so a repository is never taken over.
 const ArchiveCommand = `pgbackrest archive-push "%p" || { pgbackrest stanza-create && pgbackrest archive-push "%p"; }`
 
-// Repository returns the repository the cluster archives to: spec.backup.s3,
-// else the operator's default; nil when it has none, when backup.enabled is
-// false, or when the cluster sets its own archive_command and no
+// Repository returns the repository the cluster archives to (see
+// wantedRepository), nil also when its image cannot archive
+// (ArchiveBlocked says so).
+func Repository(pg *v1.Postgresql, opts Options) *v1.BackupS3 {
+	if ArchiveBlocked(pg, opts) != "" {
+		return nil
+	}
+	return wantedRepository(pg, opts)
+}
+
+// ArchiveBlocked says why a cluster that has a repository does not archive
+// to it: its image is not one of Options.ArchivingImages, so it may lack
+// pgBackRest, and an archive_command that fails keeps every WAL segment
+// in pg_wal until the volume is full. "" when nothing blocks it.
+func ArchiveBlocked(pg *v1.Postgresql, opts Options) string {
+	if wantedRepository(pg, opts) == nil {
+		return ""
+	}
+	image := pg.Spec.DockerImage
+	if image == "" {
+		image = opts.withDefaults().Image
+	}
+	images := opts.ArchivingImages
+	if images == nil {
+		images = []string{DefaultArchivingImage}
+	}
+	if slices.Contains(images, image) {
+		return ""
+	}
+	return "image " + image + " is not known to carry pgBackRest (--archiving-images: " + strings.Join(images, ", ") +
+		"): not archiving, since a failing archive_command keeps all WAL in pg_wal; use pgloop's instance image " + DefaultArchivingImage
+}
+
+// wantedRepository is the repository the spec asks for: spec.backup.s3,
+// else the operator's default; nil when it has none, when backup.enabled
+// is false, or when the cluster sets its own archive_command and no
 // spec.backup.s3 (it archives its own way; Validate refuses an
 // archive_command beside spec.backup.s3).
-func Repository(pg *v1.Postgresql, opts Options) *v1.BackupS3 {
+func wantedRepository(pg *v1.Postgresql, opts Options) *v1.BackupS3 {
 	if !pg.Spec.Backup.Archives() {
 		return nil
 	}

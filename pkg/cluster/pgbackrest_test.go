@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +64,7 @@ func TestArchiving(t *testing.T) {
 	newPG := func() *v1.Postgresql {
 		pg := loadSample(t, "minimal")
 		pg.UID = "uid-1"
+		pg.Spec.DockerImage = DefaultArchivingImage
 		return pg
 	}
 
@@ -152,6 +154,13 @@ func TestArchiving(t *testing.T) {
 		{name: "the cluster's own archive_command", mutate: func(pg *v1.Postgresql) {
 			pg.Spec.PostgreSQL.Parameters = map[string]string{"archive_command": "/bin/true"}
 		}, opts: Options{Backup: repo}},
+		{name: "an image not known to carry pgBackRest", mutate: func(pg *v1.Postgresql) {
+			pg.Spec.DockerImage = ""
+			pg.Spec.Backup = &v1.Backup{S3: repo}
+		}},
+		{name: "an image the operator does not list", mutate: func(pg *v1.Postgresql) {
+			pg.Spec.Backup = &v1.Backup{S3: repo}
+		}, opts: Options{ArchivingImages: []string{"registry.example/own:1"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pg := newPG()
@@ -162,6 +171,10 @@ func TestArchiving(t *testing.T) {
 			}
 			if Repository(pg, tt.opts) != nil {
 				t.Errorf("Repository = %+v, want nil", Repository(pg, tt.opts))
+			}
+			blocked := ArchiveBlocked(pg, tt.opts)
+			if wantBlocked := strings.HasPrefix(tt.name, "an image"); (blocked != "") != wantBlocked {
+				t.Errorf("ArchiveBlocked = %q, want a reason: %v", blocked, wantBlocked)
 			}
 		})
 	}

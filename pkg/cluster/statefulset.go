@@ -85,6 +85,10 @@ type Options struct {
 	// ArchiveTimeout is archive_timeout of the clusters that archive and
 	// set none. 0 means DefaultArchiveTimeout.
 	ArchiveTimeout time.Duration
+	// ArchivingImages are the images known to carry pgBackRest: only
+	// clusters that run one of them archive (ArchiveBlocked). Nil means
+	// DefaultArchivingImage alone.
+	ArchivingImages []string
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for

@@ -138,6 +138,8 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	if repo := cluster.Repository(pg, d.build); repo != nil {
 		f.Repository = cluster.RepositoryURL(pg, repo)
 		f.Archiving = objs.Archiving
+	} else if why := cluster.ArchiveBlocked(pg, d.build); why != "" {
+		f.ArchiveBlocked = why
 	}
 
 	// Last, what holds the cluster back (stuck.go).

@@ -15,6 +15,7 @@ const (
 	ReasonArchiving        = "Archiving"
 	ReasonArchiveFailing   = "ArchiveFailing"
 	ReasonArchiveUnchecked = "ArchiveUnchecked"
+	ReasonArchiveBlocked   = "ArchiveBlocked"
 )
 
 // archiving shows the cluster's backup repository and how its archiving
@@ -25,6 +26,14 @@ const (
 // rarely (pkg/archiving), so this writes rarely too.
 func (m *Machine) archiving() {
 	st, f := &m.st, &m.eng.call.facts
+	if f.ArchiveBlocked != "" {
+		if st.Backup != nil {
+			st.Backup = nil
+			m.deferWrite()
+		}
+		m.conditionStatus(v1.ConditionContinuousArchiving, metav1.ConditionFalse, ReasonArchiveBlocked, f.ArchiveBlocked)
+		return
+	}
 	if f.Repository == "" {
 		if st.Backup != nil {
 			st.Backup = nil

@@ -129,6 +129,10 @@ type Facts struct {
 	// as last checked on its primary, nil until then.
 	Repository string
 	Archiving  *v1.ArchivingStatus
+	// ArchiveBlocked says why a cluster whose spec or operator gives it a
+	// repository does not archive (its image); empty when nothing blocks
+	// it.
+	ArchiveBlocked string
 
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it

@@ -174,6 +174,8 @@ func parseFacts(words []string) (Facts, error) {
 			f.MaintenanceWait = "outside the maintenance windows: the next opens at " + v
 		case "repository":
 			f.Repository = v
+		case "archive-blocked":
+			f.ArchiveBlocked = v
 		case "archiving":
 			// ok:WAL, failing:MESSAGE or unchecked:MESSAGE.
 			kind, text, _ := strings.Cut(v, ":")

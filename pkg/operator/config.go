@@ -141,6 +141,9 @@ type Config struct {
 	// asked how its archiving goes; ArchiveStatusPeriod how often a report
 	// that only moved on is written to status (pkg/archiving).
 	ArchiveCheckPeriod, ArchiveStatusPeriod time.Duration
+	// ArchivingImages are the images known to carry pgBackRest; only
+	// clusters running one of them archive.
+	ArchivingImages []string
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -219,6 +222,7 @@ func DefaultConfig() Config {
 		EnableShmVolume:     true,
 		ArchiveTimeout:      cluster.DefaultArchiveTimeout,
 		ArchiveCheckPeriod:  archiving.DefaultPeriod,
+		ArchivingImages:     []string{cluster.DefaultArchivingImage},
 		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
@@ -385,6 +389,7 @@ func (c *Config) clusterOptions() cluster.Options {
 		LogicalBackup:             c.LogicalBackup,
 		Backup:                    c.backupRepository(),
 		ArchiveTimeout:            c.ArchiveTimeout,
+		ArchivingImages:           c.ArchivingImages,
 	}
 }
 
