@@ -105,7 +105,7 @@ func clusters() []*v1.Postgresql {
 	}
 	running.Status.Conditions = append(running.Status.Conditions, metav1.Condition{
 		Type: v1.ConditionContinuousArchiving, Status: metav1.ConditionTrue, Reason: fsm.ReasonArchiving,
-		Message: "archiving to s3://backups/pgloop/default/db-running/3f2a at s3.example.com; last segment 00000002000000000000004B",
+		Message:            "archiving to s3://backups/pgloop/default/db-running/3f2a at s3.example.com; last segment 00000002000000000000004B",
 		LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Hour)),
 	})
 	running.Status.History = []v1.Transition{
