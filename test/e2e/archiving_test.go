@@ -31,10 +31,10 @@ import (
 // stays True, and recovers once the spec is fixed by an edit; a cluster on
 // an image not known to carry pgBackRest is not archived, and says why.
 func TestArchiving(t *testing.T) {
-	store := env.Plane.S3()
-	if store == nil {
+	if env.Plane.ObjectStore == nil {
 		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
 	}
+	store := &env.Plane.ObjectStore.S3
 	if _, err := exec.LookPath("pgbackrest"); err != nil {
 		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
 	}
@@ -124,6 +124,53 @@ func TestArchiving(t *testing.T) {
 		}
 		if c := meta.FindStatusCondition(other.Status.Conditions, v1.ConditionContinuousArchiving); c == nil || c.Status != metav1.ConditionTrue {
 			t.Errorf("arch: ContinuousArchiving %+v while broken fails, want True", c)
+		}
+	})
+
+	t.Run("the store away, then back: archiving catches up", func(t *testing.T) {
+		store := env.Plane.ObjectStore
+		if err := store.StopServer(false); err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		restarted := false
+		defer func() {
+			if !restarted {
+				if err := store.StartServer(context.Background()); err != nil {
+					t.Errorf("restarting the object store: %v", err)
+				}
+			}
+		}()
+		pg, err := env.PG.Postgresqls(ns).Get(ctx, "arch", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
+		if _, err := conn.Exec(ctx, "INSERT INTO t SELECT g FROM generate_series(1001, 2000) g"); err != nil {
+			t.Fatal(err)
+		}
+		var segment string
+		if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
+			t.Fatal(err)
+		}
+		pg, err = env.WaitCluster(ctx, ns, "arch", "ContinuousArchiving False while the store is away", func(pg *v1.Postgresql) bool {
+			c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionContinuousArchiving)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fsm.ReasonArchiveFailing
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionContinuousArchiving)
+		t.Logf("arch: failing %v after the store stopped (archive_timeout 10s): %s", time.Since(stopped).Round(time.Millisecond), c.Message)
+		if err := store.StartServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		restarted = true
+		back := time.Now()
+		pg = archived(ctx, t, ns, "arch", segment)
+		t.Logf("arch: %s archived %v after the store came back: %s", segment, time.Since(back).Round(time.Millisecond), describeArchiving(pg))
+		if info := repositoryInfo(ctx, t, &store.S3, pg); info.Archive.Max < segment {
+			t.Errorf("pgBackRest's info: archive to %s, want %s in it", info.Archive.Max, segment)
 		}
 	})
 
@@ -221,8 +268,16 @@ type stanzaInfo struct {
 func repositoryInfo(ctx context.Context, t testing.TB, store *testbed.S3, pg *v1.Postgresql) stanzaInfo {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "pgbackrest", "info", "--output=json")
-	cmd.Env = append(os.Environ(), store.Env()...)
-	cmd.Env = append(cmd.Env,
+	cmd.Env = append(os.Environ(),
+		"PGBACKREST_REPO1_TYPE=s3",
+		"PGBACKREST_REPO1_S3_ENDPOINT="+store.Host,
+		"PGBACKREST_REPO1_S3_PORT="+strconv.Itoa(store.Port),
+		"PGBACKREST_REPO1_S3_BUCKET="+store.Bucket,
+		"PGBACKREST_REPO1_S3_REGION="+store.Region,
+		"PGBACKREST_REPO1_S3_URI_STYLE=path",
+		"PGBACKREST_REPO1_S3_KEY="+store.AccessKey,
+		"PGBACKREST_REPO1_S3_KEY_SECRET="+store.SecretKey,
+		"PGBACKREST_REPO1_S3_CA_FILE="+store.CAFile,
 		"PGBACKREST_CONFIG=/dev/null",
 		"PGBACKREST_STANZA="+cluster.Stanza(pg),
 		"PGBACKREST_REPO1_PATH="+cluster.RepositoryPath(pg),

@@ -22,6 +22,8 @@ func TestMain(m *testing.M) {
 		// its taint keeps the other suites' clusters on kwok's nodes.
 		ProcessNodes:      1,
 		TaintProcessNodes: true,
+		// The S3 store pgBackRest archives to (archiving_test.go).
+		ObjectStore: true,
 		Log:               os.Stderr,
 		KeepDir:           os.Getenv("PGLOOP_KEEP_PLANE") != "",
 	})
