@@ -315,6 +315,12 @@ func report(a *pgsql.Archiver, now time.Time) *v1.ArchivingStatus {
 	if !a.LastFailedTime.IsZero() {
 		r.LastFailedTime = &metav1.Time{Time: a.LastFailedTime.UTC().Truncate(time.Second)}
 	}
+	if a.ArchivedCount == 0 && a.FailedCount == 0 {
+		// Not known to work until a segment is pushed: PostgreSQL
+		// finishes the first one after writes (archive_timeout at most
+		// after them); an idle new cluster has none.
+		r.Message = "no WAL segment archived yet: the first goes once PostgreSQL finishes one (after writes, at most archive_timeout later)"
+	}
 	if r.Failing {
 		r.Message = a.ErrorText()
 		if r.Message == "" {

@@ -200,6 +200,9 @@ func TestWorthPublishing(t *testing.T) {
 
 func TestReport(t *testing.T) {
 	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	if r := report(&pgsql.Archiver{CurrentWAL: "000000010000000000000001"}, now); r.Failing || !strings.HasPrefix(r.Message, "no WAL segment archived yet") {
+		t.Errorf("report of a primary that archived nothing yet: %+v", r)
+	}
 	r := report(&pgsql.Archiver{FailedCount: 3, LastFailedWAL: "000000010000000000000007", LastFailedTime: now, Ready: 4, WALBytes: 5 << 24}, now)
 	if !r.Failing || r.Message != "archive_command failed for 000000010000000000000007 (3 failures); the archiver left no words" ||
 		r.WaitingSegments != 4 || r.WALBytes != 5<<24 || r.LastFailedTime == nil {

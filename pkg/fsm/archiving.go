@@ -68,7 +68,8 @@ func (m *Machine) archiving() {
 	case a.Failing:
 		m.conditionStatus(v1.ConditionContinuousArchiving, metav1.ConditionFalse, ReasonArchiveFailing, a.Message)
 	case a.Message != "":
-		// The primary could not be asked: what archiving does is unknown.
+		// The primary could not be asked, or has archived nothing yet:
+		// whether archiving works is unknown.
 		m.conditionStatus(v1.ConditionContinuousArchiving, metav1.ConditionUnknown, ReasonArchiveUnchecked, a.Message)
 	default:
 		msg := "archiving to " + f.Repository

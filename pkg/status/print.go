@@ -265,7 +265,9 @@ func (p *printer) backups(st *v1.PostgresqlStatus, now time.Time) {
 			t.add("Last failed:", failed)
 		}
 		t.add("Waiting:", fmt.Sprintf("%d segments; pg_wal %s", a.WaitingSegments, bytesIEC(a.WALBytes)))
-		t.add("Checked:", fmt.Sprintf("%s ago (%s)", age(a.CheckedAt.Time, now), clock(a.CheckedAt.Time, now)))
+		// Reports are written when they say something new: this is when
+		// the one shown was read, not the last check.
+		t.add("As of:", fmt.Sprintf("%s ago (%s)", age(a.CheckedAt.Time, now), clock(a.CheckedAt.Time, now)))
 	}
 	p.table(&t, "  ")
 }

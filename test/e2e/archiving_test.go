@@ -75,6 +75,22 @@ func TestArchiving(t *testing.T) {
 	// And one on Spilo's image, on a kwok node: nothing runs it.
 	env.CreateCluster(t, ns, "spilo", 1)
 
+	// A new cluster has archived nothing: Unknown until its first
+	// segment, which writes and a switch make now.
+	for _, name := range []string{"arch", "broken"} {
+		pg, err := env.WaitCluster(ctx, ns, name, "Running, ContinuousArchiving Unknown: nothing archived yet", func(pg *v1.Postgresql) bool {
+			c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionContinuousArchiving)
+			return pg.Status.State == fsm.Running && c != nil && c.Status == metav1.ConditionUnknown &&
+				strings.HasPrefix(c.Message, "no WAL segment archived yet")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
+		if _, err := conn.Exec(ctx, "CREATE TABLE first AS SELECT 1 AS one; SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pg := archived(ctx, t, ns, "arch", "")
 	t.Logf("arch: archiving after %v: %s", time.Since(began).Round(time.Millisecond), describeArchiving(pg))
 

@@ -17,6 +17,10 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -46,6 +50,7 @@ type config struct {
 	resizeFSDelay time.Duration
 	kwokPodDelete bool
 	objectStore   bool
+	storeSecret   string
 }
 
 const usage = `usage: testbed up [flags]
@@ -82,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.resizeFSDelay, "resize-fs-delay", testbed.DefaultResizeFSDelay, "how long the resizer leaves a grown claim FileSystemResizePending")
 	fs.BoolVar(&cfg.kwokPodDelete, "kwok-pod-delete", false, "keep kwok's pod-delete stage, which deletes by name and may delete a StatefulSet's new pod, instead of the plane's pod reaper (test/podreaper), to compare")
 	fs.BoolVar(&cfg.objectStore, "object-store", false, "also run an S3 object store (SeaweedFS, HTTPS, bucket "+testbed.DefaultBucket+"); what a client needs is printed and, with --kubeconfig-out, written beside it as s3.env and s3.json")
+	fs.StringVar(&cfg.storeSecret, "object-store-secret", "", "with --object-store, a Secret NAMESPACE/NAME holding the store's "+
+		"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and ca.crt, the keys a backup repository's Secret has (pgloop's --backup-s3-secret)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -140,6 +147,12 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 	store := ""
 	if p.ObjectStore != nil {
 		s3 := p.ObjectStore.S3
+		if cfg.storeSecret != "" {
+			if err := storeSecret(ctx, p, cfg.storeSecret); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "testbed: Secret %s holds the object store's keys and CA\n", cfg.storeSecret)
+		}
 		store = fmt.Sprintf(`
 An S3 object store is up at %s (bucket %s, region %s, path style,
 CA %s):
@@ -187,6 +200,31 @@ Point kubectl at it:
 Ctrl-C stops it.
 `, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig, store)
 	return p.Wait(ctx)
+}
+
+// storeSecret creates the Secret ref (NAMESPACE/NAME) with the object
+// store's credentials and CA, under the keys pgloop reads a backup
+// repository's Secret by.
+func storeSecret(ctx context.Context, p *testbed.Plane, ref string) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--object-store-secret %q: want NAMESPACE/NAME", ref)
+	}
+	s3 := p.ObjectStore.S3
+	ca, err := os.ReadFile(s3.CAFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = p.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey, "ca.crt": string(ca)},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("while creating Secret %s: %w", ref, err)
+	}
+	return nil
 }
 
 // publish copies the kubeconfig to path atomically, so a script waiting for
