@@ -20,7 +20,7 @@ import (
 // container, so the image needs the pgbackrest binary and nothing of
 // pgloop's; PostgreSQL's archive_command runs it.
 const (
-	// pgbackrestDir holds pgBackRest's spool, lock and log directories, on
+	// pgbackrestDir holds pgBackRest's spool and lock directories, on
 	// the data volume beside PGROOT: the spool's WAL not yet pushed
 	// survives a pod's replacement with its volume.
 	pgbackrestDir = DataMountPath + "/pgbackrest"
@@ -50,7 +50,12 @@ const DefaultArchivingImage = "ghcr.io/pgloop/spilo-pgbackrest-17:4.0-p2"
 // does not exist yet: the primary then creates it and pushes again.
 // stanza-create refuses a repository whose stanza another database made
 // (another system identifier), so a repository is never taken over.
-const ArchiveCommand = `pgbackrest archive-push "%p" || { pgbackrest stanza-create && pgbackrest archive-push "%p"; }`
+// io-timeout is 3 s for these commands only (pgBackRest's default is 60 s):
+// pgBackRest retries a refused connection about 8 times io-timeout before
+// it fails, so an unreachable bucket is a failure, with pgBackRest's words
+// in the spool, within about 25 s, inside one archive_timeout.
+const ArchiveCommand = `pgbackrest --io-timeout=3 archive-push "%p" || ` +
+	`{ pgbackrest --io-timeout=3 stanza-create && pgbackrest --io-timeout=3 archive-push "%p"; }`
 
 // Repository returns the repository the cluster archives to (see
 // wantedRepository), nil also when its image cannot archive
@@ -197,10 +202,13 @@ func pgbackrestEnv(pg *v1.Postgresql, opts Options) []corev1.EnvVar {
 		corev1.EnvVar{Name: "PGBACKREST_ARCHIVE_ASYNC", Value: "y"},
 		corev1.EnvVar{Name: "PGBACKREST_SPOOL_PATH", Value: pgbackrestDir + "/spool"},
 		corev1.EnvVar{Name: "PGBACKREST_LOCK_PATH", Value: pgbackrestDir + "/lock"},
-		corev1.EnvVar{Name: "PGBACKREST_LOG_PATH", Value: pgbackrestDir + "/log"},
+		// No log files: pgBackRest does not make their directory, and
+		// the asynchronous push's failures are in the spool's .error
+		// files (what pkg/archiving reads), its foreground's in
+		// PostgreSQL's log.
 		corev1.EnvVar{Name: "PGBACKREST_LOG_LEVEL_CONSOLE", Value: "warn"},
 		corev1.EnvVar{Name: "PGBACKREST_LOG_LEVEL_STDERR", Value: "error"},
-		corev1.EnvVar{Name: "PGBACKREST_LOG_LEVEL_FILE", Value: "info"},
+		corev1.EnvVar{Name: "PGBACKREST_LOG_LEVEL_FILE", Value: "off"},
 	)
 }
 

@@ -89,10 +89,9 @@ func TestArchiving(t *testing.T) {
 			"PGBACKREST_ARCHIVE_ASYNC":       "y",
 			"PGBACKREST_SPOOL_PATH":          "/home/postgres/pgdata/pgbackrest/spool",
 			"PGBACKREST_LOCK_PATH":           "/home/postgres/pgdata/pgbackrest/lock",
-			"PGBACKREST_LOG_PATH":            "/home/postgres/pgdata/pgbackrest/log",
 			"PGBACKREST_LOG_LEVEL_CONSOLE":   "warn",
 			"PGBACKREST_LOG_LEVEL_STDERR":    "error",
-			"PGBACKREST_LOG_LEVEL_FILE":      "info",
+			"PGBACKREST_LOG_LEVEL_FILE":      "off",
 		}
 		for k, v := range want {
 			if a.env[k] != v {
