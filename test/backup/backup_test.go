@@ -392,6 +392,16 @@ func TestArchiveBackupRestore(t *testing.T) {
 	}
 	tm.add("archiving caught up with %s %v after the store was back", segment, time.Since(upAt).Round(time.Second))
 	must("check after the store is back", "check")
+	for _, dir := range []string{spool, spool2, logs} {
+		var found []string
+		_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err == nil && path != dir && (d.IsDir() || dir == logs) {
+				found = append(found, strings.TrimPrefix(path, base+"/"))
+			}
+			return nil
+		})
+		tm.add("%s holds %s", strings.TrimPrefix(dir, base+"/"), strings.Join(found, ", "))
+	}
 	info = r.info(ctx, t)
 	if info.Status.Code != 0 || len(info.Archive) != 1 || info.Archive[0].Max < segment {
 		t.Fatalf("info after the store is back: want status ok and the archive up to %s, got %+v", segment, info)
