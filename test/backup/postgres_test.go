@@ -191,6 +191,11 @@ func (s *server) query(ctx context.Context, t testing.TB, sql string, dest ...an
 // may be stuck in an archive command whose store is down), then SIGKILL to
 // its group.
 func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return // stopped already: its pid may be another's now
+	default:
+	}
 	for _, step := range []struct {
 		sig   syscall.Signal
 		group bool
