@@ -31,8 +31,8 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni, postgresql
 	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests, the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
+test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
 .PHONY: test-e2e
 test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
