@@ -209,7 +209,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("report %+v", r)
 	}
 	r = report(&pgsql.Archiver{FailedCount: 1, LastFailedTime: now, Errors: map[string]string{"global.error": "103\nunable to find a valid repository"}}, now)
-	if r.Message != "103 unable to find a valid repository" {
+	if r.Message != "[103] unable to find a valid repository" {
 		t.Errorf("message %q, want the archiver's words", r.Message)
 	}
 	r = report(&pgsql.Archiver{ArchivedCount: 9, LastArchivedWAL: "000000010000000000000009", LastArchivedTime: now.Add(time.Second), FailedCount: 1, LastFailedTime: now,

@@ -118,7 +118,9 @@ func ArchiveStatus(ctx context.Context, ep Endpoint, errorDir string, opts Optio
 }
 
 // ErrorText is the archiver's words in one line: the error files' texts,
-// global.error first, then by name, without repeats.
+// global.error first, then by name, without repeats. pgBackRest writes its
+// error code on the first line, then the message and HINT lines: the code
+// becomes "[103]", the hints are left out, a line said twice is said once.
 func (a *Archiver) ErrorText() string {
 	names := make([]string, 0, len(a.Errors))
 	for n := range a.Errors {
@@ -133,11 +135,38 @@ func (a *Archiver) ErrorText() string {
 	var out []string
 	seen := map[string]bool{}
 	for _, n := range names {
-		t := strings.Join(strings.Fields(a.Errors[n]), " ")
+		t := errorWords(a.Errors[n])
 		if t != "" && !seen[t] {
 			seen[t] = true
 			out = append(out, t)
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// errorWords is one error file's text in one line.
+func errorWords(text string) string {
+	var words []string
+	seen := map[string]bool{}
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		switch {
+		case line == "", strings.HasPrefix(line, "HINT:"), seen[line]:
+			continue
+		case i == 0 && isCode(line):
+			line = "[" + line + "]"
+		}
+		seen[line] = true
+		words = append(words, line)
+	}
+	return strings.Join(words, " ")
+}
+
+func isCode(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -39,7 +39,7 @@ func TestArchiveStatus(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(srv.base, "spool")) })
 	files := map[string]string{
 		"000000010000000000000003.error": "103\nunable to find a valid repository:\n  repo1: [HostConnectError] unable to connect\n",
-		"global.error":                   "39\nHTTP request failed: 403 Forbidden\n",
+		"global.error":                   "39\nHTTP request failed: 403 Forbidden\nHINT: is the bucket yours?\nHTTP request failed: 403 Forbidden\n",
 		"000000010000000000000004.error": "103\nunable to find a valid repository:\n  repo1: [HostConnectError] unable to connect\n",
 		"000000010000000000000002.ok":    "",
 	}
@@ -55,7 +55,7 @@ func TestArchiveStatus(t *testing.T) {
 	if len(a.Errors) != 3 {
 		t.Errorf("errors %v, want the three .error files", a.Errors)
 	}
-	want := "39 HTTP request failed: 403 Forbidden; 103 unable to find a valid repository: repo1: [HostConnectError] unable to connect"
+	want := "[39] HTTP request failed: 403 Forbidden; [103] unable to find a valid repository: repo1: [HostConnectError] unable to connect"
 	if got := a.ErrorText(); got != want {
 		t.Errorf("ErrorText %q, want %q", got, want)
 	}

@@ -24,8 +24,8 @@ func TestMain(m *testing.M) {
 		TaintProcessNodes: true,
 		// The S3 store pgBackRest archives to (archiving_test.go).
 		ObjectStore: true,
-		Log:               os.Stderr,
-		KeepDir:           os.Getenv("PGLOOP_KEEP_PLANE") != "",
+		Log:         os.Stderr,
+		KeepDir:     os.Getenv("PGLOOP_KEEP_PLANE") != "",
 	})
 	cancel()
 	if err != nil {
