@@ -31,7 +31,11 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 kwok_nodes="${PLANE_NODES:-0}"
+# The object store (S3 over HTTPS) is the clusters' default backup
+# repository: its keys and CA go to the Secret pgloop-backup of the samples'
+# namespace, and its address to the operator's --backup-s3-* flags.
 "$bin/testbed" up --nodes "$kwok_nodes" --process-nodes "${PLANE_PROCESS_NODES:-1}" --kubeconfig-out "$kubeconfig" \
+	--object-store --object-store-secret default/pgloop-backup \
 	--crds manifests/crds --apply manifests/samples --apply hack/samples &
 pids+=($!)
 # testbed writes the kubeconfig only once the plane is ready and the CRDs
@@ -45,7 +49,12 @@ if [ "$kwok_nodes" -gt 0 ]; then
 	"$bin/labeller" --kubeconfig "$kubeconfig" &
 	pids+=($!)
 fi
-"$bin/pgloop" operator --kubeconfig "$kubeconfig" --leader-elect=false --health-addr 127.0.0.1:0 "$@" &
+# PGLOOP_S3_ENDPOINT, _BUCKET, _REGION...: written before the kubeconfig.
+# shellcheck disable=SC1091
+. "$state/s3.env"
+"$bin/pgloop" operator --kubeconfig "$kubeconfig" --leader-elect=false --health-addr 127.0.0.1:0 \
+	--backup-s3-endpoint "$PGLOOP_S3_ENDPOINT" --backup-s3-bucket "$PGLOOP_S3_BUCKET" --backup-s3-region "$PGLOOP_S3_REGION" \
+	--backup-s3-secret pgloop-backup --backup-s3-ca-key ca.crt "$@" &
 pids+=($!)
 
 cat <<TXT
@@ -64,6 +73,11 @@ Pods on the process node run real Patroni and PostgreSQL at their pod IPs
     ip=\$(kubectl get pod \$(kubectl get pg \$pg -o jsonpath='{.status.primary}') -o jsonpath='{.status.podIP}')
     PGPASSWORD=\$(kubectl get secret postgres.\$pg.credentials.postgresql.pgloop.dev -o jsonpath='{.data.password}' | base64 -d) \\
         psql -h \$ip -U postgres
+
+local-pg15 archives its WAL with pgBackRest to the plane's S3 store
+(\$PGLOOP_S3_ENDPOINT in $state/s3.env): bin/pgloop status local-pg15
+shows its Backups; the other samples run Spilo's image, which has no
+pgBackRest, and say so (ContinuousArchiving False, ArchiveBlocked).
 
 Ctrl-C stops the operator and the control plane.
 TXT

@@ -149,6 +149,24 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"make the replica Service of clusters that set no spec.enableReplicaLoadBalancer a LoadBalancer (open to spec.allowedSourceRanges, default 127.0.0.1/32)")
 	f.BoolVar(&cfg.EnableShmVolume, "enable-shm-volume", cfg.EnableShmVolume,
 		"mount a memory-backed /dev/shm in the PostgreSQL container of clusters that set no spec.enableShmVolume")
+	f.StringVar(&cfg.Backup.Endpoint, "backup-s3-endpoint", cfg.Backup.Endpoint,
+		"S3 endpoint (host or host:port, always https) of the default pgBackRest repository, where clusters without spec.backup archive their WAL to <bucket>/pgloop/<namespace>/<cluster>/<uid>")
+	f.StringVar(&cfg.Backup.Bucket, "backup-s3-bucket", cfg.Backup.Bucket,
+		"bucket of the default pgBackRest repository; empty means no default: only clusters with spec.backup.s3 archive")
+	f.StringVar(&cfg.Backup.Region, "backup-s3-region", cfg.Backup.Region,
+		"region of the default repository's bucket; empty means us-east-1")
+	f.StringVar(&cfg.Backup.SecretName, "backup-s3-secret", cfg.Backup.SecretName,
+		"Secret in each cluster's namespace with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY for the default repository (and its CA, see --backup-s3-ca-key)")
+	f.StringVar(&cfg.Backup.CAKey, "backup-s3-ca-key", cfg.Backup.CAKey,
+		"key of that Secret holding the PEM certificate authority of the endpoint; empty means the image's system authorities")
+	f.DurationVar(&cfg.ArchiveTimeout, "archive-timeout", cfg.ArchiveTimeout,
+		"archive_timeout of the clusters that archive and set none: a primary pushes its WAL at least this often, which bounds what a lost volume loses")
+	f.StringSliceVar(&cfg.ArchivingImages, "archiving-images", cfg.ArchivingImages,
+		"images known to carry pgBackRest (and keep PGBACKREST_* for Patroni): only clusters running one archive to their repository; others show ContinuousArchiving False")
+	f.DurationVar(&cfg.ArchiveCheckPeriod, "archive-check-period", cfg.ArchiveCheckPeriod,
+		"how often each archiving cluster's primary is asked how its WAL archiving goes (a failure shows in status within this)")
+	f.DurationVar(&cfg.ArchiveStatusPeriod, "archive-status-period", cfg.ArchiveStatusPeriod,
+		"how often status.backup.archiving is rewritten when only its last segment moved on (a failure or recovery is written at once)")
 	f.DurationVar(&cfg.SQLConnectTimeout, "sql-connect-timeout", cfg.SQLConnectTimeout,
 		"deadline of a connection to PostgreSQL (dial, authentication)")
 	f.DurationVar(&cfg.SQLStatementTimeout, "sql-statement-timeout", cfg.SQLStatementTimeout,

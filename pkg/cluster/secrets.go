@@ -28,6 +28,11 @@ const (
 	SecretUsernameKey = "username"
 	// SecretPasswordKey is the key of the password.
 	SecretPasswordKey = "password"
+	// SecretNextPasswordKey holds, during a rotation, the new password of
+	// a role's Secret: set before PostgreSQL's, moved to "password" after,
+	// so a rotation cut short is finished by the next sync and never
+	// loses the password PostgreSQL has.
+	SecretNextPasswordKey = "next-password"
 	// secretNameSuffix follows <user>.<cluster> in every Secret's name.
 	secretNameSuffix = ".credentials.postgresql.pgloop.dev"
 )

@@ -141,12 +141,12 @@ type localPostgreSQL struct {
 // Patroni recognises the settings it manages; should two names differ only
 // in case, the one that sorts last wins. The output is deterministic.
 func SpiloConfiguration(pg *v1.Postgresql) string {
-	return spiloConfigurationJSON(pg, true)
+	return spiloConfigurationJSON(pg, Options{}, true)
 }
 
 // spiloConfigurationJSON is SpiloConfiguration, without the bootstrap
 // section unless bootstrap: what the pod template hash covers.
-func spiloConfigurationJSON(pg *v1.Postgresql, bootstrap bool) string {
+func spiloConfigurationJSON(pg *v1.Postgresql, opts Options, bootstrap bool) string {
 	local := localPostgreSQL{}
 	if p := pg.Spec.Patroni; p != nil && len(p.PgHba) > 0 {
 		local.PgHba = append([]string(nil), p.PgHba...)
@@ -156,6 +156,9 @@ func spiloConfigurationJSON(pg *v1.Postgresql, bootstrap bool) string {
 		if lower := strings.ToLower(name); spiloLocalParameters[lower] {
 			perInstance[lower] = pg.Spec.PostgreSQL.Parameters[name]
 		}
+	}
+	for name, v := range archiveParameters(pg, opts) {
+		perInstance[name] = v
 	}
 	if len(perInstance) > 0 {
 		local.Parameters = perInstance

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"slices"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -78,6 +79,16 @@ type Options struct {
 	// clusters that set no enableShmVolume. Nil means true, as in the
 	// zalando operator.
 	EnableShmVolume *bool
+	// Backup is the default pgBackRest repository: every cluster without
+	// spec.backup archives to it (pgbackrest.go). Nil means none.
+	Backup *v1.BackupS3
+	// ArchiveTimeout is archive_timeout of the clusters that archive and
+	// set none. 0 means DefaultArchiveTimeout.
+	ArchiveTimeout time.Duration
+	// ArchivingImages are the images known to carry pgBackRest: only
+	// clusters that run one of them archive (ArchiveBlocked). Nil means
+	// DefaultArchivingImage alone.
+	ArchivingImages []string
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for
@@ -132,9 +143,9 @@ func StatefulSet(pg *v1.Postgresql, opts Options) *appsv1.StatefulSet {
 	// reaches a running cluster through Patroni, not new pods
 	// (spiloConfiguration).
 	template := podTemplate(pg, opts)
-	setSpiloConfiguration(&template, spiloConfigurationJSON(pg, false))
+	setSpiloConfiguration(&template, spiloConfigurationJSON(pg, opts, false))
 	hash := podTemplateHash(template)
-	setSpiloConfiguration(&template, SpiloConfiguration(pg))
+	setSpiloConfiguration(&template, spiloConfigurationJSON(pg, opts, true))
 	template.Annotations[AnnotationPodTemplateHash] = hash
 
 	return &appsv1.StatefulSet{
@@ -172,6 +183,9 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		Containers: append([]corev1.Container{spiloContainer(pg, opts)}, sidecars(pg, opts)...),
+	}
+	if v, _ := backupCA(pg, opts); v != nil {
+		spec.Volumes = append(spec.Volumes, *v)
 	}
 	for i := range pg.Spec.InitContainers {
 		spec.InitContainers = append(spec.InitContainers, *pg.Spec.InitContainers[i].DeepCopy())
@@ -254,6 +268,9 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 	if shmVolume(pg, opts) {
 		mounts = append(mounts, corev1.VolumeMount{Name: shmVolumeName, MountPath: "/dev/shm"})
 	}
+	if _, m := backupCA(pg, opts); m != nil {
+		mounts = append(mounts, *m)
+	}
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           image,
@@ -262,7 +279,7 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 			{Name: PostgresPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP},
 			{Name: PatroniPortName, ContainerPort: PatroniPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:          spiloEnv(pg),
+		Env:          append(spiloEnv(pg), pgbackrestEnv(pg, opts)...),
 		Resources:    resources(pg.Spec.Resources, opts),
 		VolumeMounts: mounts,
 		// Patroni answers 200 on /readiness once its PostgreSQL runs and

@@ -18,12 +18,6 @@ import (
 	"github.com/pgloop/pgloop/pkg/pgsql"
 )
 
-// SecretNextPasswordKey holds, during a rotation, the new password of a
-// role's Secret: set before PostgreSQL's, moved to "password" after, so a
-// rotation cut short is finished by the next sync and never loses the
-// password PostgreSQL has.
-const SecretNextPasswordKey = "next-password"
-
 // PartError is an in-database failure: Part says which work it concerns,
 // PartRoles or PartConfig. Errors of SyncRoles and Configure are
 // *PartError.
@@ -123,7 +117,7 @@ func (r *run) secret(ctx context.Context, pg *v1.Postgresql, role string) (*core
 // the one a rotation is setting, if any.
 func passwords(s *corev1.Secret) []string {
 	out := []string{string(s.Data[cluster.SecretPasswordKey])}
-	if next, ok := s.Data[SecretNextPasswordKey]; ok {
+	if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 		out = append(out, string(next))
 	}
 	return out
@@ -168,9 +162,9 @@ func (r *run) syncRoles(ctx context.Context) error {
 	}
 	var d pgsql.Desired
 	rotating := []*corev1.Secret{}
-	if _, ok := super.Data[SecretNextPasswordKey]; ok {
+	if _, ok := super.Data[cluster.SecretNextPasswordKey]; ok {
 		d.Roles = append(d.Roles, pgsql.Role{Name: cluster.SuperuserName, Flags: []string{"SUPERUSER"},
-			Password: string(super.Data[SecretNextPasswordKey])})
+			Password: string(super.Data[cluster.SecretNextPasswordKey])})
 		rotating = append(rotating, super)
 	}
 	standby, err := r.secret(ctx, pg, cluster.ReplicationUserName)
@@ -188,7 +182,7 @@ func (r *run) syncRoles(ctx context.Context) error {
 			return err
 		}
 		password := string(s.Data[cluster.SecretPasswordKey])
-		if next, ok := s.Data[SecretNextPasswordKey]; ok {
+		if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 			password = string(next)
 			rotating = append(rotating, s)
 		}
@@ -211,7 +205,7 @@ func (r *run) syncRoles(ctx context.Context) error {
 				return err
 			}
 			pr.Password = string(s.Data[cluster.SecretPasswordKey])
-			if next, ok := s.Data[SecretNextPasswordKey]; ok {
+			if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 				pr.Password = string(next)
 				rotating = append(rotating, s)
 			}
@@ -264,7 +258,7 @@ func (r *run) startRotation(ctx context.Context, s *corev1.Secret) (*corev1.Secr
 	if _, ok := s.Annotations[v1.AnnotationRotatePassword]; !ok {
 		return s, nil
 	}
-	if _, ok := s.Data[SecretNextPasswordKey]; ok {
+	if _, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 		return s, nil
 	}
 	password, err := pgsql.NewPassword(r.random)
@@ -272,7 +266,7 @@ func (r *run) startRotation(ctx context.Context, s *corev1.Secret) (*corev1.Secr
 		return nil, err
 	}
 	s = s.DeepCopy()
-	s.Data[SecretNextPasswordKey] = []byte(password)
+	s.Data[cluster.SecretNextPasswordKey] = []byte(password)
 	out, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: store the new password: %w", s.Name, err)
@@ -285,8 +279,8 @@ func (r *run) startRotation(ctx context.Context, s *corev1.Secret) (*corev1.Secr
 // Secret's password key and removes the rotation request.
 func (r *run) finishRotation(ctx context.Context, s *corev1.Secret) error {
 	s = s.DeepCopy()
-	s.Data[cluster.SecretPasswordKey] = s.Data[SecretNextPasswordKey]
-	delete(s.Data, SecretNextPasswordKey)
+	s.Data[cluster.SecretPasswordKey] = s.Data[cluster.SecretNextPasswordKey]
+	delete(s.Data, cluster.SecretNextPasswordKey)
 	delete(s.Annotations, v1.AnnotationRotatePassword)
 	if _, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("secret %s: store the rotated password: %w", s.Name, err)

@@ -36,7 +36,7 @@ func TestPasswords(t *testing.T) {
 	if got := passwords(s); !slices.Equal(got, []string{"old"}) {
 		t.Errorf("passwords = %q", got)
 	}
-	s.Data[SecretNextPasswordKey] = []byte("new")
+	s.Data[cluster.SecretNextPasswordKey] = []byte("new")
 	if got := passwords(s); !slices.Equal(got, []string{"old", "new"}) {
 		t.Errorf("passwords during a rotation = %q", got)
 	}

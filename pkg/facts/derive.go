@@ -133,6 +133,15 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	f.VolumeSize = pg.Spec.Volume.Size.String()
 	f.Volumes = volumes(objs, stsName, f.Desired, pg.Spec.Volume.Size)
 
+	// The backup repository, and how archiving to it goes as last checked
+	// (pkg/archiving).
+	if repo := cluster.Repository(pg, d.build); repo != nil {
+		f.Repository = cluster.RepositoryURL(pg, repo)
+		f.Archiving = objs.Archiving
+	} else if why := cluster.ArchiveBlocked(pg, d.build); why != "" {
+		f.ArchiveBlocked = why
+	}
+
 	// Last, what holds the cluster back (stuck.go).
 	f.StuckReason, f.Stuck, f.Nudge = stuckCause(&f, &scan, objs, now)
 	return f

@@ -124,6 +124,16 @@ type Facts struct {
 	MaintenanceWait  string
 	MaintenanceOpens time.Time
 
+	// Repository is where the cluster's backups go (s3://bucket/path),
+	// empty when it has no repository; Archiving is continuous archiving
+	// as last checked on its primary, nil until then.
+	Repository string
+	Archiving  *v1.ArchivingStatus
+	// ArchiveBlocked says why a cluster whose spec or operator gives it a
+	// repository does not archive (its image); empty when nothing blocks
+	// it.
+	ArchiveBlocked string
+
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it
 	// is; empty when every enabled one does (or none is enabled). Its

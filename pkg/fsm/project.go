@@ -64,6 +64,7 @@ func (m *Machine) project() {
 	}
 	if st.State != Pending && st.State != Invalid && st.State != Deleting {
 		m.inDatabaseConditions()
+		m.archiving()
 		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
 			st.Volumes = v
 			m.deferWrite()
@@ -135,6 +136,12 @@ func (m *Machine) condition(typ string, on bool, reason, message string) {
 	if on {
 		status = metav1.ConditionTrue
 	}
+	m.conditionStatus(typ, status, reason, message)
+}
+
+// conditionStatus sets condition typ, with the deferred write when it
+// changes.
+func (m *Machine) conditionStatus(typ string, status metav1.ConditionStatus, reason, message string) {
 	if reason == "" {
 		reason = m.st.State
 	}

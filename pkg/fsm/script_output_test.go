@@ -165,7 +165,7 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			config += " pending:" + strings.Join(c.PendingRestart, ",")
 		}
 	}
-	for _, typ := range []string{v1.ConditionRolesSynced, v1.ConditionConfigApplied} {
+	for _, typ := range []string{v1.ConditionRolesSynced, v1.ConditionConfigApplied, v1.ConditionContinuousArchiving} {
 		if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
 			conds = append(conds, typ+"."+c.Reason+": "+c.Message)
 		}
@@ -177,13 +177,23 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			volumes += " " + c.Name + ":" + c.Capacity + ":" + c.Phase
 		}
 	}
+	backup := `""`
+	if b := st.Backup; b != nil {
+		backup = b.Repository
+		if a := b.Archiving; a != nil {
+			backup += fmt.Sprintf(" failing=%v", a.Failing)
+			if a.LastArchivedWAL != "" {
+				backup += " last=" + a.LastArchivedWAL
+			}
+		}
+	}
 	return [][2]string{
 		{"state", str(st.State)}, {"stateSince", stateSince}, {"epoch", fmt.Sprint(st.Epoch)},
 		{"observedGeneration", fmt.Sprint(st.ObservedGeneration)}, {"reason", str(st.Reason)}, {"message", str(st.Message)},
 		{"attempt", fmt.Sprint(st.Attempt)}, {"ready", str(st.Ready)}, {"primary", str(st.Primary)},
 		{"lastPrimary", str(st.LastPrimary)}, {"timers", str(strings.Join(timers, " "))},
 		{"conditions", str(strings.Join(conds, " "))},
-		{"database", database}, {"config", config}, {"volumes", volumes},
+		{"database", database}, {"config", config}, {"volumes", volumes}, {"backup", backup},
 	}
 }
 

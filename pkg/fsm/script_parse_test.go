@@ -172,6 +172,25 @@ func parseFacts(words []string) (Facts, error) {
 			}
 			f.MaintenanceOpens = t0.Add(d)
 			f.MaintenanceWait = "outside the maintenance windows: the next opens at " + v
+		case "repository":
+			f.Repository = v
+		case "archive-blocked":
+			f.ArchiveBlocked = v
+		case "archiving":
+			// ok:WAL, failing:MESSAGE or unchecked:MESSAGE.
+			kind, text, _ := strings.Cut(v, ":")
+			a := &v1.ArchivingStatus{}
+			switch kind {
+			case "ok":
+				a.LastArchivedWAL = text
+			case "failing":
+				a.Failing, a.Message = true, text
+			case "unchecked":
+				a.Message = text
+			default:
+				return f, fmt.Errorf("archiving=%q: want ok:WAL, failing:MESSAGE or unchecked:MESSAGE", v)
+			}
+			f.Archiving = a
 		case "size":
 			f.VolumeSize = v
 		case "volume":

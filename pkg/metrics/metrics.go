@@ -84,6 +84,8 @@ var (
 		"SQL statements (and failed connection attempts) sent to a cluster's PostgreSQL, by cluster (namespace/name) and outcome (ok, error, timeout). An idle cluster sends none: its roles and databases are synced only when they change."}
 	descPatroni = Desc{"pgloop_patroni_calls_total", "counter", []string{"call", "outcome"},
 		"Calls of Patroni's REST API, by call (config, patch_config, restart, switchover, status) and outcome (ok, error, timeout)."}
+	descArchiveChecks = Desc{"pgloop_archive_checks_total", "counter", []string{"outcome"},
+		"Checks of a primary's WAL archiving (every --archive-check-period per cluster with a backup repository), by outcome: ok (archiving), failing (its last attempt failed; the cluster's ContinuousArchiving condition is False) or error (the primary could not be asked)."}
 	descLeader = Desc{"pgloop_leader", "gauge", nil,
 		"Whether this process is the leader and runs the clusters (1) or stands by (0)."}
 	descBuildInfo = Desc{"pgloop_build_info", "gauge", []string{"version"},
@@ -97,7 +99,7 @@ func Descs() []Desc {
 		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -116,6 +118,7 @@ type Metrics struct {
 	stepFailures *prometheus.CounterVec
 	sql          *prometheus.CounterVec
 	patroni      *prometheus.CounterVec
+	archive      *prometheus.CounterVec
 	apiRequests  *prometheus.CounterVec
 	held         prometheus.Counter
 	heldSeconds  prometheus.Counter
@@ -153,6 +156,7 @@ func New() *Metrics {
 		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
 		sql:          prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
 		patroni:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
+		archive:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descArchiveChecks)), descArchiveChecks.Labels),
 		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
 		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
 		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
@@ -171,7 +175,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -203,6 +207,10 @@ func (m *Metrics) ObserveSQL(key, outcome string) { m.sql.WithLabelValues(key, o
 func (m *Metrics) ObservePatroni(call, outcome string) {
 	m.patroni.WithLabelValues(call, outcome).Inc()
 }
+
+// ObserveArchiveCheck counts one check of a primary's archiving with its
+// outcome. It is the archive checks' Options.Observe.
+func (m *Metrics) ObserveArchiveCheck(outcome string) { m.archive.WithLabelValues(outcome).Inc() }
 
 // forgetSQL drops the SQL series of a cluster that is gone.
 func (m *Metrics) forgetSQL(key string) { m.sql.DeletePartialMatch(prometheus.Labels{"cluster": key}) }

@@ -230,6 +230,7 @@ func TestDescs(t *testing.T) {
 	m.ObserveLag(eventloop.Signal, time.Millisecond)
 	m.ObserveSQL("ns/a", "ok")
 	m.ObservePatroni("config", "timeout")
+	m.ObserveArchiveCheck("failing")
 	m.apiRequests.WithLabelValues("get", "pods", "200").Inc()
 	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
 	m.ClusterState("ns/a", fsm.Creating)

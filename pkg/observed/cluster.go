@@ -49,6 +49,10 @@ type Cluster struct {
 	// (cluster.SecretName) that exist, their data left out: their
 	// versions say when a password changed.
 	Secrets []*corev1.Secret
+	// Archiving is continuous archiving as last checked on the primary
+	// (pkg/archiving), nil when it was not or the cluster does not
+	// archive.
+	Archiving *v1.ArchivingStatus
 	// StatefulSetWarnings, ClaimWarnings and Quotas only explain missing
 	// or unready pods: a reader may leave them out when at least the
 	// desired number of pods exist, none terminating, all Ready. Claims

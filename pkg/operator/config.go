@@ -10,9 +10,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/archiving"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
@@ -128,6 +130,20 @@ type Config struct {
 	// EnableShmVolume gives the pods of clusters that set no
 	// enableShmVolume a memory-backed /dev/shm.
 	EnableShmVolume bool
+	// Backup is the default pgBackRest repository, where every cluster
+	// without spec.backup archives its WAL; no Bucket means none.
+	Backup v1.BackupS3
+	// ArchiveTimeout is archive_timeout of the clusters that archive and
+	// set none: the bound of what a lost primary loses when it writes
+	// little.
+	ArchiveTimeout time.Duration
+	// ArchiveCheckPeriod is how often each archiving cluster's primary is
+	// asked how its archiving goes; ArchiveStatusPeriod how often a report
+	// that only moved on is written to status (pkg/archiving).
+	ArchiveCheckPeriod, ArchiveStatusPeriod time.Duration
+	// ArchivingImages are the images known to carry pgBackRest; only
+	// clusters running one of them archive.
+	ArchivingImages []string
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -204,6 +220,10 @@ func DefaultConfig() Config {
 			S3SSE:          cluster.DefaultLogicalBackupS3SSE,
 		},
 		EnableShmVolume:     true,
+		ArchiveTimeout:      cluster.DefaultArchiveTimeout,
+		ArchiveCheckPeriod:  archiving.DefaultPeriod,
+		ArchivingImages:     []string{cluster.DefaultArchivingImage},
+		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,
@@ -321,6 +341,24 @@ func (c *Config) Validate() error {
 			bad("logical-backup-env-secret %q is not a valid Secret name: %s", s, strings.Join(msgs, "; "))
 		}
 	}
+	if b := c.Backup; b != (v1.BackupS3{}) {
+		if b.Endpoint == "" || b.Bucket == "" || b.SecretName == "" {
+			bad("backup-s3-endpoint, backup-s3-bucket and backup-s3-secret go together: a default repository needs all three")
+		} else {
+			for _, e := range v1.ValidateBackupS3(&b, field.NewPath("backup-s3")) {
+				bad("%s %q: %s", strings.ReplaceAll(e.Field, ".", "-"), e.BadValue, e.Detail)
+			}
+		}
+	}
+	if c.ArchiveTimeout < time.Second {
+		bad("archive-timeout must be at least 1s, got %s", c.ArchiveTimeout)
+	}
+	if c.ArchiveCheckPeriod < time.Second {
+		bad("archive-check-period must be at least 1s, got %s", c.ArchiveCheckPeriod)
+	}
+	if c.ArchiveStatusPeriod < c.ArchiveCheckPeriod {
+		bad("archive-status-period (%s) must not be less than archive-check-period (%s)", c.ArchiveStatusPeriod, c.ArchiveCheckPeriod)
+	}
 	if c.KubeQPS < 0 && c.KubeQPS != KubeQPSOff {
 		bad("kube-qps must be positive, 0 (decided by the API server's Priority and Fairness) or -1 (no limit), got %v", c.KubeQPS)
 	}
@@ -349,7 +387,19 @@ func (c *Config) clusterOptions() cluster.Options {
 		EnableReplicaLoadBalancer: c.EnableReplicaLoadBalancer,
 		EnableShmVolume:           ptr.To(c.EnableShmVolume),
 		LogicalBackup:             c.LogicalBackup,
+		Backup:                    c.backupRepository(),
+		ArchiveTimeout:            c.ArchiveTimeout,
+		ArchivingImages:           c.ArchivingImages,
 	}
+}
+
+// backupRepository is the default repository, nil when none is set.
+func (c *Config) backupRepository() *v1.BackupS3 {
+	if c.Backup.Bucket == "" {
+		return nil
+	}
+	b := c.Backup
+	return &b
 }
 
 // loopSlowAfter is SlowAfter as the event loop takes it: 0, off, is

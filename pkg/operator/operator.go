@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/archiving"
 	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/eventloop"
@@ -401,7 +402,16 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	// One builder configuration for the facts and the effects: the facts
 	// compare the StatefulSet with the one the effects would build.
 	build := cfg.clusterOptions()
-	obs := facts.NewObserver(inf, facts.NewDeriver(build, cfg.Switchover), clk.Now)
+	// The archive checks read the caches and publish what they find to
+	// the facts (pkg/archiving).
+	arch := archiving.New(inf, func(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+		return cl.kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	}, notifier, archiving.Options{
+		Period: cfg.ArchiveCheckPeriod, StatusPeriod: cfg.ArchiveStatusPeriod, Timeout: cfg.InDatabaseTimeout,
+		SQL:   pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
+		Build: build, Log: log, Observe: m.ObserveArchiveCheck,
+	})
+	obs := facts.NewObserver(arch, facts.NewDeriver(build, cfg.Switchover), clk.Now)
 	// The effects read the informers' caches and only write to the API.
 	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf,
 		SQL:             pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
@@ -459,6 +469,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		loop.Notify(key, informers.SignalSpec)
 	}
 	log.WithField("clusters", len(keys)).Info("caches synced: resuming every cluster")
+	go arch.Run(infCtx)
 	h.set(phaseRunning)
 	return loop.Run(ctx)
 }

@@ -96,6 +96,18 @@ func clusters() []*v1.Postgresql {
 	running := newPG("default", "db-running", 3, 3*time.Hour+5*time.Minute)
 	setStatus(running, fsm.Running, 3*time.Hour, 2, fsm.ReasonReady, "3/3 instances ready, primary db-running-0", 3, 3, "db-running-0")
 	running.Status.Timers = []v1.Timer{timer(fsm.TimerResync, 4*time.Minute+12*time.Second, 2)}
+	running.Status.Backup = &v1.BackupStatus{
+		Repository: "s3://backups/pgloop/default/db-running/3f2a at s3.example.com",
+		Archiving: &v1.ArchivingStatus{
+			CheckedAt: metav1.NewTime(now.Add(-12 * time.Second)), LastArchivedWAL: "00000002000000000000004B",
+			LastArchivedTime: &metav1.Time{Time: now.Add(-48 * time.Second)}, WaitingSegments: 0, WALBytes: 80 << 20,
+		},
+	}
+	running.Status.Conditions = append(running.Status.Conditions, metav1.Condition{
+		Type: v1.ConditionContinuousArchiving, Status: metav1.ConditionTrue, Reason: fsm.ReasonArchiving,
+		Message:            "archiving to s3://backups/pgloop/default/db-running/3f2a at s3.example.com; last segment 00000002000000000000004B",
+		LastTransitionTime: metav1.NewTime(now.Add(-3 * time.Hour)),
+	})
 	running.Status.History = []v1.Transition{
 		hist(fsm.Pending, fsm.Creating, fsm.EventCreate, fsm.ReasonCreating, 3*time.Hour+5*time.Minute),
 		hist(fsm.Creating, fsm.Running, fsm.EventPodsReady, fsm.ReasonReady, 3*time.Hour),

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
@@ -112,6 +113,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 
 	p.inDatabase(st, o.Now)
 	p.volumes(st)
+	p.backups(st, o.Now)
 	p.poolers(v)
 
 	p.section("Timers")
@@ -231,6 +233,57 @@ func (p *printer) volumes(st *v1.PostgresqlStatus) {
 		t.add(c.Name, dash(c.Requested), dash(c.Capacity), c.Phase, dash(c.Message))
 	}
 	p.table(&t, "  ")
+}
+
+// backups writes where the cluster's backups go and how its archiving
+// goes, when it has a repository (or one it cannot archive to).
+func (p *printer) backups(st *v1.PostgresqlStatus, now time.Time) {
+	c := meta.FindStatusCondition(st.Conditions, v1.ConditionContinuousArchiving)
+	if st.Backup == nil && c == nil {
+		return
+	}
+	p.section("Backups")
+	var t table
+	if b := st.Backup; b != nil {
+		t.add("Repository:", b.Repository)
+	}
+	if c != nil {
+		t.add("Archiving:", fmt.Sprintf("%s (%s): %s", c.Status, c.Reason, dash(c.Message)))
+	}
+	if b := st.Backup; b != nil && b.Archiving != nil {
+		a := b.Archiving
+		last := dash(a.LastArchivedWAL)
+		if a.LastArchivedTime != nil {
+			last += fmt.Sprintf(", %s ago (%s)", age(a.LastArchivedTime.Time, now), clock(a.LastArchivedTime.Time, now))
+		}
+		t.add("Last archived:", last)
+		if a.LastFailedWAL != "" {
+			failed := a.LastFailedWAL
+			if a.LastFailedTime != nil {
+				failed += fmt.Sprintf(", %s ago (%s)", age(a.LastFailedTime.Time, now), clock(a.LastFailedTime.Time, now))
+			}
+			t.add("Last failed:", failed)
+		}
+		t.add("Waiting:", fmt.Sprintf("%d segments; pg_wal %s", a.WaitingSegments, bytesIEC(a.WALBytes)))
+		// Reports are written when they say something new: this is when
+		// the one shown was read, not the last check.
+		t.add("As of:", fmt.Sprintf("%s ago (%s)", age(a.CheckedAt.Time, now), clock(a.CheckedAt.Time, now)))
+	}
+	p.table(&t, "  ")
+}
+
+// bytesIEC writes n bytes in binary units: 48 MiB.
+func bytesIEC(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // poolers writes the cluster's connection poolers, when it has any (or

@@ -22,8 +22,10 @@ func TestMain(m *testing.M) {
 		// its taint keeps the other suites' clusters on kwok's nodes.
 		ProcessNodes:      1,
 		TaintProcessNodes: true,
-		Log:               os.Stderr,
-		KeepDir:           os.Getenv("PGLOOP_KEEP_PLANE") != "",
+		// The S3 store pgBackRest archives to (archiving_test.go).
+		ObjectStore: true,
+		Log:         os.Stderr,
+		KeepDir:     os.Getenv("PGLOOP_KEEP_PLANE") != "",
 	})
 	cancel()
 	if err != nil {

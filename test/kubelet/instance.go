@@ -346,17 +346,38 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
 	}
-	config, extraEnv, err := PatroniConfig(pod, env, Host{
+	host := Host{
 		PodIP:       p.ip.String(),
 		Mounts:      p.mounts,
 		SocketDir:   p.socketDir,
 		BinDir:      in.k.opts.PGBin,
 		Kubeconfig:  p.kubeconfig,
 		KubeContext: podContext,
-	})
+	}
+	config, extraEnv, err := PatroniConfig(pod, env, host)
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "while building Patroni's configuration: %w", err)
 	}
+	// Of the container's environment, only PGBACKREST_* reaches Patroni,
+	// and through it PostgreSQL and archive_command (Patroni hands its
+	// environment to the postmaster): pgBackRest reads its options there,
+	// and the kubelet knows which of them are paths to translate. The rest
+	// is Spilo's configuration, which PatroniConfig has already turned
+	// into patroni.yml with its paths translated; passed raw, its
+	// container paths (PGDATA, PGROOT), libpq defaults (PGPORT, PGUSER,
+	// PGPASSWORD...) and KUBERNETES_* would point Patroni and PostgreSQL
+	// elsewhere than the configuration does.
+	//
+	// Spilo's image itself does not pass them: its runit script
+	// (runit/patroni/run, at tag 4.0-p2 and at master) unsets every variable but PATH,
+	// PGHOME, LC_ALL, HOSTNAME, POD_IP, POD_NAMESPACE, ENABLE_PG_MON and
+	// KUBERNETES_SERVICE_*/PORT*/ROLE* before it starts Patroni. This is
+	// what an image that keeps PGBACKREST_* for Patroni runs.
+	backrest, err := PgBackRestEnv(env, host)
+	if err != nil {
+		return spawnSpec{}, waiting(ReasonConfigError, "pgBackRest's environment: %w", err)
+	}
+	extraEnv = append(extraEnv, backrest...)
 	configPath := filepath.Join(p.podDir, configFile)
 	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
 		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
@@ -405,6 +426,14 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 	if err := os.MkdirAll(p.podDir, 0o755); err != nil {
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
+	// postgres must traverse it to reach the volumes below (MkdirAll
+	// would give it the mode of the first volume made, 0700).
+	if err := os.MkdirAll(filepath.Join(p.podDir, volumesDir), 0o755); err != nil {
+		return nil, waiting(ReasonContainerCreating, "%w", err)
+	}
+	if err := os.Chmod(filepath.Join(p.podDir, volumesDir), 0o755); err != nil {
+		return nil, waiting(ReasonContainerCreating, "%w", err)
+	}
 	volumes := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
 		claim := ""
@@ -420,8 +449,15 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 			}
 			volumes[v.Name] = dir
 			continue
+		case isDataVolume(v):
+			dir, err := in.dataVolume(pod, v)
+			if err != nil {
+				return nil, err
+			}
+			volumes[v.Name] = dir
+			continue
 		default:
-			continue // Secrets, projected tokens...: nothing reads them.
+			continue // projected tokens, downward API...: nothing reads them.
 		}
 		pvc, err := k.pvcs.PersistentVolumeClaims(pod.Namespace).Get(claim)
 		if err != nil {
@@ -477,6 +513,32 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
 	return p, nil
+}
+
+// dataVolume writes Secret or ConfigMap volume v of pod into the pod's
+// volumes directory and returns that directory. The files are the
+// kubelet's (root's), as in a real one; the pod's fsGroup, which the
+// process's user stands for here as runAsUser does, makes them the group of
+// the user Patroni runs as, with group read added: PostgreSQL and its
+// archive_command read a key under any mode, as in the container. A pod
+// without an fsGroup reads only what the mode lets others read, as a
+// non-root container would. Contents are read once, at the pod's first
+// start (see writeDataVolume).
+func (in *instance) dataVolume(pod *corev1.Pod, v corev1.Volume) (string, error) {
+	fsGroup := pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.FSGroup != nil
+	files, err := dataVolumeFiles(pod.Namespace, v, fsGroup, in.k.lookup)
+	if err != nil {
+		return "", waiting(ReasonContainerCreating, "%w", err)
+	}
+	gid := -1
+	if fsGroup {
+		gid = int(in.k.gid)
+	}
+	dir := filepath.Join(podPath(in.k.opts.Root, pod.UID), volumesDir, v.Name)
+	if err := writeDataVolume(dir, files, gid); err != nil {
+		return "", waiting(ReasonContainerCreating, "volume %s: %w", v.Name, err)
+	}
+	return dir, nil
 }
 
 // crashed handles an exit nobody asked for: PostgreSQL goes too (a

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -471,7 +472,13 @@ func tail(path string, n int) string {
 // createCluster creates what pgloop would for a two-instance cluster
 // tolerating the process node's taint and bound to it.
 func createCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) *v1.Postgresql {
-	pg := pgtest.Cluster(ns, clusterNm, 2)
+	return createClusterWith(ctx, t, cs, ns, 2, nil)
+}
+
+// createClusterWith is createCluster with that many instances, and edit,
+// when not nil, applied to the StatefulSet before it is created.
+func createClusterWith(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, instances int32, edit func(*appsv1.StatefulSet)) *v1.Postgresql {
+	pg := pgtest.Cluster(ns, clusterNm, instances)
 	pg.Spec.PostgreSQL.Version = "15" // the binaries installed here
 	// The shortest valid timings: a failover within ttl (20 s), not 30.
 	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
@@ -511,6 +518,9 @@ func createCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 	}
 	sts := cluster.StatefulSet(pg, cluster.Options{})
 	sts.OwnerReferences = nil
+	if edit != nil {
+		edit(sts)
+	}
 	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,9 @@ import (
 //	<root>/pods/<uid>/kubeconfig        Patroni's credentials, 0600 postgres
 //	<root>/pods/<uid>/patroni.log       Patroni's (and PostgreSQL's) output
 //	<root>/pods/<uid>/home/             $HOME of the instance, 0700 postgres
-//	<root>/pods/<uid>/volumes/<name>/   emptyDir volumes, 0700 postgres
+//	<root>/pods/<uid>/volumes/<name>/   emptyDir volumes, 0700 postgres;
+//	                                    Secret and ConfigMap volumes, 0755
+//	                                    root (volumes.go)
 //
 // and for a connection-pooler pod (pooler.go), in <root>/pods/<uid>/:
 // pgbouncer.ini, auth_file.txt (the pooler user's password),

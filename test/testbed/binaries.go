@@ -43,7 +43,31 @@ func (b binaries) path(name string) string { return filepath.Join(b.dir, name) }
 // findBinaries locates the binaries: dir if given, else $PGLOOP_BIN, else the
 // bin/ directory at the root of the repository holding the working directory
 // (go test runs in the package's directory, so walking up finds it).
-func findBinaries(dir string, processNodes bool) (binaries, error) {
+func findBinaries(dir string, processNodes, objectStore bool) (binaries, error) {
+	b, err := findBinDir(dir)
+	if err != nil {
+		return binaries{}, err
+	}
+	names := []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKwok}
+	if processNodes {
+		names = append(names, binKubelet)
+	}
+	if objectStore {
+		names = append(names, binWeed)
+	}
+	missing := missing(b, names...)
+	b.stages, _ = filepath.Glob(filepath.Join(b.dir, kwokStagesDir, "*.yaml"))
+	if len(b.stages) == 0 {
+		missing = append(missing, kwokStagesDir+"/*.yaml")
+	}
+	if len(missing) > 0 {
+		return binaries{}, fmt.Errorf("%w (missing in %s: %s)", ErrMissingBinaries, b.dir, strings.Join(missing, ", "))
+	}
+	return b, nil
+}
+
+// findBinDir returns the directory of the binaries (see findBinaries).
+func findBinDir(dir string) (binaries, error) {
 	if dir == "" {
 		dir = os.Getenv(EnvBin)
 	}
@@ -58,26 +82,28 @@ func findBinaries(dir string, processNodes bool) (binaries, error) {
 	if err != nil {
 		return binaries{}, fmt.Errorf("while resolving %s: %w", dir, err)
 	}
-	b := binaries{dir: dir}
-	var missing []string
-	names := []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKwok}
-	if processNodes {
-		names = append(names, binKubelet)
-	}
+	return binaries{dir: dir}, nil
+}
+
+// missing returns those of names that are not executable files in b.
+func missing(b binaries, names ...string) []string {
+	var out []string
 	for _, name := range names {
 		fi, err := os.Stat(b.path(name))
 		if err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			missing = append(missing, name)
+			out = append(out, name)
 		}
 	}
-	b.stages, _ = filepath.Glob(filepath.Join(dir, kwokStagesDir, "*.yaml"))
-	if len(b.stages) == 0 {
-		missing = append(missing, kwokStagesDir+"/*.yaml")
+	return out
+}
+
+// missingBinaries is ErrMissingBinaries naming those of names that b lacks,
+// or nil.
+func missingBinaries(b binaries, names ...string) error {
+	if m := missing(b, names...); len(m) > 0 {
+		return fmt.Errorf("%w (missing in %s: %s)", ErrMissingBinaries, b.dir, strings.Join(m, ", "))
 	}
-	if len(missing) > 0 {
-		return binaries{}, fmt.Errorf("%w (missing in %s: %s)", ErrMissingBinaries, dir, strings.Join(missing, ", "))
-	}
-	return b, nil
+	return nil
 }
 
 // repoRoot walks up from the working directory to the directory whose go.mod

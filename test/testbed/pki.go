@@ -1,14 +1,20 @@
 package testbed
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -113,4 +119,95 @@ func writeKubeconfig(path, server string, caPEM []byte, token string) (*rest.Con
 		return nil, fmt.Errorf("while reading back %s: %w", path, err)
 	}
 	return restCfg, nil
+}
+
+// certAuthority is a CA the plane generates to sign serving certificates
+// of its own servers (the object store's); its key never leaves memory.
+type certAuthority struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+}
+
+// newCA returns a self-signed CA named name, valid from a minute ago for a
+// week (planes live for minutes, `make plane` for a working day).
+func newCA(name string) (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("while generating the key of CA %s: %w", name, err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: name, Organization: []string{"pgloop test bed"}},
+		NotBefore:             now.Add(-time.Minute),
+		NotAfter:              now.Add(certValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("while signing CA %s: %w", name, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &certAuthority{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// certValidity is how long the plane's certificates are valid.
+const certValidity = 7 * 24 * time.Hour
+
+func newSerial() (*big.Int, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, fmt.Errorf("while generating a serial number: %w", err)
+	}
+	return serial, nil
+}
+
+// issueServer returns a serving certificate for 127.0.0.1 and localhost
+// signed by ca, and its key, both PEM encoded. 127.0.0.1 is both an IP
+// address SAN (what Go, curl and OpenSSL's own host check match) and a DNS
+// SAN: pgBackRest 2.45 matches the host it connects to against the DNS
+// names, not the IP addresses (seen on Debian's build), so with an IP
+// SAN alone (common name 127.0.0.1) it fails with "unable to find hostname
+// '127.0.0.1' in certificate common name or subject alternative names".
+func (ca *certAuthority) issueServer(name string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("while generating the key of %s: %w", name, err)
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"pgloop test bed"}},
+		NotBefore:    now.Add(-time.Minute),
+		NotAfter:     now.Add(certValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"127.0.0.1", "localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("while signing the certificate of %s: %w", name, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }

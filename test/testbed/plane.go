@@ -93,6 +93,13 @@ type Options struct {
 	// only to compare. By default kwok runs without it and the plane's
 	// pod reaper (test/podreaper) does its work with a UID precondition.
 	KwokPodDelete bool
+	// ObjectStore starts an S3 object store with the plane (SeaweedFS,
+	// HTTPS on 127.0.0.1 with a certificate of the plane's CA, a bucket):
+	// Plane.ObjectStore. It needs bin/weed.
+	ObjectStore bool
+	// Bucket and Region are the object store's, empty for DefaultBucket
+	// and DefaultRegion.
+	Bucket, Region string
 	// NodeLabels are added to every node.
 	NodeLabels map[string]string
 	// Zones, when set, are spread over the nodes in turn as the
@@ -170,6 +177,10 @@ type Plane struct {
 	procs    []*process   // in start order: etcd first; under procsMu
 	nodes    atomic.Int32 // created so far, numbering their addresses
 
+	// ObjectStore is the S3 object store when Options.ObjectStore is set,
+	// else nil. It stops with the plane.
+	ObjectStore *ObjectStore
+
 	processNodes []ProcessNode
 	// volumes is the provisioner when Options.VolumeWorkers is set.
 	volumes *inProcess
@@ -194,7 +205,7 @@ type ports struct {
 // processes run until Stop. On error nothing is left running.
 func Start(ctx context.Context, opts Options) (*Plane, error) {
 	opts = opts.withDefaults()
-	bins, err := findBinaries(opts.BinDir, opts.ProcessNodes > 0)
+	bins, err := findBinaries(opts.BinDir, opts.ProcessNodes > 0, opts.ObjectStore)
 	if err != nil {
 		return nil, err
 	}
@@ -238,6 +249,14 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 	}
 	for _, sub := range []string{"etcd", "apiserver", "controller-manager", "scheduler", "home"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	// The object store needs no other process: it starts first and is
+	// waited for last.
+	var storeProc *process
+	if opts.ObjectStore {
+		if storeProc, err = p.launchObjectStore(); err != nil {
 			return nil, err
 		}
 	}
@@ -333,17 +352,47 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 	if _, err := WaitFor(ctx, ServiceAccounts(p.Client, corev1.NamespaceDefault, "default"), func(*corev1.ServiceAccount) (bool, error) { return true, nil }); err != nil {
 		return nil, p.withProcessState(fmt.Errorf("while waiting for the default ServiceAccount: %w", err))
 	}
+	if storeProc != nil {
+		if err := p.ObjectStore.waitReady(ctx, storeProc); err != nil {
+			return nil, err
+		}
+		p.ObjectStore.StartupTime = time.Since(began)
+		step("object store ready at %s (pid %d), bucket %s", p.ObjectStore.S3.URL(), storeProc.pid(), p.ObjectStore.S3.Bucket)
+	}
 	p.StartupTime = time.Since(began)
 	step("plane up in %v at %s", p.StartupTime.Round(time.Millisecond), p.Config.Host)
 	return p, nil
 }
 
-// Processes lists what the plane started, in start order.
+// launchObjectStore prepares the object store in the plane's directory and
+// starts its process.
+func (p *Plane) launchObjectStore() (*process, error) {
+	// PostgreSQL's pgBackRest runs as postgres and reads the CA file
+	// in there (see startProcessNodes).
+	if err := os.Chmod(p.Dir, 0o711); err != nil {
+		return nil, err
+	}
+	s := &ObjectStore{}
+	err := s.init(filepath.Join(p.Dir, objectStoreDir), p.bins, p.launcher, ObjectStoreOptions{
+		Bucket: p.opts.Bucket, Region: p.opts.Region, Log: p.opts.Log,
+	}.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	p.ObjectStore = s
+	return s.launch()
+}
+
+// Processes lists what the plane started, in start order, then the object
+// store's.
 func (p *Plane) Processes() []Process {
 	procs := p.processes()
-	out := make([]Process, 0, len(procs))
+	out := make([]Process, 0, len(procs)+1)
 	for _, proc := range procs {
 		out = append(out, Process{Name: proc.name, PID: proc.pid(), Log: proc.logPath})
+	}
+	if p.ObjectStore != nil {
+		out = append(out, p.ObjectStore.Process())
 	}
 	return out
 }
@@ -361,6 +410,9 @@ func (p *Plane) Healthy() error {
 		if err := c.failed(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if p.ObjectStore != nil {
+		errs = append(errs, p.ObjectStore.Healthy())
 	}
 	return errors.Join(errs...)
 }
@@ -414,8 +466,21 @@ func (p *Plane) stop() error {
 		}
 		wg.Wait()
 	}
+	// The object store, beside the process kubelets: no process needs it
+	// to stop.
+	storeDone := make(chan error, 1)
+	go func() {
+		if p.ObjectStore == nil {
+			storeDone <- nil
+			return
+		}
+		storeDone <- p.ObjectStore.Stop()
+	}()
 	stopAll(true)
 	stopAll(false)
+	if err := <-storeDone; err != nil {
+		errs = append(errs, fmt.Errorf("object store: %w", err))
+	}
 	for _, proc := range p.processes() {
 		if proc.name == binEtcd {
 			etcd = proc
@@ -706,6 +771,11 @@ func waitHealthy(ctx context.Context, proc *process, url string, tlsConfig *tls.
 // not outlive a dead apiserver.
 func (p *Plane) Wait(ctx context.Context) error {
 	procs := p.processes()
+	if p.ObjectStore != nil {
+		p.ObjectStore.mu.Lock()
+		procs = append(procs, p.ObjectStore.proc)
+		p.ObjectStore.mu.Unlock()
+	}
 	exited := make(chan *process, len(procs))
 	for _, proc := range procs {
 		go func() {

@@ -41,6 +41,11 @@ type process struct {
 }
 
 func (l *launcher) start(name, bin, logPath string, args, env []string) (*process, error) {
+	return l.startIn("", name, bin, logPath, args, env)
+}
+
+// startIn is start with dir as the working directory; "" keeps ours.
+func (l *launcher) startIn(dir, name, bin, logPath string, args, env []string) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("while creating the log of %s: %w", name, err)
@@ -53,6 +58,7 @@ func (l *launcher) start(name, bin, logPath string, args, env []string) (*proces
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Env = env
+	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	l.Do(func() { err = cmd.Start() })
 	if err != nil {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 		runChild()
 		return
 	}
-	p, err := testbed.Start(context.Background(), testbed.Options{Log: os.Stderr})
+	p, err := testbed.Start(context.Background(), testbed.Options{ObjectStore: true, Log: os.Stderr})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane: %v\n", err)
 		os.Exit(1)
@@ -80,7 +80,7 @@ type childReport struct {
 // runChild starts a plane, reports it as JSON on stdout, and waits to be
 // killed.
 func runChild() {
-	p, err := testbed.Start(context.Background(), testbed.Options{Nodes: 1})
+	p, err := testbed.Start(context.Background(), testbed.Options{Nodes: 1, ObjectStore: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

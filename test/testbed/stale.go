@@ -74,6 +74,8 @@ func removeStaleDirs(parent string, log func(format string, args ...any)) {
 				log("cleaning up %s: %v", root, err)
 			}
 		}
+		// weed's gRPC sockets in /tmp, if the plane had an object store.
+		removeStaleSockets(dir)
 		if err := os.RemoveAll(dir); err == nil {
 			log("removed %s, left by a killed plane", dir)
 		}

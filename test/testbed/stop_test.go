@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -16,16 +18,21 @@ import (
 )
 
 // Stop leaves none of the processes it started, and no directory. This plane
-// runs beside the shared one, which also shows that planes do not collide.
+// runs beside the shared one, which also shows that planes do not collide
+// (the object stores' too).
 func TestStopLeavesNoProcess(t *testing.T) {
 	ctx := testContext(t)
-	p, err := testbed.Start(ctx, testbed.Options{Nodes: 1})
+	p, err := testbed.Start(ctx, testbed.Options{Nodes: 1, ObjectStore: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	procs := p.Processes()
-	if len(procs) != 5 {
-		t.Errorf("got %d processes, want 5: %v", len(procs), procs)
+	if len(procs) != 6 {
+		t.Errorf("got %d processes, want 6: %v", len(procs), procs)
+	}
+	sockets, err := os.ReadFile(filepath.Join(p.ObjectStore.Dir, "grpc-sockets"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, proc := range procs {
 		if !alive(proc.PID) {
@@ -43,6 +50,12 @@ func TestStopLeavesNoProcess(t *testing.T) {
 	}
 	if _, err := os.Stat(p.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s still exists after Stop (stat: %v)", p.Dir, err)
+	}
+	// weed's, which it makes in /tmp whatever its flags say.
+	for _, sock := range strings.Fields(string(sockets)) {
+		if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still exists after Stop (lstat: %v)", sock, err)
+		}
 	}
 }
 
@@ -80,11 +93,18 @@ func TestKilledParentLeavesNoProcess(t *testing.T) {
 		_ = child.Wait()
 		t.Fatalf("reading the child's processes: %v", err)
 	}
-	// Nothing will Stop that plane: its directory is ours to remove.
-	t.Cleanup(func() { os.RemoveAll(report.Dir) })
+	// Nothing will Stop that plane: its directory is ours to remove, and
+	// so are the sockets its object store left in /tmp.
+	t.Cleanup(func() {
+		sockets, _ := os.ReadFile(filepath.Join(report.Dir, "objectstore", "grpc-sockets"))
+		for _, sock := range strings.Fields(string(sockets)) {
+			os.Remove(sock)
+		}
+		os.RemoveAll(report.Dir)
+	})
 	procs := report.Processes
-	if len(procs) != 5 {
-		t.Errorf("child started %d processes, want 5: %v", len(procs), procs)
+	if len(procs) != 6 {
+		t.Errorf("child started %d processes, want 6: %v", len(procs), procs)
 	}
 
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {

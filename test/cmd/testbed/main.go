@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete] [--object-store]
 package main
 
 import (
@@ -16,6 +16,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pgloop/pgloop/test/testbed"
 )
@@ -45,6 +49,8 @@ type config struct {
 	noResizer     bool
 	resizeFSDelay time.Duration
 	kwokPodDelete bool
+	objectStore   bool
+	storeSecret   string
 }
 
 const usage = `usage: testbed up [flags]
@@ -80,6 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.noResizer, "no-resizer", false, "run without the plane's volume resizer (test/resizer): a claim's larger request then never grows it")
 	fs.DurationVar(&cfg.resizeFSDelay, "resize-fs-delay", testbed.DefaultResizeFSDelay, "how long the resizer leaves a grown claim FileSystemResizePending")
 	fs.BoolVar(&cfg.kwokPodDelete, "kwok-pod-delete", false, "keep kwok's pod-delete stage, which deletes by name and may delete a StatefulSet's new pod, instead of the plane's pod reaper (test/podreaper), to compare")
+	fs.BoolVar(&cfg.objectStore, "object-store", false, "also run an S3 object store (SeaweedFS, HTTPS, bucket "+testbed.DefaultBucket+"); what a client needs is printed and, with --kubeconfig-out, written beside it as s3.env and s3.json")
+	fs.StringVar(&cfg.storeSecret, "object-store-secret", "", "with --object-store, a Secret NAMESPACE/NAME holding the store's "+
+		"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and ca.crt, the keys a backup repository's Secret has (pgloop's --backup-s3-secret)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -106,6 +115,7 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		NoResizer:         cfg.noResizer,
 		ResizeFSDelay:     cfg.resizeFSDelay,
 		KwokPodDelete:     cfg.kwokPodDelete,
+		ObjectStore:       cfg.objectStore,
 		Log:               stderr,
 	})
 	if err != nil {
@@ -134,6 +144,42 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		fmt.Fprintf(stderr, "testbed: applied %d objects from %s\n", len(objs), strings.Join(manifests, ", "))
 	}
 
+	store := ""
+	if p.ObjectStore != nil {
+		s3 := p.ObjectStore.S3
+		if cfg.storeSecret != "" {
+			if err := storeSecret(ctx, p, cfg.storeSecret); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "testbed: Secret %s holds the object store's keys and CA\n", cfg.storeSecret)
+		}
+		store = fmt.Sprintf(`
+An S3 object store is up at %s (bucket %s, region %s, path style,
+CA %s):
+
+    %s
+`, s3.URL(), s3.Bucket, s3.Region, s3.CAFile, strings.Join(s3.Env(), "\n    "))
+		// Beside the kubeconfig, and before it: a script waiting for
+		// the kubeconfig finds them too.
+		if cfg.kubeconfigOut != "" {
+			out, err := filepath.Abs(cfg.kubeconfigOut)
+			if err != nil {
+				return err
+			}
+			dir := filepath.Dir(out)
+			for name, data := range map[string][]byte{
+				"s3.env":  []byte(strings.Join(s3.Env(), "\n") + "\n"),
+				"s3.json": s3.JSON(),
+			} {
+				path, err := publishData(data, filepath.Join(dir, name))
+				if err != nil {
+					return err
+				}
+				defer os.Remove(path)
+			}
+			store += fmt.Sprintf("\nThe same in %s and %s.\n", filepath.Join(dir, "s3.env"), filepath.Join(dir, "s3.json"))
+		}
+	}
 	kubeconfig := p.Kubeconfig
 	if cfg.kubeconfigOut != "" {
 		if kubeconfig, err = publish(p.Kubeconfig, cfg.kubeconfigOut); err != nil {
@@ -150,20 +196,51 @@ Point kubectl at it:
 
     export KUBECONFIG=%s
     kubectl get nodes
-
+%s
 Ctrl-C stops it.
-`, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig)
+`, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig, store)
 	return p.Wait(ctx)
+}
+
+// storeSecret creates the Secret ref (NAMESPACE/NAME) with the object
+// store's credentials and CA, under the keys pgloop reads a backup
+// repository's Secret by.
+func storeSecret(ctx context.Context, p *testbed.Plane, ref string) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("--object-store-secret %q: want NAMESPACE/NAME", ref)
+	}
+	s3 := p.ObjectStore.S3
+	ca, err := os.ReadFile(s3.CAFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = p.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey, "ca.crt": string(ca)},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("while creating Secret %s: %w", ref, err)
+	}
+	return nil
 }
 
 // publish copies the kubeconfig to path atomically, so a script waiting for
 // path to exist sees a ready plane and a whole file.
 func publish(src, path string) (string, error) {
-	path, err := filepath.Abs(path)
+	data, err := os.ReadFile(src)
 	if err != nil {
 		return "", err
 	}
-	data, err := os.ReadFile(src)
+	return publishData(data, path)
+}
+
+// publishData writes data to path atomically, readable by its owner only
+// (a kubeconfig, the object store's keys).
+func publishData(data []byte, path string) (string, error) {
+	path, err := filepath.Abs(path)
 	if err != nil {
 		return "", err
 	}

@@ -26,6 +26,11 @@ const (
 	// holds the spec's settings and every member runs them (no restart
 	// pending); False with what is pending and why.
 	ConditionConfigApplied = "ConfigApplied"
+	// ConditionContinuousArchiving, on a cluster with a backup
+	// repository, is True while the primary archives its WAL there; False
+	// with the archiver's own words when it fails; Unknown until pgloop
+	// could ask the primary, with why not.
+	ConditionContinuousArchiving = "ContinuousArchiving"
 )
 
 // Annotations users set to ask pgloop for something.
@@ -121,6 +126,57 @@ type PostgresqlStatus struct {
 	// has, and why it waits. Absent once every claim has the size.
 	// +optional
 	Volumes *VolumesStatus `json:"volumes,omitempty"`
+	// Backup is how the cluster's backups go: where they are kept and how
+	// continuous archiving goes. Absent when the cluster has no
+	// repository.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+}
+
+// BackupStatus is how a cluster's backups go.
+type BackupStatus struct {
+	// Repository is where they are kept: s3://<bucket><path> at the
+	// endpoint.
+	Repository string `json:"repository"`
+	// Archiving is continuous WAL archiving as last checked on the
+	// primary; absent until the first check.
+	// +optional
+	Archiving *ArchivingStatus `json:"archiving,omitempty"`
+}
+
+// ArchivingStatus is continuous WAL archiving as the primary's PostgreSQL
+// and its archiver report it. pgloop checks it every
+// --archive-check-period and writes it to status when it turns failing or
+// healthy, or when the archiver's words change, and otherwise at most
+// every --archive-status-period: lastArchivedTime may be that much behind.
+type ArchivingStatus struct {
+	// CheckedAt is when this was read from the primary.
+	CheckedAt metav1.Time `json:"checkedAt"`
+	// Failing says the last attempt to archive a segment failed.
+	Failing bool `json:"failing"`
+	// Message is the archiver's own words while it fails, or why the
+	// primary could not be asked.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// LastArchivedWAL is the last segment archived, and LastArchivedTime
+	// when.
+	// +optional
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+	// LastFailedWAL is the last segment that failed, and LastFailedTime
+	// when.
+	// +optional
+	LastFailedWAL string `json:"lastFailedWAL,omitempty"`
+	// +optional
+	LastFailedTime *metav1.Time `json:"lastFailedTime,omitempty"`
+	// WaitingSegments counts the WAL segments not archived yet: what a
+	// failing archive keeps in pg_wal.
+	// +optional
+	WaitingSegments int64 `json:"waitingSegments,omitempty"`
+	// WALBytes is the size of pg_wal.
+	// +optional
+	WALBytes int64 `json:"walBytes,omitempty"`
 }
 
 // DatabaseStatus is what the last successful sync of roles and databases

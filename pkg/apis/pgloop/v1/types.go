@@ -277,6 +277,13 @@ type PostgresqlSpec struct {
 	// +kubebuilder:validation:MaxLength=100
 	// +kubebuilder:validation:Pattern=`^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$`
 	LogicalBackupSchedule string `json:"logicalBackupSchedule,omitempty"`
+
+	// Backup is the cluster's pgBackRest repository: where its WAL is
+	// archived continuously. Unset means the operator's default
+	// repository (--backup-s3-*), if it has one. pgloop's own field, not
+	// zalando's (whose clusters archive with WAL-G through Spilo).
+	// +optional
+	Backup *Backup `json:"backup,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's

@@ -1,0 +1,364 @@
+package archiving
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/observed"
+	"github.com/pgloop/pgloop/pkg/patroni"
+	"github.com/pgloop/pgloop/pkg/pgsql"
+)
+
+// SignalArchiving is the signal a published report sends the loop.
+const SignalArchiving = "archiving"
+
+// Defaults of Options.
+const (
+	DefaultPeriod       = 30 * time.Second
+	DefaultStatusPeriod = 5 * time.Minute
+	DefaultWorkers      = 4
+	DefaultTimeout      = 10 * time.Second
+)
+
+// Options tune the checks.
+type Options struct {
+	// Period is how often each archiving cluster's primary is checked.
+	Period time.Duration
+	// StatusPeriod is how often a report that only moved on (a later
+	// segment archived, the same verdict) is published, and so written
+	// to status: a change of verdict or of the archiver's words is
+	// published at once.
+	StatusPeriod time.Duration
+	// Workers bounds the checks running at once; Timeout each check.
+	Workers int
+	Timeout time.Duration
+	// SQL bounds the connection and the statements.
+	SQL pgsql.Options
+	// Build are the builders' options: the default repository.
+	Build cluster.Options
+	// Log, Now: logger and clock; defaults are logrus's and time.Now.
+	Log *logrus.Entry
+	Now func() time.Time
+	// Observe, when set, is told each check's outcome: "ok", "failing"
+	// (archiving fails) or "error" (the primary could not be asked).
+	Observe func(outcome string)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Period <= 0 {
+		o.Period = DefaultPeriod
+	}
+	if o.StatusPeriod <= 0 {
+		o.StatusPeriod = DefaultStatusPeriod
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Log == nil {
+		o.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Source is what the checks read: the informers' caches (pkg/informers).
+type Source interface {
+	Keys() []string
+	Postgresql(key string) (*v1.Postgresql, bool)
+	Objects(key string) (observed.Cluster, bool)
+}
+
+// SecretGetter reads a Secret from the API (the caches hold no data).
+type SecretGetter func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+
+// Notifier wakes the loop for a cluster whose report was published.
+type Notifier interface{ Notify(key, signal string) }
+
+// Prober checks the archiving of every cluster that has a repository, off
+// the loop, and publishes what it finds for the facts: it is a
+// facts.Reader, the Source's objects with the cluster's last published
+// report. See the package comment.
+type Prober struct {
+	src    Source
+	secret SecretGetter
+	notify Notifier
+	opts   Options
+
+	mu        sync.Mutex
+	published map[string]*v1.ArchivingStatus
+	started   map[string]time.Time // when the last check of a cluster started
+	running   map[string]bool
+	passwords map[string]password // superuser passwords, by cluster
+	slots     chan struct{}
+}
+
+// password is a Secret's password at a resource version.
+type password struct {
+	version string
+	value   []string
+}
+
+// New returns a Prober; Run starts its checks.
+func New(src Source, secret SecretGetter, notify Notifier, opts Options) *Prober {
+	opts = opts.withDefaults()
+	return &Prober{
+		src: src, secret: secret, notify: notify, opts: opts,
+		published: map[string]*v1.ArchivingStatus{},
+		started:   map[string]time.Time{},
+		running:   map[string]bool{},
+		passwords: map[string]password{},
+		slots:     make(chan struct{}, opts.Workers),
+	}
+}
+
+// Objects returns the Source's objects of cluster key with its last
+// published report (observed.Cluster.Archiving). It does no I/O.
+func (p *Prober) Objects(key string) (observed.Cluster, bool) {
+	objs, ok := p.src.Objects(key)
+	if !ok {
+		return objs, false
+	}
+	p.mu.Lock()
+	objs.Archiving = p.published[key]
+	p.mu.Unlock()
+	return objs, true
+}
+
+// Run checks until ctx is done: every tick (a tenth of Period, at most a
+// second) it starts the checks that are due, at most Workers at once.
+func (p *Prober) Run(ctx context.Context) {
+	tick := min(p.opts.Period/10, time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		p.round(ctx, &wg)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// round starts the checks that are due and forgets clusters that no
+// longer archive.
+func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
+	now := p.opts.Now()
+	keys := p.src.Keys()
+	archiving := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		pg, ok := p.src.Postgresql(key)
+		if !ok || pg.DeletionTimestamp != nil || cluster.Repository(pg, p.opts.Build) == nil {
+			continue
+		}
+		archiving[key] = true
+		p.mu.Lock()
+		due := !p.running[key] && now.Sub(p.started[key]) >= p.opts.Period
+		p.mu.Unlock()
+		if !due {
+			continue
+		}
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			// Every worker is busy: the rest wait for the next round.
+			return
+		}
+		p.mu.Lock()
+		p.running[key], p.started[key] = true, now
+		p.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-p.slots }()
+			p.check(ctx, key)
+		}()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key := range p.started {
+		if !archiving[key] && !p.running[key] {
+			delete(p.started, key)
+			delete(p.published, key)
+			delete(p.passwords, key)
+		}
+	}
+}
+
+// check asks the cluster's primary how its archiving goes and publishes
+// the report when it says something new.
+func (p *Prober) check(ctx context.Context, key string) {
+	defer func() {
+		p.mu.Lock()
+		p.running[key] = false
+		p.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	report, ok := p.ask(ctx, key)
+	if !ok {
+		return // nothing to ask yet
+	}
+	outcome := "ok"
+	switch {
+	case report.Failing:
+		outcome = "failing"
+	case report.Message != "":
+		outcome = "error"
+	}
+	if p.opts.Observe != nil {
+		p.opts.Observe(outcome)
+	}
+	p.mu.Lock()
+	prev := p.published[key]
+	publish := worthPublishing(prev, report, p.opts.StatusPeriod)
+	if publish {
+		p.published[key] = report
+	}
+	p.mu.Unlock()
+	if publish {
+		p.notify.Notify(key, SignalArchiving)
+	}
+}
+
+// worthPublishing says whether report tells the facts something prev did
+// not: a first report, another verdict or other words at once; a later
+// segment or another backlog only once prev is period old.
+func worthPublishing(prev, report *v1.ArchivingStatus, period time.Duration) bool {
+	switch {
+	case prev == nil, prev.Failing != report.Failing, prev.Message != report.Message:
+		return true
+	case report.CheckedAt.Sub(prev.CheckedAt.Time) < period:
+		return false
+	default:
+		return prev.LastArchivedWAL != report.LastArchivedWAL || prev.LastFailedWAL != report.LastFailedWAL ||
+			prev.WaitingSegments != report.WaitingSegments
+	}
+}
+
+// ask reads the primary's archiver; false when there is nothing to ask
+// yet (no primary publishes where it listens, the cluster is gone).
+func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool) {
+	objs, ok := p.src.Objects(key)
+	if !ok {
+		return nil, false
+	}
+	pg := objs.Postgresql
+	var primary *patroni.Member
+	for _, pod := range objs.Pods {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if m, ok := patroni.MemberOf(pod.Annotations); ok && m.IsLeaderRole() {
+			primary = &m
+		}
+	}
+	if primary == nil {
+		return nil, false
+	}
+	now := p.opts.Now()
+	failed := func(err error) (*v1.ArchivingStatus, bool) {
+		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, true
+	}
+	host, port, err := primary.PostgresHostPort()
+	if err != nil {
+		return failed(err)
+	}
+	passwords, err := p.superuser(ctx, key, objs)
+	if err != nil {
+		return failed(err)
+	}
+	ep := pgsql.Endpoint{Label: "primary", Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}
+	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDir(pg), p.opts.SQL)
+	if err != nil {
+		return failed(err)
+	}
+	return report(a, now), true
+}
+
+// ErrorDir is where pgBackRest's asynchronous archive-push leaves its error
+// files, relative to the data directory: its spool (cluster.pgbackrestEnv)
+// is on the data volume, beside PGROOT.
+func ErrorDir(pg *v1.Postgresql) string {
+	return path.Join("../../pgbackrest/spool/archive", cluster.Stanza(pg), "out")
+}
+
+// report turns what PostgreSQL said into the status' words.
+func report(a *pgsql.Archiver, now time.Time) *v1.ArchivingStatus {
+	r := &v1.ArchivingStatus{
+		CheckedAt:       metav1.NewTime(now),
+		Failing:         a.Failing(),
+		LastArchivedWAL: a.LastArchivedWAL,
+		LastFailedWAL:   a.LastFailedWAL,
+		WaitingSegments: a.Ready,
+		WALBytes:        a.WALBytes,
+	}
+	if !a.LastArchivedTime.IsZero() {
+		r.LastArchivedTime = &metav1.Time{Time: a.LastArchivedTime.UTC().Truncate(time.Second)}
+	}
+	if !a.LastFailedTime.IsZero() {
+		r.LastFailedTime = &metav1.Time{Time: a.LastFailedTime.UTC().Truncate(time.Second)}
+	}
+	if a.ArchivedCount == 0 && a.FailedCount == 0 {
+		// Not known to work until a segment is pushed: PostgreSQL
+		// finishes the first one after writes (archive_timeout at most
+		// after them); an idle new cluster has none.
+		r.Message = "no WAL segment archived yet: the first goes once PostgreSQL finishes one (after writes, at most archive_timeout later)"
+	}
+	if r.Failing {
+		r.Message = a.ErrorText()
+		if r.Message == "" {
+			r.Message = fmt.Sprintf("archive_command failed for %s (%d failures); the archiver left no words", a.LastFailedWAL, a.FailedCount)
+		}
+		if len(r.Message) > 1024 {
+			r.Message = r.Message[:1024]
+		}
+	}
+	return r
+}
+
+// superuser returns the superuser's passwords, read from its Secret when
+// the cache shows a version not read yet.
+func (p *Prober) superuser(ctx context.Context, key string, objs observed.Cluster) ([]string, error) {
+	name := cluster.SecretName(cluster.SuperuserName, objs.Postgresql.Name)
+	version := ""
+	for _, s := range objs.Secrets {
+		if s.Name == name {
+			version = s.ResourceVersion
+		}
+	}
+	p.mu.Lock()
+	cached, ok := p.passwords[key]
+	p.mu.Unlock()
+	if ok && version != "" && cached.version == version {
+		return cached.value, nil
+	}
+	s, err := p.secret(ctx, objs.Postgresql.Namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("read secret %s: %w", name, err)
+	}
+	value := []string{string(s.Data[cluster.SecretPasswordKey])}
+	if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
+		value = append(value, string(next))
+	}
+	p.mu.Lock()
+	p.passwords[key] = password{version: s.ResourceVersion, value: value}
+	p.mu.Unlock()
+	return value, nil
+}

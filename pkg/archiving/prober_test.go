@@ -1,0 +1,220 @@
+package archiving
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/observed"
+	"github.com/pgloop/pgloop/pkg/patroni"
+	"github.com/pgloop/pgloop/pkg/pgsql"
+)
+
+// source is a Source of fixed objects.
+type source struct {
+	mu       sync.Mutex
+	clusters map[string]observed.Cluster
+}
+
+func (s *source) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []string
+	for k := range s.clusters {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func (s *source) Postgresql(key string) (*v1.Postgresql, bool) {
+	objs, ok := s.Objects(key)
+	return objs.Postgresql, ok
+}
+
+func (s *source) Objects(key string) (observed.Cluster, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs, ok := s.clusters[key]
+	return objs, ok
+}
+
+// notifier counts notifications by key.
+type notifier struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (n *notifier) Notify(key, signal string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if signal != SignalArchiving {
+		panic(signal)
+	}
+	n.calls[key]++
+}
+
+func (n *notifier) count(key string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.calls[key]
+}
+
+// clusterWith returns a cluster whose pod pg-0 leads, its PostgreSQL at
+// addr (nothing listens there), and the superuser's Secret at version.
+func clusterWith(name string, leader bool, version string) observed.Cluster {
+	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u1"},
+		Spec: v1.PostgresqlSpec{DockerImage: cluster.DefaultArchivingImage}}
+	role := "replica"
+	if leader {
+		role = "master"
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-0", Annotations: map[string]string{
+		patroni.StatusAnnotation: `{"conn_url":"postgres://127.0.0.1:1/postgres","api_url":"http://127.0.0.1:1/patroni","role":"` + role + `","state":"running"}`,
+	}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: cluster.SecretName(cluster.SuperuserName, name), ResourceVersion: version}}
+	return observed.Cluster{Postgresql: pg, Pods: []*corev1.Pod{pod}, Secrets: []*corev1.Secret{secret}}
+}
+
+func TestProberRounds(t *testing.T) {
+	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+
+	src := &source{clusters: map[string]observed.Cluster{
+		"ns/a":       clusterWith("a", true, "1"),
+		"ns/replica": clusterWith("replica", false, "1"),
+	}}
+	offCluster := clusterWith("off", true, "1")
+	offCluster.Postgresql.Spec.Backup = &v1.Backup{Enabled: new(bool)}
+	src.clusters["ns/off"] = offCluster
+
+	var reads []string
+	var readsMu sync.Mutex
+	getSecret := func(_ context.Context, ns, name string) (*corev1.Secret, error) {
+		readsMu.Lock()
+		defer readsMu.Unlock()
+		reads = append(reads, ns+"/"+name)
+		s := src.clusters["ns/a"].Secrets[0].DeepCopy()
+		s.Data = map[string][]byte{cluster.SecretPasswordKey: []byte("pw")}
+		return s, nil
+	}
+	n := &notifier{calls: map[string]int{}}
+	p := New(src, getSecret, n, Options{
+		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
+		Now:   clock, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
+		SQL: pgsql.Options{ConnectTimeout: time.Second},
+	})
+	round := func() {
+		var wg sync.WaitGroup
+		p.round(context.Background(), &wg)
+		wg.Wait()
+	}
+
+	// The one cluster that archives and has a primary is asked; nothing
+	// listens there, so its report says why it could not be.
+	round()
+	objs, _ := p.Objects("ns/a")
+	if objs.Archiving == nil || !strings.HasPrefix(objs.Archiving.Message, "could not ask the primary: ") || objs.Archiving.Failing {
+		t.Fatalf("report %+v, want one saying the primary could not be asked", objs.Archiving)
+	}
+	if n.count("ns/a") != 1 {
+		t.Errorf("notified %d times, want 1", n.count("ns/a"))
+	}
+	for _, key := range []string{"ns/replica", "ns/off"} {
+		if objs, _ := p.Objects(key); objs.Archiving != nil || n.count(key) != 0 {
+			t.Errorf("%s: report %+v, %d notifications: want none (no primary, archiving off)", key, objs.Archiving, n.count(key))
+		}
+	}
+
+	// Not due again before the period; then due, with the same words:
+	// nothing new to publish, and the Secret is not read again.
+	advance(10 * time.Second)
+	round()
+	advance(30 * time.Second)
+	round()
+	if n.count("ns/a") != 1 {
+		t.Errorf("notified %d times for the same words, want 1", n.count("ns/a"))
+	}
+	if len(reads) != 1 {
+		t.Errorf("secret read %d times (%v), want once while its version stays", len(reads), reads)
+	}
+
+	// A new version of the Secret is read again.
+	c := src.clusters["ns/a"]
+	c.Secrets = []*corev1.Secret{c.Secrets[0].DeepCopy()}
+	c.Secrets[0].ResourceVersion = "2"
+	src.mu.Lock()
+	src.clusters["ns/a"] = c
+	src.mu.Unlock()
+	advance(30 * time.Second)
+	round()
+	if len(reads) != 2 {
+		t.Errorf("secret read %d times after a new version, want 2", len(reads))
+	}
+
+	// A cluster deleted from the cache is forgotten.
+	src.mu.Lock()
+	delete(src.clusters, "ns/a")
+	src.mu.Unlock()
+	round()
+	p.mu.Lock()
+	_, kept := p.published["ns/a"]
+	p.mu.Unlock()
+	if kept {
+		t.Error("the report of a cluster gone from the cache is kept")
+	}
+}
+
+func TestWorthPublishing(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	at := func(d time.Duration, wal string, failing bool, msg string) *v1.ArchivingStatus {
+		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(t0.Add(d)), LastArchivedWAL: wal, Failing: failing, Message: msg}
+	}
+	for _, tt := range []struct {
+		name        string
+		prev, next  *v1.ArchivingStatus
+		wantPublish bool
+	}{
+		{"first", nil, at(0, "01", false, ""), true},
+		{"same, soon", at(0, "01", false, ""), at(time.Minute, "01", false, ""), false},
+		{"moved on, soon", at(0, "01", false, ""), at(time.Minute, "02", false, ""), false},
+		{"moved on, a period later", at(0, "01", false, ""), at(5*time.Minute, "02", false, ""), true},
+		{"same, a period later", at(0, "01", false, ""), at(10*time.Minute, "01", false, ""), false},
+		{"starts failing", at(0, "01", false, ""), at(time.Second, "01", true, "HTTP 403"), true},
+		{"other words", at(0, "01", true, "HTTP 403"), at(time.Second, "01", true, "unable to connect"), true},
+		{"works again", at(0, "01", true, "HTTP 403"), at(time.Second, "02", false, ""), true},
+	} {
+		if got := worthPublishing(tt.prev, tt.next, 5*time.Minute); got != tt.wantPublish {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.wantPublish)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	if r := report(&pgsql.Archiver{CurrentWAL: "000000010000000000000001"}, now); r.Failing || !strings.HasPrefix(r.Message, "no WAL segment archived yet") {
+		t.Errorf("report of a primary that archived nothing yet: %+v", r)
+	}
+	r := report(&pgsql.Archiver{FailedCount: 3, LastFailedWAL: "000000010000000000000007", LastFailedTime: now, Ready: 4, WALBytes: 5 << 24}, now)
+	if !r.Failing || r.Message != "archive_command failed for 000000010000000000000007 (3 failures); the archiver left no words" ||
+		r.WaitingSegments != 4 || r.WALBytes != 5<<24 || r.LastFailedTime == nil {
+		t.Errorf("report %+v", r)
+	}
+	r = report(&pgsql.Archiver{FailedCount: 1, LastFailedTime: now, Errors: map[string]string{"global.error": "103\nunable to find a valid repository"}}, now)
+	if r.Message != "[103] unable to find a valid repository" {
+		t.Errorf("message %q, want the archiver's words", r.Message)
+	}
+	r = report(&pgsql.Archiver{ArchivedCount: 9, LastArchivedWAL: "000000010000000000000009", LastArchivedTime: now.Add(time.Second), FailedCount: 1, LastFailedTime: now,
+		Errors: map[string]string{"global.error": "stale"}}, now)
+	if r.Failing || r.Message != "" || r.LastArchivedWAL != "000000010000000000000009" {
+		t.Errorf("report %+v, want archiving, no words (a success came after the failure)", r)
+	}
+}
