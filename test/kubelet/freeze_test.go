@@ -264,14 +264,8 @@ func TestCleanupFrozen(t *testing.T) {
 func startStandIn(t *testing.T) *instance {
 	t.Helper()
 	python, postgres := DefaultPython, filepath.Join(DefaultPGBin, "postgres")
-	for _, bin := range []string{python, postgres, filepath.Join(DefaultPGBin, "initdb")} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("PostgreSQL 15 is not installed (%v): run `make data-plane-deps`", err)
-		}
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run PostgreSQL as postgres")
-	}
+	requireInstalled(t, python, postgres, filepath.Join(DefaultPGBin, "initdb"))
+	requireRoot(t)
 	uid, gid, err := lookupUser(postgresUser)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +310,7 @@ func startStandIn(t *testing.T) *instance {
 		t.Fatal(err)
 	}
 	if p.ip, err = lowestFree(prefix, func(netip.Addr) bool { return false }, canBind); err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 
 	// The postmaster is double-forked: as in the kubelet, this process

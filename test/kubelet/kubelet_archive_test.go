@@ -54,35 +54,11 @@ const archiveCommand = `d="$PGBACKREST_SPOOL_PATH"; mkdir -p "$d" && env | sort 
 // container's pgBackRest environment, its local paths translated: it reads
 // the Secret's content through PGBACKREST_REPO1_S3_CA_FILE.
 func TestKubeletArchive(t *testing.T) {
-	for _, bin := range []string{kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres")} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("Patroni and PostgreSQL 15 are not installed (%v): run `make data-plane-deps` or `apt-get install patroni postgresql-15`", err)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), archiveDeadline)
 	defer cancel()
-	began := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("%6.2fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
-	}
-
-	plane, err := testbed.Start(ctx, testbed.Options{Nodes: 1, Log: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := plane.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	plane, k, step := startKubeletPlane(ctx, t)
 	cs := plane.Client
-	bin := buildKubelet(ctx, t)
-	root := kubeletRoot(t)
-	k := startKubelet(t, bin, plane.Kubeconfig, root)
-	if _, err := testbed.WaitFor(ctx, testbed.Nodes(cs, nodeName), testbed.NodeReady); err != nil {
-		t.Fatal(k.failure(err))
-	}
-	step("plane up, node %s Ready", nodeName)
+	root := k.root
 
 	ns := plane.Namespace(t)
 	credentials, caSecret := clusterNm+"-s3", clusterNm+"-s3-ca"

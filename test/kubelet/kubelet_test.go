@@ -54,37 +54,11 @@ const (
 // and resuming it, a deleted pod replaced on the same data, a crashed
 // Patroni restarted, and nothing left running once the kubelet stops.
 func TestKubelet(t *testing.T) {
-	for _, bin := range []string{kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres")} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("Patroni and PostgreSQL 15 are not installed (%v): run `make data-plane-deps` or `apt-get install patroni postgresql-15`", err)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
 	defer cancel()
-	began := time.Now()
-	step := func(format string, args ...any) {
-		t.Logf("%6.2fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
-	}
-
-	plane, err := testbed.Start(ctx, testbed.Options{Nodes: 1, Log: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := plane.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	step("plane up")
+	plane, k, step := startKubeletPlane(ctx, t)
 	cs := plane.Client
-
-	bin := buildKubelet(ctx, t)
-	step("pgkubelet built")
-	root := kubeletRoot(t)
-	k := startKubelet(t, bin, plane.Kubeconfig, root)
-	if _, err := testbed.WaitFor(ctx, testbed.Nodes(cs, nodeName), testbed.NodeReady); err != nil {
-		t.Fatal(k.failure(err))
-	}
+	root := k.root
 	node, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -338,6 +312,37 @@ func buildKubelet(ctx context.Context, t *testing.T) string {
 		t.Fatalf("go build pgkubelet: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// startKubeletPlane starts a plane of one kwok node and the process
+// kubelet built from this tree on a fresh root, and returns once its node
+// is Ready; step logs a line with the time since the start. Everything
+// stops when t ends.
+func startKubeletPlane(ctx context.Context, t *testing.T) (*testbed.Plane, *runningKubelet, func(format string, args ...any)) {
+	t.Helper()
+	kubelet.RequireInstalled(t, kubelet.DefaultPatroni, kubelet.DefaultPython, filepath.Join(kubelet.DefaultPGBin, "postgres"))
+	began := time.Now()
+	step := func(format string, args ...any) {
+		t.Logf("%6.2fs "+format, append([]any{time.Since(began).Seconds()}, args...)...)
+	}
+	plane, err := testbed.Start(ctx, testbed.Options{Nodes: 1, Log: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := plane.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	step("plane up")
+	bin := buildKubelet(ctx, t)
+	step("pgkubelet built")
+	k := startKubelet(t, bin, plane.Kubeconfig, kubeletRoot(t))
+	if _, err := testbed.WaitFor(ctx, testbed.Nodes(plane.Client, nodeName), testbed.NodeReady); err != nil {
+		t.Fatal(k.failure(err))
+	}
+	step("node %s Ready", nodeName)
+	return plane, k, step
 }
 
 // kubeletRoot returns a fresh root whose parents postgres can traverse

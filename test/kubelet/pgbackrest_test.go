@@ -185,13 +185,11 @@ func TestPgBackRestPathsKnown(t *testing.T) {
 }
 
 // pgBackRestHelpOptions lists the options of pgBackRest's commands from its
-// help, without --; the test skips when pgBackRest is not installed.
+// help, without --; the test fails when pgBackRest is not installed.
 func pgBackRestHelpOptions(t *testing.T) []string {
 	t.Helper()
 	const bin = "/usr/bin/pgbackrest"
-	if !isFile(bin) {
-		t.Skipf("pgBackRest is not installed at %s", bin)
-	}
+	requireInstalled(t, bin)
 	var options []string
 	for _, cmd := range []string{"archive-get", "archive-push", "backup", "check", "expire", "info", "restore", "server", "stanza-create", "verify", "repo-get", "repo-ls"} {
 		out, err := exec.Command(bin, "help", cmd).Output()

@@ -49,9 +49,7 @@ CREATE ROLE app LOGIN PASSWORD 'app-secret';
 // is restarted with the new host, not counted as a container restart, and
 // moved back it serves again.
 func TestPooler(t *testing.T) {
-	if !isFile(DefaultPgBouncer) {
-		t.Skipf("PgBouncer is not installed at %s: run `make data-plane-deps`", DefaultPgBouncer)
-	}
+	requireInstalled(t, DefaultPgBouncer)
 	pg := startStandIn(t)
 	ctx := context.Background()
 	requirePasswords(ctx, t, pg)
@@ -64,7 +62,7 @@ func TestPooler(t *testing.T) {
 	}
 	poolerIP, err := lowestFree(prefix, func(a netip.Addr) bool { return a == pg.prep.ip }, canBind)
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	k.ips = newIPPool(prefix, func(types.UID, netip.Addr) bool { return false })
 	secrets := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})

@@ -375,9 +375,7 @@ func withoutLocale(t *testing.T, have bool) {
 
 func requireBinDir(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(testBinDir, "postgres")); err != nil {
-		t.Skipf("PostgreSQL 15 is not installed: %v", err)
-	}
+	requireInstalled(t, filepath.Join(testBinDir, "postgres"))
 }
 
 func TestResolveEnvOperatorPod(t *testing.T) {
@@ -495,11 +493,7 @@ func TestPatroniConfigSanity(t *testing.T) {
 func TestPatroniConfigValidates(t *testing.T) {
 	requireBinDir(t)
 	const python, patroni = "/usr/bin/python3", "/usr/bin/patroni"
-	for _, f := range []string{python, patroni} {
-		if _, err := os.Stat(f); err != nil {
-			t.Skipf("Patroni is not installed: %v", err)
-		}
-	}
+	requireInstalled(t, python, patroni)
 	for _, name := range []string{"minimal", "full"} {
 		t.Run(name, func(t *testing.T) {
 			pod, env := operatorEnv(t, loadSpiloSample(t, name))

@@ -552,27 +552,33 @@ func TestValidate(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := validCluster()
-			p.Name = "acid-test"
-			tt.mutate(p)
-			errs := p.Validate()
-			if len(tt.want) == 0 {
-				if len(errs) != 0 {
-					t.Fatalf("want valid, got %v", errs.ToAggregate())
-				}
-				return
-			}
-			if len(errs) == 0 {
-				t.Fatalf("want errors %q, got none", tt.want)
-			}
-			got := errs.ToAggregate().Error()
-			for _, w := range tt.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("error %q does not contain %q", got, w)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.mutate, tt.want) })
+	}
+}
+
+// checkValidate validates a valid cluster changed by mutate: want are
+// substrings of the aggregated error, one per expected error; none means
+// valid.
+func checkValidate(t *testing.T, mutate func(p *Postgresql), want []string) {
+	t.Helper()
+	p := validCluster()
+	p.Name = "acid-test"
+	mutate(p)
+	errs := p.Validate()
+	if len(want) == 0 {
+		if len(errs) != 0 {
+			t.Fatalf("want valid, got %v", errs.ToAggregate())
+		}
+		return
+	}
+	if len(errs) == 0 {
+		t.Fatalf("want errors %q, got none", want)
+	}
+	got := errs.ToAggregate().Error()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("error %q does not contain %q", got, w)
+		}
 	}
 }
 
