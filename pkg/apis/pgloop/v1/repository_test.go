@@ -62,6 +62,7 @@ func TestValidateBackup(t *testing.T) {
 			checkValidate(t, tt.mutate, tt.want)
 			// One error per wanted one: nothing else is refused.
 			p := validCluster()
+			p.Name = "acid-test"
 			tt.mutate(p)
 			if errs := p.Validate(); len(errs) != len(tt.want) {
 				t.Errorf("%d errors, want %d: %v", len(errs), len(tt.want), errs.ToAggregate())
