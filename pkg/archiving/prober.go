@@ -51,6 +51,9 @@ type Options struct {
 	// Observe, when set, is told each check's outcome: "ok", "failing"
 	// (archiving fails) or "error" (the primary could not be asked).
 	Observe func(outcome string)
+	// ObserveSQL, when set, is told the outcome of each SQL statement
+	// of a check, with the cluster's key (the effects' SQL metric).
+	ObserveSQL func(key, outcome string)
 }
 
 func (o Options) withDefaults() Options {
@@ -285,7 +288,11 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool
 		return failed(err)
 	}
 	ep := pgsql.Endpoint{Label: "primary", Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}
-	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDir(pg), p.opts.SQL)
+	sqlOpts := p.opts.SQL
+	if observe := p.opts.ObserveSQL; observe != nil {
+		sqlOpts.Observe = func(outcome string) { observe(key, outcome) }
+	}
+	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDir(pg), sqlOpts)
 	if err != nil {
 		return failed(err)
 	}

@@ -81,7 +81,7 @@ var (
 	descStepFailures = Desc{"pgloop_effect_step_failures_total", "counter", []string{"step"},
 		"Effect steps that returned an error or panicked, by step name. Steps cancelled because their cluster was deleted, or the operator is stopping, do not count."}
 	descSQL = Desc{"pgloop_sql_statements_total", "counter", []string{"cluster", "outcome"},
-		"SQL statements (and failed connection attempts) sent to a cluster's PostgreSQL, by cluster (namespace/name) and outcome (ok, error, timeout). An idle cluster sends none: its roles and databases are synced only when they change."}
+		"SQL statements (and failed connection attempts) sent to a cluster's PostgreSQL, by cluster (namespace/name) and outcome (ok, error, timeout). An idle cluster sends none but the archive checks of a cluster with a backup repository (2 statements every --archive-check-period): its roles and databases are synced only when they change."}
 	descPatroni = Desc{"pgloop_patroni_calls_total", "counter", []string{"call", "outcome"},
 		"Calls of Patroni's REST API, by call (config, patch_config, restart, switchover, status) and outcome (ok, error, timeout)."}
 	descArchiveChecks = Desc{"pgloop_archive_checks_total", "counter", []string{"outcome"},
