@@ -35,8 +35,8 @@ test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests (wi
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
 .PHONY: test-e2e
-test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane (~2.5 min).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 20m ./e2e/...
+test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~12 min).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./e2e/...
 
 .PHONY: labeller
 labeller: ## Build bin/labeller, the stand-in for Patroni's role labels that `make run` starts.
