@@ -292,18 +292,21 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool
 	if observe := p.opts.ObserveSQL; observe != nil {
 		sqlOpts.Observe = func(outcome string) { observe(key, outcome) }
 	}
-	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDir(pg), sqlOpts)
+	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDirs(pg), sqlOpts)
 	if err != nil {
 		return failed(err)
 	}
 	return report(a, now), true
 }
 
-// ErrorDir is where pgBackRest's asynchronous archive-push leaves its error
-// files, relative to the data directory: its spool (cluster.pgbackrestEnv)
-// is on the data volume, beside PGROOT.
-func ErrorDir(pg *v1.Postgresql) string {
-	return path.Join("../../pgbackrest/spool/archive", cluster.Stanza(pg), "out")
+// ErrorDirs are where the archiver's error files are, relative to the
+// data directory: the spool (cluster.pgbackrestEnv, on the data volume
+// beside PGROOT), where archive_command leaves a failed stanza-create's
+// (cluster.StanzaCreateError), and its archive/STANZA/out, where
+// pgBackRest's asynchronous archive-push leaves its own.
+func ErrorDirs(pg *v1.Postgresql) []string {
+	const spool = "../../pgbackrest/spool"
+	return []string{spool, path.Join(spool, "archive", cluster.Stanza(pg), "out")}
 }
 
 // report turns what PostgreSQL said into the status' words.

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"path"
 	"slices"
@@ -45,17 +47,31 @@ const (
 // lists by default.
 const DefaultArchivingImage = "ghcr.io/pgloop/spilo-pgbackrest-17:4.0-p2"
 
-// ArchiveCommand is PostgreSQL's archive_command of a cluster with a
-// repository. The first push to a new repository fails, as its stanza
-// does not exist yet: the primary then creates it and pushes again.
-// stanza-create refuses a repository whose stanza another database made
-// (another system identifier), so a repository is never taken over.
-// io-timeout is 3 s for these commands only (pgBackRest's default is 60 s):
-// pgBackRest retries a refused connection about 8 times io-timeout before
-// it fails, so an unreachable bucket is a failure, with pgBackRest's words
-// in the spool, within about 25 s, inside one archive_timeout.
-const ArchiveCommand = `pgbackrest --io-timeout=3 archive-push "%p" || ` +
-	`{ pgbackrest --io-timeout=3 stanza-create && pgbackrest --io-timeout=3 archive-push "%p"; }`
+// ArchiveCommand returns PostgreSQL's archive_command of a cluster whose
+// repository is repo. Before its first push to a repository, and then at
+// least hourly, the primary runs stanza-create, which makes the stanza or
+// checks the one there (it refuses one that another database made, with
+// another system identifier, so a repository is never taken over; an
+// hourly run also remakes a stanza whose files were deleted); a marker in
+// the spool, named after the repository, records it. Its error goes to
+// the spool's stanza-create.error, where pkg/archiving reads the words.
+// io-timeout is 3 s for these commands only (pgBackRest's default is 60
+// s): pgBackRest retries a refused connection about 8 times io-timeout, so
+// an unreachable bucket is a failure, with pgBackRest's words in the
+// spool, within about 25 s.
+func ArchiveCommand(pg *v1.Postgresql, repo *v1.BackupS3) string {
+	sum := sha256.Sum256([]byte(repo.Endpoint + "\x00" + repo.Bucket + "\x00" + RepositoryPath(pg)))
+	marker := "stanza-" + hex.EncodeToString(sum[:6])
+	return `s="$PGBACKREST_SPOOL_PATH"; m="$s/` + marker + `"; ` +
+		`if [ -z "$(find "$m" -mmin -60 2>/dev/null)" ]; then ` +
+		`mkdir -p "$s" && pgbackrest --io-timeout=3 stanza-create 2>"$s/` + StanzaCreateError + `" || exit 1; ` +
+		`rm -f "$s/` + StanzaCreateError + `"; : >"$m"; fi; ` +
+		`exec pgbackrest --io-timeout=3 archive-push "%p"`
+}
+
+// StanzaCreateError is the file in the spool where archive_command leaves
+// the words of a stanza-create that failed.
+const StanzaCreateError = "stanza-create.error"
 
 // Repository returns the repository the cluster archives to (see
 // wantedRepository), nil also when its image cannot archive
@@ -139,7 +155,7 @@ func archiveParameters(pg *v1.Postgresql, opts Options) map[string]string {
 		timeout = DefaultArchiveTimeout
 	}
 	out := map[string]string{
-		"archive_command": ArchiveCommand,
+		"archive_command": ArchiveCommand(pg, Repository(pg, opts)),
 		"archive_timeout": strconv.Itoa(int(timeout.Round(time.Second).Seconds())),
 	}
 	for name, v := range pg.Spec.PostgreSQL.Parameters {

@@ -2,10 +2,15 @@ package cluster
 
 import (
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -103,8 +108,8 @@ func TestArchiving(t *testing.T) {
 				t.Errorf("unexpected %s = %q", k, a.env[k])
 			}
 		}
-		if a.params["archive_command"] != ArchiveCommand || a.params["archive_timeout"] != "60" {
-			t.Errorf("parameters %v, want archive_command %q and archive_timeout 60", a.params, ArchiveCommand)
+		if want := ArchiveCommand(pg, repo); a.params["archive_command"] != want || a.params["archive_timeout"] != "60" {
+			t.Errorf("parameters %v, want archive_command %q and archive_timeout 60", a.params, want)
 		}
 		if a.volume == nil || a.volume.Secret == nil || a.volume.Secret.SecretName != "backup-creds" ||
 			len(a.volume.Secret.Items) != 1 || a.volume.Secret.Items[0] != (corev1.KeyToPath{Key: "ca.pem", Path: "ca.crt"}) {
@@ -132,7 +137,7 @@ func TestArchiving(t *testing.T) {
 		if a.volume != nil || a.mount != nil {
 			t.Errorf("a CA volume without caKey: %+v %+v", a.volume, a.mount)
 		}
-		if a.params["archive_timeout"] != "5min" || a.params["archive_command"] != ArchiveCommand {
+		if a.params["archive_timeout"] != "5min" || a.params["archive_command"] != ArchiveCommand(pg, &def) {
 			t.Errorf("parameters %v, want the spec's archive_timeout", a.params)
 		}
 		pg.Spec.PostgreSQL.Parameters = nil
@@ -165,7 +170,7 @@ func TestArchiving(t *testing.T) {
 			pg := newPG()
 			tt.mutate(pg)
 			a := archivingOf(t, pg, tt.opts)
-			if len(a.env) != 0 || a.volume != nil || a.mount != nil || a.params["archive_command"] == ArchiveCommand {
+			if len(a.env) != 0 || a.volume != nil || a.mount != nil || strings.Contains(a.params["archive_command"], "pgbackrest") {
 				t.Errorf("archives: env %v, volume %v, parameters %v", a.env, a.volume, a.params)
 			}
 			if Repository(pg, tt.opts) != nil {
@@ -176,5 +181,86 @@ func TestArchiving(t *testing.T) {
 				t.Errorf("ArchiveBlocked = %q, want a reason: %v", blocked, wantBlocked)
 			}
 		})
+	}
+}
+
+// TestArchiveCommand runs the archive_command with /bin/sh, as PostgreSQL
+// does, against a pgbackrest that records its calls and fails when told.
+func TestArchiveCommand(t *testing.T) {
+	dir := t.TempDir()
+	spool, calls := filepath.Join(dir, "spool"), filepath.Join(dir, "calls")
+	fake := filepath.Join(dir, "pgbackrest")
+	script := "#!/bin/sh\necho \"$*\" >>" + calls + "\n" +
+		"if [ -e " + filepath.Join(dir, "fail-$2") + " ]; then echo \"ERROR: [049]: unable to connect: Connection refused\" >&2; exit 49; fi\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pg", UID: "u1"}}
+	repo := &v1.BackupS3{Endpoint: "s3.example.com", Bucket: "b", SecretName: "s"}
+	run := func(cmd string) (string, error) {
+		t.Helper()
+		os.Remove(calls)
+		c := exec.Command("/bin/sh", "-c", strings.ReplaceAll(cmd, "%p", "pg_wal/000000010000000000000001"))
+		c.Env = []string{"PATH=" + dir + ":/usr/bin:/bin", "PGBACKREST_SPOOL_PATH=" + spool}
+		out, err := c.CombinedOutput()
+		got, _ := os.ReadFile(calls)
+		if len(out) > 0 {
+			t.Logf("output: %s", out)
+		}
+		return strings.TrimSpace(string(got)), err
+	}
+	const push = `--io-timeout=3 archive-push pg_wal/000000010000000000000001`
+	const create = `--io-timeout=3 stanza-create`
+
+	// The first push creates the stanza, then pushes.
+	if got, err := run(ArchiveCommand(pg, repo)); err != nil || got != create+"\n"+push {
+		t.Fatalf("first push: calls %q, %v", got, err)
+	}
+	// The next ones only push.
+	if got, err := run(ArchiveCommand(pg, repo)); err != nil || got != push {
+		t.Fatalf("second push: calls %q, %v", got, err)
+	}
+	// A failing push fails archive_command, stanza-create is not tried
+	// again.
+	if err := os.WriteFile(filepath.Join(dir, "fail-archive-push"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := run(ArchiveCommand(pg, repo)); err == nil || got != push {
+		t.Fatalf("failing push: calls %q, %v", got, err)
+	}
+	os.Remove(filepath.Join(dir, "fail-archive-push"))
+
+	// Another repository (an edited spec) gets its stanza made; when that
+	// fails, nothing is pushed, and pgBackRest's words are in the spool.
+	other := *repo
+	other.Endpoint = "s3.other.example.com"
+	if err := os.WriteFile(filepath.Join(dir, "fail-stanza-create"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := run(ArchiveCommand(pg, &other)); err == nil || got != create {
+		t.Fatalf("failing stanza-create: calls %q, %v", got, err)
+	}
+	words, err := os.ReadFile(filepath.Join(spool, StanzaCreateError))
+	if err != nil || !strings.Contains(string(words), "Connection refused") {
+		t.Fatalf("%s: %q, %v", StanzaCreateError, words, err)
+	}
+	os.Remove(filepath.Join(dir, "fail-stanza-create"))
+	if got, err := run(ArchiveCommand(pg, &other)); err != nil || got != create+"\n"+push {
+		t.Fatalf("stanza-create again: calls %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(spool, StanzaCreateError)); !os.IsNotExist(err) {
+		t.Errorf("%s kept after a stanza-create that succeeded: %v", StanzaCreateError, err)
+	}
+
+	// An hour later the stanza is checked again.
+	markers, _ := filepath.Glob(filepath.Join(spool, "stanza-*"))
+	for _, m := range markers {
+		old := time.Now().Add(-61 * time.Minute)
+		if err := os.Chtimes(m, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := run(ArchiveCommand(pg, &other)); err != nil || got != create+"\n"+push {
+		t.Fatalf("an hour later: calls %q, %v", got, err)
 	}
 }

@@ -52,16 +52,16 @@ const archiverQuery = `SELECT a.archived_count, coalesce(a.last_archived_wal, ''
 	current_setting('data_directory')
 FROM pg_stat_archiver a`
 
-// errorFilesQuery reads the *.error files of directory $1; a directory
-// that does not exist has none.
-const errorFilesQuery = `SELECT f, pg_read_file($1 || '/' || f, 0, 4096, true)
-FROM pg_ls_dir($1, true, false) AS f WHERE f LIKE '%.error'`
+// errorFilesQuery reads the *.error files of the directories $1, by name;
+// a directory that does not exist has none.
+const errorFilesQuery = `SELECT f, pg_read_file(d || '/' || f, 0, 4096, true)
+FROM unnest($1::text[]) AS d, LATERAL pg_ls_dir(d, true, false) AS f WHERE f LIKE '%.error'`
 
-// ArchiveStatus reads how ep's archiving goes. errorDir, when not empty,
-// is where the archiver leaves its error files, relative to the data
-// directory (it may climb out of it with ".."): reading it needs the
-// superuser, or pg_read_server_files.
-func ArchiveStatus(ctx context.Context, ep Endpoint, errorDir string, opts Options) (*Archiver, error) {
+// ArchiveStatus reads how ep's archiving goes. errorDirs are where the
+// archiver leaves its error files, relative to the data directory (they
+// may climb out of it with ".."): reading them needs the superuser, or
+// pg_read_server_files.
+func ArchiveStatus(ctx context.Context, ep Endpoint, errorDirs []string, opts Options) (*Archiver, error) {
 	opts = opts.withDefaults()
 	s, err := connect(ctx, ep, opts)
 	if err != nil {
@@ -82,13 +82,17 @@ func ArchiveStatus(ctx context.Context, ep Endpoint, errorDir string, opts Optio
 	if failed != nil {
 		a.LastFailedTime = *failed
 	}
-	if errorDir == "" {
+	if len(errorDirs) == 0 {
 		return &a, nil
 	}
-	dir := path.Clean(path.Join(dataDir, errorDir))
+	dirs := make([]string, len(errorDirs))
+	for i, d := range errorDirs {
+		dirs[i] = path.Clean(path.Join(dataDir, d))
+	}
+	dir := strings.Join(dirs, ", ")
 	ctx, cancel, bound := s.statement(ctx)
 	defer cancel()
-	rows, err := s.conn.Query(ctx, errorFilesQuery, dir)
+	rows, err := s.conn.Query(ctx, errorFilesQuery, dirs)
 	if err != nil {
 		opts.observe(err)
 		return nil, fmt.Errorf("%s: read the archiver's errors in %s: %w", ep, dir, brief(err, bound))

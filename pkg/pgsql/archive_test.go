@@ -16,7 +16,7 @@ func TestArchiveStatus(t *testing.T) {
 
 	// The server does not archive (archive_mode off): no success, no
 	// failure, a WAL being written, nothing ready.
-	a, err := ArchiveStatus(ctx, srv.endpoint(), "../spool/archive/db/out", Options{})
+	a, err := ArchiveStatus(ctx, srv.endpoint(), []string{"../spool/archive/db/out", "../spool"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,19 +43,22 @@ func TestArchiveStatus(t *testing.T) {
 		"000000010000000000000004.error": "103\nunable to find a valid repository:\n  repo1: [HostConnectError] unable to connect\n",
 		"000000010000000000000002.ok":    "",
 	}
+	if err := os.WriteFile(filepath.Join(srv.base, "spool", "stanza-create.error"), []byte("ERROR: [049]: unable to connect\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a, err = ArchiveStatus(ctx, srv.endpoint(), "../spool/archive/db/out", Options{})
+	a, err = ArchiveStatus(ctx, srv.endpoint(), []string{"../spool/archive/db/out", "../spool"}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Errors) != 3 {
-		t.Errorf("errors %v, want the three .error files", a.Errors)
+	if len(a.Errors) != 4 {
+		t.Errorf("errors %v, want the four .error files of the two directories", a.Errors)
 	}
-	want := "[39] HTTP request failed: 403 Forbidden; [103] unable to find a valid repository: repo1: [HostConnectError] unable to connect"
+	want := "[39] HTTP request failed: 403 Forbidden; [103] unable to find a valid repository: repo1: [HostConnectError] unable to connect; ERROR: [049]: unable to connect"
 	if got := a.ErrorText(); got != want {
 		t.Errorf("ErrorText %q, want %q", got, want)
 	}
@@ -65,7 +68,7 @@ func TestArchiveStatus(t *testing.T) {
 	srv.exec(t, "CREATE ROLE archive_reader LOGIN PASSWORD 'secret-reader'")
 	ep := srv.endpoint()
 	ep.User, ep.Passwords = "archive_reader", []string{"secret-reader"}
-	if _, err := ArchiveStatus(ctx, ep, "../spool/archive/db/out", Options{}); err == nil || !strings.Contains(err.Error(), "permission denied") {
+	if _, err := ArchiveStatus(ctx, ep, []string{"../spool/archive/db/out"}, Options{}); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("a plain role read the error files: %v", err)
 	}
 }
