@@ -91,15 +91,22 @@ func ArchiveBlocked(pg *v1.Postgresql, opts Options) string {
 	if wantedRepository(pg, opts) == nil {
 		return ""
 	}
+	// Read on every observation and every round of the archive checks:
+	// no allocation (withDefaults would build the default resources).
 	image := pg.Spec.DockerImage
 	if image == "" {
-		image = opts.withDefaults().Image
+		image = opts.Image
+	}
+	if image == "" {
+		image = DefaultImage
 	}
 	images := opts.ArchivingImages
 	if images == nil {
+		if image == DefaultArchivingImage {
+			return ""
+		}
 		images = []string{DefaultArchivingImage}
-	}
-	if slices.Contains(images, image) {
+	} else if slices.Contains(images, image) {
 		return ""
 	}
 	return "image " + image + " is not known to carry pgBackRest (--archiving-images: " + strings.Join(images, ", ") +

@@ -264,3 +264,17 @@ func TestArchiveCommand(t *testing.T) {
 		t.Fatalf("an hour later: calls %q, %v", got, err)
 	}
 }
+
+// BenchmarkArchiveBlocked is what the facts and the archive checks pay per
+// cluster and observation: nothing allocated.
+func BenchmarkArchiveBlocked(b *testing.B) {
+	repo := &v1.BackupS3{Endpoint: "s3.example.com", Bucket: "b", SecretName: "s"}
+	pg := &v1.Postgresql{Spec: v1.PostgresqlSpec{DockerImage: DefaultArchivingImage, Backup: &v1.Backup{S3: repo}}}
+	spilo := &v1.Postgresql{Spec: v1.PostgresqlSpec{Backup: &v1.Backup{S3: repo}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ArchiveBlocked(pg, Options{}) != "" || ArchiveBlocked(spilo, Options{Image: DefaultArchivingImage}) != "" {
+			b.Fatal("blocked")
+		}
+	}
+}
