@@ -1,11 +1,13 @@
 package v1
 
 import (
+	"fmt"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -22,7 +24,58 @@ type Backup struct {
 	// S3 is the repository, replacing the operator's default.
 	// +optional
 	S3 *BackupS3 `json:"s3,omitempty"`
+	// Schedule is when full base backups are taken: a cron schedule of
+	// five fields (minute, hour, day of month, month, day of week) in UTC,
+	// or @daily, @weekly, @hourly... Empty means the operator's
+	// --backup-schedule ("30 0 * * *" unless set); "none" takes none
+	// (pgloop still takes the first full backup of a new repository, and
+	// those asked for with `pgloop backup`).
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule,omitempty"`
+	// DifferentialSchedule is when differential backups are taken (the
+	// files changed since the last full backup), in the same syntax.
+	// Empty means none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	DifferentialSchedule string `json:"differentialSchedule,omitempty"`
+	// Retention is how many full backups the repository keeps, or for how
+	// long; older ones are deleted, with the WAL only they needed, after
+	// each backup. Unset means the operator's --backup-retention-full (5
+	// unless set).
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
 }
+
+// BackupRetention is pgBackRest's retention of full backups: by count or by
+// age, one of the two (differential backups go with their full one).
+type BackupRetention struct {
+	// Full is how many full backups are kept.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9999
+	Full int32 `json:"full,omitempty"`
+	// FullDays keeps the full backups younger than this many days, and
+	// the newest older one (what a restore to the start of the window
+	// needs).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9999
+	FullDays int32 `json:"fullDays,omitempty"`
+}
+
+// Types of base backup (pgBackRest's --type).
+const (
+	BackupFull         = "full"
+	BackupDifferential = "diff"
+	BackupIncremental  = "incr"
+)
+
+// BackupTypes are the types a user may ask for.
+var BackupTypes = []string{BackupFull, BackupDifferential, BackupIncremental}
+
+// ScheduleNone in spec.backup.schedule turns scheduled full backups off.
+const ScheduleNone = "none"
 
 // BackupS3 is a pgBackRest repository in an S3 bucket, reached over
 // HTTPS (pgBackRest speaks nothing else).
@@ -122,10 +175,34 @@ func (b *Backup) Archives() bool {
 // validateBackup checks spec.backup, and that a cluster with a repository
 // of its own leaves archive_command to pgloop.
 func (s *PostgresqlSpec) validateBackup(path *field.Path) field.ErrorList {
-	if s.Backup == nil || s.Backup.S3 == nil {
+	if s.Backup == nil {
 		return nil
 	}
-	errs := ValidateBackupS3(s.Backup.S3, path.Child("backup", "s3"))
+	var errs field.ErrorList
+	b := path.Child("backup")
+	for _, f := range []struct{ name, value string }{{"schedule", s.Backup.Schedule}, {"differentialSchedule", s.Backup.DifferentialSchedule}} {
+		if f.value == "" || f.value == ScheduleNone && f.name == "schedule" {
+			continue
+		}
+		if _, err := ParseBackupSchedule(f.value); err != nil {
+			errs = append(errs, field.Invalid(b.Child(f.name), f.value, err.Error()))
+		}
+	}
+	if r := s.Backup.Retention; r != nil {
+		switch {
+		case r.Full != 0 && r.FullDays != 0:
+			errs = append(errs, field.Invalid(b.Child("retention"), fmt.Sprintf("full: %d, fullDays: %d", r.Full, r.FullDays),
+				"set full (a count) or fullDays (an age), not both: pgBackRest keeps full backups by one of them"))
+		case r.Full < 0 || r.Full > 9999:
+			errs = append(errs, field.Invalid(b.Child("retention", "full"), r.Full, "must be from 1 to 9999"))
+		case r.FullDays < 0 || r.FullDays > 9999:
+			errs = append(errs, field.Invalid(b.Child("retention", "fullDays"), r.FullDays, "must be from 1 to 9999"))
+		}
+	}
+	if s.Backup.S3 == nil {
+		return errs
+	}
+	errs = append(errs, ValidateBackupS3(s.Backup.S3, b.Child("s3"))...)
 	if s.Backup.Archives() {
 		for name := range s.PostgreSQL.Parameters {
 			if strings.EqualFold(name, "archive_command") {
@@ -135,4 +212,20 @@ func (s *PostgresqlSpec) validateBackup(path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// cronParser reads backup schedules as Kubernetes' CronJob controller does:
+// five fields, or a descriptor (@daily).
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// ParseBackupSchedule parses a backup schedule; times are UTC.
+func ParseBackupSchedule(s string) (cron.Schedule, error) {
+	if strings.HasPrefix(strings.TrimSpace(s), "TZ=") || strings.HasPrefix(strings.TrimSpace(s), "CRON_TZ=") {
+		return nil, fmt.Errorf("must not name a time zone: backup schedules are in UTC")
+	}
+	sched, err := cronParser.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("must be five cron fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily: %v", err)
+	}
+	return sched, nil
 }

@@ -31,6 +31,11 @@ const (
 	// with the archiver's own words when it fails; Unknown until pgloop
 	// could ask the primary, with why not.
 	ConditionContinuousArchiving = "ContinuousArchiving"
+	// ConditionLastBackupSucceeded, on a cluster with a backup
+	// repository, is True when the last base backup pgloop took
+	// succeeded, False with pgBackRest's words when it failed; absent
+	// until the first one ends.
+	ConditionLastBackupSucceeded = "LastBackupSucceeded"
 )
 
 // Annotations users set to ask pgloop for something.
@@ -45,6 +50,14 @@ const (
 	// pgloop generates one, sets it in PostgreSQL, then writes it to the
 	// Secret and removes the annotation (docs/user-guide.md).
 	AnnotationRotatePassword = "pgloop.dev/rotate-password"
+	// AnnotationBackupRequestedAt on a Postgresql asks for a base backup
+	// now (`pgloop backup NAME` sets it to the time); each new value is
+	// one backup, of the type AnnotationBackupType names (full unless
+	// set). status.backup.request records the last value acted on.
+	AnnotationBackupRequestedAt = "pgloop.dev/backup-requested-at"
+	// AnnotationBackupType is the type of the requested backup: full,
+	// diff or incr.
+	AnnotationBackupType = "pgloop.dev/backup-type"
 )
 
 // MaxHistory bounds Status.History so the object stays small however long a
@@ -142,6 +155,96 @@ type BackupStatus struct {
 	// primary; absent until the first check.
 	// +optional
 	Archiving *ArchivingStatus `json:"archiving,omitempty"`
+	// Running is the base backup pgloop started and waits for, absent
+	// when none runs.
+	// +optional
+	Running *BackupRun `json:"running,omitempty"`
+	// NextScheduled is when the next scheduled backup is due, and its
+	// type; absent when no schedule is set.
+	// +optional
+	NextScheduled *ScheduledBackup `json:"nextScheduled,omitempty"`
+	// Request is the last value of the pgloop.dev/backup-requested-at
+	// annotation pgloop acted on.
+	// +optional
+	Request string `json:"request,omitempty"`
+	// FirstRecoverabilityPoint is the earliest time the repository can
+	// restore to: the end of its oldest backup.
+	// +optional
+	FirstRecoverabilityPoint *metav1.Time `json:"firstRecoverabilityPoint,omitempty"`
+	// LastBackup is the newest backup the repository holds.
+	// +optional
+	LastBackup *BackupInfo `json:"lastBackup,omitempty"`
+	// LastFailure is the last backup that failed, with pgBackRest's
+	// words; it stays after later successes (compare the times).
+	// +optional
+	LastFailure *BackupFailure `json:"lastFailure,omitempty"`
+	// Backups are the base backups the repository holds, oldest first
+	// (the newest MaxBackupsListed when it holds more), as read after the
+	// last backup pgloop took, retention applied.
+	// +optional
+	Backups []BackupInfo `json:"backups,omitempty"`
+	// BackupCount is how many base backups the repository holds.
+	// +optional
+	BackupCount int32 `json:"backupCount,omitempty"`
+}
+
+// MaxBackupsListed bounds BackupStatus.Backups.
+const MaxBackupsListed = 20
+
+// BackupRun is a base backup pgloop started.
+type BackupRun struct {
+	// ID names the run: the time it was asked for and its type.
+	ID string `json:"id"`
+	// Type is full, diff or incr.
+	Type string `json:"type"`
+	// Reason is why it runs: Scheduled, Requested (pgloop backup, the
+	// annotation) or First (a repository with no backup yet).
+	Reason string `json:"reason"`
+	// StartedAt is when pgloop asked for it.
+	StartedAt metav1.Time `json:"startedAt"`
+	// Deadline is when pgloop gives up waiting for it
+	// (--backup-timeout after StartedAt).
+	Deadline metav1.Time `json:"deadline"`
+}
+
+// ScheduledBackup is the next backup a schedule asks for.
+type ScheduledBackup struct {
+	Time metav1.Time `json:"time"`
+	Type string      `json:"type"`
+}
+
+// BackupInfo is one base backup in the repository, as pgBackRest's info
+// lists it.
+type BackupInfo struct {
+	// Label is pgBackRest's name of the backup (restore --set).
+	Label string `json:"label"`
+	// Type is full, diff or incr.
+	Type string `json:"type"`
+	// Start and Stop are when it began and ended; a restore can reach
+	// any time after Stop that the archive covers.
+	Start metav1.Time `json:"start"`
+	Stop  metav1.Time `json:"stop"`
+	// Size is the database's size; RepoSize what the backup takes in the
+	// repository (compressed, and only changed files for diff and incr).
+	// +optional
+	Size int64 `json:"size,omitempty"`
+	// +optional
+	RepoSize int64 `json:"repoSize,omitempty"`
+	// WALStart and WALStop are the first and last WAL segment the
+	// backup needs to be consistent.
+	// +optional
+	WALStart string `json:"walStart,omitempty"`
+	// +optional
+	WALStop string `json:"walStop,omitempty"`
+}
+
+// BackupFailure is a base backup that failed.
+type BackupFailure struct {
+	ID   string      `json:"id"`
+	Type string      `json:"type"`
+	At   metav1.Time `json:"at"`
+	// Message is pgBackRest's words, or why pgloop gave up waiting.
+	Message string `json:"message"`
 }
 
 // ArchivingStatus is continuous WAL archiving as the primary's PostgreSQL
