@@ -163,6 +163,12 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"archive_timeout of the clusters that archive and set none: a primary pushes its WAL at least this often, which bounds what a lost volume loses")
 	f.StringSliceVar(&cfg.ArchivingImages, "archiving-images", cfg.ArchivingImages,
 		"images known to carry pgBackRest (and keep PGBACKREST_* for Patroni): only clusters running one archive to their repository; others show ContinuousArchiving False")
+	f.StringVar(&cfg.BackupSchedule, "backup-schedule", cfg.BackupSchedule,
+		"when clusters that set no spec.backup.schedule take a full base backup: five cron fields or @daily..., in UTC; none for never (a new repository still gets its first)")
+	f.Int32Var(&cfg.BackupRetentionFull, "backup-retention-full", cfg.BackupRetentionFull,
+		"how many full backups the repository of a cluster that sets no spec.backup.retention keeps; older ones, and the WAL only they need, are deleted after each backup")
+	f.DurationVar(&cfg.BackupTimeout, "backup-timeout", cfg.BackupTimeout,
+		"how long a base backup may run before pgloop gives up on it (LastBackupSucceeded False)")
 	f.DurationVar(&cfg.ArchiveCheckPeriod, "archive-check-period", cfg.ArchiveCheckPeriod,
 		"how often each archiving cluster's primary is asked how its WAL archiving goes (a failure shows in status within this)")
 	f.DurationVar(&cfg.ArchiveStatusPeriod, "archive-status-period", cfg.ArchiveStatusPeriod,

@@ -18,7 +18,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(newFSMCmd(), newVersionCmd())
 	root.AddCommand(newOperatorCmd())
-	root.AddCommand(newStatusCmd(), newSyncCmd())
+	root.AddCommand(newStatusCmd(), newSyncCmd(), newBackupCmd())
 	root.AddCommand(newConvertCmd())
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -38,27 +39,37 @@ func newSyncCmd() *cobra.Command {
 }
 
 func runSync(ctx context.Context, out io.Writer, conn *genericclioptions.ConfigFlags, name string, now time.Time) error {
-	cfg, err := conn.ToRESTConfig()
-	if err != nil {
-		return err
-	}
-	ns, _, err := conn.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		return err
-	}
-	pg, err := pgclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	at := now.UTC().Format(time.RFC3339Nano)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, v1.AnnotationSyncRequestedAt, at)
-	_, err = pg.PgloopV1().Postgresqls(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "pgloop-sync"})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("postgresql %s/%s not found", ns, name)
-	}
+	ns, err := annotateCluster(ctx, conn, name, "pgloop-sync", map[string]string{v1.AnnotationSyncRequestedAt: at})
 	if err != nil {
-		return fmt.Errorf("request a sync of %s/%s: %w", ns, name, err)
+		return fmt.Errorf("request a sync of %s: %w", name, err)
 	}
 	fmt.Fprintf(out, "sync of %s/%s requested at %s; `pgloop status %s` shows when it is done\n", ns, name, at, name)
 	return nil
+}
+
+// annotateCluster sets annotations on cluster name, in the namespace conn names,
+// and returns that namespace.
+func annotateCluster(ctx context.Context, conn *genericclioptions.ConfigFlags, name, manager string, annotations map[string]string) (string, error) {
+	cfg, err := conn.ToRESTConfig()
+	if err != nil {
+		return "", err
+	}
+	ns, _, err := conn.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", err
+	}
+	pg, err := pgclient.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return "", err
+	}
+	_, err = pg.PgloopV1().Postgresqls(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: manager})
+	if apierrors.IsNotFound(err) {
+		return ns, fmt.Errorf("postgresql %s/%s not found", ns, name)
+	}
+	return ns, err
 }

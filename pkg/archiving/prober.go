@@ -103,7 +103,8 @@ type Prober struct {
 
 	mu        sync.Mutex
 	published map[string]*v1.ArchivingStatus
-	started   map[string]time.Time // when the last check of a cluster started
+	backups   map[string]*v1.BackupReport // the last report of each cluster's running backup
+	started   map[string]time.Time        // when the last check of a cluster started
 	running   map[string]bool
 	passwords map[string]password // superuser passwords, by cluster
 	slots     chan struct{}
@@ -121,6 +122,7 @@ func New(src Source, secret SecretGetter, notify Notifier, opts Options) *Prober
 	return &Prober{
 		src: src, secret: secret, notify: notify, opts: opts,
 		published: map[string]*v1.ArchivingStatus{},
+		backups:   map[string]*v1.BackupReport{},
 		started:   map[string]time.Time{},
 		running:   map[string]bool{},
 		passwords: map[string]password{},
@@ -137,6 +139,7 @@ func (p *Prober) Objects(key string) (observed.Cluster, bool) {
 	}
 	p.mu.Lock()
 	objs.Archiving = p.published[key]
+	objs.Backup = p.backups[key]
 	p.mu.Unlock()
 	return objs, true
 }
@@ -172,7 +175,7 @@ func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		archiving[key] = true
 		p.mu.Lock()
-		due := !p.running[key] && now.Sub(p.started[key]) >= p.opts.Period
+		due := !p.running[key] && (now.Sub(p.started[key]) >= p.opts.Period || p.backupDue(key, running(pg)))
 		p.mu.Unlock()
 		if !due {
 			continue
@@ -199,6 +202,7 @@ func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
 		if !archiving[key] && !p.running[key] {
 			delete(p.started, key)
 			delete(p.published, key)
+			delete(p.backups, key)
 			delete(p.passwords, key)
 		}
 	}
@@ -214,9 +218,12 @@ func (p *Prober) check(ctx context.Context, key string) {
 	}()
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
-	report, ok := p.ask(ctx, key)
+	report, backup, ok := p.ask(ctx, key)
 	if !ok {
 		return // nothing to ask yet
+	}
+	if p.noteBackup(key, backup) {
+		p.notify.Notify(key, SignalArchiving)
 	}
 	outcome := "ok"
 	switch {
@@ -255,12 +262,14 @@ func worthPublishing(prev, report *v1.ArchivingStatus, period time.Duration) boo
 	}
 }
 
-// ask reads the primary's archiver; false when there is nothing to ask
-// yet (no primary publishes where it listens, the cluster is gone).
-func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool) {
+// ask reads the primary's archiver and, when status.backup.running names
+// a base backup, starts it there or reads how it goes; false when there is
+// nothing to ask yet (no primary publishes where it listens, the cluster
+// is gone).
+func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
 	objs, ok := p.src.Objects(key)
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
 	pg := objs.Postgresql
 	var primary *patroni.Member
@@ -273,11 +282,16 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool
 		}
 	}
 	if primary == nil {
-		return nil, false
+		return nil, nil, false
 	}
 	now := p.opts.Now()
-	failed := func(err error) (*v1.ArchivingStatus, bool) {
-		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, true
+	run := running(pg)
+	failed := func(err error) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
+		var b *v1.BackupReport
+		if run != nil {
+			b = &v1.BackupReport{CheckedAt: metav1.NewTime(now), ID: run.ID, Message: "could not ask the primary: " + err.Error()}
+		}
+		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, b, true
 	}
 	host, port, err := primary.PostgresHostPort()
 	if err != nil {
@@ -296,7 +310,50 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, bool
 	if err != nil {
 		return failed(err)
 	}
-	return report(a, now), true
+	var b *v1.BackupReport
+	if run != nil && !p.backupDone(key, run) {
+		b = p.baseBackup(ctx, pg, run, ep, sqlOpts, now)
+	}
+	return report(a, now), b, true
+}
+
+// backupDue says whether cluster key's running backup run must be checked
+// before its period is up: it was not seen started yet. Called with mu
+// held.
+func (p *Prober) backupDue(key string, run *v1.BackupRun) bool {
+	if run == nil {
+		return false
+	}
+	last := p.backups[key]
+	return last == nil || last.ID != run.ID
+}
+
+// backupDone says whether the report of run already says it ended.
+func (p *Prober) backupDone(key string, run *v1.BackupRun) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	last := p.backups[key]
+	return last != nil && last.ID == run.ID && last.Done
+}
+
+// noteBackup keeps the report of cluster key's running backup, nil when
+// none runs, and says whether it tells something new.
+func (p *Prober) noteBackup(key string, b *v1.BackupReport) bool {
+	gone := true
+	if pg, ok := p.src.Postgresql(key); ok && running(pg) != nil {
+		gone = false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	prev := p.backups[key]
+	if b == nil {
+		if gone {
+			delete(p.backups, key) // no run in status: nothing to report
+		}
+		return false // or it ended, and its report stays until the run leaves status
+	}
+	p.backups[key] = b
+	return !sameBackupReport(prev, b)
 }
 
 // ErrorDirs are where the archiver's error files are, relative to the

@@ -89,6 +89,12 @@ type Options struct {
 	// clusters that run one of them archive (ArchiveBlocked). Nil means
 	// DefaultArchivingImage alone.
 	ArchivingImages []string
+	// BackupSchedule is when full backups are taken when the spec sets
+	// no spec.backup.schedule ("" means DefaultBackupSchedule, "none"
+	// none); BackupRetentionFull how many full backups are kept when
+	// it sets no retention (0 means DefaultBackupRetentionFull).
+	BackupSchedule      string
+	BackupRetentionFull int32
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for

@@ -79,6 +79,10 @@ type derived struct {
 	// members are the pods' Patroni member data as last parsed, by pod
 	// name, with the pod's resourceVersion they were parsed from.
 	members map[string]parsedMember
+	// fullSchedule and diffSchedule are the backup schedules, nil for
+	// none, once schedulesParsed.
+	fullSchedule, diffSchedule fsm.Schedule
+	schedulesParsed            bool
 }
 
 // NewDeriver returns a Deriver that builds the desired StatefulSet with
@@ -138,6 +142,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	if repo := cluster.Repository(pg, d.build); repo != nil {
 		f.Repository = cluster.RepositoryURL(pg, repo)
 		f.Archiving = objs.Archiving
+		f.Backup = d.backupFacts(spec, pg, objs)
 	} else if why := cluster.ArchiveBlocked(pg, d.build); why != "" {
 		f.ArchiveBlocked = why
 	}

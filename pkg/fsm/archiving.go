@@ -46,7 +46,11 @@ func (m *Machine) archiving() {
 		}
 		return
 	}
-	want := &v1.BackupStatus{Repository: f.Repository, Archiving: f.Archiving}
+	want := &v1.BackupStatus{}
+	if st.Backup != nil {
+		*want = *st.Backup // the base backups' fields are backups'
+	}
+	want.Repository, want.Archiving = f.Repository, f.Archiving
 	if !apiequality.Semantic.DeepEqual(want, st.Backup) {
 		st.Backup = want
 		m.deferWrite()

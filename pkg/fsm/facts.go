@@ -133,6 +133,9 @@ type Facts struct {
 	// repository does not archive (its image); empty when nothing blocks
 	// it.
 	ArchiveBlocked string
+	// Backup are the base backups' facts, for a cluster with a
+	// repository (backups.go).
+	Backup BackupFacts
 
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it
@@ -301,6 +304,9 @@ type Config struct {
 	// write, so that the changes of a few pod events go in one write. 0
 	// writes every change with the next plan.
 	StatusDelay time.Duration
+	// BackupTimeout is how long a base backup may run before pgloop
+	// gives up on it. 0 means 6 hours.
+	BackupTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/fsm.md.
@@ -313,6 +319,7 @@ func DefaultConfig() Config {
 		ResyncPeriod:  10 * time.Minute,
 		LossGrace:     10 * time.Second,
 		StatusDelay:   time.Second,
+		BackupTimeout: 6 * time.Hour,
 	}
 }
 
@@ -336,3 +343,21 @@ func (c *Config) backoff(attempt int32) time.Duration {
 	}
 	return d
 }
+
+// BackupFacts are what the base backups of a cluster with a repository
+// depend on.
+type BackupFacts struct {
+	// Full and Differential are the schedules of full and differential
+	// backups, nil for none.
+	Full, Differential Schedule
+	// Request is the pgloop.dev/backup-requested-at annotation, empty
+	// when unset; RequestType the type it asks for (full unless the
+	// pgloop.dev/backup-type annotation says otherwise).
+	Request, RequestType string
+	// Report is what the archive checks found of status.backup.running,
+	// nil until they looked.
+	Report *v1.BackupReport
+}
+
+// Schedule says when a schedule next fires after a time (robfig/cron's).
+type Schedule interface{ Next(time.Time) time.Time }

@@ -114,6 +114,9 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 			m.out.flush()
 			break
 		}
+		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline {
+			break // their deadlines are in status.backup: backups reads them
+		}
 		reason, msg := "", ""
 		if in.Timer == TimerTimeout {
 			r, s := stuck(&c.facts)

@@ -65,6 +65,7 @@ func (m *Machine) project() {
 	if st.State != Pending && st.State != Invalid && st.State != Deleting {
 		m.inDatabaseConditions()
 		m.archiving()
+		m.backups()
 		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
 			st.Volumes = v
 			m.deferWrite()

@@ -165,7 +165,7 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			config += " pending:" + strings.Join(c.PendingRestart, ",")
 		}
 	}
-	for _, typ := range []string{v1.ConditionRolesSynced, v1.ConditionConfigApplied, v1.ConditionContinuousArchiving} {
+	for _, typ := range []string{v1.ConditionRolesSynced, v1.ConditionConfigApplied, v1.ConditionContinuousArchiving, v1.ConditionLastBackupSucceeded} {
 		if c := meta.FindStatusCondition(st.Conditions, typ); c != nil {
 			conds = append(conds, typ+"."+c.Reason+": "+c.Message)
 		}
@@ -185,6 +185,25 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			if a.LastArchivedWAL != "" {
 				backup += " last=" + a.LastArchivedWAL
 			}
+		}
+		if r := b.Running; r != nil {
+			backup += fmt.Sprintf(" running=%s(%s,deadline+%s)", r.ID, r.Reason, r.Deadline.Sub(t0))
+		}
+		if n := b.NextScheduled; n != nil {
+			backup += fmt.Sprintf(" next=%s@%s", n.Type, n.Time.UTC().Format(time.RFC3339))
+		}
+		if b.Request != "" {
+			backup += " request=" + b.Request
+		}
+		if len(b.Backups) > 0 {
+			labels := make([]string, len(b.Backups))
+			for i, x := range b.Backups {
+				labels[i] = x.Label
+			}
+			backup += fmt.Sprintf(" backups=%d:%s", b.BackupCount, strings.Join(labels, ","))
+		}
+		if l := b.LastFailure; l != nil {
+			backup += " failed=" + l.ID
 		}
 	}
 	return [][2]string{

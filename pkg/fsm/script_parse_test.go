@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -174,6 +176,37 @@ func parseFacts(words []string) (Facts, error) {
 			f.MaintenanceWait = "outside the maintenance windows: the next opens at " + v
 		case "repository":
 			f.Repository = v
+		case "backup-schedule":
+			// A cron schedule of full backups, _ for spaces.
+			sched, err := v1.ParseBackupSchedule(strings.ReplaceAll(v, "_", " "))
+			if err != nil {
+				return f, err
+			}
+			f.Backup.Full = sched
+		case "backup-request":
+			// VALUE or VALUE:TYPE.
+			f.Backup.Request, f.Backup.RequestType, _ = strings.Cut(v, ":")
+			if f.Backup.RequestType == "" {
+				f.Backup.RequestType = v1.BackupFull
+			}
+		case "backup-done", "backup-failed":
+			// ID:LABEL,LABEL... (the repository's listing) or
+			// ID:MESSAGE.
+			id, rest, _ := strings.Cut(v, ":")
+			r := &v1.BackupReport{ID: id, Done: true, Failed: k == "backup-failed"}
+			if r.Failed {
+				r.Message = strings.ReplaceAll(rest, "_", " ")
+			} else {
+				r.Backups = []v1.BackupInfo{}
+				for i, label := range strings.Split(rest, ",") {
+					r.Backups = append(r.Backups, v1.BackupInfo{Label: label, Type: v1.BackupFull,
+						Start: metav1.NewTime(t0.Add(time.Duration(i) * time.Hour)), Stop: metav1.NewTime(t0.Add(time.Duration(i)*time.Hour + time.Minute)),
+						Size: 22 << 20, RepoSize: 3 << 20})
+				}
+			}
+			f.Backup.Report = r
+		case "backup-running":
+			f.Backup.Report = &v1.BackupReport{ID: v}
 		case "archive-blocked":
 			f.ArchiveBlocked = v
 		case "archiving":

@@ -53,6 +53,10 @@ type Cluster struct {
 	// (pkg/archiving), nil when it was not or the cluster does not
 	// archive.
 	Archiving *v1.ArchivingStatus
+	// Backup is what the same checks found of the base backup
+	// status.backup.running names, nil when none runs or it was not
+	// checked yet.
+	Backup *v1.BackupReport
 	// StatefulSetWarnings, ClaimWarnings and Quotas only explain missing
 	// or unready pods: a reader may leave them out when at least the
 	// desired number of pods exist, none terminating, all Ready. Claims

@@ -144,6 +144,12 @@ type Config struct {
 	// ArchivingImages are the images known to carry pgBackRest; only
 	// clusters running one of them archive.
 	ArchivingImages []string
+	// BackupSchedule is when clusters that set no spec.backup.schedule
+	// take full backups (cron, UTC; "none" for never);
+	// BackupRetentionFull how many full backups clusters that set no
+	// spec.backup.retention keep.
+	BackupSchedule      string
+	BackupRetentionFull int32
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -224,6 +230,8 @@ func DefaultConfig() Config {
 		ArchiveCheckPeriod:  archiving.DefaultPeriod,
 		ArchivingImages:     []string{cluster.DefaultArchivingImage},
 		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
+		BackupSchedule:      cluster.DefaultBackupSchedule,
+		BackupRetentionFull: cluster.DefaultBackupRetentionFull,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,
@@ -350,6 +358,17 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	if c.BackupSchedule != v1.ScheduleNone {
+		if _, err := v1.ParseBackupSchedule(c.BackupSchedule); err != nil {
+			bad("backup-schedule %q %v (or none)", c.BackupSchedule, err)
+		}
+	}
+	if c.BackupRetentionFull < 1 || c.BackupRetentionFull > 9999 {
+		bad("backup-retention-full must be from 1 to 9999, got %d", c.BackupRetentionFull)
+	}
+	if c.BackupTimeout < time.Minute {
+		bad("backup-timeout must be at least 1m, got %s", c.BackupTimeout)
+	}
 	if c.ArchiveTimeout < time.Second {
 		bad("archive-timeout must be at least 1s, got %s", c.ArchiveTimeout)
 	}
@@ -390,6 +409,8 @@ func (c *Config) clusterOptions() cluster.Options {
 		Backup:                    c.backupRepository(),
 		ArchiveTimeout:            c.ArchiveTimeout,
 		ArchivingImages:           c.ArchivingImages,
+		BackupSchedule:            c.BackupSchedule,
+		BackupRetentionFull:       c.BackupRetentionFull,
 	}
 }
 

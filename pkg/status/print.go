@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
@@ -269,7 +270,45 @@ func (p *printer) backups(st *v1.PostgresqlStatus, now time.Time) {
 		// the one shown was read, not the last check.
 		t.add("As of:", fmt.Sprintf("%s ago (%s)", age(a.CheckedAt.Time, now), clock(a.CheckedAt.Time, now)))
 	}
+	if b := st.Backup; b != nil {
+		baseBackups(&t, b, meta.FindStatusCondition(st.Conditions, v1.ConditionLastBackupSucceeded), now)
+	}
 	p.table(&t, "  ")
+	if b := st.Backup; b != nil && len(b.Backups) > 0 {
+		var l table
+		l.add("BACKUP", "TYPE", "STARTED", "TOOK", "SIZE", "IN REPOSITORY", "WAL")
+		for i := len(b.Backups) - 1; i >= 0; i-- {
+			x := b.Backups[i]
+			l.add(x.Label, x.Type, clock(x.Start.Time, now), x.Stop.Sub(x.Start.Time).String(), bytesIEC(x.Size), bytesIEC(x.RepoSize),
+				dash(x.WALStart)+" - "+dash(x.WALStop))
+		}
+		p.table(&l, "  ")
+	}
+}
+
+// baseBackups adds the base backups' lines: the one running, the last
+// result, the next scheduled, what the repository holds.
+func baseBackups(t *table, b *v1.BackupStatus, c *metav1.Condition, now time.Time) {
+	if r := b.Running; r != nil {
+		t.add("Running:", fmt.Sprintf("%s backup %s (%s), started %s ago, gives up at %s", r.Type, r.ID, r.Reason,
+			age(r.StartedAt.Time, now), clock(r.Deadline.Time, now)))
+	}
+	if c != nil {
+		t.add("Last backup:", fmt.Sprintf("%s (%s): %s", c.Status, c.Reason, dash(c.Message)))
+	}
+	if f := b.LastFailure; f != nil && (c == nil || c.Status != metav1.ConditionFalse) {
+		t.add("Last failure:", fmt.Sprintf("%s backup %s, %s ago: %s", f.Type, f.ID, age(f.At.Time, now), f.Message))
+	}
+	if n := b.NextScheduled; n != nil {
+		t.add("Next scheduled:", fmt.Sprintf("%s backup at %s (%s)", n.Type, clock(n.Time.Time, now), relative(n.Time.Time, now)))
+	}
+	if b.BackupCount > 0 {
+		held := fmt.Sprintf("%d base backups", b.BackupCount)
+		if p := b.FirstRecoverabilityPoint; p != nil {
+			held += fmt.Sprintf("; restores to any time from %s (%s ago)", clock(p.Time, now), age(p.Time, now))
+		}
+		t.add("Repository holds:", held)
+	}
 }
 
 // bytesIEC writes n bytes in binary units: 48 MiB.

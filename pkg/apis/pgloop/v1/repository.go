@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -228,4 +229,10 @@ func ParseBackupSchedule(s string) (cron.Schedule, error) {
 		return nil, fmt.Errorf("must be five cron fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily: %v", err)
 	}
 	return sched, nil
+}
+
+// BackupRunID names a base backup run of type typ asked for at t: the
+// time, to the second in UTC, and the type (20261203-091500-full).
+func BackupRunID(t time.Time, typ string) string {
+	return t.UTC().Format("20060102-150405") + "-" + typ
 }

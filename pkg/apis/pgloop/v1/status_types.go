@@ -436,3 +436,21 @@ type ClaimStatus struct {
 	// +optional
 	Message string `json:"message,omitempty"`
 }
+
+// BackupReport is what the archive checks (pkg/archiving) found of the base
+// backup status.backup.running names, on the primary: not stored as it is;
+// the state machine turns it into status.backup.
+type BackupReport struct {
+	// CheckedAt is when the primary was asked.
+	CheckedAt metav1.Time `json:"checkedAt"`
+	// ID is the run the report is about.
+	ID string `json:"id"`
+	// Done says it ended; Failed that it failed (or could not start),
+	// with Message saying why in pgBackRest's words.
+	Done    bool   `json:"done,omitempty"`
+	Failed  bool   `json:"failed,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Backups are the repository's backups once it ended, oldest first,
+	// as pgBackRest's info listed them; nil when unknown.
+	Backups []BackupInfo `json:"backups,omitempty"`
+}

@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Base backups run in the primary's Spilo container, where the data
+// directory is: pgloop starts them through PostgreSQL (COPY ... TO PROGRAM,
+// as the superuser), detached, so the statement returns at once, and the
+// archive checks (pkg/archiving) read how they went from the files each run
+// leaves in BackupDir. Nothing of a backup needs `kubectl exec`, and the
+// command runs with the PGBACKREST_* environment archive_command has.
+
+// BackupDir is where the runs leave their files, relative to the data
+// directory (PGData): the spool's backup directory, on the data volume.
+// A run ID leaves ID.started (a directory: the run's lock), then ID.log
+// (pgBackRest's warnings and errors) and, once it ended, info.json (the
+// repository's backups, retention applied) and ID.exit (its exit code).
+const BackupDir = "../../pgbackrest/spool/backup"
+
+// Defaults of a base backup.
+const (
+	// DefaultBackupSchedule is when full backups are taken when neither
+	// the spec nor the operator says: daily at 00:30 UTC, zalando's
+	// (Spilo's BACKUP_SCHEDULE).
+	DefaultBackupSchedule = "30 0 * * *"
+	// DefaultBackupRetentionFull is how many full backups are kept when
+	// neither says: zalando's BACKUP_NUM_TO_RETAIN.
+	DefaultBackupRetentionFull = 5
+	// DefaultBackupTimeout is how long pgloop waits for a backup to end.
+	DefaultBackupTimeout = 6 * time.Hour
+	// backupIOTimeout is pgBackRest's io-timeout for backups: a bucket
+	// that stops answering fails the backup within minutes, not hours.
+	backupIOTimeout = 30
+)
+
+// backupIDRE is a run ID: the time it was asked for and its type
+// (v1.BackupRunID); nothing else reaches the shell.
+var backupIDRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-(full|diff|incr)$`)
+
+// BackupProgram is the shell command that starts the base backup run id
+// of type typ, detached, with retention r: what COPY ... TO PROGRAM runs
+// as the postgres user. It returns at once. A second start of the same ID
+// does nothing (ID.started is made once). After the backup, pgBackRest
+// expires what retention no longer keeps (backups and the WAL only they
+// needed), and the run lists the repository into info.json.
+func BackupProgram(id string, r v1.BackupRetention) (string, error) {
+	m := backupIDRE.FindStringSubmatch(id)
+	if m == nil {
+		return "", fmt.Errorf("backup run ID %q is not one of pgloop's", id)
+	}
+	retention := "--repo1-retention-full=" + strconv.Itoa(int(r.Full))
+	switch {
+	case r.FullDays > 0:
+		retention = "--repo1-retention-full-type=time --repo1-retention-full=" + strconv.Itoa(int(r.FullDays))
+	case r.Full <= 0:
+		return "", fmt.Errorf("retention %+v keeps no backup", r)
+	}
+	script := `d="$PGBACKREST_SPOOL_PATH/backup"
+mkdir -p "$d" && mkdir "$d/` + id + `.started" 2>/dev/null || exit 0
+for f in "$d"/*.started; do [ "$f" = "$d/` + id + `.started" ] || rm -rf "$f" "${f%.started}.log" "${f%.started}.exit"; done
+pgbackrest --type=` + m[1] + ` --start-fast --io-timeout=` + strconv.Itoa(backupIOTimeout) + ` ` + retention + ` backup >"$d/` + id + `.log" 2>&1
+rc=$?
+pgbackrest --output=json --log-level-console=off --log-level-stderr=off info >"$d/info.tmp" 2>/dev/null && mv -f "$d/info.tmp" "$d/info.json"
+echo $rc >"$d/` + id + `.exit"
+`
+	// The script travels base64-encoded: no quoting of the shell's or
+	// SQL's can break it.
+	enc := base64.StdEncoding.EncodeToString([]byte(script))
+	return `mkdir -p "$PGBACKREST_SPOOL_PATH" && echo ` + enc + ` | base64 -d >"$PGBACKREST_SPOOL_PATH/backup.sh" && ` +
+		`setsid sh "$PGBACKREST_SPOOL_PATH/backup.sh" </dev/null >/dev/null 2>&1 &`, nil
+}
+
+// BackupSchedules are the cluster's schedules of full and differential
+// backups, "" for none: the spec's, else the operator's (BackupSchedule,
+// else DefaultBackupSchedule).
+func BackupSchedules(pg *v1.Postgresql, opts Options) (full, diff string) {
+	full = opts.BackupSchedule
+	if full == "" {
+		full = DefaultBackupSchedule
+	}
+	if b := pg.Spec.Backup; b != nil {
+		if b.Schedule != "" {
+			full = b.Schedule
+		}
+		diff = b.DifferentialSchedule
+	}
+	if full == v1.ScheduleNone {
+		full = ""
+	}
+	return full, diff
+}
+
+// BackupRetention is the cluster's retention of full backups: the spec's,
+// else the operator's count (BackupRetentionFull, else
+// DefaultBackupRetentionFull).
+func BackupRetention(pg *v1.Postgresql, opts Options) v1.BackupRetention {
+	if b := pg.Spec.Backup; b != nil && b.Retention != nil && (b.Retention.Full > 0 || b.Retention.FullDays > 0) {
+		return *b.Retention
+	}
+	n := opts.BackupRetentionFull
+	if n <= 0 {
+		n = DefaultBackupRetentionFull
+	}
+	return v1.BackupRetention{Full: n}
+}

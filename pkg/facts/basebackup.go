@@ -1,0 +1,39 @@
+package facts
+
+import (
+	"slices"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/observed"
+)
+
+// backupFacts are the base backups' facts of a cluster with a repository;
+// s must be pg's. The schedules are parsed once per generation.
+func (d *Deriver) backupFacts(s *derived, pg *v1.Postgresql, objs observed.Cluster) fsm.BackupFacts {
+	d.mu.Lock()
+	if !s.schedulesParsed {
+		full, diff := cluster.BackupSchedules(pg, d.build)
+		// A schedule that does not parse is a spec error (Validate):
+		// the cluster is Invalid, and takes no scheduled backup.
+		if sched, err := v1.ParseBackupSchedule(full); full != "" && err == nil {
+			s.fullSchedule = sched // never a typed nil: only set when parsed
+		}
+		if sched, err := v1.ParseBackupSchedule(diff); diff != "" && err == nil {
+			s.diffSchedule = sched
+		}
+		s.schedulesParsed = true
+	}
+	f := fsm.BackupFacts{Full: s.fullSchedule, Differential: s.diffSchedule}
+	d.mu.Unlock()
+	f.Request = pg.Annotations[v1.AnnotationBackupRequestedAt]
+	if f.Request != "" {
+		f.RequestType = v1.BackupFull
+		if t := pg.Annotations[v1.AnnotationBackupType]; slices.Contains(v1.BackupTypes, t) {
+			f.RequestType = t
+		}
+	}
+	f.Report = objs.Backup
+	return f
+}

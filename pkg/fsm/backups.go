@@ -1,0 +1,219 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// Timers of the base backups: TimerBackup fires when the next scheduled
+// backup is due (status.backup.nextScheduled), TimerBackupDeadline when
+// pgloop gives up waiting for the running one (status.backup.running's
+// deadline). Both deadlines are in status.backup: a state change drops the
+// timers of the old epoch, and backups arms them again from there.
+const (
+	TimerBackup         = "backup"
+	TimerBackupDeadline = "backupDeadline"
+)
+
+// Reasons of the LastBackupSucceeded condition and the backups' Events;
+// BackupScheduled, BackupRequested and BackupFirst are why a backup runs
+// (status.backup.running.reason).
+const (
+	ReasonBackupSucceeded = "BackupSucceeded"
+	ReasonBackupFailed    = "BackupFailed"
+	ReasonBackupStarted   = "BackupStarted"
+	BackupScheduled       = "Scheduled"
+	BackupRequested       = "Requested"
+	BackupFirst           = "First"
+)
+
+// firstBackupRetry is how long after a failed first backup of a repository
+// pgloop tries again when no schedule asks sooner.
+const firstBackupRetry = time.Hour
+
+// backups runs the cluster's base backups (docs/backups.md): it starts one
+// when the schedule, a request (the pgloop.dev/backup-requested-at
+// annotation) or a repository with no backup asks, by writing it to
+// status.backup.running, where the archive checks (pkg/archiving) find it
+// and start it on the primary, off the loop; it records how it ended from
+// their report, or gives up at its deadline. It runs after archiving,
+// which keeps status.backup's repository and archiving.
+func (m *Machine) backups() {
+	st, c := &m.st, &m.eng.call
+	f := &c.facts
+	if st.Backup == nil || f.Repository == "" {
+		m.cancelTimer(TimerBackup)
+		m.cancelTimer(TimerBackupDeadline)
+		if meta.FindStatusCondition(st.Conditions, v1.ConditionLastBackupSucceeded) != nil {
+			st.Conditions = slices.Clone(st.Conditions)
+			meta.RemoveStatusCondition(&st.Conditions, v1.ConditionLastBackupSucceeded)
+			m.deferWrite()
+		}
+		return
+	}
+	b := *st.Backup // copy-on-write
+	now := c.now
+
+	// How the running backup went.
+	if r := b.Running; r != nil {
+		rep := f.Backup.Report
+		switch {
+		case rep != nil && rep.ID == r.ID && rep.Done:
+			m.backupEnded(&b, rep)
+		case !now.Before(r.Deadline.Time):
+			msg := fmt.Sprintf("did not end within %s of its start", r.Deadline.Sub(r.StartedAt.Time).Round(time.Second))
+			if rep != nil && rep.ID == r.ID && rep.Message != "" {
+				msg += ": " + rep.Message
+			}
+			m.backupEnded(&b, &v1.BackupReport{ID: r.ID, Done: true, Failed: true, Message: msg})
+		}
+	}
+
+	// What asks for the next one.
+	if b.Running == nil {
+		typ, reason := "", ""
+		switch req := f.Backup; {
+		case req.Request != "" && req.Request != b.Request:
+			typ, reason = req.RequestType, BackupRequested
+			b.Request = req.Request
+		case b.NextScheduled != nil && !now.Before(b.NextScheduled.Time.Time):
+			typ, reason = b.NextScheduled.Type, BackupScheduled
+		case b.LastBackup == nil && archivingWorks(f.Archiving) &&
+			(b.LastFailure == nil || now.Sub(b.LastFailure.At.Time) >= firstBackupRetry):
+			typ, reason = v1.BackupFull, BackupFirst
+		}
+		if typ != "" {
+			timeout := m.cfg.BackupTimeout
+			if timeout <= 0 {
+				timeout = 6 * time.Hour
+			}
+			b.Running = &v1.BackupRun{ID: v1.BackupRunID(now, typ), Type: typ, Reason: reason,
+				StartedAt: metav1.NewTime(now), Deadline: metav1.NewTime(ceilSecond(now.Add(timeout)))}
+			c.records = append(c.records, Record{Reason: ReasonBackupStarted,
+				Message: fmt.Sprintf("%s backup %s started (%s)", typ, b.Running.ID, reason)})
+		}
+	}
+
+	// The schedule: a backup due while another runs is skipped.
+	b.NextScheduled = nextScheduled(f.Backup, now)
+
+	if !backupEqual(&b, st.Backup) {
+		st.Backup = &b
+		// At once: the archive checks start a backup once status shows it.
+		m.out.changed()
+	}
+	m.armBackupTimer(TimerBackup, b.NextScheduled != nil, func() time.Time { return b.NextScheduled.Time.Time })
+	m.armBackupTimer(TimerBackupDeadline, b.Running != nil, func() time.Time { return b.Running.Deadline.Time })
+}
+
+// backupEnded records how the running backup ended, from rep.
+func (m *Machine) backupEnded(b *v1.BackupStatus, rep *v1.BackupReport) {
+	c := &m.eng.call
+	r := b.Running
+	b.Running = nil
+	if rep.Backups != nil {
+		listBackups(b, rep.Backups)
+	}
+	if rep.Failed {
+		b.LastFailure = &v1.BackupFailure{ID: r.ID, Type: r.Type, At: metav1.NewTime(c.now), Message: rep.Message}
+		msg := fmt.Sprintf("%s backup %s failed: %s", r.Type, r.ID, rep.Message)
+		m.conditionStatus(v1.ConditionLastBackupSucceeded, metav1.ConditionFalse, ReasonBackupFailed, msg)
+		c.records = append(c.records, Record{Warning: true, Reason: ReasonBackupFailed, Message: msg})
+		return
+	}
+	msg := fmt.Sprintf("%s backup %s ended after %s", r.Type, r.ID, c.now.Sub(r.StartedAt.Time).Round(time.Second))
+	if l := b.LastBackup; l != nil {
+		msg = fmt.Sprintf("%s backup %s took %s, %s of data, %s in the repository",
+			l.Type, l.Label, l.Stop.Sub(l.Start.Time), quantity(l.Size), quantity(l.RepoSize))
+	}
+	m.conditionStatus(v1.ConditionLastBackupSucceeded, metav1.ConditionTrue, ReasonBackupSucceeded, msg)
+	c.records = append(c.records, Record{Reason: ReasonBackupSucceeded, Message: msg})
+}
+
+// listBackups records the repository's backups, oldest first.
+func listBackups(b *v1.BackupStatus, all []v1.BackupInfo) {
+	b.BackupCount = int32(len(all))
+	b.Backups, b.LastBackup, b.FirstRecoverabilityPoint = nil, nil, nil
+	if len(all) == 0 {
+		return
+	}
+	b.Backups = append([]v1.BackupInfo(nil), all[max(0, len(all)-v1.MaxBackupsListed):]...)
+	last := all[len(all)-1]
+	b.LastBackup = &last
+	first := all[0].Stop
+	b.FirstRecoverabilityPoint = &first
+}
+
+// archivingWorks says whether the last check saw the primary archive.
+func archivingWorks(a *v1.ArchivingStatus) bool {
+	return a != nil && !a.Failing && a.Message == "" && a.LastArchivedWAL != ""
+}
+
+// nextScheduled is the next backup the schedules ask for after now: the
+// earlier of the full and the differential one, the full one when both
+// fall at the same time; nil when there is no schedule.
+func nextScheduled(f BackupFacts, now time.Time) *v1.ScheduledBackup {
+	var next *v1.ScheduledBackup
+	if f.Full != nil {
+		if t := f.Full.Next(now); !t.IsZero() {
+			next = &v1.ScheduledBackup{Time: metav1.NewTime(t.UTC()), Type: v1.BackupFull}
+		}
+	}
+	if f.Differential != nil {
+		if t := f.Differential.Next(now); !t.IsZero() && (next == nil || t.Before(next.Time.Time)) {
+			next = &v1.ScheduledBackup{Time: metav1.NewTime(t.UTC()), Type: v1.BackupDifferential}
+		}
+	}
+	return next
+}
+
+// armBackupTimer arms the timer name at the deadline at returns while want
+// holds, and cancels it otherwise; a timer already armed there is left.
+func (m *Machine) armBackupTimer(name string, want bool, at func() time.Time) {
+	switch {
+	case !want:
+		m.cancelTimer(name)
+	case !m.timerAt(name, at()):
+		m.setTimer(name, at().Sub(m.eng.call.now))
+	}
+}
+
+// backupEqual says whether two backup statuses are the same, the
+// repository's listing compared by its labels.
+func backupEqual(a, b *v1.BackupStatus) bool {
+	if a.Request != b.Request || a.BackupCount != b.BackupCount || len(a.Backups) != len(b.Backups) ||
+		!sameRun(a.Running, b.Running) || !sameScheduled(a.NextScheduled, b.NextScheduled) ||
+		a.LastFailure != b.LastFailure || a.LastBackup != b.LastBackup ||
+		a.Repository != b.Repository || a.Archiving != b.Archiving {
+		return false
+	}
+	for i := range a.Backups {
+		if a.Backups[i].Label != b.Backups[i].Label {
+			return false
+		}
+	}
+	return true
+}
+
+func sameRun(a, b *v1.BackupRun) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func sameScheduled(a, b *v1.ScheduledBackup) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Type == b.Type && a.Time.Equal(&b.Time)
+}
+
+// quantity is a size in MiB, which backups are counted in: 21.3 MiB.
+func quantity(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

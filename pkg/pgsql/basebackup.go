@@ -1,0 +1,85 @@
+package pgsql
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// BackupRun is what a base backup run left in its directory
+// (cluster.BackupDir).
+type BackupRun struct {
+	// Started says the run's ID.started exists: it began on this server.
+	Started bool
+	// Exit is its exit code once it ended, -1 while it runs.
+	Exit int
+	// Log is the end of ID.log: pgBackRest's warnings and errors.
+	Log string
+	// Info is the repository's listing the run wrote after it ended
+	// (pgBackRest's info --output=json); nil before.
+	Info []byte
+}
+
+// backupRunQuery reads a run's files: $1 the directory, $2 the ID. Missing
+// files read as NULL.
+const backupRunQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true)).isdir IS TRUE,
+	pg_read_file($1 || '/' || $2 || '.exit', 0, 64, true),
+	(SELECT pg_read_file($1 || '/' || $2 || '.log', greatest(s.size - 8192, 0), 8192, true)
+		FROM pg_stat_file($1 || '/' || $2 || '.log', true) s WHERE s.size IS NOT NULL),
+	pg_read_file($1 || '/info.json', 0, 1048576, true)`
+
+// BaseBackup reads how the run id goes in dir (relative to the data
+// directory) on ep, and when it has not started there and program is not
+// empty, starts it: program is a shell command that returns at once
+// (cluster.BackupProgram), run by COPY ... TO PROGRAM, which needs the
+// superuser or pg_execute_server_program.
+func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts Options) (*BackupRun, error) {
+	opts = opts.withDefaults()
+	s, err := connect(ctx, ep, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close(ctx)
+	var dataDir string
+	if _, err := s.queryRow(ctx, "SELECT current_setting('data_directory')", nil, &dataDir); err != nil {
+		return nil, fmt.Errorf("%s: read data_directory: %w", ep, err)
+	}
+	dir = path.Clean(path.Join(dataDir, dir))
+	read := func() (*BackupRun, error) {
+		var r BackupRun
+		var exit, log *string
+		var info []byte
+		if _, err := s.queryRow(ctx, backupRunQuery, []any{dir, id}, &r.Started, &exit, &log, &info); err != nil {
+			return nil, fmt.Errorf("%s: read backup %s in %s: %w", ep, id, dir, err)
+		}
+		r.Exit = -1
+		if exit != nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(*exit)); err == nil {
+				r.Exit = n
+			}
+		}
+		if log != nil {
+			r.Log = *log
+		}
+		if r.Exit >= 0 && len(info) > 0 {
+			r.Info = info
+		}
+		return &r, nil
+	}
+	r, err := read()
+	if err != nil || r.Started || program == "" {
+		return r, err
+	}
+	// COPY takes no parameters: the program is a literal, which
+	// cluster.BackupProgram builds from constants and a checked ID.
+	lit, err := s.literal(program)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.exec(ctx, "COPY (SELECT 1) TO PROGRAM "+lit); err != nil {
+		return nil, fmt.Errorf("%s: start backup %s: %w", ep, id, err)
+	}
+	return read()
+}
