@@ -72,11 +72,13 @@ func backupWords(log string) string {
 	var cur *[]string
 	for _, line := range strings.Split(log, "\n") {
 		t := strings.TrimSpace(line)
+		// A line may carry a time stamp and process before its level.
+		e, w := strings.Index(t, "ERROR: "), strings.Index(t, "WARN: ")
 		switch {
-		case strings.HasPrefix(t, "ERROR: "):
-			errs, cur = append(errs, strings.TrimPrefix(t, "ERROR: ")), &errs
-		case strings.HasPrefix(t, "WARN: "):
-			warns, cur = append(warns, strings.TrimPrefix(t, "WARN: ")), &warns
+		case e >= 0:
+			errs, cur = append(errs, t[e+len("ERROR: "):]), &errs
+		case w >= 0:
+			warns, cur = append(warns, t[w+len("WARN: "):]), &warns
 		case t == "", strings.HasPrefix(t, "HINT:"):
 			cur = nil
 		case cur != nil && len(*cur) > 0 && line != t:
@@ -113,7 +115,7 @@ type info struct {
 		Info struct {
 			Size       int64 `json:"size"`
 			Repository struct {
-				Size int64 `json:"size"`
+				Delta int64 `json:"delta"`
 			} `json:"repository"`
 		} `json:"info"`
 	} `json:"backup"`
@@ -150,7 +152,7 @@ func parseInfo(data []byte) ([]v1.BackupInfo, error) {
 			Start:    metav1.NewTime(time.Unix(b.Timestamp.Start, 0).UTC()),
 			Stop:     metav1.NewTime(time.Unix(b.Timestamp.Stop, 0).UTC()),
 			Size:     b.Info.Size,
-			RepoSize: b.Info.Repository.Size,
+			RepoSize: b.Info.Repository.Delta,
 			WALStart: b.Archive.Start, WALStop: b.Archive.Stop,
 		})
 	}

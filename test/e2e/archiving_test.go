@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -43,20 +42,9 @@ func TestArchiving(t *testing.T) {
 	env.StartOperator(t, "archiving", []string{ns},
 		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
 		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s")
+		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none")
 	ctx := Context(t, 12*time.Minute)
-	ca, err := os.ReadFile(store.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: creds},
-		StringData: map[string]string{
-			v1.BackupAccessKeyIDKey: store.AccessKey, v1.BackupSecretAccessKeyKey: store.SecretKey, "ca.crt": string(ca),
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	repoSecret(ctx, t, store, ns, creds)
 	archiving := func(pg *v1.Postgresql) {
 		pg.Spec.DockerImage = cluster.DefaultArchivingImage
 	}

@@ -224,8 +224,9 @@ type BackupInfo struct {
 	// any time after Stop that the archive covers.
 	Start metav1.Time `json:"start"`
 	Stop  metav1.Time `json:"stop"`
-	// Size is the database's size; RepoSize what the backup takes in the
-	// repository (compressed, and only changed files for diff and incr).
+	// Size is the database's size; RepoSize what this backup added to
+	// the repository (compressed, and only the changed files for diff
+	// and incr: pgBackRest's repository delta).
 	// +optional
 	Size int64 `json:"size,omitempty"`
 	// +optional

@@ -1,0 +1,62 @@
+package archiving
+
+import (
+	"testing"
+	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// infoJSON is pgBackRest 2.45's info --output=json of a stanza with a full
+// and a differential backup (trimmed of fields pgloop does not read).
+const infoJSON = `[{"archive":[{"database":{"id":1,"repo-key":1},"id":"15-1","max":"000000010000000000000006","min":"000000010000000000000003"}],
+"backup":[
+ {"archive":{"start":"000000010000000000000003","stop":"000000010000000000000003"},"error":false,
+  "info":{"delta":23065153,"repository":{"delta":3073176,"size":3073176},"size":23065153},
+  "label":"20261203-090743F","prior":null,"timestamp":{"start":1764752863,"stop":1764752868},"type":"full"},
+ {"archive":{"start":"000000010000000000000004","stop":"000000010000000000000005"},"error":false,
+  "info":{"delta":8192,"repository":{"delta":1024,"size":3073177},"size":23065152},
+  "label":"20261203-090743F_20261203-090749D","prior":"20261203-090743F","timestamp":{"start":1764752869,"stop":1764752871},"type":"diff"},
+ {"archive":{"start":"000000010000000000000006","stop":"000000010000000000000006"},"error":true,
+  "info":{"delta":1,"repository":{"delta":1,"size":1},"size":1},
+  "label":"20261203-091000F","prior":null,"timestamp":{"start":1764753000,"stop":1764753005},"type":"full"}],
+"cipher":"none","name":"bk","status":{"code":0,"message":"ok"}}]`
+
+func TestParseInfo(t *testing.T) {
+	got, err := parseInfo([]byte(infoJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d backups, want 2 (the damaged one left out): %+v", len(got), got)
+	}
+	full, diff := got[0], got[1]
+	if full.Label != "20261203-090743F" || full.Type != v1.BackupFull || full.Size != 23065153 || full.RepoSize != 3073176 ||
+		full.WALStart != "000000010000000000000003" || !full.Start.Time.Equal(time.Unix(1764752863, 0)) || full.Stop.Sub(full.Start.Time) != 5*time.Second {
+		t.Errorf("full backup %+v", full)
+	}
+	if diff.Type != v1.BackupDifferential || diff.RepoSize != 1024 || diff.WALStop != "000000010000000000000005" {
+		t.Errorf("diff backup %+v: want its repository delta as RepoSize", diff)
+	}
+	for _, bad := range []string{"", "{", `[]`, `[{"backup":[],"status":{"code":99,"message":"other"}}]`} {
+		if _, err := parseInfo([]byte(bad)); err == nil {
+			t.Errorf("parseInfo(%q): no error", bad)
+		}
+	}
+	if got, err := parseInfo([]byte(`[{"backup":[],"status":{"code":2,"message":"no valid backups"}}]`)); err == nil && len(got) != 0 {
+		t.Errorf("an empty repository: %+v", got)
+	}
+}
+
+func TestBackupWords(t *testing.T) {
+	for _, c := range []struct{ log, want string }{
+		{"", ""},
+		{"2026-12-03 09:07:43.123 P00   WARN: a warning\n", "a warning"},
+		{"WARN: w\nERROR: [049]: unable to load info file '/x/backup.info':\n       HostConnectError: unable to connect to '127.0.0.1:1': [111] Connection refused\n       HINT: is the bucket there?\n",
+			"[049]: unable to load info file '/x/backup.info': HostConnectError: unable to connect to '127.0.0.1:1': [111] Connection refused"},
+	} {
+		if got := backupWords(c.log); got != c.want {
+			t.Errorf("backupWords(%q) = %q, want %q", c.log, got, c.want)
+		}
+	}
+}

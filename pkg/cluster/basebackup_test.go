@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// TestBackupProgram runs the program COPY ... TO PROGRAM would, with a
+// stand-in pgbackrest on PATH: it returns at once, the run leaves its
+// files, a second start of the same ID does nothing, and the next run
+// clears the previous run's files.
+func TestBackupProgram(t *testing.T) {
+	for _, sh := range []string{"sh", "setsid", "base64"} {
+		if _, err := exec.LookPath(sh); err != nil {
+			t.Fatalf("%s is missing: %v", sh, err)
+		}
+	}
+	dir := t.TempDir()
+	bin, spool := filepath.Join(dir, "bin"), filepath.Join(dir, "spool")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in logs its arguments; backup sleeps a little and fails
+	// when FAIL is set; info prints a listing.
+	fake := `#!/bin/sh
+echo "$*" >>"` + dir + `/calls"
+case "$*" in
+*backup) sleep 0.3; [ -n "$FAIL" ] && { echo "ERROR: [049]: unable to load info file"; exit 49; }; echo "WARN: a warning"; exit 0;;
+*info) echo '[{"backup":[]}]';;
+esac
+`
+	if err := os.WriteFile(filepath.Join(bin, "pgbackrest"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
+		t.Helper()
+		program, err := BackupProgram(id, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", program)
+		cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "PGBACKREST_SPOOL_PATH=" + spool}, env...)
+		began := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return time.Since(began)
+	}
+	wait := func(id string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if b, err := os.ReadFile(filepath.Join(spool, "backup", id+".exit")); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("%s never ended", id)
+		return ""
+	}
+
+	id := "20261203-091500-full"
+	if took := run(id, v1.BackupRetention{Full: 2}); took > 250*time.Millisecond {
+		t.Logf("the program took %v: it should return before the backup ends", took)
+	}
+	run(id, v1.BackupRetention{Full: 2}) // a second start: nothing
+	if code := wait(id); code != "0" {
+		t.Errorf("exit %s, want 0", code)
+	}
+	calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
+	if n := strings.Count(string(calls), " backup\n"); n != 1 {
+		t.Errorf("pgbackrest backup ran %d times, want 1:\n%s", n, calls)
+	}
+	if !strings.Contains(string(calls), "--type=full --start-fast --io-timeout=30 --repo1-retention-full=2 backup") {
+		t.Errorf("calls:\n%s", calls)
+	}
+	for _, f := range []string{id + ".log", "info.json", id + ".started"} {
+		if _, err := os.Stat(filepath.Join(spool, "backup", f)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	next := "20261203-101500-diff"
+	run(next, v1.BackupRetention{FullDays: 14}, "FAIL=1")
+	if code := wait(next); code != "49" {
+		t.Errorf("exit %s, want 49", code)
+	}
+	log, _ := os.ReadFile(filepath.Join(spool, "backup", next+".log"))
+	if !strings.Contains(string(log), "[049]") {
+		t.Errorf("log %q", log)
+	}
+	if _, err := os.Stat(filepath.Join(spool, "backup", id+".log")); !os.IsNotExist(err) {
+		t.Errorf("the previous run's log is still there: %v", err)
+	}
+	calls, _ = os.ReadFile(filepath.Join(dir, "calls"))
+	if !strings.Contains(string(calls), "--type=diff --start-fast --io-timeout=30 --repo1-retention-full-type=time --repo1-retention-full=14 backup") {
+		t.Errorf("calls:\n%s", calls)
+	}
+
+	for _, bad := range []string{"", "x; rm -rf /", "20261203-091500-full'", "20261203-091500-other"} {
+		if _, err := BackupProgram(bad, v1.BackupRetention{Full: 1}); err == nil {
+			t.Errorf("BackupProgram(%q): no error", bad)
+		}
+	}
+	if _, err := BackupProgram(id, v1.BackupRetention{}); err == nil {
+		t.Error("a retention that keeps nothing: no error")
+	}
+}
