@@ -95,11 +95,12 @@ var (
 // Descs returns the description of every metric pgloop exports, besides
 // the standard go_* and process_* metrics.
 func Descs() []Desc {
-	return []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
+	descs := []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
 		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
+	return append(descs, backupDescs...)
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -124,6 +125,7 @@ type Metrics struct {
 	heldSeconds  prometheus.Counter
 	leader       prometheus.Gauge
 	loop         *loopCollector
+	backups      *backupCollector
 
 	// states is the last state reported for each cluster, so that the
 	// per-state gauge moves a cluster from its old state to its new one
@@ -162,6 +164,7 @@ func New() *Metrics {
 		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loop:         &loopCollector{},
+		backups:      newBackupCollector(),
 		states:       map[string]string{},
 	}
 	for k := range m.lagByKind {
@@ -175,7 +178,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop, m.backups,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

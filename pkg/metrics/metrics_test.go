@@ -10,7 +10,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
@@ -235,6 +237,7 @@ func TestDescs(t *testing.T) {
 	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
 	m.ClusterState("ns/a", fsm.Creating)
 	m.StepObserver("s")(time.Millisecond, true)
+	m.WatchBackups(func() []*v1.Postgresql { return []*v1.Postgresql{backingUp()} })
 
 	families, err := m.Registry.Gather()
 	if err != nil {
@@ -323,4 +326,43 @@ func histogram(t *testing.T, m *Metrics, name, label, value string) *dto.Histogr
 	}
 	t.Fatalf("%s{%s=%q} not found", name, label, value)
 	return nil
+}
+
+// backingUp is a cluster whose status shows every backup series.
+func backingUp() *v1.Postgresql {
+	at := metav1.NewTime(time.Unix(1764752868, 0))
+	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	pg.Status.Backup = &v1.BackupStatus{
+		Archiving:   &v1.ArchivingStatus{Failing: true, LastArchivedTime: &at, WaitingSegments: 3, WALBytes: 48 << 20},
+		LastBackup:  &v1.BackupInfo{Label: "20261203-090743F", Start: metav1.NewTime(at.Add(-5 * time.Second)), Stop: at, Size: 22 << 20},
+		LastFailure: &v1.BackupFailure{At: at}, BackupCount: 2, FirstRecoverabilityPoint: &at,
+		Running: &v1.BackupRun{ID: "20261203-091500-full"},
+	}
+	return pg
+}
+
+// TestBackupSeries reads the backups' series of a cluster from its status.
+func TestBackupSeries(t *testing.T) {
+	m := New()
+	m.WatchBackups(func() []*v1.Postgresql {
+		return []*v1.Postgresql{backingUp(), {ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "none"}}}
+	})
+	want := `
+# HELP pgloop_backup_last_duration_seconds ` + descBackupLastDuration.Help + `
+# TYPE pgloop_backup_last_duration_seconds gauge
+pgloop_backup_last_duration_seconds{cluster="ns/a"} 5
+# HELP pgloop_archive_waiting_segments ` + descArchiveWaiting.Help + `
+# TYPE pgloop_archive_waiting_segments gauge
+pgloop_archive_waiting_segments{cluster="ns/a"} 3
+# HELP pgloop_archive_failing ` + descArchiveFailing.Help + `
+# TYPE pgloop_archive_failing gauge
+pgloop_archive_failing{cluster="ns/a"} 1
+# HELP pgloop_backups ` + descBackups.Help + `
+# TYPE pgloop_backups gauge
+pgloop_backups{cluster="ns/a"} 2
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "pgloop_backup_last_duration_seconds",
+		"pgloop_archive_waiting_segments", "pgloop_archive_failing", "pgloop_backups"); err != nil {
+		t.Error(err)
+	}
 }

@@ -443,6 +443,15 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	})
 	notifier.loop = loop
 	m.WatchLoop(loop.Stats)
+	m.WatchBackups(func() []*v1.Postgresql {
+		var out []*v1.Postgresql
+		for _, key := range inf.Keys() {
+			if pg, ok := inf.Postgresql(key); ok {
+				out = append(out, pg)
+			}
+		}
+		return out
+	})
 
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
