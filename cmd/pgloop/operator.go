@@ -167,6 +167,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"when clusters that set no spec.backup.schedule take a full base backup: five cron fields or @daily..., in UTC; none for never (a new repository still gets its first)")
 	f.Int32Var(&cfg.BackupRetentionFull, "backup-retention-full", cfg.BackupRetentionFull,
 		"how many full backups the repository of a cluster that sets no spec.backup.retention keeps; older ones, and the WAL only they need, are deleted after each backup")
+	f.BoolVar(&cfg.BackupVerify, "backup-verify", cfg.BackupVerify,
+		"after each base backup that succeeded, verify the whole repository with pgBackRest (every file's checksum, and that the WAL has no gap); status.backup.lastVerification shows the result")
 	f.DurationVar(&cfg.BackupTimeout, "backup-timeout", cfg.BackupTimeout,
 		"how long a base backup may run before pgloop gives up on it (LastBackupSucceeded False)")
 	f.DurationVar(&cfg.ArchiveCheckPeriod, "archive-check-period", cfg.ArchiveCheckPeriod,

@@ -30,7 +30,7 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 		r.Done, r.Failed, r.Message = true, true, msg
 		return r
 	}
-	program, err := cluster.BackupProgram(run.ID, cluster.BackupRetention(pg, p.opts.Build))
+	program, err := cluster.BackupProgram(run.ID, cluster.BackupRetention(pg, p.opts.Build), p.opts.Verify)
 	if err != nil {
 		return fail(err.Error())
 	}
@@ -55,6 +55,10 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 		if r.Message == "" {
 			r.Message = fmt.Sprintf("pgbackrest backup exited with code %d and left no words", b.Exit)
 		}
+	}
+	if b.Verify != "" {
+		ok, msg := verifyResult(b.Verify)
+		r.Verification = &v1.BackupVerification{At: metav1.NewTime(now), Backup: run.ID, Succeeded: ok, Message: msg}
 	}
 	if backups, err := parseInfo(b.Info); err == nil {
 		r.Backups = backups

@@ -1,6 +1,7 @@
 package archiving
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,56 @@ func TestBackupWords(t *testing.T) {
 		if got := backupWords(c.log); got != c.want {
 			t.Errorf("backupWords(%q) = %q, want %q", c.log, got, c.want)
 		}
+	}
+}
+
+// verifyOK is pgBackRest 2.45's verify output of a sound repository, and
+// verifyGap that of one with segment 3 deleted (both run here, on a
+// repository on disk).
+const (
+	verifyOK = `2026-12-03 09:13:22.164 P00   INFO: verify command begin 2.45: --config=/dev/null
+2026-12-03 09:13:22.472 P00 DETAIL: archiveId: 15-1, wal start: 000000010000000000000001, wal stop: 000000010000000000000004
+stanza: v
+status: ok
+  archiveId: 15-1, total WAL checked: 4, total valid WAL: 4
+    missing: 0, checksum invalid: 0, size invalid: 0, other: 0
+  backup: 20261203-091311F, status: valid, total files checked: 964, total valid files: 964
+    missing: 0, checksum invalid: 0, size invalid: 0, other: 0
+2026-12-03 09:13:22.473 P00   INFO: verify command end: completed successfully (311ms)
+exit 0
+`
+	verifyGap = `2026-12-03 09:13:22.472 P00 DETAIL: archiveId: 15-1, wal start: 000000010000000000000001, wal stop: 000000010000000000000002
+2026-12-03 09:13:22.472 P00 DETAIL: archiveId: 15-1, wal start: 000000010000000000000004, wal stop: 000000010000000000000004
+2026-12-03 09:13:22.472 P00 DETAIL: archiveId: 15-1, wal start: 000000020000000000000005, wal stop: 000000020000000000000006
+stanza: v
+status: ok
+  archiveId: 15-1, total WAL checked: 3, total valid WAL: 3
+    missing: 0, checksum invalid: 0, size invalid: 0, other: 0
+  backup: 20261203-091311F, status: valid, total files checked: 964, total valid files: 964
+    missing: 0, checksum invalid: 0, size invalid: 0, other: 0
+exit 0
+`
+)
+
+func TestVerifyResult(t *testing.T) {
+	ok, msg := verifyResult(verifyOK)
+	if !ok || msg != "1 backups valid; WAL 000000010000000000000001-000000010000000000000004 without a gap" {
+		t.Errorf("sound: %v %q", ok, msg)
+	}
+	ok, msg = verifyResult(verifyGap)
+	want := "WAL gap in 15-1 after 000000010000000000000002, up to 000000010000000000000004: no point in time past 000000010000000000000002 can be restored"
+	if ok || msg != want {
+		t.Errorf("gap (a new timeline is none): %v %q, want %q", ok, msg, want)
+	}
+	bad := strings.Replace(verifyOK, "missing: 0, checksum invalid: 0, size invalid: 0, other: 0\n  backup", "missing: 0, checksum invalid: 2, size invalid: 0, other: 0\n  backup", 1)
+	bad = strings.Replace(bad, "status: valid", "status: invalid", 1)
+	if ok, msg := verifyResult(bad); ok || !strings.Contains(msg, "archiveId: 15-1: missing: 0, checksum invalid: 2") || !strings.Contains(msg, "backup 20261203-091311F is invalid") {
+		t.Errorf("damaged: %v %q", ok, msg)
+	}
+	if ok, msg := verifyResult("ERROR: [049]: unable to load info file\nexit 49\n"); ok || msg != "verify exited with code 49; [049]: unable to load info file" {
+		t.Errorf("failed: %v %q", ok, msg)
+	}
+	if ok, _ := verifyResult("status: ok\n"); ok {
+		t.Error("cut short: ok")
 	}
 }

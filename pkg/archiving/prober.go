@@ -43,6 +43,9 @@ type Options struct {
 	Timeout time.Duration
 	// SQL bounds the connection and the statements.
 	SQL pgsql.Options
+	// Verify runs pgBackRest's verify of the repository after each
+	// backup that succeeded.
+	Verify bool
 	// Build are the builders' options: the default repository.
 	Build cluster.Options
 	// Log, Now: logger and clock; defaults are logrus's and time.Now.

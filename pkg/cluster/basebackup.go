@@ -20,8 +20,10 @@ import (
 // BackupDir is where the runs leave their files, relative to the data
 // directory (PGData): the spool's backup directory, on the data volume.
 // A run ID leaves ID.started (a directory: the run's lock), then ID.log
-// (pgBackRest's warnings and errors) and, once it ended, info.json (the
-// repository's backups, retention applied) and ID.exit (its exit code).
+// (pgBackRest's warnings and errors) and, once it ended, ID.verify (what
+// pgBackRest's verify found in the repository, when asked for), info.json
+// (the repository's backups, retention applied) and ID.exit (the backup's
+// exit code), last.
 const BackupDir = "../../pgbackrest/spool/backup"
 
 // Defaults of a base backup.
@@ -49,8 +51,10 @@ var backupIDRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-(full|diff|incr)$`)
 // as the postgres user. It returns at once. A second start of the same ID
 // does nothing (ID.started is made once). After the backup, pgBackRest
 // expires what retention no longer keeps (backups and the WAL only they
-// needed), and the run lists the repository into info.json.
-func BackupProgram(id string, r v1.BackupRetention) (string, error) {
+// needed); with verify, a backup that succeeded is followed by pgBackRest's
+// verify of the whole repository (every file's checksum, and the WAL
+// ranges); then the run lists the repository into info.json.
+func BackupProgram(id string, r v1.BackupRetention, verify bool) (string, error) {
 	m := backupIDRE.FindStringSubmatch(id)
 	if m == nil {
 		return "", fmt.Errorf("backup run ID %q is not one of pgloop's", id)
@@ -62,11 +66,20 @@ func BackupProgram(id string, r v1.BackupRetention) (string, error) {
 	case r.Full <= 0:
 		return "", fmt.Errorf("retention %+v keeps no backup", r)
 	}
+	verifyStep := ""
+	if verify {
+		// Detail names each continuous range of WAL: two on one
+		// timeline are a gap, which 2.45's verify does not count as
+		// an error.
+		verifyStep = `[ $rc = 0 ] && { pgbackrest --output=text --verbose --log-level-console=detail --io-timeout=` +
+			strconv.Itoa(backupIOTimeout) + ` verify >"$d/` + id + `.verify" 2>&1; echo "exit $?" >>"$d/` + id + `.verify"; }`
+	}
 	script := `d="$PGBACKREST_SPOOL_PATH/backup"
 mkdir -p "$d" && mkdir "$d/` + id + `.started" 2>/dev/null || exit 0
-for f in "$d"/*.started; do [ "$f" = "$d/` + id + `.started" ] || rm -rf "$f" "${f%.started}.log" "${f%.started}.exit"; done
+for f in "$d"/*.started; do [ "$f" = "$d/` + id + `.started" ] || rm -rf "$f" "${f%.started}.log" "${f%.started}.verify" "${f%.started}.exit"; done
 pgbackrest --type=` + m[1] + ` --start-fast --io-timeout=` + strconv.Itoa(backupIOTimeout) + ` ` + retention + ` backup >"$d/` + id + `.log" 2>&1
 rc=$?
+` + verifyStep + `
 pgbackrest --output=json --log-level-console=off --log-level-stderr=off info >"$d/info.tmp" 2>/dev/null && mv -f "$d/info.tmp" "$d/info.json"
 echo $rc >"$d/` + id + `.exit"
 `

@@ -32,6 +32,7 @@ func TestBackupProgram(t *testing.T) {
 echo "$*" >>"` + dir + `/calls"
 case "$*" in
 *backup) sleep 0.3; [ -n "$FAIL" ] && { echo "ERROR: [049]: unable to load info file"; exit 49; }; echo "WARN: a warning"; exit 0;;
+*verify) echo "status: ok";;
 *info) echo '[{"backup":[]}]';;
 esac
 `
@@ -40,7 +41,7 @@ esac
 	}
 	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
 		t.Helper()
-		program, err := BackupProgram(id, r)
+		program, err := BackupProgram(id, r, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +81,10 @@ esac
 	if !strings.Contains(string(calls), "--type=full --start-fast --io-timeout=30 --repo1-retention-full=2 backup") {
 		t.Errorf("calls:\n%s", calls)
 	}
-	for _, f := range []string{id + ".log", "info.json", id + ".started"} {
+	if n := strings.Count(string(calls), " verify\n"); n != 1 {
+		t.Errorf("pgbackrest verify ran %d times, want 1 (after the backup that succeeded):\n%s", n, calls)
+	}
+	for _, f := range []string{id + ".log", id + ".verify", "info.json", id + ".started"} {
 		if _, err := os.Stat(filepath.Join(spool, "backup", f)); err != nil {
 			t.Error(err)
 		}
@@ -99,16 +103,19 @@ esac
 		t.Errorf("the previous run's log is still there: %v", err)
 	}
 	calls, _ = os.ReadFile(filepath.Join(dir, "calls"))
+	if n := strings.Count(string(calls), " verify\n"); n != 1 {
+		t.Errorf("pgbackrest verify ran %d times in all, want 1 (none after a failed backup):\n%s", n, calls)
+	}
 	if !strings.Contains(string(calls), "--type=diff --start-fast --io-timeout=30 --repo1-retention-full-type=time --repo1-retention-full=14 backup") {
 		t.Errorf("calls:\n%s", calls)
 	}
 
 	for _, bad := range []string{"", "x; rm -rf /", "20261203-091500-full'", "20261203-091500-other"} {
-		if _, err := BackupProgram(bad, v1.BackupRetention{Full: 1}); err == nil {
+		if _, err := BackupProgram(bad, v1.BackupRetention{Full: 1}, false); err == nil {
 			t.Errorf("BackupProgram(%q): no error", bad)
 		}
 	}
-	if _, err := BackupProgram(id, v1.BackupRetention{}); err == nil {
+	if _, err := BackupProgram(id, v1.BackupRetention{}, false); err == nil {
 		t.Error("a retention that keeps nothing: no error")
 	}
 }

@@ -28,6 +28,7 @@ const (
 	ReasonBackupSucceeded = "BackupSucceeded"
 	ReasonBackupFailed    = "BackupFailed"
 	ReasonBackupStarted   = "BackupStarted"
+	ReasonVerifyFailed    = "BackupVerifyFailed"
 	BackupScheduled       = "Scheduled"
 	BackupRequested       = "Requested"
 	BackupFirst           = "First"
@@ -120,6 +121,13 @@ func (m *Machine) backupEnded(b *v1.BackupStatus, rep *v1.BackupReport) {
 	if rep.Backups != nil {
 		listBackups(b, rep.Backups)
 	}
+	if v := rep.Verification; v != nil {
+		b.LastVerification = v
+		if !v.Succeeded {
+			c.records = append(c.records, Record{Warning: true, Reason: ReasonVerifyFailed,
+				Message: "the repository's verification after backup " + r.ID + " failed: " + v.Message})
+		}
+	}
 	if rep.Failed {
 		b.LastFailure = &v1.BackupFailure{ID: r.ID, Type: r.Type, At: metav1.NewTime(c.now), Message: rep.Message}
 		msg := fmt.Sprintf("%s backup %s failed: %s", r.Type, r.ID, rep.Message)
@@ -189,7 +197,7 @@ func (m *Machine) armBackupTimer(name string, want bool, at func() time.Time) {
 func backupEqual(a, b *v1.BackupStatus) bool {
 	if a.Request != b.Request || a.BackupCount != b.BackupCount || len(a.Backups) != len(b.Backups) ||
 		!sameRun(a.Running, b.Running) || !sameScheduled(a.NextScheduled, b.NextScheduled) ||
-		a.LastFailure != b.LastFailure || a.LastBackup != b.LastBackup ||
+		a.LastFailure != b.LastFailure || a.LastBackup != b.LastBackup || a.LastVerification != b.LastVerification ||
 		a.Repository != b.Repository || a.Archiving != b.Archiving {
 		return false
 	}

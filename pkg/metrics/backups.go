@@ -34,11 +34,13 @@ var (
 		"The earliest time the cluster's repository can restore to: the end of its oldest base backup."}
 	descBackupRunning = Desc{"pgloop_backup_running", "gauge", []string{"cluster"},
 		"1 while a base backup of the cluster runs, else 0."}
+	descBackupVerifyFailed = Desc{"pgloop_backup_verification_failed", "gauge", []string{"cluster"},
+		"1 when pgBackRest's verify of the cluster's repository, after its last backup, found a damaged file or a gap in the WAL, else 0 (--backup-verify)."}
 )
 
 var backupDescs = []Desc{descArchiveFailing, descArchiveLast, descArchiveWaiting, descArchiveWALBytes,
 	descBackupLastSuccess, descBackupLastFailure, descBackupLastSize, descBackupLastDuration, descBackups,
-	descBackupFirstRecoverability, descBackupRunning}
+	descBackupFirstRecoverability, descBackupRunning, descBackupVerifyFailed}
 
 // backupCollector reports the backups' series from the clusters' status.
 type backupCollector struct {
@@ -105,5 +107,8 @@ func (c *backupCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descBackupFirstRecoverability, float64(p.Unix()))
 		}
 		gauge(descBackupRunning, flag(b.Running != nil))
+		if v := b.LastVerification; v != nil {
+			gauge(descBackupVerifyFailed, flag(!v.Succeeded))
+		}
 	}
 }

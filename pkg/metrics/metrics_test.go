@@ -336,7 +336,8 @@ func backingUp() *v1.Postgresql {
 		Archiving:   &v1.ArchivingStatus{Failing: true, LastArchivedTime: &at, WaitingSegments: 3, WALBytes: 48 << 20},
 		LastBackup:  &v1.BackupInfo{Label: "20261203-090743F", Start: metav1.NewTime(at.Add(-5 * time.Second)), Stop: at, Size: 22 << 20},
 		LastFailure: &v1.BackupFailure{At: at}, BackupCount: 2, FirstRecoverabilityPoint: &at,
-		Running: &v1.BackupRun{ID: "20261203-091500-full"},
+		Running:          &v1.BackupRun{ID: "20261203-091500-full"},
+		LastVerification: &v1.BackupVerification{Succeeded: true},
 	}
 	return pg
 }

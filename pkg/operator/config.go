@@ -150,6 +150,9 @@ type Config struct {
 	// spec.backup.retention keep.
 	BackupSchedule      string
 	BackupRetentionFull int32
+	// BackupVerify runs pgBackRest's verify of the repository after each
+	// base backup that succeeded.
+	BackupVerify bool
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -232,6 +235,7 @@ func DefaultConfig() Config {
 		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
 		BackupSchedule:      cluster.DefaultBackupSchedule,
 		BackupRetentionFull: cluster.DefaultBackupRetentionFull,
+		BackupVerify:        true,
 		SQLConnectTimeout:   DefaultSQLConnectTimeout,
 		SQLStatementTimeout: DefaultSQLStatementTimeout,
 		PatroniTimeout:      DefaultPatroniTimeout,

@@ -409,7 +409,7 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	}, notifier, archiving.Options{
 		Period: cfg.ArchiveCheckPeriod, StatusPeriod: cfg.ArchiveStatusPeriod, Timeout: cfg.InDatabaseTimeout,
 		SQL:   pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
-		Build: build, Log: log, Observe: m.ObserveArchiveCheck, ObserveSQL: m.ObserveSQL,
+		Build: build, Verify: cfg.BackupVerify, Log: log, Observe: m.ObserveArchiveCheck, ObserveSQL: m.ObserveSQL,
 	})
 	obs := facts.NewObserver(arch, facts.NewDeriver(build, cfg.Switchover), clk.Now)
 	// The effects read the informers' caches and only write to the API.

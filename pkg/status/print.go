@@ -302,6 +302,13 @@ func baseBackups(t *table, b *v1.BackupStatus, c *metav1.Condition, now time.Tim
 	if n := b.NextScheduled; n != nil {
 		t.add("Next scheduled:", fmt.Sprintf("%s backup at %s (%s)", n.Type, clock(n.Time.Time, now), relative(n.Time.Time, now)))
 	}
+	if v := b.LastVerification; v != nil {
+		verdict := "sound"
+		if !v.Succeeded {
+			verdict = "FAILED"
+		}
+		t.add("Verified:", fmt.Sprintf("%s after %s, %s ago: %s", verdict, v.Backup, age(v.At.Time, now), v.Message))
+	}
 	if b.BackupCount > 0 {
 		held := fmt.Sprintf("%d base backups", b.BackupCount)
 		if p := b.FirstRecoverabilityPoint; p != nil {

@@ -133,6 +133,9 @@ func TestArchiving(t *testing.T) {
 
 	t.Run("the store away, then back: archiving catches up", func(t *testing.T) {
 		store := env.Plane.ObjectStore
+		// The repository's first backup, taken once archiving worked,
+		// ends before the store goes.
+		first := backedUp(ctx, t, ns, "arch", 1, "")
 		if err := store.StopServer(false); err != nil {
 			t.Fatal(err)
 		}
@@ -176,6 +179,16 @@ func TestArchiving(t *testing.T) {
 		if info := repositoryInfo(ctx, t, &store.S3, pg); info.Archive.Max < segment {
 			t.Errorf("pgBackRest's info: archive to %s, want %s in it", info.Archive.Max, segment)
 		}
+		// No gap: a backup now, and pgBackRest's verify of the whole
+		// repository after it, from the first backup (before the
+		// outage) on.
+		pg = requestBackup(ctx, t, ns, "arch", v1.BackupFull)
+		pg = backedUp(ctx, t, ns, "arch", 2, first.Status.Backup.LastBackup.Label)
+		v := pg.Status.Backup.LastVerification
+		if v == nil || !v.Succeeded {
+			t.Fatalf("verification after the outage: %+v", v)
+		}
+		t.Logf("arch: verified after the outage: %s", v.Message)
 	})
 
 	t.Run("fixed by an edit, it archives", func(t *testing.T) {

@@ -105,6 +105,11 @@ func TestBaseBackups(t *testing.T) {
 	if b.LastFailure != nil {
 		t.Errorf("a backup failed: %+v", b.LastFailure)
 	}
+	if v := b.LastVerification; v == nil || !v.Succeeded || v.Backup != running.Status.Backup.Running.ID {
+		t.Errorf("status.backup.lastVerification %+v: want the repository verified after %s", v, running.Status.Backup.Running.ID)
+	} else {
+		t.Logf("verified: %s", v.Message)
+	}
 	var labels []string
 	for _, x := range b.Backups {
 		labels = append(labels, x.Label)

@@ -186,6 +186,23 @@ type BackupStatus struct {
 	// BackupCount is how many base backups the repository holds.
 	// +optional
 	BackupCount int32 `json:"backupCount,omitempty"`
+	// LastVerification is what pgBackRest's verify found in the
+	// repository after the last backup that succeeded: every backup's
+	// files and the WAL, with any gap in it.
+	// +optional
+	LastVerification *BackupVerification `json:"lastVerification,omitempty"`
+}
+
+// BackupVerification is a verification of the repository.
+type BackupVerification struct {
+	// At is when pgloop read it; Backup the backup it followed.
+	At     metav1.Time `json:"at"`
+	Backup string      `json:"backup"`
+	// Succeeded says verify found every backup valid and the WAL from the
+	// oldest backup on without a gap; Message says what it checked, or
+	// what is wrong.
+	Succeeded bool   `json:"succeeded"`
+	Message   string `json:"message"`
 }
 
 // MaxBackupsListed bounds BackupStatus.Backups.
@@ -454,4 +471,7 @@ type BackupReport struct {
 	// Backups are the repository's backups once it ended, oldest first,
 	// as pgBackRest's info listed them; nil when unknown.
 	Backups []BackupInfo `json:"backups,omitempty"`
+	// Verification is what verify found after the backup, nil when it
+	// did not run.
+	Verification *BackupVerification `json:"verification,omitempty"`
 }
