@@ -56,14 +56,19 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 			r.Message = fmt.Sprintf("pgbackrest backup exited with code %d and left no words", b.Exit)
 		}
 	}
-	if b.Verify != "" {
-		ok, msg := verifyResult(b.Verify)
-		r.Verification = &v1.BackupVerification{At: metav1.NewTime(now), Backup: run.ID, Succeeded: ok, Message: msg}
-	}
-	if backups, err := parseInfo(b.Info); err == nil {
+	backups, err := parseInfo(b.Info)
+	if err == nil {
 		r.Backups = backups
 	} else if !r.Failed {
 		p.opts.Log.WithField("cluster", pg.Namespace+"/"+pg.Name).Warnf("backup %s: repository listing: %v", run.ID, err)
+	}
+	if b.Verify != "" {
+		labels := make([]string, len(backups))
+		for i, x := range backups {
+			labels[i] = x.Label
+		}
+		ok, msg := verifyResult(b.Verify, labels)
+		r.Verification = &v1.BackupVerification{At: metav1.NewTime(now), Backup: run.ID, Succeeded: ok, Message: msg}
 	}
 	return r
 }

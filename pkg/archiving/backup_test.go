@@ -91,24 +91,33 @@ exit 0
 )
 
 func TestVerifyResult(t *testing.T) {
-	ok, msg := verifyResult(verifyOK)
+	ok, msg := verifyResult(verifyOK, []string{"20261203-091311F"})
 	if !ok || msg != "1 backups valid; WAL 000000010000000000000001-000000010000000000000004 without a gap" {
 		t.Errorf("sound: %v %q", ok, msg)
 	}
-	ok, msg = verifyResult(verifyGap)
+	ok, msg = verifyResult(verifyGap, []string{"20261203-091311F"})
 	want := "WAL gap in 15-1 after 000000010000000000000002, up to 000000010000000000000004: no point in time past 000000010000000000000002 can be restored"
 	if ok || msg != want {
 		t.Errorf("gap (a new timeline is none): %v %q, want %q", ok, msg, want)
 	}
 	bad := strings.Replace(verifyOK, "missing: 0, checksum invalid: 0, size invalid: 0, other: 0\n  backup", "missing: 0, checksum invalid: 2, size invalid: 0, other: 0\n  backup", 1)
 	bad = strings.Replace(bad, "status: valid", "status: invalid", 1)
-	if ok, msg := verifyResult(bad); ok || !strings.Contains(msg, "archiveId: 15-1: missing: 0, checksum invalid: 2") || !strings.Contains(msg, "backup 20261203-091311F is invalid") {
+	if ok, msg := verifyResult(bad, []string{"20261203-091311F"}); ok || !strings.Contains(msg, "archiveId: 15-1: missing: 0, checksum invalid: 2") || !strings.Contains(msg, "backup 20261203-091311F is invalid") {
 		t.Errorf("damaged: %v %q", ok, msg)
 	}
-	if ok, msg := verifyResult("ERROR: [049]: unable to load info file\nexit 49\n"); ok || msg != "verify exited with code 49; [049]: unable to load info file" {
+	if ok, msg := verifyResult("ERROR: [049]: unable to load info file\nexit 49\n", nil); ok || msg != "verify exited with code 49; [049]: unable to load info file" {
 		t.Errorf("failed: %v %q", ok, msg)
 	}
-	if ok, _ := verifyResult("status: ok\n"); ok {
+	if ok, _ := verifyResult("status: ok\n", nil); ok {
 		t.Error("cut short: ok")
+	}
+	// An expired backup's directory left in the store (SeaweedFS keeps
+	// empty directories) is no backup; one info lists is.
+	leftover := strings.Replace(verifyOK, "  backup: 20261203-091311F", "  backup: 20261202-091311F, status: manifest missing, total files checked: 0, total valid files: 0\n  backup: 20261203-091311F", 1)
+	if ok, msg := verifyResult(leftover, []string{"20261203-091311F"}); !ok || !strings.HasPrefix(msg, "1 backups valid") {
+		t.Errorf("leftover: %v %q", ok, msg)
+	}
+	if ok, _ := verifyResult(leftover, []string{"20261202-091311F", "20261203-091311F"}); ok {
+		t.Error("a listed backup without its manifest: ok")
 	}
 }

@@ -3,6 +3,7 @@ package archiving
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,11 +26,15 @@ var (
 type walRange struct{ archive, start, stop string }
 
 // verifyResult reads verify's output: whether it found the repository
-// sound, and its words for people.
-func verifyResult(out string) (ok bool, msg string) {
+// sound, and its words for people. current are the backups the
+// repository's info lists: a backup directory verify finds without a
+// manifest that info does not list is what an expired backup leaves in a
+// store that keeps empty directories (SeaweedFS does), not a backup.
+func verifyResult(out string, current []string) (ok bool, msg string) {
 	var problems []string
 	var ranges []walRange
-	status, exit, context, backups := "", -1, "", 0
+	status, exit, context := "", -1, ""
+	backups := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
 		t := strings.TrimSpace(line)
 		if m := verifyRangeRE.FindStringSubmatch(t); m != nil {
@@ -48,10 +53,13 @@ func verifyResult(out string) (ok bool, msg string) {
 		case strings.HasPrefix(t, "archiveId: "), strings.HasPrefix(t, "backup: "):
 			context = strings.SplitN(t, ",", 2)[0]
 			if m := verifyBackupRE.FindStringSubmatch(t); m != nil {
-				backups++
-				if m[2] != "valid" {
+				switch {
+				case m[2] == "manifest missing" && !slices.Contains(current, m[1]):
+					continue // an expired backup's leftover directory
+				case m[2] != "valid":
 					problems = append(problems, fmt.Sprintf("backup %s is %s", m[1], m[2]))
 				}
+				backups[m[1]] = true
 			}
 		case verifyCountsRE.MatchString(t):
 			if m := verifyCountsRE.FindStringSubmatch(t); m[1] != "0" || m[2] != "0" || m[3] != "0" || m[4] != "0" {
@@ -69,6 +77,13 @@ func verifyResult(out string) (ok bool, msg string) {
 		problems = append(problems, "verify's status is "+strconv.Quote(status))
 	}
 	if len(problems) > 0 {
+		// --verbose lists a backup more than once.
+		seen := map[string]bool{}
+		problems = slices.DeleteFunc(problems, func(p string) bool {
+			dup := seen[p]
+			seen[p] = true
+			return dup
+		})
 		msg = strings.Join(problems, "; ")
 		if len(msg) > 1024 {
 			msg = msg[:1024]
@@ -79,7 +94,7 @@ func verifyResult(out string) (ok bool, msg string) {
 	for _, r := range ranges {
 		spans = append(spans, r.start+"-"+r.stop)
 	}
-	return true, fmt.Sprintf("%d backups valid; WAL %s without a gap", backups, strings.Join(spans, ", "))
+	return true, fmt.Sprintf("%d backups valid; WAL %s without a gap", len(backups), strings.Join(spans, ", "))
 }
 
 // walGaps names the gaps between the ranges of one timeline of one
