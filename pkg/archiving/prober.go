@@ -385,6 +385,10 @@ func report(a *pgsql.Archiver, now time.Time) *v1.ArchivingStatus {
 	if !a.LastFailedTime.IsZero() {
 		r.LastFailedTime = &metav1.Time{Time: a.LastFailedTime.UTC().Truncate(time.Second)}
 	}
+	if a.InRecovery {
+		r.Message = "in recovery, a standby: its source archives; this cluster archives once it is promoted"
+		return r
+	}
 	if a.ArchivedCount == 0 && a.FailedCount == 0 {
 		// Not known to work until a segment is pushed: PostgreSQL
 		// finishes the first one after writes (archive_timeout at most

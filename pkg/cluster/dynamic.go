@@ -21,6 +21,7 @@ const (
 	ConfigSlots                = "slots"
 	ConfigPostgreSQL           = "postgresql"
 	ConfigParameters           = "parameters"
+	ConfigStandbyCluster       = "standby_cluster"
 )
 
 // DynamicConfig is the part of Patroni's dynamic configuration (GET
@@ -74,6 +75,12 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 		ConfigSynchronousCount:     nil,
 		ConfigFailsafeMode:         nil,
 		ConfigSlots:                nil,
+		// Removed from the store when the spec has no standby: that
+		// promotes a standby cluster's leader.
+		ConfigStandbyCluster: nil,
+	}
+	if sb := pg.Spec.Standby; sb != nil {
+		settings[ConfigStandbyCluster] = standbyCluster(pg, sb)
 	}
 	if p != nil {
 		if p.SynchronousModeStrict {
@@ -138,6 +145,23 @@ func withoutNil(settings map[string]any) map[string]any {
 		if v != nil {
 			out[k] = v
 		}
+	}
+	return out
+}
+
+// standbyCluster is Patroni's standby_cluster section of a standby: the
+// primary it streams from, a new member's copy by pg_basebackup from it,
+// and, with s3_wal_path, the source's repository as restore_command (the
+// same bucket and credentials as the cluster's own repository: its
+// PGBACKREST_* variables, with the source's path and stanza).
+func standbyCluster(pg *v1.Postgresql, sb *v1.StandbyDescription) map[string]any {
+	out := map[string]any{
+		"host":                   sb.StandbyHost,
+		"port":                   int64(sb.Port()),
+		"create_replica_methods": []any{"basebackup"},
+	}
+	if bucket, path, stanza, ok := sb.Repository(); ok {
+		out["restore_command"] = "pgbackrest --repo1-s3-bucket=" + bucket + " --repo1-path=" + path + " --stanza=" + stanza + ` archive-get %f "%p"`
 	}
 	return out
 }

@@ -33,7 +33,6 @@ var zalandoFields = map[string]string{
 	"usersWithSecretRotation":          "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithInPlaceSecretRotation":   "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"clone":                            "pgloop does not clone clusters yet",
-	"standby":                          "pgloop does not run standby clusters yet",
 	"tls":                              "pgloop does not configure custom TLS certificates yet",
 	"additionalVolumes":                "pgloop does not mount additional volumes yet",
 	"env":                              "pgloop does not pass extra environment variables to Spilo yet",

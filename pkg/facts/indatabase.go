@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -105,6 +107,12 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 	f.Users, f.Databases = spec.users, spec.databases
 	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
 	f.Sync = d.syncWant(spec, objs.Secrets, f.SyncRequest)
+	if sb := pg.Spec.Standby; sb != nil {
+		// A standby's roles and databases are its source's, read-only
+		// until it is promoted: nothing to sync.
+		f.Sync = fsm.Want{}
+		f.Standby = net.JoinHostPort(sb.StandbyHost, strconv.Itoa(sb.Port()))
+	}
 	f.Config = fsm.Want{Hash: spec.dynamic.Hash,
 		Bootstrap: f.SyncRequest == "" && objs.StatefulSet != nil && d.bootstrapConfig(spec, objs.StatefulSet) == spec.dynamicJSON}
 	if f.SyncRequest != "" {

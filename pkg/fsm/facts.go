@@ -91,6 +91,10 @@ type Facts struct {
 	ConfigParameters []string
 	// Users and Databases are the names in the spec, sorted.
 	Users, Databases []string
+	// Standby, for a standby cluster (spec.standby), is the primary it
+	// follows, host:port: its roles and databases are that primary's
+	// (Sync is empty).
+	Standby string
 	// SyncRequest is the cluster's pgloop.dev/sync-requested-at annotation.
 	SyncRequest string
 	// Target is the pod in-database work goes to: the primary, once its

@@ -147,6 +147,9 @@ func (m *Machine) inDatabaseConditions() {
 		why = "applying"
 	}
 	switch {
+	case f.Standby != "":
+		m.condition(v1.ConditionRolesSynced, false, ReasonStandby,
+			"a standby of "+f.Standby+": its roles and databases are the source's (read-only); the spec's are synced once it is promoted (spec.standby removed)")
 	case SyncDue(st, f):
 		m.pendingCondition(v1.ConditionRolesSynced, ReasonSyncPending, "roles and databases not synced yet: "+why)
 	case st.Database != nil:

@@ -149,6 +149,7 @@ const (
 	ReasonMaintenanceWindow = "MaintenanceWindow"
 	// Reasons of the RolesSynced and ConfigApplied conditions.
 	ReasonSynced         = "Synced"
+	ReasonStandby        = "Standby" // a standby cluster syncs no roles (RolesSynced)
 	ReasonSyncPending    = "SyncPending"
 	ReasonSyncFailed     = "SyncFailed"
 	ReasonApplied        = "Applied"

@@ -22,8 +22,11 @@ type Archiver struct {
 	FailedCount    int64
 	LastFailedWAL  string
 	LastFailedTime time.Time
-	// CurrentWAL is the segment being written.
+	// CurrentWAL is the segment being written, empty in recovery.
 	CurrentWAL string
+	// InRecovery says the server is a standby: it archives nothing
+	// (archive_mode on), its source does.
+	InRecovery bool
 	// Ready counts the segments waiting to be archived (.ready files in
 	// pg_wal/archive_status): what a failing archive leaves in pg_wal.
 	Ready int64
@@ -43,10 +46,10 @@ func (a *Archiver) Failing() bool {
 
 // archiverQuery reads pg_stat_archiver, the WAL position, the backlog and
 // pg_wal's size in one row. pg_walfile_name fails on a server in
-// recovery: ask the primary.
+// recovery: a standby cluster's leader says so.
 const archiverQuery = `SELECT a.archived_count, coalesce(a.last_archived_wal, ''), a.last_archived_time,
 	a.failed_count, coalesce(a.last_failed_wal, ''), a.last_failed_time,
-	pg_walfile_name(pg_current_wal_lsn()),
+	CASE WHEN pg_is_in_recovery() THEN '' ELSE pg_walfile_name(pg_current_wal_lsn()) END, pg_is_in_recovery(),
 	(SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name LIKE '%.ready'),
 	(SELECT coalesce(sum(size), 0) FROM pg_ls_waldir()),
 	current_setting('data_directory')
@@ -73,7 +76,7 @@ func ArchiveStatus(ctx context.Context, ep Endpoint, errorDirs []string, opts Op
 	var archived, failed *time.Time
 	var dataDir string
 	if _, err := s.queryRow(ctx, archiverQuery, nil, &a.ArchivedCount, &a.LastArchivedWAL, &archived,
-		&a.FailedCount, &a.LastFailedWAL, &failed, &a.CurrentWAL, &a.Ready, &a.WALBytes, &dataDir); err != nil {
+		&a.FailedCount, &a.LastFailedWAL, &failed, &a.CurrentWAL, &a.InRecovery, &a.Ready, &a.WALBytes, &dataDir); err != nil {
 		return nil, fmt.Errorf("%s: read pg_stat_archiver: %w", ep, err)
 	}
 	if archived != nil {

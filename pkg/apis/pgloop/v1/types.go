@@ -284,6 +284,11 @@ type PostgresqlSpec struct {
 	// zalando's (whose clusters archive with WAL-G through Spilo).
 	// +optional
 	Backup *Backup `json:"backup,omitempty"`
+
+	// Standby makes the cluster a standby of another primary (zalando's
+	// field): removing it promotes the cluster.
+	// +optional
+	Standby *StandbyDescription `json:"standby,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's

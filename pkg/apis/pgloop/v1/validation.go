@@ -169,6 +169,7 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, validateWindows(s.MaintenanceWindows, path.Child("maintenanceWindows"))...)
 	errs = append(errs, s.validateLogicalBackup(path)...)
 	errs = append(errs, s.validateBackup(path)...)
+	errs = append(errs, s.validateStandby(path)...)
 	errs = append(errs, s.validatePrepared(path)...)
 	errs = append(errs, s.validatePodExtras(path)...)
 	return append(errs, s.validatePooler(path)...)
