@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,8 @@ func TestStandbyCluster(t *testing.T) {
 	}
 	began := time.Now()
 	env.CreateCluster(t, ns, "stb", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
-		pg.Spec.Standby = &v1.StandbyDescription{StandbyHost: srcPod.Status.PodIP, StandbyPort: strconv.Itoa(cluster.PostgresPort)}
+		pg.Spec.Standby = &v1.StandbyDescription{StandbyHost: srcPod.Status.PodIP, StandbyPort: strconv.Itoa(cluster.PostgresPort),
+			S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
 	})
 	stb, err := env.WaitCluster(ctx, ns, "stb", "Running, RolesSynced False (Standby)", func(pg *v1.Postgresql) bool {
 		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
@@ -88,6 +90,12 @@ func TestStandbyCluster(t *testing.T) {
 	}
 	if _, err := stbConn.Exec(ctx, "INSERT INTO t VALUES (0)"); err == nil {
 		t.Error("the standby took a write")
+	}
+	// The source's repository is the standby's fallback.
+	var restore string
+	if err := stbConn.QueryRow(ctx, "SHOW restore_command").Scan(&restore); err != nil ||
+		!strings.Contains(restore, "--repo1-path="+cluster.RepositoryPath(src)+" --stanza=src archive-get") {
+		t.Errorf("restore_command %q (%v), want archive-get from the source's repository", restore, err)
 	}
 
 	// A row written on the source appears on the standby.
