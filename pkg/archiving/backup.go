@@ -30,7 +30,8 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 		r.Done, r.Failed, r.Message = true, true, msg
 		return r
 	}
-	program, err := cluster.BackupProgram(run.ID, cluster.BackupRetention(pg, p.opts.Build), p.opts.Verify)
+	program, err := cluster.BackupProgram(run.ID, cluster.BackupRun{Retention: cluster.BackupRetention(pg, p.opts.Build),
+		Verify: p.opts.Verify, Drill: pg.Spec.Backup != nil && pg.Spec.Backup.RestoreDrill})
 	if err != nil {
 		return fail(err.Error())
 	}
@@ -69,6 +70,10 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 		}
 		ok, msg := verifyResult(b.Verify, labels)
 		r.Verification = &v1.BackupVerification{At: metav1.NewTime(now), Backup: run.ID, Succeeded: ok, Message: msg}
+	}
+	if b.Drill != "" {
+		r.Drill = drillResult(b.Drill)
+		r.Drill.At, r.Drill.Backup = metav1.NewTime(now), run.ID
 	}
 	return r
 }

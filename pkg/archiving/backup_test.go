@@ -121,3 +121,22 @@ func TestVerifyResult(t *testing.T) {
 		t.Error("a listed backup without its manifest: ok")
 	}
 }
+
+func TestDrillResult(t *testing.T) {
+	ok := drillResult("restored\ndrill ok restore 4 start 2\n")
+	if !ok.Succeeded || ok.RestoreSeconds != 4 || ok.StartSeconds != 2 || !strings.Contains(ok.Message, "restored in 4 s") {
+		t.Errorf("ok: %+v", ok)
+	}
+	failed := drillResult("ERROR: PostgreSQL did not start on the restored backup:\nFATAL:  could not map anonymous shared memory\ndrill failed restore 3\n")
+	if failed.Succeeded || failed.RestoreSeconds != 3 ||
+		failed.Message != "the restore drill failed: PostgreSQL did not start on the restored backup: FATAL: could not map anonymous shared memory" {
+		t.Errorf("failed: %+v", failed)
+	}
+	restore := drillResult("P00 ERROR: [075]: no backup set found to restore\ndrill failed\n")
+	if restore.Succeeded || restore.Message != "the restore drill failed: [075]: no backup set found to restore" {
+		t.Errorf("restore failed: %+v", restore)
+	}
+	if cut := drillResult("restored\n"); cut.Succeeded || cut.Message != "the restore drill did not finish" {
+		t.Errorf("cut short: %+v", cut)
+	}
+}

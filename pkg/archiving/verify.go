@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
 // What pgBackRest 2.45's verify writes with --output=text --verbose and
@@ -115,4 +117,39 @@ func walGaps(ranges []walRange) []string {
 		}
 	}
 	return gaps
+}
+
+// drillRE is the restore drill's last line (cluster.BackupProgram).
+var drillRE = regexp.MustCompile(`(?m)^drill (ok|failed)(?: restore (\d+))?(?: start (\d+))?$`)
+
+// drillResult reads what a restore drill wrote.
+func drillResult(out string) *v1.RestoreDrill {
+	d := &v1.RestoreDrill{}
+	m := drillRE.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		d.Message = "the restore drill did not finish"
+		return d
+	}
+	last := m[len(m)-1]
+	d.RestoreSeconds, _ = strconv.ParseInt(last[2], 10, 64)
+	d.StartSeconds, _ = strconv.ParseInt(last[3], 10, 64)
+	if last[1] == "ok" {
+		d.Succeeded = true
+		d.Message = fmt.Sprintf("the newest backup restored in %d s into a scratch directory; PostgreSQL consistent and accepting connections %d s later", d.RestoreSeconds, d.StartSeconds)
+		return d
+	}
+	var words []string
+	for _, line := range strings.Split(out, "\n") {
+		t := strings.Join(strings.Fields(line), " ")
+		if i := strings.Index(t, "ERROR: "); i >= 0 {
+			words = append(words, t[i+len("ERROR: "):])
+		} else if len(words) > 0 && t != "" && !drillRE.MatchString(t) && !strings.HasPrefix(t, "HINT:") {
+			words = append(words, t)
+		}
+	}
+	d.Message = "the restore drill failed: " + strings.Join(words, " ")
+	if len(d.Message) > 1024 {
+		d.Message = d.Message[:1024]
+	}
+	return d
 }

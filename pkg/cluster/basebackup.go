@@ -46,19 +46,34 @@ const (
 // (v1.BackupRunID); nothing else reaches the shell.
 var backupIDRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-(full|diff|incr)$`)
 
+// BackupRun is what a base backup run does besides the backup.
+type BackupRun struct {
+	// Retention is the repository's retention of full backups.
+	Retention v1.BackupRetention
+	// Verify: pgBackRest's verify of the whole repository (every file's
+	// checksum, and the WAL ranges) after a backup that succeeded.
+	Verify bool
+	// Drill: a restore drill after a backup that succeeded (see
+	// v1.Backup.RestoreDrill).
+	Drill bool
+}
+
+// drillPort names the restore drill's socket; it listens on no address.
+const drillPort = "54329"
+
 // BackupProgram is the shell command that starts the base backup run id
-// of type typ, detached, with retention r: what COPY ... TO PROGRAM runs
-// as the postgres user. It returns at once. A second start of the same ID
-// does nothing (ID.started is made once). After the backup, pgBackRest
-// expires what retention no longer keeps (backups and the WAL only they
-// needed); with verify, a backup that succeeded is followed by pgBackRest's
-// verify of the whole repository (every file's checksum, and the WAL
-// ranges); then the run lists the repository into info.json.
-func BackupProgram(id string, r v1.BackupRetention, verify bool) (string, error) {
+// of type typ, detached: what COPY ... TO PROGRAM runs as the postgres
+// user. It returns at once. A second start of the same ID does nothing
+// (ID.started is made once). After the backup, pgBackRest expires what
+// retention no longer keeps (backups and the WAL only they needed); then,
+// when it succeeded, come verify and the restore drill, as asked; then
+// the run lists the repository into info.json.
+func BackupProgram(id string, run BackupRun) (string, error) {
 	m := backupIDRE.FindStringSubmatch(id)
 	if m == nil {
 		return "", fmt.Errorf("backup run ID %q is not one of pgloop's", id)
 	}
+	r := run.Retention
 	retention := "--repo1-retention-full=" + strconv.Itoa(int(r.Full))
 	switch {
 	case r.FullDays > 0:
@@ -66,28 +81,52 @@ func BackupProgram(id string, r v1.BackupRetention, verify bool) (string, error)
 	case r.Full <= 0:
 		return "", fmt.Errorf("retention %+v keeps no backup", r)
 	}
+	io := " --io-timeout=" + strconv.Itoa(backupIOTimeout)
 	verifyStep := ""
-	if verify {
+	if run.Verify {
 		// Detail names each continuous range of WAL: two on one
 		// timeline are a gap, which 2.45's verify does not count as
 		// an error.
-		verifyStep = `[ $rc = 0 ] && { pgbackrest --output=text --verbose --log-level-console=detail --io-timeout=` +
-			strconv.Itoa(backupIOTimeout) + ` verify >"$d/` + id + `.verify" 2>&1; echo "exit $?" >>"$d/` + id + `.verify"; }`
+		verifyStep = `[ $rc = 0 ] && { pgbackrest --output=text --verbose --log-level-console=detail` + io +
+			` verify >"$d/` + id + `.verify" 2>&1; echo "exit $?" >>"$d/` + id + `.verify"; }
+`
 	}
-	script := `d="$PGBACKREST_SPOOL_PATH/backup"
+	drillStep := ""
+	if run.Drill {
+		// The newest backup restored to its end (immediate) into
+		// drill/, on the data volume; PostgreSQL started there without
+		// archiving, on a socket only, paused at the target (a hot
+		// standby that accepts connections once consistent): pg_ctl -w
+		// returns once it does. Then stopped and removed.
+		drillStep = `[ $rc = 0 ] && {
+r="$d/drill"; o="$d/` + id + `.drill"; rm -rf "$r"; mkdir -m 700 "$r"; t0=$(date +%s)
+if pgbackrest --pg1-path="$r" --type=immediate --target-action=pause --archive-mode=off` + io + ` restore >"$o" 2>&1; then
+t1=$(date +%s)
+if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=` + drillPort + ` -c unix_socket_directories=$r -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
+echo "drill ok restore $((t1-t0)) start $(($(date +%s)-t1))" >>"$o"
+else echo "ERROR: PostgreSQL did not start on the restored backup:" >>"$o"; tail -n 5 "$d/drill.log" >>"$o"; echo "drill failed restore $((t1-t0))" >>"$o"; fi
+"$b/pg_ctl" -D "$r" -m immediate stop >/dev/null 2>&1
+else echo "drill failed" >>"$o"; fi
+rm -rf "$r" "$d/drill.log"; }
+`
+	}
+	script := `d="$PGBACKREST_SPOOL_PATH/backup"; b="$1"
 mkdir -p "$d" && mkdir "$d/` + id + `.started" 2>/dev/null || exit 0
-for f in "$d"/*.started; do [ "$f" = "$d/` + id + `.started" ] || rm -rf "$f" "${f%.started}.log" "${f%.started}.verify" "${f%.started}.exit"; done
-pgbackrest --type=` + m[1] + ` --start-fast --io-timeout=` + strconv.Itoa(backupIOTimeout) + ` ` + retention + ` backup >"$d/` + id + `.log" 2>&1
+for f in "$d"/*.started; do [ "$f" = "$d/` + id + `.started" ] || rm -rf "$f" "${f%.started}.log" "${f%.started}.verify" "${f%.started}.drill" "${f%.started}.exit"; done
+pgbackrest --type=` + m[1] + ` --start-fast` + io + ` ` + retention + ` backup >"$d/` + id + `.log" 2>&1
 rc=$?
-` + verifyStep + `
-pgbackrest --output=json --log-level-console=off --log-level-stderr=off info >"$d/info.tmp" 2>/dev/null && mv -f "$d/info.tmp" "$d/info.json"
+` + verifyStep + drillStep + `pgbackrest --output=json --log-level-console=off --log-level-stderr=off info >"$d/info.tmp" 2>/dev/null && mv -f "$d/info.tmp" "$d/info.json"
 echo $rc >"$d/` + id + `.exit"
 `
 	// The script travels base64-encoded: no quoting of the shell's or
-	// SQL's can break it.
+	// SQL's can break it. Its argument is the directory of the server's
+	// binaries, that of the backend that runs COPY (pg_ctl for the
+	// drill).
 	enc := base64.StdEncoding.EncodeToString([]byte(script))
-	return `mkdir -p "$PGBACKREST_SPOOL_PATH" && echo ` + enc + ` | base64 -d >"$PGBACKREST_SPOOL_PATH/backup.sh" && ` +
-		`setsid sh "$PGBACKREST_SPOOL_PATH/backup.sh" </dev/null >/dev/null 2>&1 &`, nil
+	// The directory is read before the statement returns: the backend
+	// may be gone by the time a background job would read it.
+	return `b="$(dirname "$(readlink /proc/$PPID/exe)")"; mkdir -p "$PGBACKREST_SPOOL_PATH" && echo ` + enc +
+		` | base64 -d >"$PGBACKREST_SPOOL_PATH/backup.sh" && { setsid sh "$PGBACKREST_SPOOL_PATH/backup.sh" "$b" </dev/null >/dev/null 2>&1 & }`, nil
 }
 
 // BackupSchedules are the cluster's schedules of full and differential

@@ -33,20 +33,35 @@ echo "$*" >>"` + dir + `/calls"
 case "$*" in
 *backup) sleep 0.3; [ -n "$FAIL" ] && { echo "ERROR: [049]: unable to load info file"; exit 49; }; echo "WARN: a warning"; exit 0;;
 *verify) echo "status: ok";;
+*restore) echo restored;;
 *info) echo '[{"backup":[]}]';;
 esac
 `
 	if err := os.WriteFile(filepath.Join(bin, "pgbackrest"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The program finds pg_ctl beside the server that runs it: here a
+	// copy of sh named postgres, in bin, with a stand-in pg_ctl.
+	shell, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(shell); err != nil || os.WriteFile(filepath.Join(bin, "postgres"), data, 0o755) != nil {
+		t.Fatal(err)
+	}
+	pgctl := "#!/bin/sh\necho \"pg_ctl $*\" >>\"" + dir + "/calls\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "pg_ctl"), []byte(pgctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
 		t.Helper()
-		program, err := BackupProgram(id, r, true)
+		program, err := BackupProgram(id, BackupRun{Retention: r, Verify: true, Drill: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("sh", "-c", program)
-		cmd.Env = append([]string{"PATH=" + bin + ":" + os.Getenv("PATH"), "PGBACKREST_SPOOL_PATH=" + spool}, env...)
+		// As PostgreSQL's popen: sh -c, its parent the server.
+		cmd := exec.Command(filepath.Join(bin, "postgres"), "-c", `sh -c "$P"; true`)
+		cmd.Env = append([]string{"P=" + program, "PATH=" + bin + ":" + os.Getenv("PATH"), "PGBACKREST_SPOOL_PATH=" + spool}, env...)
 		began := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%v: %s", err, out)
@@ -84,7 +99,20 @@ esac
 	if n := strings.Count(string(calls), " verify\n"); n != 1 {
 		t.Errorf("pgbackrest verify ran %d times, want 1 (after the backup that succeeded):\n%s", n, calls)
 	}
-	for _, f := range []string{id + ".log", id + ".verify", "info.json", id + ".started"} {
+	drill, _ := os.ReadFile(filepath.Join(spool, "backup", id+".drill"))
+	if !strings.Contains(string(drill), "drill ok restore ") {
+		t.Errorf("drill:\n%s", drill)
+	}
+	for _, want := range []string{"--type=immediate --target-action=pause --archive-mode=off --io-timeout=30 restore",
+		"pg_ctl -D " + spool + "/backup/drill -w -t 3600", "pg_ctl -D " + spool + "/backup/drill -m immediate stop"} {
+		if !strings.Contains(string(calls), want) {
+			t.Errorf("no %q in the calls:\n%s", want, calls)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(spool, "backup", "drill")); !os.IsNotExist(err) {
+		t.Errorf("the drill's directory is still there: %v", err)
+	}
+	for _, f := range []string{id + ".log", id + ".verify", id + ".drill", "info.json", id + ".started"} {
 		if _, err := os.Stat(filepath.Join(spool, "backup", f)); err != nil {
 			t.Error(err)
 		}
@@ -111,11 +139,11 @@ esac
 	}
 
 	for _, bad := range []string{"", "x; rm -rf /", "20261203-091500-full'", "20261203-091500-other"} {
-		if _, err := BackupProgram(bad, v1.BackupRetention{Full: 1}, false); err == nil {
+		if _, err := BackupProgram(bad, BackupRun{Retention: v1.BackupRetention{Full: 1}}); err == nil {
 			t.Errorf("BackupProgram(%q): no error", bad)
 		}
 	}
-	if _, err := BackupProgram(id, v1.BackupRetention{}, false); err == nil {
+	if _, err := BackupProgram(id, BackupRun{}); err == nil {
 		t.Error("a retention that keeps nothing: no error")
 	}
 }

@@ -55,6 +55,9 @@ const DefaultArchivingImage = "ghcr.io/pgloop/spilo-pgbackrest-17:4.0-p2"
 // hourly run also remakes a stanza whose files were deleted); a marker in
 // the spool, named after the repository, records it. Its error goes to
 // the spool's stanza-create.error, where pkg/archiving reads the words.
+// Only the first must succeed: an hourly check that fails (a backup that
+// runs holds the stanza's lock: [050]) pushes anyway, and checks again at
+// the next push, or the backup would wait in vain for its own WAL.
 // io-timeout is 3 s for these commands only (pgBackRest's default is 60
 // s): pgBackRest retries a refused connection about 8 times io-timeout, so
 // an unreachable bucket is a failure, with pgBackRest's words in the
@@ -64,8 +67,8 @@ func ArchiveCommand(pg *v1.Postgresql, repo *v1.BackupS3) string {
 	marker := "stanza-" + hex.EncodeToString(sum[:6])
 	return `s="$PGBACKREST_SPOOL_PATH"; m="$s/` + marker + `"; ` +
 		`if [ -z "$(find "$m" -mmin -60 2>/dev/null)" ]; then ` +
-		`mkdir -p "$s" && pgbackrest --io-timeout=3 stanza-create 2>"$s/` + StanzaCreateError + `" || exit 1; ` +
-		`rm -f "$s/` + StanzaCreateError + `"; : >"$m"; fi; ` +
+		`mkdir -p "$s" && pgbackrest --io-timeout=3 stanza-create 2>"$s/` + StanzaCreateError + `" && ` +
+		`{ rm -f "$s/` + StanzaCreateError + `"; : >"$m"; } || [ -e "$m" ] || exit 1; fi; ` +
 		`exec pgbackrest --io-timeout=3 archive-push "%p"`
 }
 

@@ -29,6 +29,7 @@ const (
 	ReasonBackupFailed    = "BackupFailed"
 	ReasonBackupStarted   = "BackupStarted"
 	ReasonVerifyFailed    = "BackupVerifyFailed"
+	ReasonDrillFailed     = "RestoreDrillFailed"
 	BackupScheduled       = "Scheduled"
 	BackupRequested       = "Requested"
 	BackupFirst           = "First"
@@ -121,6 +122,13 @@ func (m *Machine) backupEnded(b *v1.BackupStatus, rep *v1.BackupReport) {
 	if rep.Backups != nil {
 		listBackups(b, rep.Backups)
 	}
+	if d := rep.Drill; d != nil {
+		b.LastRestoreDrill = d
+		if !d.Succeeded {
+			c.records = append(c.records, Record{Warning: true, Reason: ReasonDrillFailed,
+				Message: "the restore drill after backup " + r.ID + " failed: " + d.Message})
+		}
+	}
 	if v := rep.Verification; v != nil {
 		b.LastVerification = v
 		if !v.Succeeded {
@@ -198,6 +206,7 @@ func backupEqual(a, b *v1.BackupStatus) bool {
 	if a.Request != b.Request || a.BackupCount != b.BackupCount || len(a.Backups) != len(b.Backups) ||
 		!sameRun(a.Running, b.Running) || !sameScheduled(a.NextScheduled, b.NextScheduled) ||
 		a.LastFailure != b.LastFailure || a.LastBackup != b.LastBackup || a.LastVerification != b.LastVerification ||
+		a.LastRestoreDrill != b.LastRestoreDrill ||
 		a.Repository != b.Repository || a.Archiving != b.Archiving {
 		return false
 	}

@@ -20,6 +20,9 @@ type BackupRun struct {
 	// Verify is what pgBackRest's verify said after the backup (the end
 	// of ID.verify), empty when it did not run.
 	Verify string
+	// Drill is what the restore drill after the backup said (ID.drill),
+	// empty when none ran.
+	Drill string
 	// Info is the repository's listing the run wrote after it ended
 	// (pgBackRest's info --output=json); nil before.
 	Info []byte
@@ -33,7 +36,9 @@ const backupRunQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true
 		FROM pg_stat_file($1 || '/' || $2 || '.log', true) s WHERE s.size IS NOT NULL),
 	pg_read_file($1 || '/info.json', 0, 1048576, true),
 	(SELECT pg_read_file($1 || '/' || $2 || '.verify', greatest(s.size - 65536, 0), 65536, true)
-		FROM pg_stat_file($1 || '/' || $2 || '.verify', true) s WHERE s.size IS NOT NULL)`
+		FROM pg_stat_file($1 || '/' || $2 || '.verify', true) s WHERE s.size IS NOT NULL),
+	(SELECT pg_read_file($1 || '/' || $2 || '.drill', greatest(s.size - 8192, 0), 8192, true)
+		FROM pg_stat_file($1 || '/' || $2 || '.drill', true) s WHERE s.size IS NOT NULL)`
 
 // BaseBackup reads how the run id goes in dir (relative to the data
 // directory) on ep, and when it has not started there and program is not
@@ -54,9 +59,9 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 	dir = path.Clean(path.Join(dataDir, dir))
 	read := func() (*BackupRun, error) {
 		var r BackupRun
-		var exit, log, verify *string
+		var exit, log, verify, drill *string
 		var info []byte
-		if _, err := s.queryRow(ctx, backupRunQuery, []any{dir, id}, &r.Started, &exit, &log, &info, &verify); err != nil {
+		if _, err := s.queryRow(ctx, backupRunQuery, []any{dir, id}, &r.Started, &exit, &log, &info, &verify, &drill); err != nil {
 			return nil, fmt.Errorf("%s: read backup %s in %s: %w", ep, id, dir, err)
 		}
 		r.Exit = -1
@@ -70,6 +75,9 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		}
 		if verify != nil && r.Exit >= 0 {
 			r.Verify = *verify
+		}
+		if drill != nil && r.Exit >= 0 {
+			r.Drill = *drill
 		}
 		if r.Exit >= 0 && len(info) > 0 {
 			r.Info = info

@@ -309,6 +309,13 @@ func baseBackups(t *table, b *v1.BackupStatus, c *metav1.Condition, now time.Tim
 		}
 		t.add("Verified:", fmt.Sprintf("%s after %s, %s ago: %s", verdict, v.Backup, age(v.At.Time, now), v.Message))
 	}
+	if d := b.LastRestoreDrill; d != nil {
+		verdict := "restored and started"
+		if !d.Succeeded {
+			verdict = "FAILED"
+		}
+		t.add("Restore drill:", fmt.Sprintf("%s after %s, %s ago: %s", verdict, d.Backup, age(d.At.Time, now), d.Message))
+	}
 	if b.BackupCount > 0 {
 		held := fmt.Sprintf("%d base backups", b.BackupCount)
 		if p := b.FirstRecoverabilityPoint; p != nil {

@@ -52,7 +52,7 @@ func TestBaseBackups(t *testing.T) {
 	began := time.Now()
 	env.CreateCluster(t, ns, "bk", 1, OnProcessNode, func(pg *v1.Postgresql) {
 		pg.Spec.DockerImage = cluster.DefaultArchivingImage
-		pg.Spec.Backup = &v1.Backup{Retention: &v1.BackupRetention{Full: 2}}
+		pg.Spec.Backup = &v1.Backup{Retention: &v1.BackupRetention{Full: 2}, RestoreDrill: true}
 	})
 	pg := env.MustState(ctx, t, ns, "bk", fsm.Running)
 	conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
@@ -64,6 +64,11 @@ func TestBaseBackups(t *testing.T) {
 	first := backedUp(ctx, t, ns, "bk", 1, "")
 	t.Logf("first backup %s (%s) recorded %v after the create: %s", first.Status.Backup.LastBackup.Label,
 		fsm.BackupFirst, time.Since(began).Round(time.Millisecond), describeBackups(first))
+	if d := first.Status.Backup.LastRestoreDrill; d == nil || !d.Succeeded {
+		t.Errorf("status.backup.lastRestoreDrill %+v: want the first backup restored and started", d)
+	} else {
+		t.Logf("restore drill: %s", d.Message)
+	}
 	if c := meta.FindStatusCondition(first.Status.Conditions, v1.ConditionLastBackupSucceeded); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("LastBackupSucceeded %+v, want True", c)
 	}

@@ -46,6 +46,14 @@ type Backup struct {
 	// unless set).
 	// +optional
 	Retention *BackupRetention `json:"retention,omitempty"`
+	// RestoreDrill, when true, restores each new backup into a scratch
+	// directory on the primary's data volume after it is taken, starts
+	// PostgreSQL there until it is consistent and accepts connections,
+	// then removes it: status.backup.lastRestoreDrill says how it went
+	// and how long it took. It needs free space on the data volume as
+	// large as the database, and CPU and I/O of the primary's pod.
+	// +optional
+	RestoreDrill bool `json:"restoreDrill,omitempty"`
 }
 
 // BackupRetention is pgBackRest's retention of full backups: by count or by

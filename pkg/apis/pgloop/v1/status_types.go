@@ -191,6 +191,29 @@ type BackupStatus struct {
 	// files and the WAL, with any gap in it.
 	// +optional
 	LastVerification *BackupVerification `json:"lastVerification,omitempty"`
+	// LastRestoreDrill is how the last restore drill went
+	// (spec.backup.restoreDrill).
+	// +optional
+	LastRestoreDrill *RestoreDrill `json:"lastRestoreDrill,omitempty"`
+}
+
+// RestoreDrill is a backup restored into a scratch directory and started
+// there, then removed.
+type RestoreDrill struct {
+	// At is when pgloop read it; Backup the backup run it followed.
+	At     metav1.Time `json:"at"`
+	Backup string      `json:"backup"`
+	// Succeeded says PostgreSQL restored from the backup reached a
+	// consistent state and accepted connections.
+	Succeeded bool `json:"succeeded"`
+	// RestoreSeconds is how long pgBackRest's restore took,
+	// StartSeconds how long PostgreSQL then took to accept connections.
+	// +optional
+	RestoreSeconds int64 `json:"restoreSeconds,omitempty"`
+	// +optional
+	StartSeconds int64 `json:"startSeconds,omitempty"`
+	// Message says what was checked, or what failed in the tools' words.
+	Message string `json:"message"`
 }
 
 // BackupVerification is a verification of the repository.
@@ -474,4 +497,7 @@ type BackupReport struct {
 	// Verification is what verify found after the backup, nil when it
 	// did not run.
 	Verification *BackupVerification `json:"verification,omitempty"`
+	// Drill is how the restore drill after the backup went, nil when
+	// none ran.
+	Drill *RestoreDrill `json:"drill,omitempty"`
 }
