@@ -91,16 +91,18 @@ func RestoreTarget(pg *v1.Postgresql) string {
 //   - --target-action=promote: at the target the server ends recovery and
 //     starts a new timeline, which Patroni waits for before it finishes
 //     the bootstrap.
-//   - --delta: a retry after a restore that failed half-way (Patroni runs
-//     the method again) reuses the files already there; pgBackRest
-//     ignores it on a directory that holds no PostgreSQL data.
+//
+// No --delta: after a failed bootstrap Patroni moves the data directory
+// aside (to pgdata.failed, replacing the one of the attempt before) and
+// exits, and the next attempt restores into an empty directory, where
+// --delta only adds a warning.
 func RestoreCommand(pg *v1.Postgresql) string {
 	target := RestoreTarget(pg)
 	if target == "" {
 		return ""
 	}
 	return "pgbackrest --stanza=" + SourceStanza(pg) + " --repo1-path=" + SourceRepositoryPath(pg) +
-		" restore --type=time " + strconv.Quote("--target="+target) + " --target-action=promote --delta"
+		" restore --type=time " + strconv.Quote("--target="+target) + " --target-action=promote"
 }
 
 // RestoreBlocked says why a clone cannot restore: it has no repository to

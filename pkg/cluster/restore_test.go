@@ -41,7 +41,7 @@ func TestRestore(t *testing.T) {
 
 	t.Run("the command", func(t *testing.T) {
 		pg := newClone()
-		want := `pgbackrest --stanza=acid-source --repo1-path=/pgloop/prod/acid-source/uid-source restore --type=time "--target=2017-12-19 11:40:33+00" --target-action=promote --delta`
+		want := `pgbackrest --stanza=acid-source --repo1-path=/pgloop/prod/acid-source/uid-source restore --type=time "--target=2017-12-19 11:40:33+00" --target-action=promote`
 		if got := RestoreCommand(pg); got != want {
 			t.Errorf("RestoreCommand =\n%s\nwant\n%s", got, want)
 		}
