@@ -90,6 +90,11 @@ func TestKubeletClone(t *testing.T) {
 	// backup, which holds the stanza's lock.
 	archiveOne(ctx, t, src, "source")
 	step("source archived its first segment")
+	var beforeBackup time.Time
+	if err := src.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&beforeBackup); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(beforeBackup.Truncate(time.Second).Add(time.Second)))
 	// As pgloop's base backups will start it: in the PostgreSQL
 	// container, with the environment archive_command has.
 	if _, err := src.Exec(ctx, `COPY (SELECT 1) TO PROGRAM 'pgbackrest --start-fast backup --type=full >"$PGBACKREST_SPOOL_PATH/backup.log" 2>&1'`); err != nil {
@@ -179,6 +184,50 @@ func TestKubeletClone(t *testing.T) {
 			t.Errorf("postgresql.auto.conf still has %s after the bootstrap:\n%s", setting, auto)
 		}
 	}
+
+	// A clone to a time before the source's first backup: pgBackRest
+	// finds nothing to restore, Patroni's bootstrap fails (it exits, and
+	// is started again), the pod never becomes Ready, and pgBackRest's
+	// words are in Patroni's log, the container's.
+	early := newCluster(plane.Namespace(t), "early", "9c3d1e2f-4a5b-4c6d-8e7f-0a1b2c3d4e5f", 1)
+	early.Spec.Clone = &v1.CloneSpec{Cluster: source.Name, Namespace: source.Namespace, UID: string(source.UID),
+		Timestamp: beforeBackup.Truncate(time.Second).Format(time.RFC3339)}
+	began = time.Now()
+	createClusterFrom(ctx, t, cs, early, cluster.Options{}, nil)
+	earlyPod, err := testbed.WaitForPod(ctx, cs, early.Namespace, cluster.PodName(early.Name, 0), func(p *corev1.Pod) (bool, error) {
+		return p.UID != "" && containerStatus(p) != nil, nil
+	})
+	if err != nil {
+		t.Fatal(k.failure(err))
+	}
+	const noBackup = "ERROR: [075]: unable to find backup set with stop time less than"
+	var said string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		log, _ := os.ReadFile(filepath.Join(k.root, "pods", string(earlyPod.UID), "patroni.log"))
+		if i := strings.Index(string(log), noBackup); i >= 0 {
+			said, _, _ = strings.Cut(string(log[i:]), "\n")
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: pgBackRest's %q not in Patroni's log within a minute:\n%s", earlyPod.Name, noBackup, log)
+		}
+	}
+	step("clone to %s, before the first backup: Patroni's log says %q %v after it was created", early.Spec.Clone.Timestamp, said, time.Since(began).Round(100*time.Millisecond))
+	time.Sleep(5 * time.Second)
+	earlyPod, err = cs.CoreV1().Pods(early.Namespace).Get(ctx, earlyPod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ready, _ := testbed.PodReady(earlyPod); ready {
+		t.Errorf("%s is Ready with nothing restored", earlyPod.Name)
+	}
+	if cs := containerStatus(earlyPod); cs != nil {
+		step("%s: ready %v, restarts %d, state %+v", earlyPod.Name, cs.Ready, cs.RestartCount, cs.State)
+	}
+	if log, _ := os.ReadFile(filepath.Join(k.root, "pods", string(earlyPod.UID), "patroni.log")); strings.Contains(string(log), "initialized a new cluster") {
+		t.Errorf("%s: Patroni initialized a cluster after the restore failed:\n%s", earlyPod.Name, log)
+	}
+
 	src.Close(ctx)
 	dst.Close(ctx)
 	rep.Close(ctx)
