@@ -38,7 +38,10 @@ func TestCloneToTime(t *testing.T) {
 	env.StartOperator(t, "clone", []string{src, dst},
 		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
 		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s")
+		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s",
+		// A clone that cannot restore reaches its creation deadline
+		// within the test (the others are Running in seconds).
+		"--create-timeout=60s")
 	ctx := Context(t, 10*time.Minute)
 	ca, err := os.ReadFile(store.CAFile)
 	if err != nil {
@@ -159,6 +162,17 @@ func TestCloneToTime(t *testing.T) {
 	log, _ := os.ReadFile(PodDir(env.ProcessNode(t), pod) + "/patroni.log")
 	if !strings.Contains(string(log), "ERROR: [075]: unable to find backup set with stop time less than") {
 		t.Errorf("%s: pgBackRest's [075] not in Patroni's log:\n%s", pod.Name, lastLinesOf(string(log), 30))
+	}
+	// At the creation deadline.
+	early, err = env.WaitCluster(ctx, dst, "orders-early", "out of Creating", func(pg *v1.Postgresql) bool {
+		return pg.Status.State != fsm.Creating
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clone to a time before the first backup, %v after it was created: %s", time.Since(began).Round(time.Second), Summary(early))
+	if early.Status.State == fsm.Running {
+		t.Errorf("a clone with nothing to restore is Running: %s", Summary(early))
 	}
 }
 
