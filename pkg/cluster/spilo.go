@@ -84,6 +84,10 @@ type spiloBootstrap struct {
 	// (Spilo's merge replaces lists), so it repeats Spilo's defaults that
 	// the spec does not override.
 	InitDB []any `json:"initdb,omitempty"`
+	// Method is a clone's custom bootstrap method (restore.go): Patroni
+	// runs Restore instead of initdb on the first member.
+	Method  string         `json:"method,omitempty"`
+	Restore *restoreMethod `json:"pgloop_restore,omitempty"`
 }
 
 // spiloInitDB are the initdb options of Spilo's template, in its order:
@@ -168,6 +172,9 @@ func spiloConfigurationJSON(pg *v1.Postgresql, opts Options, bootstrap bool) str
 		cfg.Bootstrap = &spiloBootstrap{DCS: withoutNil(Dynamic(pg).Settings)}
 		if p := pg.Spec.Patroni; p != nil && len(p.InitDB) > 0 {
 			cfg.Bootstrap.InitDB = initdbOptions(p.InitDB)
+		}
+		if m := restoreBootstrap(pg, opts); m != nil {
+			cfg.Bootstrap.Method, cfg.Bootstrap.Restore = RestoreMethod, m
 		}
 	}
 	if local.Parameters != nil || local.PgHba != nil {

@@ -266,6 +266,10 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 			}
 		}
 	}
+	if clone, ok := out["clone"].(map[string]any); ok {
+		c.changed = append(c.changed, fmt.Sprintf("spec.clone: restored with pgBackRest from the repository at /pgloop/<namespace>/%v/<uid> (the clone's spec.backup.s3, else the operator's), "+
+			"so the source must be a pgloop cluster that archived there, and clone.uid its metadata.uid; a zalando source's WAL-G backups cannot be read (docs/migrating.md)", clone["cluster"]))
+	}
 	return out
 }
 

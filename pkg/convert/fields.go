@@ -32,7 +32,6 @@ var zalandoFields = map[string]string{
 	"usersIgnoringSecretRotation":      "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithSecretRotation":          "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
 	"usersWithInPlaceSecretRotation":   "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
-	"clone":                            "pgloop does not clone clusters yet",
 	"tls":                              "pgloop does not configure custom TLS certificates yet",
 	"additionalVolumes":                "pgloop does not mount additional volumes yet",
 	"env":                              "pgloop does not pass extra environment variables to Spilo yet",
@@ -60,6 +59,21 @@ var zalandoFields = map[string]string{
 	"connectionPooler.resources.requests.hugepages-1Gi": "pgloop does not request huge pages yet",
 	"connectionPooler.resources.limits.hugepages-2Mi":   "pgloop does not request huge pages yet",
 	"connectionPooler.resources.limits.hugepages-1Gi":   "pgloop does not request huge pages yet",
+}
+
+// cloneS3Reason is why convert drops clone's s3_* fields.
+const cloneS3Reason = "pgloop restores a clone from a pgBackRest repository (the clone's spec.backup.s3, else the operator's) at the source's path; WAL-G archives cannot be read by pgBackRest (docs/migrating.md, Move the data)"
+
+// refusedFields are zalando fields pgloop's type has only so that its
+// validation refuses them with a reason (a zalando manifest applied as it
+// is gets that error): convert drops them, with the same reason. Keys as
+// in zalandoFields.
+var refusedFields = map[string]string{
+	"clone.s3_wal_path":          cloneS3Reason,
+	"clone.s3_endpoint":          cloneS3Reason,
+	"clone.s3_access_key_id":     cloneS3Reason,
+	"clone.s3_secret_access_key": cloneS3Reason,
+	"clone.s3_force_path_style":  cloneS3Reason,
 }
 
 // unknownFieldReason is the reason for a spec field neither pgloop nor the
@@ -117,6 +131,10 @@ func (c *Conversion) prune(path, key string, v any, t reflect.Type) any {
 		fields := jsonFields(t)
 		out := map[string]any{}
 		for _, k := range sortedKeys(m) {
+			if reason, refused := refusedFields[join(k)]; refused {
+				c.drop(path+"."+k, reason)
+				continue
+			}
 			ft, ok := fields[k]
 			if !ok {
 				reason, known := zalandoFields[join(k)]
@@ -214,10 +232,17 @@ func pgloopHas(key string) bool {
 func unsupportedFieldsMarkdown() string {
 	var b strings.Builder
 	b.WriteString("| zalando field | why `pgloop convert` drops it |\n|---|---|\n")
-	for _, k := range sortedKeys(zalandoFields) {
+	reasons := map[string]string{}
+	for k, r := range zalandoFields {
 		if !pgloopHas(k) {
-			fmt.Fprintf(&b, "| `spec.%s` | %s |\n", k, zalandoFields[k])
+			reasons[k] = r
 		}
+	}
+	for k, r := range refusedFields {
+		reasons[k] = r
+	}
+	for _, k := range sortedKeys(reasons) {
+		fmt.Fprintf(&b, "| `spec.%s` | %s |\n", k, reasons[k])
 	}
 	return b.String()
 }

@@ -13,9 +13,20 @@ func TestZalandoFieldsUnsupported(t *testing.T) {
 	}
 }
 
+// TestRefusedFields: a field convert drops because pgloop's validation
+// refuses it must be one pgloop's type has (else zalandoFields is its
+// place).
+func TestRefusedFields(t *testing.T) {
+	for key := range refusedFields {
+		if !pgloopHas(key) {
+			t.Errorf("refusedFields[%q]: pgloop's type does not have it; its reason belongs in zalandoFields", key)
+		}
+	}
+}
+
 func TestPgloopHas(t *testing.T) {
 	for key, want := range map[string]bool{
-		"teamId": true, "volume.size": true, "volume.iops": false, "patroni.pg_hba": true, "clone": false,
+		"teamId": true, "volume.size": true, "volume.iops": false, "patroni.pg_hba": true, "clone": true, "clone.timestamp": true, "clone.s3_wal_path": true,
 		"resources.requests.cpu": true, "resources.requests.hugepages-2Mi": false, "users.*": true,
 		"connectionPooler.resources.limits.memory": true, "teamId.x": false,
 	} {

@@ -82,10 +82,17 @@ type runner struct {
 	cred *syscall.Credential
 	dir  string
 	env  []string
+	// stanza is the stanza on the command line; "" means the constant
+	// stanza.
+	stanza string
 }
 
 func (r runner) run(ctx context.Context, extra []string, args ...string) (stdout, all string, took time.Duration, err error) {
-	cmd := exec.CommandContext(ctx, pgBackRest, append([]string{"--stanza=" + stanza}, args...)...)
+	name := r.stanza
+	if name == "" {
+		name = stanza
+	}
+	cmd := exec.CommandContext(ctx, pgBackRest, append([]string{"--stanza=" + name}, args...)...)
 	cmd.Env = append(append(append([]string{}, baseEnv...), r.env...), extra...)
 	cmd.Dir = r.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.cred}
@@ -158,8 +165,12 @@ func (r runner) info(ctx context.Context, t *testing.T) stanzaInfo {
 	if err := json.Unmarshal([]byte(out), &infos); err != nil {
 		t.Fatalf("info --output=json: %v\n%s", err, out)
 	}
-	if len(infos) != 1 || infos[0].Name != stanza {
-		t.Fatalf("info --output=json: want stanza %s alone, got %s", stanza, out)
+	want := r.stanza
+	if want == "" {
+		want = stanza
+	}
+	if len(infos) != 1 || infos[0].Name != want {
+		t.Fatalf("info --output=json: want stanza %s alone, got %s", want, out)
 	}
 	return infos[0]
 }

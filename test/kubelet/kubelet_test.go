@@ -483,7 +483,15 @@ func createCluster(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 // createClusterWith is createCluster with that many instances, and edit,
 // when not nil, applied to the StatefulSet before it is created.
 func createClusterWith(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string, instances int32, edit func(*appsv1.StatefulSet)) *v1.Postgresql {
-	pg := pgtest.Cluster(ns, clusterNm, instances)
+	pg := planeCluster(ns, clusterNm, instances)
+	createClusterFrom(ctx, t, cs, pg, cluster.Options{}, edit)
+	return pg
+}
+
+// planeCluster is a cluster this plane can run: PostgreSQL 15, short
+// Patroni timings, its pods on the test's node.
+func planeCluster(ns, name string, instances int32) *v1.Postgresql {
+	pg := pgtest.Cluster(ns, name, instances)
 	pg.Spec.PostgreSQL.Version = "15" // the binaries installed here
 	// The shortest valid timings: a failover within ttl (20 s), not 30.
 	pg.Spec.Patroni = &v1.Patroni{TTL: 20, LoopWait: 2, RetryTimeout: 5}
@@ -493,6 +501,15 @@ func createClusterWith(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{nodeName},
 		}}}},
 	}}
+	return pg
+}
+
+// createClusterFrom creates pg's ServiceAccount, RBAC, Secrets and
+// StatefulSet (built with opts, then edit when not nil) as pgloop would,
+// without the Postgresql object.
+func createClusterFrom(ctx context.Context, t *testing.T, cs kubernetes.Interface, pg *v1.Postgresql, opts cluster.Options, edit func(*appsv1.StatefulSet)) {
+	t.Helper()
+	ns := pg.Namespace
 	secrets, err := cluster.Secrets(pg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -521,7 +538,7 @@ func createClusterWith(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 			t.Fatal(err)
 		}
 	}
-	sts := cluster.StatefulSet(pg, cluster.Options{})
+	sts := cluster.StatefulSet(pg, opts)
 	sts.OwnerReferences = nil
 	if edit != nil {
 		edit(sts)
@@ -529,7 +546,6 @@ func createClusterWith(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 	if _, err := cs.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return pg
 }
 
 // waitLeader waits until Patroni's <scope>-leader ConfigMap names a member

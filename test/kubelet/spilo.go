@@ -1100,7 +1100,27 @@ func translateToHost(cfg map[string]any, h Host) error {
 		}
 	}
 
-	// 4. What has no meaning here.
+	// 4. A custom bootstrap method (a clone's restore) is kept: Patroni
+	// runs its command here as in the container, without a shell, in
+	// the environment it passes on (PGBACKREST_* translated). Its
+	// arguments are not translated: one naming a path of the container's
+	// volumes would act on the host's own directory, so it is an error.
+	if method, _ := boot["method"].(string); method != "" && method != "initdb" {
+		if m, ok := boot[method].(map[string]any); ok {
+			command, _ := m["command"].(string)
+			for _, arg := range strings.Fields(command) {
+				arg = strings.Trim(arg, `"'`)
+				if _, v, ok := strings.Cut(arg, "="); ok {
+					arg = v
+				}
+				if _, err := hostPath(h.Mounts, arg); err == nil {
+					return fmt.Errorf("bootstrap.%s.command names %s, a path of the container's volumes, which this kubelet does not translate in commands (give it through the environment)", method, arg)
+				}
+			}
+		}
+	}
+
+	// 5. What has no meaning here.
 	delete(boot, "post_init")
 	delete(pg, "callbacks")
 	delete(pg, "recovery_conf")
@@ -1172,7 +1192,7 @@ func translateToHost(cfg map[string]any, h Host) error {
 		}
 	}
 
-	// 5. What --validate-config of Patroni 3.0.2 insists on; Patroni uses
+	// 6. What --validate-config of Patroni 3.0.2 insists on; Patroni uses
 	// the superuser for pg_rewind when no rewind user is given, and
 	// ignores bootstrap.pg_hba when postgresql.pg_hba is set.
 	auth, err := section(pg, "authentication")

@@ -494,9 +494,26 @@ func TestPatroniConfigValidates(t *testing.T) {
 	requireBinDir(t)
 	const python, patroni = "/usr/bin/python3", "/usr/bin/patroni"
 	requireInstalled(t, python, patroni)
-	for _, name := range []string{"minimal", "full"} {
+	for _, name := range []string{"minimal", "full", "clone"} {
 		t.Run(name, func(t *testing.T) {
-			pod, env := operatorEnv(t, loadSpiloSample(t, name))
+			var pg *v1.Postgresql
+			if name == "clone" {
+				// The minimal sample as a clone to a time: Patroni's
+				// custom bootstrap method.
+				pg = loadSpiloSample(t, "minimal")
+				pg.Spec.DockerImage = cluster.DefaultArchivingImage
+				pg.Spec.Backup = &v1.Backup{S3: &v1.BackupS3{Endpoint: "127.0.0.1:8333", Bucket: "pgloop", SecretName: "s3"}}
+				pg.Spec.Clone = &v1.CloneSpec{Cluster: "src", UID: "uid", Timestamp: "2017-12-19T12:40:33+01:00"}
+			} else {
+				pg = loadSpiloSample(t, name)
+			}
+			pod, lookup := operatorPod(pg)
+			lookup.(fakeEnvLookup).secrets[pg.Namespace+"/s3"] = map[string]string{
+				v1.BackupAccessKeyIDKey: "key", v1.BackupSecretAccessKeyKey: "secret"}
+			env, err := ResolveEnv(pod, &pod.Spec.Containers[0], testPodIP, lookup)
+			if err != nil {
+				t.Fatal(err)
+			}
 			h := testHost()
 			dir := t.TempDir()
 			h.Mounts[cluster.DataMountPath] = filepath.Join(dir, "pgdata")
@@ -710,6 +727,24 @@ func TestPatroniConfigCases(t *testing.T) {
 			wantErr: `restapi.connect_address "0.0.0.0:8008" is not an address`,
 		},
 		{name: "no context", host: func(h *Host) { h.KubeContext = "" }, wantErr: "context"},
+		{
+			name: "a clone's restore method kept",
+			env: map[string]string{"SPILO_CONFIGURATION": `{"bootstrap":{"method":"pgloop_restore","pgloop_restore":` +
+				`{"command":"pgbackrest --stanza=src --repo1-path=/pgloop/db/src/uid restore --type=time \"--target=2017-12-19 11:40:33+00\"",` +
+				`"keep_existing_recovery_conf":true,"no_params":true}}}`},
+			want: []expect{
+				{p("bootstrap", "method"), "pgloop_restore"},
+				{p("bootstrap", "pgloop_restore", "command"), `pgbackrest --stanza=src --repo1-path=/pgloop/db/src/uid restore --type=time "--target=2017-12-19 11:40:33+00"`},
+				{p("bootstrap", "pgloop_restore", "keep_existing_recovery_conf"), true},
+				{p("bootstrap", "pgloop_restore", "no_params"), true},
+			},
+		},
+		{
+			name: "a bootstrap command naming a container path",
+			env: map[string]string{"SPILO_CONFIGURATION": `{"bootstrap":{"method":"restore","restore":` +
+				`{"command":"pgbackrest restore --pg1-path=/home/postgres/pgdata/pgroot/pgdata"}}}`},
+			wantErr: "bootstrap.restore.command names /home/postgres/pgdata/pgroot/pgdata, a path of the container's volumes",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,5 +92,8 @@ func (s *PostgresqlSpec) validateStandby(path *field.Path) field.ErrorList {
 				"must be a pgloop repository, s3://BUCKET/pgloop/NAMESPACE/NAME/UID (the source's status.backup.repository); WAL-G paths cannot be read by pgBackRest"))
 		}
 	}
+	if s.Clone != nil {
+		errs = append(errs, field.Forbidden(p, "a cluster is a clone (spec.clone) or a standby, not both"))
+	}
 	return errs
 }

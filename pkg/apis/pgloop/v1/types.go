@@ -289,6 +289,13 @@ type PostgresqlSpec struct {
 	// field): removing it promotes the cluster.
 	// +optional
 	Standby *StandbyDescription `json:"standby,omitempty"`
+
+	// Clone makes a new cluster a copy of another cluster's data at a
+	// point in time, restored from the source's pgBackRest repository, as
+	// zalando's spec.clone (its s3_* fields are refused: pgBackRest cannot
+	// read WAL-G archives). Read when the first member bootstraps only.
+	// +optional
+	Clone *CloneSpec `json:"clone,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's

@@ -106,7 +106,10 @@ var postgresBooleans = []string{"on", "off", "true", "false", "yes", "no", "1", 
 // upgraded) is judged the same way. An empty list means the cluster is valid.
 func (p *Postgresql) Validate() field.ErrorList {
 	errs := ValidateClusterName(p.Name, field.NewPath("metadata", "name"))
-	return append(errs, p.Spec.Validate()...)
+	errs = append(errs, p.Spec.Validate()...)
+	// The clone's checks need the cluster's own name, namespace and
+	// creation time.
+	return append(errs, validateClone(&p.Spec, p.Namespace, p.Name, p.CreationTimestamp.Time, field.NewPath("spec"))...)
 }
 
 // ValidateClusterName checks that name can be the base of every object name

@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
+)
+
+// TestCloneToTime clones a cluster to a point in time through the operator
+// (issue 31, spec.clone): a source on the operator's default repository
+// archives with real pgBackRest and is backed up (pgbackrest backup started
+// in its PostgreSQL container, as pgloop's base backups will be), rows are
+// written before and after a time T; a two-member clone in another
+// namespace, created with clone.timestamp T, becomes Running with exactly
+// the rows before T on both members and archives to its own repository. A
+// clone to a time before the source's first backup never becomes Running:
+// the test records what its status and pods say.
+func TestCloneToTime(t *testing.T) {
+	if env.Plane.ObjectStore == nil {
+		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
+	}
+	store := &env.Plane.ObjectStore.S3
+	if _, err := exec.LookPath("pgbackrest"); err != nil {
+		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
+	}
+	src, dst := env.Namespace(t), env.Namespace(t)
+	const creds = "backup-creds"
+	env.StartOperator(t, "clone", []string{src, dst},
+		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
+		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
+		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s",
+		// A clone that cannot restore reaches its creation deadline
+		// within the test (the others are Running in seconds).
+		"--create-timeout=60s")
+	ctx := Context(t, 10*time.Minute)
+	ca, err := os.ReadFile(store.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{src, dst} {
+		if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: creds},
+			StringData: map[string]string{
+				v1.BackupAccessKeyIDKey: store.AccessKey, v1.BackupSecretAccessKeyKey: store.SecretKey, "ca.crt": string(ca),
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	archiving := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
+	began := time.Now()
+	source := env.CreateCluster(t, src, "orders", 1, OnProcessNode, archiving)
+	pg := env.MustState(ctx, t, src, source.Name, fsm.Running)
+	conn := env.SQL(ctx, t, env.Pod(ctx, t, src, pg.Status.Primary))
+	// The first push makes the stanza: before the backup, which holds its
+	// lock (docs/backups.md, "stanza-create and a running backup").
+	if _, err := conn.Exec(ctx, "CREATE TABLE first AS SELECT 1 AS one; SELECT pg_switch_wal()"); err != nil {
+		t.Fatal(err)
+	}
+	archived(ctx, t, src, source.Name, "")
+	var beforeBackup time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&beforeBackup); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(beforeBackup.Truncate(time.Second).Add(time.Second)))
+	backupBegan := time.Now()
+	if _, err := conn.Exec(ctx, `COPY (SELECT 1) TO PROGRAM 'pgbackrest --start-fast backup --type=full >"$PGBACKREST_SPOOL_PATH/backup.log" 2>&1'`); err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	t.Logf("source %s/%s Running and archiving %v after it was created; full backup %v", src, source.Name,
+		backupBegan.Sub(began).Round(100*time.Millisecond), time.Since(backupBegan).Round(100*time.Millisecond))
+
+	if _, err := conn.Exec(ctx, "CREATE TABLE t AS SELECT g AS i FROM generate_series(1, 1000) g"); err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	at := now.Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(at.Add(time.Second)))
+	var segment string
+	if _, err := conn.Exec(ctx, "INSERT INTO t SELECT g FROM generate_series(1001, 2000) g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
+		t.Fatal(err)
+	}
+	archived(ctx, t, src, source.Name, segment)
+
+	// The clone, in the other namespace.
+	cloneOf := func(at time.Time) func(*v1.Postgresql) {
+		return func(pg *v1.Postgresql) {
+			pg.Spec.Clone = &v1.CloneSpec{Cluster: source.Name, Namespace: src, UID: string(source.UID), Timestamp: at.Format(time.RFC3339)}
+		}
+	}
+	began = time.Now()
+	env.CreateCluster(t, dst, "orders-at-t", 2, OnProcessNode, archiving, cloneOf(at))
+	clone := env.MustState(ctx, t, dst, "orders-at-t", fsm.Running)
+	t.Logf("clone %s/orders-at-t to %s Running %v after it was created: %s", dst, at.Format(time.RFC3339), time.Since(began).Round(100*time.Millisecond), Summary(clone))
+	pods, err := env.WaitPods(ctx, dst, "orders-at-t", ReadyPods(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		c := env.SQL(ctx, t, p)
+		var count, timeline int
+		err := Eventually(ctx, p.Name+" has the rows before T", func(ctx context.Context) (bool, error) {
+			if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM t), (SELECT timeline_id FROM pg_control_checkpoint())").Scan(&count, &timeline); err != nil {
+				return false, nil
+			}
+			return count == 1000, nil
+		})
+		if err != nil || timeline < 2 {
+			t.Errorf("%s: %d rows on timeline %d (%v), want the 1000 before T on a new timeline", p.Name, count, timeline, err)
+		}
+	}
+	cc := env.SQL(ctx, t, env.Pod(ctx, t, dst, clone.Status.Primary))
+	if _, err := cc.Exec(ctx, "CREATE TABLE after_clone()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
+		t.Fatal(err)
+	}
+	clone = archived(ctx, t, dst, "orders-at-t", segment)
+	if want := "s3://" + store.Bucket + cluster.RepositoryPath(clone) + " "; !strings.HasPrefix(clone.Status.Backup.Repository, want) {
+		t.Errorf("the clone archives to %s, want its own path %s", clone.Status.Backup.Repository, want)
+	}
+	t.Logf("clone archives on its own: %s", describeArchiving(clone))
+
+	// A time before the source's first backup: no backup to restore.
+	began = time.Now()
+	env.CreateCluster(t, dst, "orders-early", 1, OnProcessNode, archiving, cloneOf(beforeBackup.Truncate(time.Second)))
+	// Patroni exits after the failed bootstrap and is restarted: the
+	// cluster stays Creating, its reason the pod's back-off, until its
+	// creation deadline.
+	early, err := env.WaitCluster(ctx, dst, "orders-early", "Creating, CrashLoopBackOff", func(pg *v1.Postgresql) bool {
+		return pg.Status.State == fsm.Creating && pg.Status.Reason == "CrashLoopBackOff"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := env.Kube.CoreV1().Pods(dst).Get(ctx, cluster.PodName("orders-early", 0), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts, ready := int32(0), false
+	for _, s := range pod.Status.ContainerStatuses {
+		restarts, ready = s.RestartCount, s.Ready
+	}
+	t.Logf("clone to a time before the first backup, %v after it was created: %s; pod ready %v, %d restarts", time.Since(began).Round(time.Second), Summary(early), ready, restarts)
+	log, _ := os.ReadFile(PodDir(env.ProcessNode(t), pod) + "/patroni.log")
+	if !strings.Contains(string(log), "ERROR: [075]: unable to find backup set with stop time less than") {
+		t.Errorf("%s: pgBackRest's [075] not in Patroni's log:\n%s", pod.Name, lastLinesOf(string(log), 30))
+	}
+	// At the creation deadline.
+	early, err = env.WaitCluster(ctx, dst, "orders-early", "out of Creating", func(pg *v1.Postgresql) bool {
+		return pg.Status.State != fsm.Creating
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clone to a time before the first backup, %v after it was created: %s", time.Since(began).Round(time.Second), Summary(early))
+	if early.Status.State == fsm.Running {
+		t.Errorf("a clone with nothing to restore is Running: %s", Summary(early))
+	}
+}
+
+func lastLinesOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
