@@ -62,23 +62,15 @@ func TestCloneToTime(t *testing.T) {
 	source := env.CreateCluster(t, src, "orders", 1, OnProcessNode, archiving)
 	pg := env.MustState(ctx, t, src, source.Name, fsm.Running)
 	conn := env.SQL(ctx, t, env.Pod(ctx, t, src, pg.Status.Primary))
-	// The first push makes the stanza: before the backup, which holds its
-	// lock (docs/backups.md, "stanza-create and a running backup").
+	// A time before any backup: the cluster's creation (its first
+	// backup, pgloop's, comes once it archives).
+	beforeBackup := source.CreationTimestamp.Time
 	if _, err := conn.Exec(ctx, "CREATE TABLE first AS SELECT 1 AS one; SELECT pg_switch_wal()"); err != nil {
 		t.Fatal(err)
 	}
-	archived(ctx, t, src, source.Name, "")
-	var beforeBackup time.Time
-	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&beforeBackup); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Until(beforeBackup.Truncate(time.Second).Add(time.Second)))
-	backupBegan := time.Now()
-	if _, err := conn.Exec(ctx, `COPY (SELECT 1) TO PROGRAM 'pgbackrest --start-fast backup --type=full >"$PGBACKREST_SPOOL_PATH/backup.log" 2>&1'`); err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	t.Logf("source %s/%s Running and archiving %v after it was created; full backup %v", src, source.Name,
-		backupBegan.Sub(began).Round(100*time.Millisecond), time.Since(backupBegan).Round(100*time.Millisecond))
+	backedUp(ctx, t, src, source.Name, 1, "")
+	t.Logf("source %s/%s Running, archiving and backed up (pgloop's first backup) %v after it was created", src, source.Name,
+		time.Since(began).Round(100*time.Millisecond))
 
 	if _, err := conn.Exec(ctx, "CREATE TABLE t AS SELECT g AS i FROM generate_series(1, 1000) g"); err != nil {
 		t.Fatal(err)
@@ -90,7 +82,8 @@ func TestCloneToTime(t *testing.T) {
 	at := now.Truncate(time.Second).Add(time.Second)
 	time.Sleep(time.Until(at.Add(time.Second)))
 	var segment string
-	if _, err := conn.Exec(ctx, "INSERT INTO t SELECT g FROM generate_series(1001, 2000) g"); err != nil {
+	// After T: more rows, and a table dropped by mistake.
+	if _, err := conn.Exec(ctx, "INSERT INTO t SELECT g FROM generate_series(1001, 2000) g; DROP TABLE first"); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.QueryRow(ctx, "SELECT pg_walfile_name(pg_switch_wal())").Scan(&segment); err != nil {
@@ -114,15 +107,15 @@ func TestCloneToTime(t *testing.T) {
 	}
 	for _, p := range pods {
 		c := env.SQL(ctx, t, p)
-		var count, timeline int
+		var count, timeline, first int
 		err := Eventually(ctx, p.Name+" has the rows before T", func(ctx context.Context) (bool, error) {
-			if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM t), (SELECT timeline_id FROM pg_control_checkpoint())").Scan(&count, &timeline); err != nil {
+			if err := c.QueryRow(ctx, "SELECT (SELECT count(*) FROM t), (SELECT timeline_id FROM pg_control_checkpoint()), (SELECT count(*) FROM first)").Scan(&count, &timeline, &first); err != nil {
 				return false, nil
 			}
 			return count == 1000, nil
 		})
-		if err != nil || timeline < 2 {
-			t.Errorf("%s: %d rows on timeline %d (%v), want the 1000 before T on a new timeline", p.Name, count, timeline, err)
+		if err != nil || timeline < 2 || first != 1 {
+			t.Errorf("%s: %d rows on timeline %d, table first has %d rows (%v), want the 1000 before T on a new timeline and the table dropped after T", p.Name, count, timeline, first, err)
 		}
 	}
 	cc := env.SQL(ctx, t, env.Pod(ctx, t, dst, clone.Status.Primary))
