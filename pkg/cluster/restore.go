@@ -96,13 +96,23 @@ func RestoreTarget(pg *v1.Postgresql) string {
 // aside (to pgdata.failed, replacing the one of the attempt before) and
 // exits, and the next attempt restores into an empty directory, where
 // --delta only adds a warning.
+//
+// Without a timestamp the restore is of the newest backup, and the
+// replay goes to the end of the source's archive, where PostgreSQL
+// promotes by itself (pgBackRest's --type=default).
 func RestoreCommand(pg *v1.Postgresql) string {
+	if pg.Spec.Clone == nil || pg.Spec.Clone.UID == "" {
+		return ""
+	}
+	cmd := "pgbackrest --stanza=" + SourceStanza(pg) + " --repo1-path=" + SourceRepositoryPath(pg) + " restore"
+	if pg.Spec.Clone.Timestamp == "" {
+		return cmd
+	}
 	target := RestoreTarget(pg)
 	if target == "" {
 		return ""
 	}
-	return "pgbackrest --stanza=" + SourceStanza(pg) + " --repo1-path=" + SourceRepositoryPath(pg) +
-		" restore --type=time " + strconv.Quote("--target="+target) + " --target-action=promote"
+	return cmd + " --type=time " + strconv.Quote("--target="+target) + " --target-action=promote"
 }
 
 // RestoreBlocked says why a clone cannot restore: it has no repository to

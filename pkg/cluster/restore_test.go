@@ -94,14 +94,23 @@ func TestRestore(t *testing.T) {
 		}
 	})
 
-	t.Run("no clone, or no timestamp: initdb", func(t *testing.T) {
+	t.Run("no clone: initdb", func(t *testing.T) {
 		pg := newClone()
-		pg.Spec.Clone.Timestamp = ""
+		pg.Spec.Clone = nil
 		if boot := bootstrapOf(t, pg, Options{}); boot["method"] != nil || boot[RestoreMethod] != nil {
 			t.Errorf("bootstrap %v, want no method", boot)
 		}
 		if RestoreBlocked(pg, Options{}) != "" {
 			t.Error("RestoreBlocked for a cluster that restores nothing")
+		}
+	})
+
+	t.Run("no timestamp: the end of the source's archive", func(t *testing.T) {
+		pg := newClone()
+		pg.Spec.Clone.Timestamp = ""
+		want := "pgbackrest --stanza=acid-source --repo1-path=/pgloop/prod/acid-source/uid-source restore"
+		if got := RestoreCommand(pg); got != want {
+			t.Errorf("RestoreCommand = %q, want %q", got, want)
 		}
 	})
 

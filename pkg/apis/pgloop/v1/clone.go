@@ -34,7 +34,11 @@ type CloneSpec struct {
 	// Timestamp is the point to recover to, RFC 3339 with an offset, as
 	// in zalando's manifest: "2017-12-19T12:40:33+01:00". The clone holds
 	// every transaction committed at or before it. It must be in the past,
-	// after the source's first base backup.
+	// after the source's first base backup. Empty means the end of the
+	// source's archive: everything it archived, also once the source is
+	// deleted (zalando copies a running source with pg_basebackup
+	// instead; pgloop's copy is as recent as the source's last archived
+	// segment, archive_timeout at most behind a source that runs).
 	// +optional
 	// +kubebuilder:validation:MaxLength=40
 	Timestamp string `json:"timestamp,omitempty"`
@@ -124,12 +128,6 @@ func validateClone(s *PostgresqlSpec, namespace, name string, created time.Time,
 			errs = append(errs, field.Invalid(p.Child("uid"), c.UID, "must be the source cluster's metadata.uid: "+msg))
 		}
 	}
-	if c.Timestamp == "" {
-		// A copy of the running source (zalando's clone with
-		// pg_basebackup) is not built yet.
-		return append(errs, field.Required(p.Child("timestamp"),
-			"pgloop clones from the source's pgBackRest repository to a point in time: a clone of the running source without a timestamp is not supported yet"))
-	}
 	if !s.Backup.Archives() {
 		errs = append(errs, field.Forbidden(path.Child("backup", "enabled"),
 			"is false, which leaves the cluster no pgBackRest repository, and a clone restores from its repository (at the source's path)"))
@@ -137,6 +135,11 @@ func validateClone(s *PostgresqlSpec, namespace, name string, created time.Time,
 	if c.UID == "" {
 		errs = append(errs, field.Required(p.Child("uid"),
 			"the source cluster's metadata.uid (kubectl get postgresql "+c.Cluster+" -o jsonpath='{.metadata.uid}'): it names the source's repository path"))
+	}
+	if c.Timestamp == "" {
+		// The end of the source's archive: pgloop restores from the
+		// repository, also when the source is gone.
+		return errs
 	}
 	t, err := time.Parse(CloneTimestampLayout, c.Timestamp)
 	switch {

@@ -33,8 +33,9 @@ func TestValidateClone(t *testing.T) {
 			want: []string{"spec.clone.uid: Required value: the source cluster's metadata.uid"}},
 		{name: "a bad uid and source name", mutate: clone(CloneSpec{Cluster: "Acid_Source", UID: "../x", Timestamp: "2017-12-19T12:40:33+01:00"}),
 			want: []string{`spec.clone.cluster: Invalid value: "Acid_Source"`, `spec.clone.uid: Invalid value: "../x": must be the source cluster's metadata.uid`}},
-		{name: "no timestamp", mutate: clone(CloneSpec{Cluster: "acid-source"}),
-			want: []string{"spec.clone.timestamp: Required value: pgloop clones from the source's pgBackRest repository to a point in time"}},
+		{name: "no timestamp, no uid", mutate: clone(CloneSpec{Cluster: "acid-source"}),
+			want: []string{"spec.clone.uid: Required value: the source cluster's metadata.uid"}},
+		{name: "no timestamp: the end of the source's archive", mutate: clone(CloneSpec{Cluster: "acid-source", UID: uid})},
 		{name: "after the cluster was created", mutate: func(p *Postgresql) {
 			p.CreationTimestamp = metav1.NewTime(time.Date(2017, 12, 19, 11, 40, 32, 0, time.UTC))
 			p.Spec.Clone = &CloneSpec{Cluster: "acid-source", UID: uid, Timestamp: "2017-12-19T12:40:33+01:00"}
