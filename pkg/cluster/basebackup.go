@@ -102,7 +102,7 @@ func BackupProgram(id string, run BackupRun) (string, error) {
 r="$d/drill"; o="$d/` + id + `.drill"; rm -rf "$r"; mkdir -m 700 "$r"; t0=$(date +%s)
 if pgbackrest --pg1-path="$r" --type=immediate --target-action=pause --archive-mode=off` + io + ` restore >"$o" 2>&1; then
 t1=$(date +%s)
-if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=` + drillPort + ` -c unix_socket_directories=$r -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
+if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=` + drillPort + ` -c unix_socket_directories=$r -c logging_collector=off -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
 echo "drill ok restore $((t1-t0)) start $(($(date +%s)-t1))" >>"$o"
 else echo "ERROR: PostgreSQL did not start on the restored backup:" >>"$o"; tail -n 5 "$d/drill.log" >>"$o"; echo "drill failed restore $((t1-t0))" >>"$o"; fi
 "$b/pg_ctl" -D "$r" -m immediate stop >/dev/null 2>&1
