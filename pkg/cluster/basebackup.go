@@ -95,19 +95,20 @@ func BackupProgram(id string, run BackupRun) (string, error) {
 	if run.Drill {
 		// The newest backup restored to its end (immediate) into
 		// drill/, on the data volume; PostgreSQL started there without
-		// archiving, on a socket only, paused at the target (a hot
+		// archiving, on a socket only (in /tmp: a socket's path is at
+		// most 107 bytes), paused at the target (a hot
 		// standby that accepts connections once consistent): pg_ctl -w
 		// returns once it does. Then stopped and removed.
 		drillStep = `[ $rc = 0 ] && {
-r="$d/drill"; o="$d/` + id + `.drill"; rm -rf "$r"; mkdir -m 700 "$r"; t0=$(date +%s)
+r="$d/drill"; o="$d/` + id + `.drill"; rm -rf "$r"; mkdir -m 700 "$r"; k=$(mktemp -d /tmp/pgloop-drill.XXXXXX); t0=$(date +%s)
 if pgbackrest --pg1-path="$r" --type=immediate --target-action=pause --archive-mode=off` + io + ` restore >"$o" 2>&1; then
 t1=$(date +%s)
-if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=` + drillPort + ` -c unix_socket_directories=$r -c logging_collector=off -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
+if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=` + drillPort + ` -c unix_socket_directories=$k -c logging_collector=off -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
 echo "drill ok restore $((t1-t0)) start $(($(date +%s)-t1))" >>"$o"
 else echo "ERROR: PostgreSQL did not start on the restored backup:" >>"$o"; tail -n 5 "$d/drill.log" >>"$o"; echo "drill failed restore $((t1-t0))" >>"$o"; fi
 "$b/pg_ctl" -D "$r" -m immediate stop >/dev/null 2>&1
 else echo "drill failed" >>"$o"; fi
-rm -rf "$r" "$d/drill.log"; }
+rm -rf "$r" "$k" "$d/drill.log"; }
 `
 	}
 	script := `d="$PGBACKREST_SPOOL_PATH/backup"; b="$1"

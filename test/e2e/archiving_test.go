@@ -30,21 +30,11 @@ import (
 // stays True, and recovers once the spec is fixed by an edit; a cluster on
 // an image not known to carry pgBackRest is not archived, and says why.
 func TestArchiving(t *testing.T) {
-	if env.Plane.ObjectStore == nil {
-		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
-	}
-	store := &env.Plane.ObjectStore.S3
-	if _, err := exec.LookPath("pgbackrest"); err != nil {
-		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
-	}
+	store := backupStore(t)
 	ns := env.Namespace(t)
-	const creds = "backup-creds"
-	env.StartOperator(t, "archiving", []string{ns},
-		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
-		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none")
+	env.StartOperator(t, "archiving", []string{ns}, repoArgs(store)...)
 	ctx := Context(t, 12*time.Minute)
-	repoSecret(ctx, t, store, ns, creds)
+	repoSecrets(ctx, t, store, ns)
 	archiving := func(pg *v1.Postgresql) {
 		pg.Spec.DockerImage = cluster.DefaultArchivingImage
 	}
@@ -57,7 +47,7 @@ func TestArchiving(t *testing.T) {
 	env.CreateCluster(t, ns, "broken", 1, OnProcessNode, archiving, func(pg *v1.Postgresql) {
 		pg.Spec.Backup = &v1.Backup{S3: &v1.BackupS3{
 			Endpoint: net.JoinHostPort(store.Host, strconv.Itoa(dead)), Bucket: store.Bucket, Region: store.Region,
-			SecretName: creds, CAKey: "ca.crt",
+			SecretName: repoCreds, CAKey: "ca.crt",
 		}}
 	})
 	// And one on Spilo's image, on a kwok node: nothing runs it.

@@ -31,22 +31,11 @@ import (
 // it up from status; a schedule (a timer of the cluster's machine) takes
 // one when due.
 func TestBaseBackups(t *testing.T) {
-	if env.Plane.ObjectStore == nil {
-		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
-	}
-	store := &env.Plane.ObjectStore.S3
-	if _, err := exec.LookPath("pgbackrest"); err != nil {
-		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
-	}
+	store := backupStore(t)
 	ns := env.Namespace(t)
 	ctx := Context(t, 12*time.Minute)
-	const creds = "backup-creds"
-	repoSecret(ctx, t, store, ns, creds)
-	args := []string{
-		"--backup-s3-endpoint=" + store.Endpoint, "--backup-s3-bucket=" + store.Bucket, "--backup-s3-region=" + store.Region,
-		"--backup-s3-secret=" + creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none",
-	}
+	repoSecrets(ctx, t, store, ns)
+	args := repoArgs(store)
 	op := env.StartOperator(t, "backups", []string{ns}, args...)
 
 	began := time.Now()
@@ -158,20 +147,51 @@ func TestBaseBackups(t *testing.T) {
 	t.Logf("scheduled backup %s: %s", id, describeBackups(pg))
 }
 
-// repoSecret makes the repository's credentials Secret, with the store's CA.
-func repoSecret(ctx context.Context, t testing.TB, store *testbed.S3, ns, name string) {
+// repoCreds is the Secret, in each namespace of the tests, with the
+// credentials of the plane's store and its CA.
+const repoCreds = "backup-creds"
+
+// backupStore returns the plane's object store; the tests that use it
+// fail when the plane runs none or pgbackrest is missing.
+func backupStore(t testing.TB) *testbed.S3 {
+	t.Helper()
+	if env.Plane.ObjectStore == nil {
+		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
+	}
+	if _, err := exec.LookPath("pgbackrest"); err != nil {
+		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
+	}
+	return &env.Plane.ObjectStore.S3
+}
+
+// repoArgs are the operator's flags of a default repository in the
+// plane's store, with an archive_timeout and check periods of seconds and
+// no scheduled backup; flags given after them win.
+func repoArgs(store *testbed.S3) []string {
+	return []string{
+		"--backup-s3-endpoint=" + store.Endpoint, "--backup-s3-bucket=" + store.Bucket, "--backup-s3-region=" + store.Region,
+		"--backup-s3-secret=" + repoCreds, "--backup-s3-ca-key=ca.crt",
+		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none",
+	}
+}
+
+// repoSecrets makes the repository's credentials Secret, with the store's
+// CA, in each namespace.
+func repoSecrets(ctx context.Context, t testing.TB, store *testbed.S3, namespaces ...string) {
 	t.Helper()
 	ca, err := os.ReadFile(store.CAFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		StringData: map[string]string{
-			v1.BackupAccessKeyIDKey: store.AccessKey, v1.BackupSecretAccessKeyKey: store.SecretKey, "ca.crt": string(ca),
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, ns := range namespaces {
+		if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: repoCreds},
+			StringData: map[string]string{
+				v1.BackupAccessKeyIDKey: store.AccessKey, v1.BackupSecretAccessKeyKey: store.SecretKey, "ca.crt": string(ca),
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

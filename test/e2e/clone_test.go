@@ -3,12 +3,10 @@ package e2e
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -26,37 +24,13 @@ import (
 // clone to a time before the source's first backup never becomes Running:
 // the test records what its status and pods say.
 func TestCloneToTime(t *testing.T) {
-	if env.Plane.ObjectStore == nil {
-		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
-	}
-	store := &env.Plane.ObjectStore.S3
-	if _, err := exec.LookPath("pgbackrest"); err != nil {
-		t.Fatalf("pgbackrest is missing (%v): run `make data-plane-deps`", err)
-	}
+	store := backupStore(t)
 	src, dst := env.Namespace(t), env.Namespace(t)
-	const creds = "backup-creds"
-	env.StartOperator(t, "clone", []string{src, dst},
-		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
-		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s",
-		// A clone that cannot restore reaches its creation deadline
-		// within the test (the others are Running in seconds).
-		"--create-timeout=60s")
+	// A clone that cannot restore reaches its creation deadline within
+	// the test (the others are Running in seconds).
+	env.StartOperator(t, "clone", []string{src, dst}, append(repoArgs(store), "--create-timeout=60s")...)
 	ctx := Context(t, 10*time.Minute)
-	ca, err := os.ReadFile(store.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{src, dst} {
-		if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: creds},
-			StringData: map[string]string{
-				v1.BackupAccessKeyIDKey: store.AccessKey, v1.BackupSecretAccessKeyKey: store.SecretKey, "ca.crt": string(ca),
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	repoSecrets(ctx, t, store, src, dst)
 	archiving := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
 	began := time.Now()
 	source := env.CreateCluster(t, src, "orders", 1, OnProcessNode, archiving)
@@ -183,18 +157,12 @@ func lastLinesOf(s string, n int) string {
 // archive. Every row is there but those of the last WAL not yet archived,
 // which archive_timeout bounds; the test measures what was lost.
 func TestRestoreDeleted(t *testing.T) {
-	if env.Plane.ObjectStore == nil {
-		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
-	}
-	store := &env.Plane.ObjectStore.S3
+	store := backupStore(t)
 	ns := env.Namespace(t)
 	ctx := Context(t, 10*time.Minute)
-	const creds, bound = "backup-creds", 10 * time.Second
-	repoSecret(ctx, t, store, ns, creds)
-	env.StartOperator(t, "restore", []string{ns},
-		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
-		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt", "--archive-timeout="+bound.String(),
-		"--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none")
+	const bound = 10 * time.Second
+	repoSecrets(ctx, t, store, ns)
+	env.StartOperator(t, "restore", []string{ns}, append(repoArgs(store), "--archive-timeout="+bound.String())...)
 	image := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
 	source := env.CreateCluster(t, ns, "gone", 1, OnProcessNode, image)
 	pg := env.MustState(ctx, t, ns, "gone", fsm.Running)

@@ -22,18 +22,11 @@ import (
 // does with kubectl edit, then takes writes and archives its new timeline
 // to its own repository.
 func TestStandbyCluster(t *testing.T) {
-	if env.Plane.ObjectStore == nil {
-		t.Fatal("the plane runs no object store (testbed.Options.ObjectStore)")
-	}
-	store := &env.Plane.ObjectStore.S3
+	store := backupStore(t)
 	ns := env.Namespace(t)
 	ctx := Context(t, 10*time.Minute)
-	const creds = "backup-creds"
-	repoSecret(ctx, t, store, ns, creds)
-	env.StartOperator(t, "standby", []string{ns},
-		"--backup-s3-endpoint="+store.Endpoint, "--backup-s3-bucket="+store.Bucket, "--backup-s3-region="+store.Region,
-		"--backup-s3-secret="+creds, "--backup-s3-ca-key=ca.crt",
-		"--archive-timeout=10s", "--archive-check-period=2s", "--archive-status-period=4s", "--backup-schedule=none")
+	repoSecrets(ctx, t, store, ns)
+	env.StartOperator(t, "standby", []string{ns}, repoArgs(store)...)
 	image := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
 
 	env.CreateCluster(t, ns, "src", 1, OnProcessNode, image)
