@@ -172,7 +172,7 @@ func TestArchiving(t *testing.T) {
 		// No gap: a backup now, and pgBackRest's verify of the whole
 		// repository after it, from the first backup (before the
 		// outage) on.
-		pg = requestBackup(ctx, t, ns, "arch", v1.BackupFull)
+		requestBackup(ctx, t, ns, "arch", v1.BackupFull)
 		pg = backedUp(ctx, t, ns, "arch", 2, first.Status.Backup.LastBackup.Label)
 		v := pg.Status.Backup.LastVerification
 		if v == nil || !v.Succeeded {

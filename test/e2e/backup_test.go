@@ -81,7 +81,7 @@ func TestBaseBackups(t *testing.T) {
 		t.Errorf("last backup %s is %s, want diff", l.Label, l.Type)
 	}
 	pg = requestBackup(ctx, t, ns, "bk", v1.BackupFull)
-	pg = backedUp(ctx, t, ns, "bk", 3, pg.Status.Backup.LastBackup.Label)
+	backedUp(ctx, t, ns, "bk", 3, pg.Status.Backup.LastBackup.Label)
 
 	pg = requestBackup(ctx, t, ns, "bk", v1.BackupFull)
 	running, err := env.WaitCluster(ctx, ns, "bk", "a backup running", func(pg *v1.Postgresql) bool {
