@@ -398,7 +398,7 @@ func report(a *pgsql.Archiver, now time.Time) *v1.ArchivingStatus {
 	if r.Failing {
 		r.Message = a.ErrorText()
 		if r.Message == "" {
-			r.Message = fmt.Sprintf("archive_command failed for %s (%d failures); pgBackRest left no words in its spool yet (its asynchronous push may still be trying: they come with a later check)", a.LastFailedWAL, a.FailedCount)
+			r.Message = fmt.Sprintf("archive_command failed for %s (%d failures); pgBackRest left no words in its spool yet (its asynchronous push may still be trying)", a.LastFailedWAL, a.FailedCount)
 		}
 		if len(r.Message) > 1024 {
 			r.Message = r.Message[:1024]

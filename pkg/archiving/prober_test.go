@@ -204,7 +204,7 @@ func TestReport(t *testing.T) {
 		t.Errorf("report of a primary that archived nothing yet: %+v", r)
 	}
 	r := report(&pgsql.Archiver{FailedCount: 3, LastFailedWAL: "000000010000000000000007", LastFailedTime: now, Ready: 4, WALBytes: 5 << 24}, now)
-	if !r.Failing || r.Message != "archive_command failed for 000000010000000000000007 (3 failures); pgBackRest left no words in its spool yet (its asynchronous push may still be trying: they come with a later check)" ||
+	if !r.Failing || r.Message != "archive_command failed for 000000010000000000000007 (3 failures); pgBackRest left no words in its spool yet (its asynchronous push may still be trying)" ||
 		r.WaitingSegments != 4 || r.WALBytes != 5<<24 || r.LastFailedTime == nil {
 		t.Errorf("report %+v", r)
 	}
