@@ -79,6 +79,14 @@ bench-scale: testbed ## N clusters on one operator, N = 1000, 5000 (issue 14): b
 	cd test && $(GO) build -o $(BIN)/bench-scale ./bench/cmd/bench-scale
 	PGLOOP_BIN=$(BIN) $(BIN)/bench-scale $(BENCH_SCALE_ARGS)
 
+# Flags of bench-backup, e.g. BENCH_BACKUP_ARGS="-pgbench-scale=5
+# -rpo-timeouts=10 -rpo-runs=2" for a short run while changing it.
+BENCH_BACKUP_ARGS ?=
+
+.PHONY: bench-backup
+bench-backup: testbed data-plane-deps ## Backups of two ~1 GiB databases (issue 31; pgbench, and random text that gzip halves): pgBackRest to the S3 store vs pg_basebackup to local disk, restore to Running (RTO), data lost with a primary and its volume (RPO) at archive_timeout 60 s and 10 s; prints the figures of docs/backups-bench.md (~6 min).
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkBackup1GiB$$' -benchtime 1x -timeout 30m ./backup/ $(if $(BENCH_BACKUP_ARGS),-args $(BENCH_BACKUP_ARGS))
+
 ##@ Chaos
 
 # Flags of `make chaos`, e.g. CHAOS_ARGS="--scenarios kill --kills 10 --seed 7"

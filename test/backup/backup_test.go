@@ -154,7 +154,7 @@ type stanzaInfo struct {
 	} `json:"repo"`
 }
 
-func (r runner) info(ctx context.Context, t *testing.T) stanzaInfo {
+func (r runner) info(ctx context.Context, t testing.TB) stanzaInfo {
 	t.Helper()
 	// Its messages would go to stdout, into the JSON.
 	out, all, _, err := r.run(ctx, []string{"PGBACKREST_LOG_LEVEL_CONSOLE=off"}, "info", "--output=json")
@@ -474,7 +474,7 @@ func deref(s *string) string {
 func indent(s string) string { return "    " + strings.ReplaceAll(s, "\n", "\n    ") }
 
 // testWriter sends the test bed's lines to the test's log.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
