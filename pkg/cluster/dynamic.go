@@ -155,13 +155,56 @@ func withoutNil(settings map[string]any) map[string]any {
 // same bucket and credentials as the cluster's own repository: its
 // PGBACKREST_* variables, with the source's path and stanza).
 func standbyCluster(pg *v1.Postgresql, sb *v1.StandbyDescription) map[string]any {
-	out := map[string]any{
-		"host":                   sb.StandbyHost,
-		"port":                   int64(sb.Port()),
-		"create_replica_methods": []any{"basebackup"},
+	out := map[string]any{"create_replica_methods": []any{"basebackup"}}
+	if sb.StandbyHost != "" {
+		out["host"], out["port"] = sb.StandbyHost, int64(sb.Port())
+	} else {
+		// From the repository alone: the first copy is a restore of
+		// its newest backup (standbyRestoreMethod).
+		out["create_replica_methods"] = []any{StandbyRestoreMethod}
 	}
 	if bucket, path, stanza, ok := sb.Repository(); ok {
-		out["restore_command"] = "pgbackrest --repo1-s3-bucket=" + bucket + " --repo1-path=" + path + " --stanza=" + stanza + ` archive-get %f "%p"`
+		out["restore_command"] = "pgbackrest " + sourceRepositoryOptions(bucket, path, stanza) + ` archive-get %f "%p"`
 	}
 	return out
+}
+
+// StandbyRestoreMethod is the replica method, in Patroni's postgresql
+// section, with which a standby cluster that follows a repository only
+// makes its leader's first copy.
+const StandbyRestoreMethod = "pgloop_standby_restore"
+
+// replicaMethod is a custom replica method of Patroni's.
+type replicaMethod struct {
+	Command string `json:"command"`
+	// NoParams: pgbackrest takes neither --scope nor --datadir; it
+	// reads pg1-path from the environment.
+	NoParams bool `json:"no_params"`
+	// NoLeader (no_master before Patroni 3): the method works without a
+	// leader to copy from, which a standby cluster's first member has not.
+	NoLeader bool `json:"no_leader"`
+	NoMaster bool `json:"no_master"`
+}
+
+// standbyRestoreMethod is the replica method of a standby cluster without
+// standby_host: a restore of the source repository's newest backup as a
+// standby (pgBackRest's --type=standby), which then replays the archive
+// through standby_cluster's restore_command. Nil for other clusters.
+func standbyRestoreMethod(pg *v1.Postgresql) *replicaMethod {
+	sb := pg.Spec.Standby
+	if sb == nil || sb.StandbyHost != "" {
+		return nil
+	}
+	bucket, path, stanza, ok := sb.Repository()
+	if !ok {
+		return nil
+	}
+	return &replicaMethod{Command: "pgbackrest " + sourceRepositoryOptions(bucket, path, stanza) + " --type=standby restore",
+		NoParams: true, NoLeader: true, NoMaster: true}
+}
+
+// sourceRepositoryOptions name a source's repository in the cluster's
+// bucket settings on pgbackrest's command line.
+func sourceRepositoryOptions(bucket, path, stanza string) string {
+	return "--repo1-s3-bucket=" + bucket + " --repo1-path=" + path + " --stanza=" + stanza
 }

@@ -136,6 +136,9 @@ func initdbOptions(spec map[string]string) []any {
 type localPostgreSQL struct {
 	Parameters map[string]string `json:"parameters,omitempty"`
 	PgHba      []string          `json:"pg_hba,omitempty"`
+	// StandbyRestore is the replica method of a standby cluster that
+	// follows a repository only (standbyRestoreMethod).
+	StandbyRestore *replicaMethod `json:"pgloop_standby_restore,omitempty"`
 }
 
 // SpiloConfiguration returns the SPILO_CONFIGURATION of the cluster: the
@@ -176,8 +179,12 @@ func spiloConfigurationJSON(pg *v1.Postgresql, opts Options, bootstrap bool) str
 		if m := restoreBootstrap(pg, opts); m != nil {
 			cfg.Bootstrap.Method, cfg.Bootstrap.Restore = RestoreMethod, m
 		}
+		// Read by a standby leader's first copy only, as the bootstrap
+		// section: out of the template's hash, so that promoting the
+		// cluster rolls no pod.
+		local.StandbyRestore = standbyRestoreMethod(pg)
 	}
-	if local.Parameters != nil || local.PgHba != nil {
+	if local.Parameters != nil || local.PgHba != nil || local.StandbyRestore != nil {
 		cfg.PostgreSQL = &local
 	}
 	return mustJSON(cfg)

@@ -112,6 +112,9 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 		// until it is promoted: nothing to sync.
 		f.Sync = fsm.Want{}
 		f.Standby = net.JoinHostPort(sb.StandbyHost, strconv.Itoa(sb.Port()))
+		if sb.StandbyHost == "" {
+			f.Standby = "the repository " + sb.S3WalPath
+		}
 	}
 	f.Config = fsm.Want{Hash: spec.dynamic.Hash,
 		Bootstrap: f.SyncRequest == "" && objs.StatefulSet != nil && d.bootstrapConfig(spec, objs.StatefulSet) == spec.dynamicJSON}

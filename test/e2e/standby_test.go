@@ -40,23 +40,7 @@ func TestStandbyCluster(t *testing.T) {
 	// As with zalando, the standby uses its source's credentials: the
 	// replication user's to stream, the superuser's for pgloop (the
 	// standby's catalog is the source's).
-	for _, role := range []string{cluster.SuperuserName, cluster.ReplicationUserName} {
-		s, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(role, "src"), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		labels := map[string]string{}
-		for k, v := range s.Labels {
-			labels[k] = v
-		}
-		labels[cluster.LabelClusterName] = "stb"
-		if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: cluster.SecretName(role, "stb"), Labels: labels},
-			Data:       s.Data,
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sourceSecrets(ctx, t, ns, "src", "stb")
 	began := time.Now()
 	env.CreateCluster(t, ns, "stb", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
 		pg.Spec.Standby = &v1.StandbyDescription{StandbyHost: srcPod.Status.PodIP, StandbyPort: strconv.Itoa(cluster.PostgresPort),
@@ -104,6 +88,36 @@ func TestStandbyCluster(t *testing.T) {
 	}
 	t.Logf("a row written on the source was on the standby %v later", time.Since(written).Round(time.Millisecond))
 
+	// A second standby, from the source's repository alone: its newest
+	// backup (pgloop's first), then the archive.
+	backedUp(ctx, t, ns, "src", 1, "")
+	sourceSecrets(ctx, t, ns, "src", "fromrepo")
+	began = time.Now()
+	env.CreateCluster(t, ns, "fromrepo", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
+		pg.Spec.Standby = &v1.StandbyDescription{S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
+	})
+	fromRepo, err := env.WaitCluster(ctx, ns, "fromrepo", "Running, RolesSynced False (Standby)", func(pg *v1.Postgresql) bool {
+		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
+		return pg.Status.State == fsm.Running && c != nil && c.Reason == fsm.ReasonStandby
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("standby from the repository Running %v after its create", time.Since(began).Round(time.Millisecond))
+	repoConn := env.SQL(ctx, t, env.Pod(ctx, t, ns, fromRepo.Status.Primary))
+	written = time.Now()
+	if _, err := srcConn.Exec(ctx, "INSERT INTO t VALUES (1002); SELECT pg_switch_wal()"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Eventually(ctx, "row 1002 on the standby from the repository", func(ctx context.Context) (bool, error) {
+		var n int
+		err := repoConn.QueryRow(ctx, "SELECT count(*) FROM t WHERE id = 1002").Scan(&n)
+		return n == 1, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a row written and switched on the source was on the standby from the repository %v later", time.Since(written).Round(time.Millisecond))
+
 	// Promoted by an edit: the field removed.
 	promoted := time.Now()
 	if _, err := env.UpdateCluster(ctx, ns, "stb", func(pg *v1.Postgresql) { pg.Spec.Standby = nil }); err != nil {
@@ -128,12 +142,35 @@ func TestStandbyCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("promoted standby Running %v after the edit: %s", time.Since(promoted).Round(time.Millisecond), describeArchiving(stb))
-	if n, err := count(ctx); err != nil || n != 1002 {
-		t.Errorf("the promoted standby has %d rows (%v), want 1002", n, err)
+	if n, err := count(ctx); err != nil || n != 1003 {
+		t.Errorf("the promoted standby has %d rows (%v), want 1003 (1001, 1002 and its own)", n, err)
 	}
 	// The source goes on, untouched.
 	var n int
-	if err := srcConn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1001 {
-		t.Errorf("the source has %d rows (%v), want 1001", n, err)
+	if err := srcConn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 1002 {
+		t.Errorf("the source has %d rows (%v), want 1002", n, err)
+	}
+}
+
+// sourceSecrets gives cluster standby the passwords of source's superuser
+// and replication user: Secrets of standby's names with source's data.
+func sourceSecrets(ctx context.Context, t testing.TB, ns, source, standby string) {
+	t.Helper()
+	for _, role := range []string{cluster.SuperuserName, cluster.ReplicationUserName} {
+		s, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(role, source), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{}
+		for k, v := range s.Labels {
+			labels[k] = v
+		}
+		labels[cluster.LabelClusterName] = standby
+		if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: cluster.SecretName(role, standby), Labels: labels},
+			Data:       s.Data,
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -14,7 +14,8 @@ import (
 // Patroni standby cluster) and takes no writes; removing the field
 // promotes it. pgloop streams from standbyHost; s3WalPath adds the
 // source's pgBackRest repository, where the leader reads what the stream
-// cannot give it (restore_command).
+// cannot give it (restore_command). With s3WalPath alone the standby
+// restores the repository's newest backup and follows its archive.
 type StandbyDescription struct {
 	// StandbyHost is the host (a Service's DNS name, or an address) of the
 	// primary to follow.
@@ -75,9 +76,10 @@ func (s *PostgresqlSpec) validateStandby(path *field.Path) field.ErrorList {
 			"pgloop's standbys stream from standby_host, or read a pgBackRest repository (s3_wal_path); WAL-G's archive in GCS cannot be read (docs/migrating.md)"))
 	}
 	switch {
-	case sb.StandbyHost == "":
+	case sb.StandbyHost == "" && sb.S3WalPath == "":
 		errs = append(errs, field.Required(p.Child("standby_host"),
-			"the primary to follow (a Service's DNS name or an address): pgloop's standbys stream, with s3_wal_path as a fallback"))
+			"the primary to follow (a Service's DNS name or an address), or s3_wal_path, the source's pgBackRest repository, or both"))
+	case sb.StandbyHost == "":
 	case net.ParseIP(sb.StandbyHost) == nil && len(validation.IsDNS1123Subdomain(sb.StandbyHost)) > 0:
 		errs = append(errs, field.Invalid(p.Child("standby_host"), sb.StandbyHost, "must be a DNS name or an IP address"))
 	}
