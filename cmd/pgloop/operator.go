@@ -165,6 +165,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"images known to carry pgBackRest (and keep PGBACKREST_* for Patroni): only clusters running one archive to their repository; others show ContinuousArchiving False")
 	f.StringVar(&cfg.BackupSchedule, "backup-schedule", cfg.BackupSchedule,
 		"when clusters that set no spec.backup.schedule take a full base backup: five cron fields or @daily..., in UTC; none for never (a new repository still gets its first)")
+	f.DurationVar(&cfg.BackupScheduleSpread, "backup-schedule-spread", cfg.BackupScheduleSpread,
+		"spread the backups of --backup-schedule over this long, each cluster at its own offset (from its UID), so that a fleet does not start them all at once; 0 for none (a spec.backup.schedule is kept exactly)")
 	f.Int32Var(&cfg.BackupRetentionFull, "backup-retention-full", cfg.BackupRetentionFull,
 		"how many full backups the repository of a cluster that sets no spec.backup.retention keeps; older ones, and the WAL only they need, are deleted after each backup")
 	f.BoolVar(&cfg.BackupVerify, "backup-verify", cfg.BackupVerify,

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/base64"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strconv"
 	"time"
@@ -128,6 +129,42 @@ echo $rc >"$d/` + id + `.exit"
 	// may be gone by the time a background job would read it.
 	return `b="$(dirname "$(readlink /proc/$PPID/exe)")"; mkdir -p "$PGBACKREST_SPOOL_PATH" && echo ` + enc +
 		` | base64 -d >"$PGBACKREST_SPOOL_PATH/backup.sh" && { setsid sh "$PGBACKREST_SPOOL_PATH/backup.sh" "$b" </dev/null >/dev/null 2>&1 & }`, nil
+}
+
+// Schedule is a backup schedule (robfig/cron's).
+type Schedule interface{ Next(time.Time) time.Time }
+
+// DefaultBackupScheduleSpread is Options.BackupScheduleSpread's default.
+const DefaultBackupScheduleSpread = time.Hour
+
+// SpreadSchedule returns the cluster's full backup schedule: the spec's as
+// it is; the operator's, which every cluster without its own shares,
+// delayed by an offset less than BackupScheduleSpread that the cluster's
+// UID decides, whole seconds, so that a fleet does not start all its
+// backups at once ("30 0 * * *": each cluster at its own time between
+// 00:30 and 01:30, the same every day). nil for none.
+func SpreadSchedule(pg *v1.Postgresql, opts Options, full Schedule) Schedule {
+	if full == nil || pg.Spec.Backup != nil && pg.Spec.Backup.Schedule != "" || opts.BackupScheduleSpread < time.Second {
+		return full
+	}
+	h := fnv.New64a()
+	h.Write([]byte(pg.UID))
+	offset := time.Duration(h.Sum64()%uint64(opts.BackupScheduleSpread/time.Second)) * time.Second
+	return spread{full, offset}
+}
+
+// spread is a schedule delayed by offset.
+type spread struct {
+	s      Schedule
+	offset time.Duration
+}
+
+func (s spread) Next(t time.Time) time.Time {
+	next := s.s.Next(t.Add(-s.offset))
+	if next.IsZero() {
+		return next
+	}
+	return next.Add(s.offset)
 }
 
 // BackupSchedules are the cluster's schedules of full and differential

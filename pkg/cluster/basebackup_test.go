@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
@@ -145,5 +148,50 @@ esac
 	}
 	if _, err := BackupProgram(id, BackupRun{}); err == nil {
 		t.Error("a retention that keeps nothing: no error")
+	}
+}
+
+// TestSpreadSchedule: the operator's schedule is delayed by each cluster's
+// own offset, less than the spread, the same every day; a spec's schedule
+// is kept exactly.
+func TestSpreadSchedule(t *testing.T) {
+	daily, err := v1.ParseBackupSchedule(DefaultBackupSchedule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{BackupScheduleSpread: time.Hour}
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	offsets := map[time.Duration]bool{}
+	for i := range 20 {
+		pg := &v1.Postgresql{}
+		pg.UID = types.UID(fmt.Sprintf("0c7e1d52-%04d-4f0e-9d0a-3f6a9b1c2d3e", i))
+		s := SpreadSchedule(pg, opts, daily)
+		next := s.Next(now)
+		base := time.Date(2026, 12, 4, 0, 30, 0, 0, time.UTC)
+		if next.Before(base) || !next.Before(base.Add(time.Hour)) {
+			t.Fatalf("%s: next %v, want from %v within the hour", pg.UID, next, base)
+		}
+		if again := s.Next(now); !again.Equal(next) {
+			t.Errorf("%s: next %v then %v", pg.UID, next, again)
+		}
+		if after := s.Next(next); !after.Equal(next.Add(24 * time.Hour)) {
+			t.Errorf("%s: after %v comes %v, want a day later", pg.UID, next, after)
+		}
+		if before := s.Next(next.Add(-time.Second)); !before.Equal(next) {
+			t.Errorf("%s: a second before %v, next is %v", pg.UID, next, before)
+		}
+		offsets[next.Sub(base)] = true
+	}
+	if len(offsets) < 15 {
+		t.Errorf("20 clusters got %d offsets", len(offsets))
+	}
+
+	own := &v1.Postgresql{Spec: v1.PostgresqlSpec{Backup: &v1.Backup{Schedule: "0 2 * * *"}}}
+	own.UID = "0c7e1d52-0001-4f0e-9d0a-3f6a9b1c2d3e"
+	if s := SpreadSchedule(own, opts, daily); s != Schedule(daily) {
+		t.Errorf("a spec's schedule was spread: %v", s)
+	}
+	if s := SpreadSchedule(&v1.Postgresql{}, Options{}, daily); s != Schedule(daily) {
+		t.Errorf("no spread: %v", s)
 	}
 }

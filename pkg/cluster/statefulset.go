@@ -95,6 +95,10 @@ type Options struct {
 	// it sets no retention (0 means DefaultBackupRetentionFull).
 	BackupSchedule      string
 	BackupRetentionFull int32
+	// BackupScheduleSpread delays each cluster's backups of the
+	// operator's schedule by its own offset, less than this (see
+	// SpreadSchedule); 0 takes them all at the schedule's times.
+	BackupScheduleSpread time.Duration
 }
 
 // DefaultRequests are the requests of a cluster that sets none: enough for

@@ -18,7 +18,7 @@ func (d *Deriver) backupFacts(s *derived, pg *v1.Postgresql, objs observed.Clust
 		// A schedule that does not parse is a spec error (Validate):
 		// the cluster is Invalid, and takes no scheduled backup.
 		if sched, err := v1.ParseBackupSchedule(full); full != "" && err == nil {
-			s.fullSchedule = sched // never a typed nil: only set when parsed
+			s.fullSchedule = cluster.SpreadSchedule(pg, d.build, sched) // never a typed nil: only set when parsed
 		}
 		if sched, err := v1.ParseBackupSchedule(diff); diff != "" && err == nil {
 			s.diffSchedule = sched

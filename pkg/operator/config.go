@@ -153,6 +153,9 @@ type Config struct {
 	// BackupVerify runs pgBackRest's verify of the repository after each
 	// base backup that succeeded.
 	BackupVerify bool
+	// BackupScheduleSpread spreads the backups of BackupSchedule over
+	// this long, each cluster at its own offset.
+	BackupScheduleSpread time.Duration
 
 	// SQLConnectTimeout bounds a connection to PostgreSQL (dial, TLS,
 	// authentication); SQLStatementTimeout each statement (and is sent as
@@ -228,28 +231,29 @@ func DefaultConfig() Config {
 			S3BucketPrefix: cluster.DefaultLogicalBackupS3BucketPrefix,
 			S3SSE:          cluster.DefaultLogicalBackupS3SSE,
 		},
-		EnableShmVolume:     true,
-		ArchiveTimeout:      cluster.DefaultArchiveTimeout,
-		ArchiveCheckPeriod:  archiving.DefaultPeriod,
-		ArchivingImages:     []string{cluster.DefaultArchivingImage},
-		ArchiveStatusPeriod: archiving.DefaultStatusPeriod,
-		BackupSchedule:      cluster.DefaultBackupSchedule,
-		BackupRetentionFull: cluster.DefaultBackupRetentionFull,
-		BackupVerify:        true,
-		SQLConnectTimeout:   DefaultSQLConnectTimeout,
-		SQLStatementTimeout: DefaultSQLStatementTimeout,
-		PatroniTimeout:      DefaultPatroniTimeout,
-		RestartTimeout:      DefaultRestartTimeout,
-		SwitchoverTimeout:   DefaultSwitchoverTimeout,
-		InDatabaseTimeout:   DefaultInDatabaseTimeout,
-		Switchover:          true,
-		MaxRollingClusters:  DefaultMaxRollingClusters,
-		VolumeRetention:     string(v1.RetainVolumes),
-		KubeQPS:             KubeQPSAuto,
-		KubeBurst:           DefaultKubeBurst,
-		CacheSyncTimeout:    DefaultCacheSyncTimeout,
-		LogFormat:           LogFormatText,
-		LogLevel:            logrus.InfoLevel.String(),
+		EnableShmVolume:      true,
+		ArchiveTimeout:       cluster.DefaultArchiveTimeout,
+		ArchiveCheckPeriod:   archiving.DefaultPeriod,
+		ArchivingImages:      []string{cluster.DefaultArchivingImage},
+		ArchiveStatusPeriod:  archiving.DefaultStatusPeriod,
+		BackupSchedule:       cluster.DefaultBackupSchedule,
+		BackupRetentionFull:  cluster.DefaultBackupRetentionFull,
+		BackupVerify:         true,
+		BackupScheduleSpread: cluster.DefaultBackupScheduleSpread,
+		SQLConnectTimeout:    DefaultSQLConnectTimeout,
+		SQLStatementTimeout:  DefaultSQLStatementTimeout,
+		PatroniTimeout:       DefaultPatroniTimeout,
+		RestartTimeout:       DefaultRestartTimeout,
+		SwitchoverTimeout:    DefaultSwitchoverTimeout,
+		InDatabaseTimeout:    DefaultInDatabaseTimeout,
+		Switchover:           true,
+		MaxRollingClusters:   DefaultMaxRollingClusters,
+		VolumeRetention:      string(v1.RetainVolumes),
+		KubeQPS:              KubeQPSAuto,
+		KubeBurst:            DefaultKubeBurst,
+		CacheSyncTimeout:     DefaultCacheSyncTimeout,
+		LogFormat:            LogFormatText,
+		LogLevel:             logrus.InfoLevel.String(),
 	}
 }
 
@@ -370,6 +374,9 @@ func (c *Config) Validate() error {
 	if c.BackupRetentionFull < 1 || c.BackupRetentionFull > 9999 {
 		bad("backup-retention-full must be from 1 to 9999, got %d", c.BackupRetentionFull)
 	}
+	if c.BackupScheduleSpread < 0 || c.BackupScheduleSpread > 7*24*time.Hour {
+		bad("backup-schedule-spread must be from 0 to 168h, got %s", c.BackupScheduleSpread)
+	}
 	if c.BackupTimeout < time.Minute {
 		bad("backup-timeout must be at least 1m, got %s", c.BackupTimeout)
 	}
@@ -415,6 +422,7 @@ func (c *Config) clusterOptions() cluster.Options {
 		ArchivingImages:           c.ArchivingImages,
 		BackupSchedule:            c.BackupSchedule,
 		BackupRetentionFull:       c.BackupRetentionFull,
+		BackupScheduleSpread:      c.BackupScheduleSpread,
 	}
 }
 
