@@ -188,25 +188,12 @@ func (tm *timings) add(format string, args ...any) { *tm = append(*tm, fmt.Sprin
 // down (archive-push, check and info fail, and say why) and up again
 // (archiving catches up, check passes).
 func TestArchiveBackupRestore(t *testing.T) {
-	for _, bin := range []string{pgBackRest, filepath.Join(pgBin, "postgres")} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("%v: run `make data-plane-deps`", err)
-		}
-	}
+	requireFiles(t, pgBackRest, filepath.Join(pgBin, "postgres"))
 	ctx, cancel := context.WithTimeout(t.Context(), testDeadline)
 	defer cancel()
 	var tm timings
 	defer func() { t.Logf("measured:\n  %s", strings.Join(tm, "\n  ")) }()
-
-	store, err := testbed.StartObjectStore(ctx, testbed.ObjectStoreOptions{Log: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Errorf("stopping the object store: %v", err)
-		}
-	})
+	store := startStore(ctx, t)
 	tm.add("object store (weed) ready in %v", store.StartupTime.Round(100*time.Millisecond))
 
 	cred := credential(t)
@@ -479,4 +466,29 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// requireFiles fails t when one of the programs is missing.
+func requireFiles(t testing.TB, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%v: run `make data-plane-deps`", err)
+		}
+	}
+}
+
+// startStore starts the test bed's object store alone, stopped when t ends.
+func startStore(ctx context.Context, t testing.TB) *testbed.ObjectStore {
+	t.Helper()
+	store, err := testbed.StartObjectStore(ctx, testbed.ObjectStoreOptions{Log: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := store.Stop(); err != nil {
+			t.Errorf("stopping the object store: %v", err)
+		}
+	})
+	return store
 }

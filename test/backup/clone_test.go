@@ -38,25 +38,12 @@ const python = "/usr/bin/python3"
 // faults: a time before the source's first backup, a time after the end
 // of its archive.
 func TestPointInTimeClone(t *testing.T) {
-	for _, bin := range []string{pgBackRest, filepath.Join(pgBin, "postgres"), python} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Fatalf("%v: run `make data-plane-deps`", err)
-		}
-	}
+	requireFiles(t, pgBackRest, filepath.Join(pgBin, "postgres"), python)
 	ctx, cancel := context.WithTimeout(t.Context(), testDeadline)
 	defer cancel()
 	var tm timings
 	defer func() { t.Logf("measured:\n  %s", strings.Join(tm, "\n  ")) }()
-
-	store, err := testbed.StartObjectStore(ctx, testbed.ObjectStoreOptions{Log: testWriter{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := store.Stop(); err != nil {
-			t.Errorf("stopping the object store: %v", err)
-		}
-	})
+	store := startStore(ctx, t)
 
 	// The clusters as pgloop has them: the source, and its clone in
 	// another namespace.

@@ -46,13 +46,7 @@ func TestStandbyCluster(t *testing.T) {
 		pg.Spec.Standby = &v1.StandbyDescription{StandbyHost: srcPod.Status.PodIP, StandbyPort: strconv.Itoa(cluster.PostgresPort),
 			S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
 	})
-	stb, err := env.WaitCluster(ctx, ns, "stb", "Running, RolesSynced False (Standby)", func(pg *v1.Postgresql) bool {
-		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
-		return pg.Status.State == fsm.Running && c != nil && c.Reason == fsm.ReasonStandby
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stb := standbyRunning(ctx, t, ns, "stb")
 	t.Logf("standby Running %v after its create", time.Since(began).Round(time.Millisecond))
 	stbConn := env.SQL(ctx, t, env.Pod(ctx, t, ns, stb.Status.Primary))
 	count := func(ctx context.Context) (n int, err error) {
@@ -96,13 +90,7 @@ func TestStandbyCluster(t *testing.T) {
 	env.CreateCluster(t, ns, "fromrepo", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
 		pg.Spec.Standby = &v1.StandbyDescription{S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
 	})
-	fromRepo, err := env.WaitCluster(ctx, ns, "fromrepo", "Running, RolesSynced False (Standby)", func(pg *v1.Postgresql) bool {
-		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
-		return pg.Status.State == fsm.Running && c != nil && c.Reason == fsm.ReasonStandby
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fromRepo := standbyRunning(ctx, t, ns, "fromrepo")
 	t.Logf("standby from the repository Running %v after its create", time.Since(began).Round(time.Millisecond))
 	repoConn := env.SQL(ctx, t, env.Pod(ctx, t, ns, fromRepo.Status.Primary))
 	written = time.Now()
@@ -130,7 +118,7 @@ func TestStandbyCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the standby took writes %v after the edit", time.Since(promoted).Round(time.Millisecond))
-	stb, err = env.WaitCluster(ctx, ns, "stb", "Running, roles synced, archiving its new timeline", func(pg *v1.Postgresql) bool {
+	stb, err := env.WaitCluster(ctx, ns, "stb", "Running, roles synced, archiving its new timeline", func(pg *v1.Postgresql) bool {
 		r := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
 		a := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionContinuousArchiving)
 		b := pg.Status.Backup
@@ -173,4 +161,18 @@ func sourceSecrets(ctx context.Context, t testing.TB, ns, source, standby string
 			t.Fatal(err)
 		}
 	}
+}
+
+// standbyRunning waits until cluster name is Running as a standby
+// (RolesSynced False, reason Standby).
+func standbyRunning(ctx context.Context, t testing.TB, ns, name string) *v1.Postgresql {
+	t.Helper()
+	pg, err := env.WaitCluster(ctx, ns, name, "Running, RolesSynced False (Standby)", func(pg *v1.Postgresql) bool {
+		c := meta.FindStatusCondition(pg.Status.Conditions, v1.ConditionRolesSynced)
+		return pg.Status.State == fsm.Running && c != nil && c.Reason == fsm.ReasonStandby
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg
 }
