@@ -290,12 +290,7 @@ func TestArchiveBackupRestore(t *testing.T) {
 	began = time.Now()
 	// archive_mode off: its new timeline must not go to the same stanza.
 	clone := startServer(ctx, t, cred, "restored", restored, sock, port[1], restoredEnv, "archive_mode=off")
-	err = poll(ctx, 200*time.Millisecond, func() (bool, error) {
-		var inRecovery bool
-		clone.query(ctx, t, "SELECT pg_is_in_recovery()", &inRecovery)
-		return !inRecovery, nil
-	})
-	if err != nil {
+	if err := clone.promoted(ctx, t, 200*time.Millisecond); err != nil {
 		t.Fatalf("the restored copy did not finish recovery: %v\n%s", err, clone.logTail(30))
 	}
 	tm.add("restored copy recovered and promoted in %v", time.Since(began).Round(100*time.Millisecond))

@@ -277,12 +277,7 @@ func startAndPromote(ctx context.Context, b *testing.B, cred *syscall.Credential
 	// archive_mode off: its new timeline must not go to the same stanza.
 	s := startServer(ctx, b, cred, name, data, sock, port, env, "archive_mode=off")
 	ready = time.Since(began)
-	err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
-		var inRecovery bool
-		s.query(ctx, b, "SELECT pg_is_in_recovery()", &inRecovery)
-		return !inRecovery, nil
-	})
-	if err != nil {
+	if err := s.promoted(ctx, b, 50*time.Millisecond); err != nil {
 		b.Fatalf("%s did not finish recovery: %v\n%s", name, err, s.logTail(30))
 	}
 	promoted = time.Since(began)
@@ -429,12 +424,7 @@ func benchRPO(ctx context.Context, b *testing.B, cred *syscall.Credential, s3 te
 			b.Fatalf("%s: restore: %v\n%s", run.name, err, out)
 		}
 		s := startServer(ctx, b, cred, run.name+"-restored", restored, filepath.Join(run.dir, "sock"), ports[2*i+1], env, "archive_mode=off")
-		err := poll(ctx, 50*time.Millisecond, func() (bool, error) {
-			var inRecovery bool
-			s.query(ctx, b, "SELECT pg_is_in_recovery()", &inRecovery)
-			return !inRecovery, nil
-		})
-		if err != nil {
+		if err := s.promoted(ctx, b, 50*time.Millisecond); err != nil {
 			b.Fatalf("%s did not finish recovery: %v\n%s", run.name, err, s.logTail(30))
 		}
 		run.restoreTook = time.Since(began)

@@ -160,12 +160,7 @@ func TestPointInTimeClone(t *testing.T) {
 			t.Logf("clone's log, last lines:\n%s", copySrv.logTail(40))
 		}
 	})
-	err = poll(ctx, 200*time.Millisecond, func() (bool, error) {
-		var inRecovery bool
-		copySrv.query(ctx, t, "SELECT pg_is_in_recovery()", &inRecovery)
-		return !inRecovery, nil
-	})
-	if err != nil {
+	if err := copySrv.promoted(ctx, t, 200*time.Millisecond); err != nil {
 		t.Fatalf("the clone did not reach T and promote: %v\n%s", err, copySrv.logTail(30))
 	}
 	tm.add("clone started → recovered to T and promoted: %v", time.Since(began).Round(100*time.Millisecond))

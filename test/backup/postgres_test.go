@@ -226,6 +226,16 @@ func (s *server) logTail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// promoted waits, asking every interval, until the server is out of
+// recovery: it takes writes.
+func (s *server) promoted(ctx context.Context, t testing.TB, interval time.Duration) error {
+	return poll(ctx, interval, func() (bool, error) {
+		var inRecovery bool
+		s.query(ctx, t, "SELECT pg_is_in_recovery()", &inRecovery)
+		return !inRecovery, nil
+	})
+}
+
 // poll calls check every interval until it is done, fails, or ctx ends.
 func poll(ctx context.Context, interval time.Duration, check func() (bool, error)) error {
 	ticker := time.NewTicker(interval)
