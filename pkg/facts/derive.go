@@ -119,6 +119,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, scan.leaderPod)
 	members := d.members(spec, pods)
 	f.Replace, f.ReplaceRunning, f.Switchover = d.replacement(&f, &scan, pods, members)
+	f.PausePooler = pg.Spec.PoolerEnabled(false)
 	// A desired pod that is not outdated runs the current template, or
 	// is missing or terminating: the StatefulSet controller makes it from
 	// that template.

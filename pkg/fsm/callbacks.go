@@ -157,6 +157,7 @@ func (m *Machine) afterRestartMember(_ *lfsm.Event) {
 func (m *Machine) afterSwitchover(_ *lfsm.Event) {
 	s := m.eng.call.facts.Switchover
 	m.out.askSwitchover(s)
+	m.pauseFor(s)
 	m.roll.stepped = true
 	m.st.Reason = ReasonSwitchover
 	m.st.Message = fmt.Sprintf("switching over from %s to %s before replacing %s", s.From, s.To, s.From)

@@ -112,6 +112,9 @@ type Facts struct {
 	// replica before the primary's pod is replaced in a rollout: Replace
 	// then lists no pod, and lists the former primary once it is a replica.
 	Switchover *Switchover
+	// PausePooler says the spec enables the primary's connection pooler:
+	// a switchover pauses it (pause.go).
+	PausePooler bool
 
 	// VolumeSize is spec.volume.size; Volumes are the bound data volume
 	// claims of the desired instances whose volume is smaller, by name,

@@ -151,6 +151,8 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	m.adoptBootstrap()
 	// ask for the StatefulSet's nudge when the namespace's quotas changed;
 	m.noteNudge()
+	// resume the poolers a switchover paused, once it reported (pause.go);
+	m.notePause()
 	// plan the roles' and the configuration's sync, or record it done
 	// (indatabase.go);
 	m.noteInDatabase()
@@ -173,6 +175,9 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	r := m.out.report(id, err)
 	if r.stale {
 		return false
+	}
+	if r.resumed {
+		m.resumed()
 	}
 	if r.written && m.st.State == Invalid {
 		// Invalid retries nothing but the status write.

@@ -72,6 +72,9 @@ type outbox struct {
 	// to restart, a switchover to ask Patroni for.
 	restart    []PodRef
 	switchover *Switchover
+	// resume rides on every plan like switchover while status records a
+	// pause of the poolers and no switchover is asked (pause.go).
+	resume bool
 	// inDatabase is the in-database work of the latest plan carrying
 	// effects, until it reports: succeeded, it is applied.
 	inDatabase *InDatabase
@@ -242,7 +245,7 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	status = o.dirty || o.statusPlan != 0 || o.deferred
 	o.seq++
 	p = &Plan{ID: o.seq, Ensure: want == ensureWork, Cleanup: want == cleanupWork, ReplacePods: o.replace, Nudge: o.nudge,
-		Restart: o.restart, Switchover: o.switchover}
+		Restart: o.restart, Switchover: o.switchover, ResumePoolers: o.resume}
 	if status {
 		o.statusPlan, o.dirty, o.deferred = p.ID, false, false
 	}
@@ -252,10 +255,10 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	return p, status
 }
 
-// carries reports whether there is a replacement, a nudge, a restart or a
-// switchover to carry on the next plans.
+// carries reports whether there is a replacement, a nudge, a restart, a
+// switchover or a resume of the poolers to carry on the next plans.
 func (o *outbox) carries() bool {
-	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil
+	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil || o.resume
 }
 
 // receipt is what the result of a plan means to the machine.
@@ -270,6 +273,8 @@ type receipt struct {
 	// all of it applied when they succeeded, the part before the one
 	// that failed or waits otherwise (PartError).
 	inDatabase *InDatabase
+	// resumed: the plan carried the resume of the poolers and succeeded.
+	resumed bool
 }
 
 type outcome uint8
@@ -299,7 +304,8 @@ func (o *outbox) report(id uint64, err error) receipt {
 		if err != nil {
 			o.forget = true
 		}
-		o.replace, o.nudge, o.restart, o.switchover = nil, "", nil, nil
+		r.resumed = o.resume && err == nil
+		o.replace, o.nudge, o.restart, o.switchover, o.resume = nil, "", nil, nil, false
 	}
 	accounted := latest
 	if o.statusPlan != 0 && id == o.statusPlan {

@@ -89,6 +89,10 @@ type Plan struct {
 	Restart []PodRef
 	// Switchover asks Patroni to hand the primary's role to a replica.
 	Switchover *Switchover
+	// ResumePoolers asks every pod of the primary's connection pooler to
+	// resume (PgBouncer RESUME): a switchover paused them
+	// (status.poolerPause, pause.go).
+	ResumePoolers bool
 	// Records are the Kubernetes Events to record on the resource.
 	Records []Record
 }

@@ -144,6 +144,11 @@ type PostgresqlStatus struct {
 	// repository.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+	// PoolerPause is present while pgloop may have paused the primary's
+	// connection pooler for a switchover, until every pooler pod was
+	// resumed.
+	// +optional
+	PoolerPause *PoolerPause `json:"poolerPause,omitempty"`
 }
 
 // BackupStatus is how a cluster's backups go.

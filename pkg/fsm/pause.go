@@ -1,0 +1,52 @@
+package fsm
+
+import v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+
+// A switchover of a cluster with a primary connection pooler pauses the
+// pooler's pods (PgBouncer PAUSE), switches, waits until the master Service
+// routes to the new primary and resumes them, all inside the switchover's
+// effect (effects.Switchover), each step under its own deadline: the
+// pause lasts as long as Patroni's switch and no loop round-trip longer.
+// The machine's part is that a pause never outlives the switchover:
+//
+//  1. The plan that asks for the switchover writes status.poolerPause
+//     first (its status step runs before its effects), and the effect
+//     pauses only while the resource's status records it. So a pause is
+//     always on record.
+//  2. Once the plan carrying the switchover reported, failed or not (or
+//     when a restarted operator reads the record back), every plan asks
+//     for the poolers' resume (Plan.ResumePoolers, idempotent: RESUME of
+//     a pooler that is not paused succeeds) until one carrying it
+//     succeeds; only then is the record removed. A failed resume is a
+//     failed plan: retried with backoff, the cluster not Running meanwhile.
+//  3. A new switchover asked meanwhile takes the record over (its own
+//     resume follows it).
+
+// pauseFor records the pause of the poolers for the switchover s, when
+// the spec enables the primary's pooler.
+func (m *Machine) pauseFor(s *Switchover) {
+	if !m.eng.call.facts.PausePooler {
+		return
+	}
+	if p := m.st.PoolerPause; p != nil && p.From == s.From && p.To == s.To {
+		return
+	}
+	m.st.PoolerPause = &v1.PoolerPause{From: s.From, To: s.To}
+	m.out.changed()
+}
+
+// notePause asks for the poolers' resume while a pause is on record and
+// no switchover is carried (2, 3).
+func (m *Machine) notePause() {
+	m.out.resume = m.st.PoolerPause != nil && m.out.switchover == nil
+}
+
+// resumed removes the record of the pause: a plan carrying the resume
+// succeeded, and no switchover was asked since.
+func (m *Machine) resumed() {
+	if m.st.PoolerPause == nil || m.out.switchover != nil {
+		return
+	}
+	m.st.PoolerPause = nil
+	m.out.changed()
+}

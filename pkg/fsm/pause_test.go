@@ -1,0 +1,124 @@
+package fsm
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
+
+// switching is an Updating 2-instance cluster whose next step is the
+// switchover from c-0 to c-1, with a primary pooler when pooled.
+func switching(pooled bool) Facts {
+	return with(ready(1), func(f *Facts) {
+		f.Outdated = 2
+		f.Switchover = &Switchover{From: "c-0", To: "c-1"}
+		f.PausePooler = pooled
+	})
+}
+
+// A switchover of a cluster with a primary pooler records the pause in
+// the status its plan writes first; once that plan reports, failed or
+// not, every plan asks for the poolers' resume until one succeeds, and
+// only then is the record removed.
+func TestSwitchoverPauseResumeFollows(t *testing.T) {
+	for _, failed := range []bool{false, true} {
+		name := map[bool]string{false: "switchover succeeded", true: "switchover failed"}[failed]
+		t.Run(name, func(t *testing.T) {
+			m := newMachine(NewEngine(writeAtOnce()), statusIn(Updating))
+			f := switching(true)
+			res := m.Handle(Input{Kind: Signal}, f, t0)
+			p := res.Plan
+			if p == nil || p.Switchover == nil || p.ResumePoolers {
+				t.Fatalf("plan %+v, want the switchover alone", p)
+			}
+			if p.Status == nil || p.Status.PoolerPause == nil || *p.Status.PoolerPause != (v1.PoolerPause{From: "c-0", To: "c-1"}) {
+				t.Fatalf("status %+v, want the pause on record with the switchover", p.Status)
+			}
+
+			// A signal while it runs carries the switchover again, not
+			// the resume.
+			res = m.Handle(Input{Kind: Signal, InFlight: p.ID}, f, t0.Add(time.Second))
+			if q := res.Plan; q != nil && q.ResumePoolers {
+				t.Fatalf("plan %+v while the switchover runs, want no resume", q)
+			}
+			latest := p.ID
+			if res.Plan != nil {
+				latest = res.Plan.ID
+			}
+
+			var err error
+			if failed {
+				err = errors.New("switchover failed")
+			}
+			after := with(f, func(f *Facts) { f.Switchover = nil; f.Primary = "c-1" })
+			res = m.Handle(Input{Kind: PlanDone, PlanID: latest, Err: err}, after, t0.Add(2*time.Second))
+			resume := res.Plan
+			if failed {
+				// The failure arms the retry; the resume rides on its
+				// plan as on any.
+				if resume == nil {
+					res = m.Handle(Input{Kind: TimerFired, Timer: TimerRetry, Epoch: m.st.Epoch}, after, t0.Add(time.Minute))
+					resume = res.Plan
+				}
+			}
+			if resume == nil || !resume.ResumePoolers || resume.Switchover != nil {
+				t.Fatalf("after the switchover reported: plan %+v, want the resume", resume)
+			}
+			if m.st.PoolerPause == nil {
+				t.Fatalf("the pause is off the record before the resume succeeded")
+			}
+
+			// A failed resume is asked again.
+			res = m.Handle(Input{Kind: PlanDone, PlanID: resume.ID, Err: errors.New("pooler pod: connection refused")}, after, t0.Add(2*time.Minute))
+			if m.st.PoolerPause == nil {
+				t.Fatalf("the pause is off the record after a failed resume")
+			}
+			res = m.Handle(Input{Kind: TimerFired, Timer: TimerRetry, Epoch: m.st.Epoch}, after, t0.Add(3*time.Minute))
+			if res.Plan == nil || !res.Plan.ResumePoolers {
+				t.Fatalf("retry after a failed resume: plan %+v, want the resume again", res.Plan)
+			}
+			res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, after, t0.Add(4*time.Minute))
+			if m.st.PoolerPause != nil {
+				t.Fatalf("resumed: pause %+v still on record", m.st.PoolerPause)
+			}
+			if res.Plan == nil || res.Plan.Status == nil || res.Plan.Status.PoolerPause != nil || res.Plan.ResumePoolers {
+				t.Fatalf("resumed: plan %+v, want the status written without the pause, no resume", res.Plan)
+			}
+		})
+	}
+}
+
+// A restarted operator that finds a pause on record resumes the poolers
+// before anything else removes it.
+func TestRestartedOperatorResumesPoolers(t *testing.T) {
+	st := statusIn(Updating)
+	st.PoolerPause = &v1.PoolerPause{From: "c-0", To: "c-1"}
+	m := NewEngine(writeAtOnce()).New(st)
+	m.Resume(t0)
+	f := with(ready(1), func(f *Facts) { f.Primary = "c-1"; f.PausePooler = true })
+	res := m.Handle(Input{Kind: Signal}, f, t0)
+	if res.Plan == nil || !res.Plan.ResumePoolers {
+		t.Fatalf("plan %+v, want the resume", res.Plan)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, f, t0.Add(time.Second))
+	if m.st.PoolerPause != nil {
+		t.Errorf("pause %+v still on record after the resume", m.st.PoolerPause)
+	}
+}
+
+// Without a primary pooler a switchover records no pause and asks for no
+// resume.
+func TestSwitchoverWithoutPooler(t *testing.T) {
+	m := newMachine(NewEngine(writeAtOnce()), statusIn(Updating))
+	res := m.Handle(Input{Kind: Signal}, switching(false), t0)
+	if p := res.Plan; p == nil || p.Switchover == nil || p.Status == nil || p.Status.PoolerPause != nil {
+		t.Fatalf("plan %+v, want the switchover without a pause on record", p)
+	}
+	after := with(switching(false), func(f *Facts) { f.Switchover = nil; f.Primary = "c-1" })
+	res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, after, t0.Add(time.Second))
+	if p := res.Plan; p != nil && p.ResumePoolers {
+		t.Fatalf("plan %+v, want no resume", p)
+	}
+}
