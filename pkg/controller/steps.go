@@ -21,6 +21,7 @@ const (
 	StepConfigure  = "configure"
 	StepSwitchover = "switchover"
 	StepRestart    = "restartMember"
+	StepResume     = "resumePoolers"
 	StepCleanup    = "cleanup"
 	StepEvents     = "events"
 )
@@ -37,6 +38,7 @@ type Actor interface {
 	Configure(ctx context.Context, key string, remove []string) error
 	Switchover(ctx context.Context, key, from, to string) error
 	RestartMembers(ctx context.Context, key string, pods []string) error
+	ResumePoolers(ctx context.Context, key string) error
 	Cleanup(ctx context.Context, key string) error
 	RecordEvents(ctx context.Context, key string, events []effects.Record) error
 }
@@ -69,7 +71,7 @@ var _ Actor = (*effects.Effects)(nil)
 
 // Steps returns the steps that carry out plan for the cluster key, in this
 // order: status, ensure, syncRoles, configure, replacePod, switchover,
-// restartMember, nudge, cleanup, events. Only the steps
+// resumePoolers, restartMember, nudge, cleanup, events. Only the steps
 // the plan asks for are returned. status and events are Always: the state
 // machine's record and the user's Events are written even when an effect
 // failed.
@@ -108,6 +110,9 @@ func (e actorSteps) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	}
 	if sw := plan.Switchover; sw != nil {
 		timed(StepSwitchover, false, e.t.Switchover, func(ctx context.Context) error { return a.Switchover(ctx, key, sw.From, sw.To) })
+	}
+	if plan.ResumePoolers {
+		add(StepResume, false, func(ctx context.Context) error { return a.ResumePoolers(ctx, key) })
 	}
 	if len(plan.Restart) > 0 {
 		pods := make([]string, len(plan.Restart))

@@ -48,6 +48,9 @@ func (a *actor) Switchover(_ context.Context, key, from, to string) error {
 func (a *actor) RestartMembers(_ context.Context, key string, pods []string) error {
 	return a.call("restart", key, pods)
 }
+func (a *actor) ResumePoolers(_ context.Context, key string) error {
+	return a.call("resume", key, "")
+}
 func (a *actor) RecordEvents(_ context.Context, key string, events []effects.Record) error {
 	return a.call("events", key, events)
 }
@@ -59,8 +62,8 @@ func TestStepsOrder(t *testing.T) {
 		ReplacePods: []fsm.PodRef{{Name: "p-0", UID: "u", Claim: "c-0", ClaimUID: "cu"}}, Nudge: "q1",
 		Records:    []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
 		InDatabase: &fsm.InDatabase{Sync: "s1", Config: "c1", RemoveParameters: []string{"work_mem"}},
-		Switchover: &fsm.Switchover{From: "p-0", To: "p-1"},
-		Restart:    []fsm.PodRef{{Name: "p-1", UID: "u1"}},
+		Switchover: &fsm.Switchover{From: "p-0", To: "p-1"}, ResumePoolers: true,
+		Restart: []fsm.PodRef{{Name: "p-1", UID: "u1"}},
 	}
 	var got []string
 	timeouts := Timeouts{InDatabase: 30 * time.Second, Restart: time.Minute, Switchover: 20 * time.Second}
@@ -75,7 +78,7 @@ func TestStepsOrder(t *testing.T) {
 		}
 	}
 	want := []string{"status:true", "ensure:false", "syncRoles:false", "configure:false", "replacePod:false",
-		"switchover:false", "restartMember:false", "nudge:false", "cleanup:false", "events:true"}
+		"switchover:false", "resumePoolers:false", "restartMember:false", "nudge:false", "cleanup:false", "events:true"}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
 	}
@@ -86,6 +89,7 @@ func TestStepsOrder(t *testing.T) {
 		"configure db/acid [work_mem]",
 		"replacePods db/acid [{p-0 u c-0 cu}]",
 		"switchover db/acid p-0->p-1",
+		"resume db/acid ",
 		"restart db/acid [p-1]",
 		"nudge db/acid q1",
 		"cleanup db/acid ",

@@ -444,13 +444,18 @@ func (e *Effects) RestartMembers(ctx context.Context, key string, pods []string)
 }
 
 // Switchover asks the primary's Patroni to hand its role to the pod to
-// (POST /switchover); Patroni answers once it is done.
-func (e *Effects) Switchover(ctx context.Context, key, from, to string) error {
+// (POST /switchover); Patroni answers once it is done. Around it
+// (switchpause.go): a CHECKPOINT on the primary first, so its shutdown
+// checkpoint is short; when the status records a pause of the primary's
+// pooler, PAUSE on its pods before, and after, once the new primary takes
+// writes and the master Service routes to it, RESUME, which also follows a
+// failure or the step's deadline.
+func (e *Effects) Switchover(ctx context.Context, key, from, to string) (err error) {
 	r, err := e.run(key)
 	if err != nil {
 		return err
 	}
-	pg, _, primary, err := r.clusterMembers(ctx)
+	pg, all, primary, err := r.clusterMembers(ctx)
 	if pg == nil || err != nil {
 		return err
 	}
@@ -462,10 +467,29 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) error {
 	if err != nil {
 		return fmt.Errorf("pod %s: %w", from, err)
 	}
+	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	if err != nil {
+		return err
+	}
+	r.checkpoint(ctx, primary, passwords(super))
+	paused := r.pausePoolers(ctx, from, to)
+	defer func() {
+		if rerr := r.resumePoolers(ctx, paused); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
 	if err := r.patroni.Switchover(ctx, base, from, to); err != nil {
 		return err
 	}
 	r.log.WithField("from", from).WithField("to", to).Info("switched over")
+	if len(paused) > 0 {
+		i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == to })
+		if i < 0 {
+			r.log.WithField("to", to).Warn("the new primary publishes no member data: resuming the pooler at once")
+		} else if err := r.awaitRoute(ctx, pg, &all[i], passwords(super)); err != nil {
+			r.log.WithError(err).Warn("resuming the pooler anyway")
+		}
+	}
 	return nil
 }
 
