@@ -64,9 +64,6 @@ type instance struct {
 	// pooler is set for a connection-pooler pod, whose process is
 	// PgBouncer (isPooler).
 	pooler *poolerState
-	// replacing: the process is being replaced on purpose (the pooler's
-	// upstream changed), which is no restart of the container.
-	replacing bool
 	written   *corev1.PodStatus
 	writtenAt time.Time
 	// writeUnsure: the last status write failed, and may have landed.
@@ -329,7 +326,7 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 	}
 	in.proc = proc
 	in.lastErr = ""
-	if in.state.EverStarted && !in.replacing {
+	if in.state.EverStarted {
 		in.state.RestartCount++
 	}
 	in.state.EverStarted = true
@@ -639,6 +636,7 @@ func (in *instance) stop(grace time.Duration) {
 		}
 	}
 	in.kill()
+	in.stopProxy()
 	in.setTimer(0)
 	if err := os.RemoveAll(socketDir(in.uid)); err != nil {
 		in.log.WithError(err).Warn("removing the socket directory")

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -18,14 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// resolveInterval paces the look at a running pooler's Service: a
-// failover moves the master Service to another pod within about this much
-// of Patroni relabelling the pods.
+// resolveInterval paces the look at a running pooler's Service, for the
+// log and for the Service proxy's fallback; each new connection through
+// the proxy looks at the Service itself (serviceproxy.go).
 const resolveInterval = 2 * time.Second
-
-// replaceTimeout bounds the stop of a PgBouncer replaced for a new upstream
-// (1.18 exits at once on SIGTERM).
-const replaceTimeout = 5 * time.Second
 
 // poolerState is what a connection-pooler instance keeps between its
 // starts, owned by the instance's goroutine.
@@ -40,6 +35,9 @@ type poolerState struct {
 	probePort int
 	// checked is when the Service was last resolved.
 	checked time.Time
+	// proxy is the Service's stand-in PgBouncer connects to, from the
+	// first start to the instance's stop.
+	proxy *serviceProxy
 }
 
 // probe dials the readiness probe's port, as a tcpSocket probe does.
@@ -89,7 +87,18 @@ func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.C
 			}
 		}
 	}
-	ini, auth := PgBouncerConfig(s, PoolerHost{PodIP: p.ip.String(), Upstream: up, Dir: p.podDir})
+	proxy := in.pooler.proxy
+	if proxy == nil {
+		ns, svc, port := pod.Namespace, s.Service, s.Port
+		proxy, err = startServiceProxy(p.ip, s.Port, up, func(ctx context.Context) ([]Upstream, error) {
+			return resolveService(ctx, k.kube, ns, svc, port)
+		}, in.log.WithField("service", s.Service))
+		if err != nil {
+			return spawnSpec{}, waiting(ReasonStartError, "while starting the Service proxy: %w", err)
+		}
+	}
+	proxy.follow(up)
+	ini, auth := PgBouncerConfig(s, PoolerHost{PodIP: p.ip.String(), Upstream: proxy.addr(), Dir: p.podDir})
 	iniPath := filepath.Join(p.podDir, poolerConfigFile)
 	for path, data := range map[string][]byte{iniPath: ini, filepath.Join(p.podDir, poolerAuthFile): auth} {
 		if err := writeOwned(path, data, k.uid, k.gid); err != nil {
@@ -100,8 +109,9 @@ func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		service: s.Service, port: s.Port, upstream: up,
 		probePort: readinessPort(c, s.ListenPort),
 		checked:   time.Now(),
+		proxy:     proxy,
 	}
-	in.log.WithFields(logrus.Fields{"service": s.Service, "upstream": up}).Info("PgBouncer configured")
+	in.log.WithFields(logrus.Fields{"service": s.Service, "upstream": up, "proxy": proxy.addr()}).Info("PgBouncer configured")
 	return spawnSpec{
 		argv:    []string{k.opts.PgBouncer, iniPath},
 		env:     []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "USER=" + postgresUser},
@@ -158,15 +168,15 @@ func resolveService(ctx context.Context, kube kubernetes.Interface, namespace, n
 }
 
 // followUpstream looks at the running pooler's Service every
-// resolveInterval. When it routes elsewhere (a failover moved the master
-// Service), PgBouncer is restarted with the new address, not reloaded:
-// PgBouncer keeps the auto-databases of a "*" entry across a reload with
-// their old host. That drops its clients, as the old primary's end would;
-// it is no restart of the container (same count, no last state). While the
-// Service has no ready address, PgBouncer keeps the old one.
+// resolveInterval and tells the Service proxy where it routes (the
+// address new connections use when their own look fails). PgBouncer is
+// not touched: as with kube-proxy, its connections to the old address stay
+// until either end closes them (the old primary's shutdown does), and new
+// ones go to the new address. While the Service has no ready address the
+// proxy keeps the old one.
 func (in *instance) followUpstream(ctx context.Context, pod *corev1.Pod) {
 	s := in.pooler
-	if time.Since(s.checked) < resolveInterval {
+	if time.Since(s.checked) < resolveInterval || s.proxy == nil {
 		return
 	}
 	s.checked = time.Now()
@@ -179,32 +189,15 @@ func (in *instance) followUpstream(ctx context.Context, pod *corev1.Pod) {
 	if !ok || up == s.upstream {
 		return
 	}
-	in.log.WithFields(logrus.Fields{"service": s.service, "from": s.upstream, "to": up}).Info("the Service routes elsewhere: restarting PgBouncer")
-	in.replace()
-	in.replacing = true
-	in.tryStart(ctx, pod)
-	in.replacing = false
+	in.log.WithFields(logrus.Fields{"service": s.service, "from": s.upstream, "to": up}).Info("the Service routes elsewhere")
+	s.upstream = up
+	s.proxy.follow(up)
 }
 
-// replace stops the running process for a new one: SIGTERM, SIGKILL after
-// replaceTimeout, its exit not recorded as the container's.
-func (in *instance) replace() {
-	proc := in.proc
-	in.proc = nil
-	select {
-	case <-proc.exits:
-	default:
-		_ = syscall.Kill(proc.pid, syscall.SIGTERM)
-		select {
-		case <-proc.exits:
-		case <-time.After(replaceTimeout):
-			_ = syscall.Kill(-proc.pid, syscall.SIGKILL)
-			select {
-			case <-proc.exits:
-			case <-time.After(goneTimeout):
-				in.log.WithField("pid", proc.pid).Error("PgBouncer survived SIGKILL; forgetting it")
-			}
-		}
+// stopProxy closes the pooler's Service proxy, when it has one.
+func (in *instance) stopProxy() {
+	if in.pooler != nil && in.pooler.proxy != nil {
+		in.pooler.proxy.close()
+		in.pooler.proxy = nil
 	}
-	_ = syscall.Kill(-proc.pid, syscall.SIGKILL) // the group, right after the reap
 }

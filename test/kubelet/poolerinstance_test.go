@@ -46,8 +46,8 @@ CREATE ROLE app LOGIN PASSWORD 'app-secret';
 // passwords, its master Service resolved through a fake API: an app role
 // connects through it with TLS required and runs SELECT 1 in transaction
 // mode. Then the Service moves to another address (a failover): PgBouncer
-// is restarted with the new host, not counted as a container restart, and
-// moved back it serves again.
+// runs on, and the kubelet's Service proxy sends new connections to the
+// new address; moved back, it serves again.
 func TestPooler(t *testing.T) {
 	requireInstalled(t, DefaultPgBouncer)
 	pg := startStandIn(t)
@@ -113,7 +113,9 @@ func TestPooler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf("* = host=%s port=5432 auth_user=pooler\n", pg.prep.ip); !strings.Contains(string(ini), want) {
+	// PgBouncer connects to the Service's stand-in, the kubelet's proxy on
+	// the pod's IP.
+	if want := fmt.Sprintf("* = host=%s port=15432 auth_user=pooler\n", poolerIP); !strings.Contains(string(ini), want) {
 		t.Errorf("pgbouncer.ini lacks %q:\n%s", want, ini)
 	}
 	appConn := fmt.Sprintf("host=%s port=5432 user=app password=app-secret dbname=postgres sslmode=require default_query_exec_mode=simple_protocol client_encoding=UTF8", poolerIP)
@@ -150,37 +152,41 @@ func TestPooler(t *testing.T) {
 		t.Errorf("pool mode of postgres/app: %q, want transaction", mode)
 	}
 
-	// Failover: the Service selects another pod.
+	// Failover: the Service selects another pod. PgBouncer runs on (its
+	// clients and a PAUSE stay); the Service proxy routes new connections
+	// to the new address.
 	pid := in.state.PID
 	relabel(ctx, t, kube, primary.Name, "replica")
 	relabel(ctx, t, kube, other.Name, "master")
 	in.pooler.checked = time.Time{}
 	in.reconcile(ctx, pod)
-	if in.pooler.upstream.Addr != other.Status.PodIP || in.proc == nil || in.state.PID == pid {
+	if in.pooler.upstream.Addr != other.Status.PodIP || in.proc == nil || in.state.PID != pid {
 		t.Fatalf("after the Service moved: upstream %v, pid %d (was %d), running %v", in.pooler.upstream, in.state.PID, pid, in.proc != nil)
 	}
-	if in.state.RestartCount != 0 || in.state.Last != nil {
-		t.Errorf("a replaced PgBouncer counts as a restart: %d, last %+v", in.state.RestartCount, in.state.Last)
+	if up := in.pooler.proxy.route(); up.Addr != other.Status.PodIP {
+		t.Fatalf("the proxy routes a new connection to %v, want %s", up, other.Status.PodIP)
 	}
-	waitReady(t, in, true)
-	selectOne(ctx, t, appConn, false) // nothing at the new address
 	relabel(ctx, t, kube, other.Name, "replica")
 	relabel(ctx, t, kube, primary.Name, "master")
+	if up := in.pooler.proxy.route(); up.Addr != pg.prep.ip.String() {
+		t.Fatalf("the proxy routes a new connection to %v after moving back, before the kubelet looked", up)
+	}
 	in.pooler.checked = time.Time{}
 	in.reconcile(ctx, pod)
-	if in.pooler.upstream.Addr != pg.prep.ip.String() {
-		t.Fatalf("upstream %v after moving back", in.pooler.upstream)
+	if in.pooler.upstream.Addr != pg.prep.ip.String() || in.state.PID != pid {
+		t.Fatalf("upstream %v, pid %d after moving back", in.pooler.upstream, in.state.PID)
 	}
-	waitReady(t, in, true)
 	selectOne(ctx, t, appConn, true)
 
-	// A Service with no ready address leaves the running PgBouncer alone.
+	// A Service with no ready address: the proxy keeps the last one.
 	relabel(ctx, t, kube, primary.Name, "replica")
-	pid = in.state.PID
 	in.pooler.checked = time.Time{}
 	in.reconcile(ctx, pod)
 	if in.state.PID != pid || in.pooler.upstream.Addr != pg.prep.ip.String() {
 		t.Errorf("without a ready address: pid %d (was %d), upstream %v", in.state.PID, pid, in.pooler.upstream)
+	}
+	if up := in.pooler.proxy.route(); up.Addr != pg.prep.ip.String() {
+		t.Errorf("without a ready address the proxy routes to %v", up)
 	}
 
 	// A crash is one: back-off, then a start that waits for an address.
