@@ -63,7 +63,7 @@ type instance struct {
 	lastErr   string
 	// pooler is set for a connection-pooler pod, whose process is
 	// PgBouncer (isPooler).
-	pooler *poolerState
+	pooler    *poolerState
 	written   *corev1.PodStatus
 	writtenAt time.Time
 	// writeUnsure: the last status write failed, and may have landed.
