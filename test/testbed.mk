@@ -87,6 +87,13 @@ BENCH_BACKUP_ARGS ?=
 bench-backup: testbed data-plane-deps ## Backups of two ~1 GiB databases (issue 31; pgbench, and random text that gzip halves): pgBackRest to the S3 store vs pg_basebackup to local disk, restore to Running (RTO), data lost with a primary and its volume (RPO) at archive_timeout 60 s and 10 s; prints the figures of docs/backups-bench.md (~6 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkBackup1GiB$$' -benchtime 1x -timeout 30m ./backup/ $(if $(BENCH_BACKUP_ARGS),-args $(BENCH_BACKUP_ARGS))
 
+# Rollouts of bench-switchover.
+BENCH_SWITCHOVER_ROUNDS ?= 5
+
+.PHONY: bench-switchover
+bench-switchover: testbed data-plane-deps ## Rollouts of a 2-instance cluster with a connection pooler (issue 32), a 10 ms insert loop through the pooler (failed inserts, longest stall) and one direct (longest gap); prints the table of docs/performance.md (~2 min a rollout).
+	cd test && PGLOOP_BIN=$(BIN) PGLOOP_SWITCHOVER_ROUNDS=$(BENCH_SWITCHOVER_ROUNDS) $(GO) test -count=1 -run '^TestSwitchoverThroughPooler$$' -timeout 60m -v ./e2e/
+
 ##@ Chaos
 
 # Flags of `make chaos`, e.g. CHAOS_ARGS="--scenarios kill --kills 10 --seed 7"

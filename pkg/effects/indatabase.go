@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -472,16 +473,18 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) (err err
 		return err
 	}
 	r.checkpoint(ctx, primary, passwords(super))
+	began := time.Now()
 	paused := r.pausePoolers(ctx, from, to)
 	defer func() {
-		if rerr := r.resumePoolers(ctx, paused); rerr != nil {
+		if rerr := r.resumePoolers(ctx, paused, began); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}()
+	switching := time.Now()
 	if err := r.patroni.Switchover(ctx, base, from, to); err != nil {
 		return err
 	}
-	r.log.WithField("from", from).WithField("to", to).Info("switched over")
+	r.log.WithField("from", from).WithField("to", to).WithField("took", time.Since(switching).Round(time.Millisecond)).Info("switched over")
 	if len(paused) > 0 {
 		i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == to })
 		if i < 0 {

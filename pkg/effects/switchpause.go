@@ -155,7 +155,7 @@ func (r *run) pausePoolers(ctx context.Context, from, to string) []poolerAdmin {
 // a pause must not outlive the switchover. A pod that is not Ready and
 // does not answer is logged only; any other failure is returned (the
 // machine asks again, pkg/fsm/pause.go).
-func (r *run) resumePoolers(ctx context.Context, admins []poolerAdmin) error {
+func (r *run) resumePoolers(ctx context.Context, admins []poolerAdmin, paused time.Time) error {
 	if len(admins) == 0 {
 		return nil
 	}
@@ -173,7 +173,11 @@ func (r *run) resumePoolers(ctx context.Context, admins []poolerAdmin) error {
 		failed = append(failed, err)
 	}
 	if len(done) > 0 {
-		r.log.WithField("pods", strings.Join(done, ",")).Info("pooler resumed")
+		log := r.log.WithField("pods", strings.Join(done, ","))
+		if !paused.IsZero() {
+			log = log.WithField("paused", time.Since(paused).Round(time.Millisecond))
+		}
+		log.Info("pooler resumed")
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("resume the connection pooler: %w", errors.Join(failed...))
@@ -202,7 +206,7 @@ func (e *Effects) ResumePoolers(ctx context.Context, key string) error {
 		}
 		return err
 	}
-	return r.resumePoolers(ctx, admins)
+	return r.resumePoolers(ctx, admins, time.Time{})
 }
 
 // awaitRoute waits, at most RouteTimeout, until the new primary to takes
@@ -222,7 +226,11 @@ func (r *run) awaitRoute(ctx context.Context, pg *v1.Postgresql, to *member, sup
 	}
 	tick := time.NewTicker(routePoll)
 	defer tick.Stop()
+	began := time.Now()
 	writes, routed := false, ""
+	defer func() {
+		r.log.WithField("took", time.Since(began).Round(time.Millisecond)).WithField("writes", writes).Info("route to the new primary checked")
+	}()
 	for {
 		if !writes {
 			writes, err = pgsql.AcceptsWrites(ctx, ep, r.sqlOptions())

@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
+)
+
+// TestSwitchoverThroughPooler rolls a two-instance cluster with a primary
+// connection pooler (a new pod annotation, so pgloop switches the primary
+// over to the replica first) while one client inserts a row every 10ms
+// through the pooler and another directly on whichever pod is the primary
+// (issue 32): pgloop pauses the pooler around the switchover, so the
+// pooler's client sees a stall and no error. It asserts counts only: no
+// failed insert through the pooler, a pause and a resume logged per
+// switchover, no pause left on record. The stalls and gaps are logged;
+// PGLOOP_SWITCHOVER_ROUNDS (make bench-switchover) runs more rollouts and
+// prints the table of docs/performance.md.
+func TestSwitchoverThroughPooler(t *testing.T) {
+	rounds := 1
+	if v := os.Getenv("PGLOOP_SWITCHOVER_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("PGLOOP_SWITCHOVER_ROUNDS=%q: want a whole number of at least 1", v)
+		}
+		rounds = n
+	}
+	ns := env.Namespace(t)
+	ctx := Context(t, time.Duration(10+5*rounds)*time.Minute)
+	const name = "paused"
+
+	op := env.StartOperator(t, "pause", []string{ns})
+	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
+		pg.Spec.Databases = map[string]string{"appdb": "app"}
+		pg.Spec.EnableConnectionPooler = ptr.To(true)
+		pg.Spec.ConnectionPooler = &v1.ConnectionPooler{NumberOfInstances: ptr.To[int32](1), Mode: "transaction"}
+	})
+	pg := inEffect(ctx, t, ns, name, 2)
+	conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
+	if _, err := conn.Exec(ctx, "CREATE TABLE writes (at timestamptz NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	appdb := env.SQLDatabase(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary), "appdb")
+	if _, err := appdb.Exec(ctx, "CREATE TABLE pooled (at timestamptz NOT NULL); GRANT INSERT ON pooled TO app"); err != nil {
+		t.Fatal(err)
+	}
+
+	var rows []string
+	for i := range rounds {
+		w := startPoolWriter(ctx, t, ns, name)
+		r := rollout(ctx, t, ns, name, fmt.Sprintf("p%d", i))
+		pw := w.stop(ctx, t)
+		t.Logf("rollout %d (switchover from %s): through the pooler %d inserts, %d failed, longest stall %v; direct longest gap %v; rollout took %v",
+			i+1, r.primary, pw.inserts, pw.failed, pw.stall.Round(time.Millisecond), r.gap.Round(time.Millisecond), r.took.Round(time.Millisecond))
+		if pw.failed > 0 {
+			t.Errorf("rollout %d: %d inserts through the pooler failed, want none: %s", i+1, pw.failed, pw.errors())
+		}
+		rows = append(rows, fmt.Sprintf("| %d | %d | %d | %v | %v |", i+1, pw.inserts, pw.failed,
+			pw.stall.Round(time.Millisecond), r.gap.Round(time.Millisecond)))
+	}
+	// The operator's account of each switchover: the pause, Patroni's
+	// part, the wait for the route, the resume.
+	var steps []string
+	for _, line := range strings.Split(op.Log(), "\n") {
+		for _, m := range []string{"pooler paused", "switched over", "route to the new primary", "pooler resumed", "anyway"} {
+			if strings.Contains(line, m) {
+				steps = append(steps, line)
+				break
+			}
+		}
+	}
+	t.Logf("the operator's steps:\n%s", strings.Join(steps, "\n"))
+	if n := op.LogCount("pooler paused"); n < rounds {
+		t.Errorf("%d pauses of the pooler logged for %d rollouts", n, rounds)
+	}
+	if n := op.LogCount("pooler resumed"); n < rounds {
+		t.Errorf("%d resumes of the pooler logged for %d rollouts", n, rounds)
+	}
+	pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg.Status.PoolerPause != nil {
+		t.Errorf("status.poolerPause %+v after the rollouts, want none", pg.Status.PoolerPause)
+	}
+	t.Logf("rollouts of 2 instances, a 10 ms insert loop through the pooler and one direct:\n"+
+		"| rollout | inserts through the pooler | failed | longest stall (pooler) | longest gap (direct) |\n|---|---|---|---|---|\n%s",
+		strings.Join(rows, "\n"))
+}
+
+// poolWriter inserts a row every 10ms through the primary pooler's pod,
+// as the app role, and counts what failed. A failed insert or connection
+// is counted and the connection made again.
+type poolWriter struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	at     []time.Time
+	failed int
+	errs   map[string]int
+}
+
+type poolResult struct {
+	inserts, failed int
+	stall           time.Duration
+	errs            map[string]int
+}
+
+func (p poolResult) errors() string {
+	var out []string
+	for msg, n := range p.errs {
+		out = append(out, fmt.Sprintf("%dx %s", n, msg))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+func startPoolWriter(ctx context.Context, t *testing.T, ns, name string) *poolWriter {
+	t.Helper()
+	pods, err := env.WaitPodsSelected(ctx, ns, cluster.PoolerSelector(name, cluster.RoleMaster), ReadyPods(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d dbname=appdb user=app sslmode=require connect_timeout=5 default_query_exec_mode=simple_protocol",
+		pods[0].Status.PodIP, cluster.PostgresPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = password(ctx, t, ns, cluster.SecretName("app", name))
+	wctx, cancel := context.WithCancel(ctx)
+	w := &poolWriter{cancel: cancel, done: make(chan struct{}), errs: map[string]int{}}
+	fail := func(err error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.failed++
+		w.errs[err.Error()]++
+	}
+	go func() {
+		defer close(w.done)
+		var conn *pgx.Conn
+		defer func() {
+			if conn != nil {
+				_ = conn.Close(context.Background())
+			}
+		}()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			if conn == nil {
+				c, err := pgx.ConnectConfig(wctx, cfg)
+				if err != nil {
+					if wctx.Err() == nil {
+						fail(err)
+					}
+					continue
+				}
+				conn = c
+			}
+			// A stall is no failure: the bound is the test's.
+			_, err := conn.Exec(wctx, "INSERT INTO pooled VALUES (clock_timestamp())")
+			if err != nil {
+				if wctx.Err() == nil {
+					fail(err)
+				}
+				_ = conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+			w.mu.Lock()
+			w.at = append(w.at, time.Now())
+			w.mu.Unlock()
+		}
+	}()
+	if err := Eventually(ctx, "the pooled writer's first insert", func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.at) > 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// stop waits for one more insert, stops the writer and returns its counts
+// and the longest time between two inserts.
+func (w *poolWriter) stop(ctx context.Context, t *testing.T) poolResult {
+	t.Helper()
+	w.mu.Lock()
+	n := len(w.at)
+	w.mu.Unlock()
+	if err := Eventually(ctx, "an insert through the pooler after the rollout", func(context.Context) (bool, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.at) > n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.cancel()
+	<-w.done
+	r := poolResult{inserts: len(w.at), failed: w.failed, errs: w.errs}
+	for i := 1; i < len(w.at); i++ {
+		r.stall = max(r.stall, w.at[i].Sub(w.at[i-1]))
+	}
+	return r
+}
