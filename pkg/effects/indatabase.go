@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -475,24 +476,35 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) (err err
 	r.checkpoint(ctx, primary, passwords(super))
 	began := time.Now()
 	paused := r.pausePoolers(ctx, from, to)
+	resume := sync.OnceValue(func() error { return r.resumePoolers(ctx, paused, began) })
 	defer func() {
-		if rerr := r.resumePoolers(ctx, paused, began); rerr != nil {
+		if rerr := resume(); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}()
+	var cand *member
+	if i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == to }); i >= 0 {
+		cand = &all[i]
+	} else if len(paused) > 0 {
+		r.log.WithField("to", to).Warn("the new primary publishes no member data: the pooler is resumed once Patroni answers")
+	}
 	switching := time.Now()
-	if err := r.patroni.Switchover(ctx, base, from, to); err != nil {
+	answer := make(chan error, 1)
+	go func() { answer <- r.patroni.Switchover(ctx, base, from, to) }()
+	if len(paused) > 0 && cand != nil {
+		// Patroni answers the switchover up to a second after it is
+		// done (it looks once a second): the poolers are resumed as
+		// soon as the new primary takes writes and the Service routes
+		// to it, Patroni's answer or not (awaitSwitch).
+		if err := r.awaitSwitch(ctx, pg, cand, passwords(super), answer); err != nil {
+			r.log.WithError(err).Warn("resuming the pooler anyway")
+		}
+		_ = resume()
+	}
+	if err := <-answer; err != nil {
 		return err
 	}
 	r.log.WithField("from", from).WithField("to", to).WithField("took", time.Since(switching).Round(time.Millisecond)).Info("switched over")
-	if len(paused) > 0 {
-		i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == to })
-		if i < 0 {
-			r.log.WithField("to", to).Warn("the new primary publishes no member data: resuming the pooler at once")
-		} else if err := r.awaitRoute(ctx, pg, &all[i], passwords(super)); err != nil {
-			r.log.WithError(err).Warn("resuming the pooler anyway")
-		}
-	}
 	return nil
 }
 

@@ -29,9 +29,10 @@ const (
 	// paused one does, and what it could not release fails as it would
 	// without a pause.
 	PoolerPauseTimeout = 5 * time.Second
-	// RouteTimeout bounds the wait, after Patroni's switchover, for the
-	// new primary to take writes and for the master Service to route to it
-	// alone. After it the poolers are resumed anyway: a pause must end.
+	// RouteTimeout bounds the wait, after Patroni answered the
+	// switchover, for the new primary to take writes and for the master
+	// Service to route to it alone. After it the poolers are resumed
+	// anyway: a pause must end.
 	RouteTimeout = 10 * time.Second
 	// CheckpointTimeout bounds the CHECKPOINT before the switchover; one
 	// that does not end in time is left to the shutdown checkpoint.
@@ -209,28 +210,56 @@ func (e *Effects) ResumePoolers(ctx context.Context, key string) error {
 	return r.resumePoolers(ctx, admins, time.Time{})
 }
 
-// awaitRoute waits, at most RouteTimeout, until the new primary to takes
-// writes and the master Service routes to it alone: what PgBouncer's new
-// server connections reach once it is resumed. The Service's ready
-// EndpointSlice addresses when it has any; else (a plane whose pod IPs
-// the EndpointSlice controller cannot publish) the pods its selector
-// matches that are Ready and not terminating, which is what that
-// controller would publish. What it cannot see is kube-proxy programming
-// the nodes after the EndpointSlice changed (docs/user-guide.md).
-func (r *run) awaitRoute(ctx context.Context, pg *v1.Postgresql, to *member, superuser []string) error {
-	ctx, cancel := context.WithTimeout(ctx, RouteTimeout)
+// awaitSwitch waits until the new primary to takes writes and the master
+// Service routes to it alone (awaitRoute), while Patroni's answer to the
+// switchover comes on answer: a failed switchover ends the wait at once
+// (its error is put back for the caller), a successful one bounds it to
+// RouteTimeout from then.
+func (r *run) awaitSwitch(ctx context.Context, pg *v1.Postgresql, to *member, superuser []string, answer chan error) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	routed := make(chan error, 1)
+	began := time.Now()
+	go func() { routed <- r.awaitRoute(ctx, pg, to, superuser) }()
+	var err error
+	select {
+	case err = <-routed:
+	case perr := <-answer:
+		answer <- perr
+		if perr != nil {
+			cancel()
+			<-routed
+			return fmt.Errorf("the switchover failed: %w", perr)
+		}
+		timer := time.NewTimer(RouteTimeout)
+		defer timer.Stop()
+		select {
+		case err = <-routed:
+		case <-timer.C:
+			cancel()
+			err = <-routed
+		}
+	}
+	r.log.WithField("took", time.Since(began).Round(time.Millisecond)).WithError(err).Info("the new primary takes writes through the master Service")
+	return err
+}
+
+// awaitRoute waits until the new primary to takes writes and the master
+// Service routes to it alone: what PgBouncer's new server connections
+// reach once it is resumed. The Service's ready EndpointSlice addresses
+// when it has any; else (a plane whose pod IPs the EndpointSlice
+// controller cannot publish) the pods its selector matches that are Ready
+// and not terminating, which is what that controller would publish. What
+// it cannot see is kube-proxy programming the nodes after the
+// EndpointSlice changed (docs/user-guide.md). It ends with ctx.
+func (r *run) awaitRoute(ctx context.Context, pg *v1.Postgresql, to *member, superuser []string) error {
 	ep, err := to.endpoint("new primary", superuser)
 	if err != nil {
 		return err
 	}
 	tick := time.NewTicker(routePoll)
 	defer tick.Stop()
-	began := time.Now()
 	writes, routed := false, ""
-	defer func() {
-		r.log.WithField("took", time.Since(began).Round(time.Millisecond)).WithField("writes", writes).Info("route to the new primary checked")
-	}()
 	for {
 		if !writes {
 			writes, err = pgsql.AcceptsWrites(ctx, ep, r.sqlOptions())
@@ -249,7 +278,7 @@ func (r *run) awaitRoute(ctx context.Context, pg *v1.Postgresql, to *member, sup
 			if !writes {
 				err = fmt.Errorf("pod %s does not take writes yet: %w", to.pod.Name, err)
 			}
-			return fmt.Errorf("within %s: %w", RouteTimeout, err)
+			return err
 		case <-tick.C:
 		}
 	}
