@@ -76,7 +76,7 @@ func TestSwitchoverThroughPooler(t *testing.T) {
 	// part, the wait for the route, the resume.
 	var steps []string
 	for _, line := range strings.Split(op.Log(), "\n") {
-		for _, m := range []string{"pooler paused", "switched over", "route to the new primary", "pooler resumed", "anyway"} {
+		for _, m := range []string{"pooler paused", "switched over", "takes writes through", "pooler resumed", "anyway"} {
 			if strings.Contains(line, m) {
 				steps = append(steps, line)
 				break
