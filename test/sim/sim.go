@@ -882,6 +882,10 @@ func (a *actor) Switchover(ctx context.Context, key, _, to string) error {
 
 func (a *actor) RestartMembers(ctx context.Context, _ string, _ []string) error { return a.enter(ctx) }
 
+// ResumePoolers has nothing to resume: the simulated world runs no
+// PgBouncer.
+func (a *actor) ResumePoolers(ctx context.Context, _ string) error { return a.enter(ctx) }
+
 func (a *actor) Cleanup(ctx context.Context, key string) error {
 	if err := a.enter(ctx); err != nil {
 		return err
