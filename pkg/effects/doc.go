@@ -7,7 +7,9 @@
 // databases over SQL (SyncRoles, through pkg/pgsql), and brings Patroni's
 // dynamic configuration to the spec, restarts members and switches over
 // through Patroni's REST API (Configure, RestartMembers, Switchover,
-// through pkg/patroni).
+// through pkg/patroni); around a switchover it pauses and resumes the
+// primary's connection pooler on PgBouncer's admin console (Switchover,
+// ResumePoolers, switchpause.go).
 //
 // It is not the only writer to the API: pkg/operator writes its leader
 // Lease, and `pgloop sync` (cmd/pgloop) patches a Postgresql resource to
@@ -23,7 +25,8 @@
 // so it is not idempotent; RestartMembers and Switchover interrupt
 // PostgreSQL, and a repeat is harmless only as far as their checks go (a
 // restart asks Patroni to restart what is pending only; a switchover does
-// nothing once the pods' member data show another primary).
+// nothing once the pods' member data show another primary). ResumePoolers
+// is idempotent (RESUME of a pooler that is not paused succeeds).
 //
 // This package knows neither the state machine nor the event loop: it has
 // its own small types (Pod, Record) and its own ErrWaiting, and
