@@ -61,8 +61,10 @@ func TestServiceFields(t *testing.T) {
 	takenPort := blocker.Spec.Ports[0].NodePort
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
 		s := &pg.Spec
+		// Two instances: the replica pooler's PgBouncer starts once it
+		// reaches a replica.
 		s.EnableConnectionPooler, s.EnableReplicaConnectionPooler = ptr.To(true), ptr.To(true)
 		s.ConnectionPooler = &v1.ConnectionPooler{NumberOfInstances: ptr.To[int32](1)}
 		s.AllowedSourceRanges = ranges
@@ -74,7 +76,7 @@ func TestServiceFields(t *testing.T) {
 		s.EnableMasterPoolerLoadBalancer = ptr.To(true)
 		s.EnableReplicaPoolerNodePort = ptr.To(true)
 	})
-	pg := inEffect(ctx, t, ns, name, 1)
+	pg := inEffect(ctx, t, ns, name, 2)
 	t.Logf("Running with its Services after %v", time.Since(began).Round(time.Millisecond))
 	primary := pg.Status.Primary
 	pods := podUIDs(ctx, t, ns, name)
@@ -97,7 +99,7 @@ func TestServiceFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s: %s, node port %d, ranges %q, annotations %v", n, s.Spec.Type, s.Spec.Ports[0].NodePort, s.Spec.LoadBalancerSourceRanges, s.Annotations)
+			t.Logf("%s: %s, ports %+v, ranges %q, annotations %v", n, s.Spec.Type, s.Spec.Ports, s.Spec.LoadBalancerSourceRanges, s.Annotations)
 			return s
 		}
 		m := get(masterName)
@@ -205,7 +207,7 @@ func TestServiceFields(t *testing.T) {
 		waitService(ctx, t, ns, masterName, "NodePort on the freed port", func(s *corev1.Service) bool {
 			return s.Spec.Type == corev1.ServiceTypeNodePort && s.Spec.Ports[0].NodePort == takenPort
 		})
-		inEffect(ctx, t, ns, name, 1)
+		inEffect(ctx, t, ns, name, 2)
 		t.Logf("the port taken %v after it was freed", time.Since(freed).Round(time.Millisecond))
 	})
 
@@ -219,7 +221,7 @@ func TestServiceFields(t *testing.T) {
 	})
 
 	t.Run("no pod replaced, no switchover", func(t *testing.T) {
-		got := inEffect(ctx, t, ns, name, 1)
+		got := inEffect(ctx, t, ns, name, 2)
 		if got.Status.Primary != primary {
 			t.Errorf("primary %s, was %s", got.Status.Primary, primary)
 		}
