@@ -26,11 +26,8 @@ import (
 //     acknowledged (troubled cleared, cleanupDone for a cleanup); failed,
 //     they are dropped and troubled is set: the retry timer asks for them
 //     again, with backoff, not the next input; waiting (ErrWaiting), they
-//     are dropped and again is set: the next observation asks again. again
-//     is cleared whenever they are asked for (ask): the observation, a
-//     timer's or anything else's, so a wait that ended by a retry does not
-//     leave them pending (Memory.EnsurePending) until some later
-//     observation.
+//     are dropped and again is set: the next observation asks again; so
+//     does any other ask (a timer's), which clears again (ask).
 //  3. effectsPlan, when not 0, is the latest plan that carried effects and
 //     has not reported. Effects may have been dropped meanwhile (entering
 //     Invalid): the plan in flight still finishes and reports.
@@ -62,8 +59,7 @@ type outbox struct {
 	// observation does backs off with it. Not kept in status: a restarted
 	// operator asks again soon, as after any restart.
 	waits int32
-	// configWait is when the configuration being applied first waited
-	// for Patroni, in a row (configwait.go).
+	// configWait: the configuration waiting for Patroni (configwait.go).
 	configWait configWait
 
 	// What must be sent.
