@@ -141,6 +141,8 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"endpoint of an S3 service other than AWS (https://minio.example:9000); empty means AWS")
 	f.StringVar(&cfg.LogicalBackup.S3SSE, "logical-backup-s3-sse", cfg.LogicalBackup.S3SSE,
 		"server side encryption of the uploads (aws s3 cp --sse); empty asks for none")
+	f.StringVar(&cfg.LogicalBackup.S3RetentionTime, "logical-backup-s3-retention-time", cfg.LogicalBackup.S3RetentionTime,
+		"how long the logical backups of clusters that set no spec.logicalBackupRetention are kept in S3, e.g. \"3 months\": after each upload the job deletes the older dumps but the newest of them; empty keeps every dump")
 	f.StringVar(&cfg.LogicalBackup.EnvSecret, "logical-backup-env-secret", cfg.LogicalBackup.EnvSecret,
 		"Secret in each cluster's namespace whose keys the logical backup container gets as environment variables: the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, LOGICAL_BACKUP_AZURE_STORAGE_*); empty means none")
 	f.BoolVar(&cfg.EnableMasterLoadBalancer, "enable-master-load-balancer", cfg.EnableMasterLoadBalancer,

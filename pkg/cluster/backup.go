@@ -88,6 +88,10 @@ type LogicalBackupOptions struct {
 	// server side encryption, the operator's flag DefaultLogicalBackupS3SSE
 	// by default) are passed to the aws command line tool when not empty.
 	S3Region, S3Endpoint, S3SSE string
+	// S3RetentionTime is how long dumps are kept in S3
+	// (LOGICAL_BACKUP_S3_RETENTION_TIME) for clusters without
+	// spec.logicalBackupRetention. Empty keeps them all.
+	S3RetentionTime string
 	// EnvSecret names a Secret of the cluster's namespace whose keys the
 	// container gets as environment variables (envFrom): the
 	// credentials. Empty means none.
@@ -128,6 +132,15 @@ func LogicalBackupSchedule(pg *v1.Postgresql, opts Options) string {
 		return pg.Spec.LogicalBackupSchedule
 	}
 	return opts.LogicalBackup.withDefaults().Schedule
+}
+
+// LogicalBackupRetention is how long pg's logical backups are kept in S3:
+// spec.logicalBackupRetention, or the operator's; empty keeps them all.
+func LogicalBackupRetention(pg *v1.Postgresql, opts Options) string {
+	if pg.Spec.LogicalBackupRetention != "" {
+		return pg.Spec.LogicalBackupRetention
+	}
+	return opts.LogicalBackup.S3RetentionTime
 }
 
 // logicalBackupLabels are the labels of the backup's jobs and pods.
@@ -175,6 +188,12 @@ func LogicalBackupCronJob(pg *v1.Postgresql, opts Options) *batchv1.CronJob {
 			corev1.EnvVar{Name: "LOGICAL_BACKUP_S3_REGION", Value: lb.S3Region},
 			corev1.EnvVar{Name: "LOGICAL_BACKUP_S3_ENDPOINT", Value: lb.S3Endpoint},
 			corev1.EnvVar{Name: "LOGICAL_BACKUP_S3_SSE", Value: lb.S3SSE})
+		// The image's script deletes dumps older than this after each
+		// upload (S3 only). Set only when there is one, so a cluster
+		// without it keeps the job template it had.
+		if r := LogicalBackupRetention(pg, opts); r != "" {
+			env = append(env, corev1.EnvVar{Name: "LOGICAL_BACKUP_S3_RETENTION_TIME", Value: r})
+		}
 	}
 	container := corev1.Container{
 		Name:            LogicalBackupContainerName,

@@ -132,14 +132,28 @@ func ApplyStatefulSet(current, desired *appsv1.StatefulSet) *appsv1.StatefulSet 
 // ServiceNeedsUpdate reports whether current differs from desired in what
 // pgloop owns: type, load balancer source ranges, ports (name, protocol,
 // port, target port), selector, and its labels and annotations. The cluster
-// IP and node ports are never compared: the apiserver allocates them.
+// IP is never compared, nor a node port desired leaves to the apiserver
+// (0): it allocates them. A node port the spec names is compared.
 func ServiceNeedsUpdate(current, desired *corev1.Service) bool {
 	return current.Spec.Type != desired.Spec.Type ||
 		!slices.Equal(current.Spec.LoadBalancerSourceRanges, desired.Spec.LoadBalancerSourceRanges) ||
 		!maps.Equal(current.Spec.Selector, desired.Spec.Selector) ||
 		!slices.EqualFunc(current.Spec.Ports, desired.Spec.Ports, samePort) ||
+		namedNodePortMoved(current.Spec.Ports, desired.Spec.Ports) ||
 		!containsAll(current.Labels, desired.Labels) ||
 		!containsAll(current.Annotations, desired.Annotations)
+}
+
+// namedNodePortMoved reports whether a port of desired names a node port
+// that its current port does not have. The ports are the same list
+// (samePort) when it is asked.
+func namedNodePortMoved(current, desired []corev1.ServicePort) bool {
+	for i := range desired {
+		if desired[i].NodePort != 0 && (i >= len(current) || current[i].NodePort != desired[i].NodePort) {
+			return true
+		}
+	}
+	return false
 }
 
 func samePort(a, b corev1.ServicePort) bool {
@@ -160,8 +174,9 @@ func protocol(p corev1.ServicePort) corev1.Protocol {
 // the apiserver or others set are kept, with two exceptions that follow
 // the type:
 //
-//  1. A Service that stays a load balancer keeps the node ports the
-//     apiserver allocated, so an update does not move them.
+//  1. A Service that stays or becomes a load balancer or NodePort keeps
+//     the node ports the apiserver allocated where desired names none, so
+//     an update does not move them; a port desired names replaces it.
 //  2. A Service that becomes ClusterIP loses its node ports and the fields
 //     only an external Service may have (external traffic policy, health
 //     check node port, load balancer class and node port allocation): the

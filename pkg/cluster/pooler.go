@@ -251,11 +251,13 @@ func PoolerDeployment(pg *v1.Postgresql, role string, opts Options) *appsv1.Depl
 }
 
 // PoolerService routes to the pooler's pods on PostgreSQL's port:
-// applications connect to it as they would to the role's Service.
+// applications connect to it as they would to the role's Service. Its
+// annotations and type follow the role's, as zalando's (ServiceAnnotations,
+// PoolerExposure).
 func PoolerService(pg *v1.Postgresql, role string) *corev1.Service {
 	meta := poolerObjectMeta(pg, role, PoolerName(pg.Name, role))
-	meta.Annotations = copyMap(pg.Spec.ServiceAnnotations)
-	return &corev1.Service{
+	meta.Annotations = ServiceAnnotations(pg, role)
+	svc := &corev1.Service{
 		TypeMeta:   serviceTypeMeta,
 		ObjectMeta: meta,
 		Spec: corev1.ServiceSpec{
@@ -269,6 +271,8 @@ func PoolerService(pg *v1.Postgresql, role string) *corev1.Service {
 			}},
 		},
 	}
+	expose(svc, pg, PoolerExposure(pg, role))
+	return svc
 }
 
 // PoolerPodDisruptionBudget keeps one pooler pod through voluntary

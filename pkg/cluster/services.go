@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,15 +27,13 @@ func Services(pg *v1.Postgresql, opts Options) []*corev1.Service {
 // primary: the address applications write to. It also governs the
 // StatefulSet's pod names.
 func MasterService(pg *v1.Postgresql, opts Options) *corev1.Service {
-	return roleService(pg, MasterServiceName(pg.Name), RoleMaster,
-		enabled(pg.Spec.EnableMasterLoadBalancer, opts.EnableMasterLoadBalancer))
+	return roleService(pg, MasterServiceName(pg.Name), RoleMaster, RoleExposure(pg, RoleMaster, opts))
 }
 
 // ReplicaService routes to the pods Patroni labelled spilo-role=replica,
 // for read-only traffic.
 func ReplicaService(pg *v1.Postgresql, opts Options) *corev1.Service {
-	return roleService(pg, ReplicaServiceName(pg.Name), RoleReplica,
-		enabled(pg.Spec.EnableReplicaLoadBalancer, opts.EnableReplicaLoadBalancer))
+	return roleService(pg, ReplicaServiceName(pg.Name), RoleReplica, RoleExposure(pg, RoleReplica, opts))
 }
 
 // enabled returns the cluster's setting when it has one, else the
@@ -46,12 +45,80 @@ func enabled(cluster *bool, operator bool) bool {
 	return operator
 }
 
-// roleService builds a role's Service; a load balancer one admits the
-// cluster's allowedSourceRanges, or DefaultSourceRange when there are none.
-func roleService(pg *v1.Postgresql, name, role string, loadBalancer bool) *corev1.Service {
+// Exposure is how a Service is reached from outside the Kubernetes
+// cluster, as zalando decides it: a node port overrides a load balancer;
+// neither leaves it ClusterIP.
+type Exposure struct {
+	// NodePort makes the Service of type NodePort, on port Port of every
+	// node; Port 0 lets the apiserver choose.
+	NodePort bool
+	Port     int32
+	// LoadBalancer makes it of type LoadBalancer (when not NodePort).
+	LoadBalancer bool
+}
+
+// RoleExposure is the exposure of the master or replica Service: the
+// spec's enable*NodePort and *NodePort, else its enable*LoadBalancer or
+// the operator's.
+func RoleExposure(pg *v1.Postgresql, role string, opts Options) Exposure {
+	s := &pg.Spec
+	if role == RoleReplica {
+		return exposure(s.EnableReplicaNodePort, s.ReplicaNodePort,
+			enabled(s.EnableReplicaLoadBalancer, opts.EnableReplicaLoadBalancer))
+	}
+	return exposure(s.EnableMasterNodePort, s.MasterNodePort,
+		enabled(s.EnableMasterLoadBalancer, opts.EnableMasterLoadBalancer))
+}
+
+// PoolerExposure is the exposure of the pooler Service of role: the
+// spec's enable*PoolerNodePort and *PoolerNodePort, else its
+// enable*PoolerLoadBalancer (unset means false).
+func PoolerExposure(pg *v1.Postgresql, role string) Exposure {
+	s := &pg.Spec
+	if role == RoleReplica {
+		return exposure(s.EnableReplicaPoolerNodePort, s.ReplicaPoolerNodePort,
+			enabled(s.EnableReplicaPoolerLoadBalancer, false))
+	}
+	return exposure(s.EnableMasterPoolerNodePort, s.MasterPoolerNodePort,
+		enabled(s.EnableMasterPoolerLoadBalancer, false))
+}
+
+// exposure applies zalando's precedence: an enabled node port, with the
+// port named or 0, else the load balancer setting. A port named while the
+// node port is not enabled is not used.
+func exposure(nodePort *bool, port *int32, loadBalancer bool) Exposure {
+	if nodePort != nil && *nodePort {
+		e := Exposure{NodePort: true}
+		if port != nil {
+			e.Port = *port
+		}
+		return e
+	}
+	return Exposure{LoadBalancer: loadBalancer}
+}
+
+// ServiceAnnotations are the annotations of the Services of role (the
+// role's Service and its pooler's): serviceAnnotations, with
+// masterServiceAnnotations or replicaServiceAnnotations over them, as
+// zalando merges them. Nil when there are none.
+func ServiceAnnotations(pg *v1.Postgresql, role string) map[string]string {
+	over := pg.Spec.MasterServiceAnnotations
+	if role == RoleReplica {
+		over = pg.Spec.ReplicaServiceAnnotations
+	}
+	out := copyMap(pg.Spec.ServiceAnnotations)
+	if len(over) > 0 && out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, over)
+	return out
+}
+
+// roleService builds a role's Service.
+func roleService(pg *v1.Postgresql, name, role string, e Exposure) *corev1.Service {
 	meta := objectMeta(pg, name)
 	meta.Labels[LabelRole] = role
-	meta.Annotations = copyMap(pg.Spec.ServiceAnnotations)
+	meta.Annotations = ServiceAnnotations(pg, role)
 	svc := &corev1.Service{
 		TypeMeta:   serviceTypeMeta,
 		ObjectMeta: meta,
@@ -66,14 +133,25 @@ func roleService(pg *v1.Postgresql, name, role string, loadBalancer bool) *corev
 			}},
 		},
 	}
-	if loadBalancer {
+	expose(svc, pg, e)
+	return svc
+}
+
+// expose sets the Service's type for e. A load balancer admits the
+// cluster's allowedSourceRanges, or DefaultSourceRange when there are
+// none; a node port names its port when the spec does.
+func expose(svc *corev1.Service, pg *v1.Postgresql, e Exposure) {
+	switch {
+	case e.NodePort:
+		svc.Spec.Type = corev1.ServiceTypeNodePort
+		svc.Spec.Ports[0].NodePort = e.Port
+	case e.LoadBalancer:
 		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 		svc.Spec.LoadBalancerSourceRanges = slices.Clone(pg.Spec.AllowedSourceRanges)
 		if len(svc.Spec.LoadBalancerSourceRanges) == 0 {
 			svc.Spec.LoadBalancerSourceRanges = []string{DefaultSourceRange}
 		}
 	}
-	return svc
 }
 
 // ConfigService is the headless, selector-less Service named after

@@ -47,18 +47,9 @@ type member struct {
 // data, and the primary among them: the one whose member data say it
 // leads. A pod without member data is left out.
 func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, primary *member, err error) {
-	var pods []*corev1.Pod
-	if r.cache != nil {
-		pods = r.cache.Pods(r.key)
-	} else {
-		list, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{
-			LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String()})
-		if err != nil {
-			return nil, nil, fmt.Errorf("list pods: %w", err)
-		}
-		for i := range list.Items {
-			pods = append(pods, &list.Items[i])
-		}
+	pods, err := r.pods(ctx, pg)
+	if err != nil {
+		return nil, nil, err
 	}
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
@@ -80,6 +71,23 @@ func (r *run) members(ctx context.Context, pg *v1.Postgresql) (all []member, pri
 		return all, nil, fmt.Errorf("no pod of %s publishes Patroni member data as the primary yet (%w)", r.key, ErrWaiting)
 	}
 	return all, primary, nil
+}
+
+// pods returns the cluster's pods, terminating ones included.
+func (r *run) pods(ctx context.Context, pg *v1.Postgresql) ([]*corev1.Pod, error) {
+	if r.cache != nil {
+		return r.cache.Pods(r.key), nil
+	}
+	list, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	return pods, nil
 }
 
 // clusterMembers reads the cluster's resource and its members (members);
@@ -458,10 +466,20 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) (err err
 		return err
 	}
 	pg, all, primary, err := r.clusterMembers(ctx)
-	if pg == nil || err != nil {
+	switch {
+	case pg == nil:
 		return err
-	}
-	if primary.pod.Name != from {
+	case errors.Is(err, ErrWaiting) && r.leftPrimary(ctx, pg, all, from):
+		// No member publishes as the primary yet, and from has left
+		// the role: it is on its way (a later plan carried this
+		// switchover again while Patroni answered the first, and the
+		// former primary's pod is already replaced). Asking again would
+		// fail, and hold the rollout for a retry, for nothing.
+		r.log.WithField("from", from).Info("switchover under way: no longer the primary")
+		return nil
+	case err != nil:
+		return err
+	case primary.pod.Name != from:
 		// Patroni moved the role already: the rollout goes on.
 		return nil
 	}
@@ -506,6 +524,21 @@ func (e *Effects) Switchover(ctx context.Context, key, from, to string) (err err
 	}
 	r.log.WithField("from", from).WithField("to", to).WithField("took", time.Since(switching).Round(time.Millisecond)).Info("switched over")
 	return nil
+}
+
+// leftPrimary reports whether pod has left the primary's role for sure:
+// its member data say it does not lead, or it is terminating or gone. A
+// pod that publishes no member data (yet) has not.
+func (r *run) leftPrimary(ctx context.Context, pg *v1.Postgresql, all []member, pod string) bool {
+	if i := slices.IndexFunc(all, func(m member) bool { return m.pod.Name == pod }); i >= 0 {
+		return !all[i].IsLeaderRole()
+	}
+	pods, err := r.pods(ctx, pg)
+	if err != nil {
+		return false
+	}
+	i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return p.Name == pod })
+	return i < 0 || pods[i].DeletionTimestamp != nil
 }
 
 // sqlOptions are the SQL options of a run, counting statements for the

@@ -90,5 +90,6 @@ func podFacts(f fsm.Facts) fsm.Facts {
 	f.Sync, f.Config, f.ConfigParameters, f.Users, f.Databases = fsm.Want{}, fsm.Want{}, nil, nil, nil
 	f.SyncRequest, f.Target, f.NoTarget, f.PendingRestart, f.Restart = "", "", "", nil, nil
 	f.VolumeSize = "" // volumes_test.go tests Volumes
+	f.LoopWait = 0    // indatabase_test.go tests it
 	return f
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -122,6 +123,8 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 		f.Config.Hash += "+" + f.SyncRequest
 	}
 	f.ConfigParameters = spec.dynamic.Parameters
+	_, loopWait, _ := pg.Spec.Patroni.EffectiveTimings()
+	f.LoopWait = time.Duration(loopWait) * time.Second
 
 	for _, p := range pods {
 		if m, ok := members[p.Name]; ok && m.PendingRestart {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,16 @@ func TestInDatabase(t *testing.T) {
 	later.Spec.PostgreSQL.Parameters["work_mem"] = "16MB"
 	if l := facts(later, healthy(full)...); l.Config.Bootstrap || l.Config.Hash == f.Config.Hash {
 		t.Errorf("an edited parameter: %+v", l.Config)
+	}
+	// How long Patroni may take to apply the configuration: its default
+	// loop_wait, or the spec's.
+	if f.LoopWait != 10*time.Second {
+		t.Errorf("loop_wait %v, want Patroni's default 10s", f.LoopWait)
+	}
+	short := full.DeepCopy()
+	short.Spec.Patroni = &v1.Patroni{LoopWait: 2}
+	if s := facts(short, healthy(short)...); s.LoopWait != 2*time.Second {
+		t.Errorf("loop_wait %v, want the spec's 2s", s.LoopWait)
 	}
 	if !reflect.DeepEqual(f.Users, []string{"app", "reader"}) || !reflect.DeepEqual(f.Databases, []string{"appdb"}) ||
 		!reflect.DeepEqual(f.ConfigParameters, []string{"work_mem"}) {

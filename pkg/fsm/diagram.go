@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Mermaid renders the transition table as a Mermaid state diagram. When
@@ -59,14 +60,16 @@ func Markdown() string {
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
 	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them. Status keeps\n")
 	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace, maintenanceWindow), so it resumes them with their deadlines;\n")
-	b.WriteString("resync and flush are not kept (arming them would cost a status write each time): a restarted operator arms\n")
-	b.WriteString("a Running cluster's resync afresh, at the next multiple of the period since it became Running. A timer\n")
+	b.WriteString("resync, flush and configCheck are not kept (arming them would cost a status write each time): a restarted operator arms\n")
+	b.WriteString("a Running cluster's resync afresh, at the next multiple of the period since it became Running, and asks for the effects\n")
+	b.WriteString("a configCheck would have asked for again anyway. A timer\n")
 	b.WriteString("that fires leaves status with the next write rather than one of its own: after a restart it would fire\n")
 	b.WriteString("again at once, and its event plan what the restart plans anyway.\n\n")
 	b.WriteString("| timer | set when | default |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| `%s` | in Creating or Updating, when the state's effects first report (not while the plan waits for a worker or the API's rate), and again after a spec edit there; cancelled while the next step of a rollout waits for a slot of the rollout budget (`--max-rolling-clusters`), armed again in full once it no longer waits | %s (create), %s (update) |\n", TimerTimeout, cfg.CreateTimeout, cfg.UpdateTimeout)
 	fmt.Fprintf(&b, "| `%s` | entering Degraded, on every retry there, and after a failed plan (a failed status write waits for it) | %s doubling up to %s |\n", TimerRetry, cfg.RetryBase, cfg.RetryMax)
-	fmt.Fprintf(&b, "| `%s` | after effects that wait (pods still terminating, Patroni's member data not published yet, Patroni applying configuration within its loop_wait): the next observation asks them again sooner; the retry covers what no watch shows | %s doubling up to %s, while they keep waiting |\n", TimerRetry, cfg.RetryBase, cfg.waitDelay(3))
+	fmt.Fprintf(&b, "| `%s` | after effects that wait (pods still terminating, Patroni's member data not published yet, a role's Secret not cached yet; a configuration Patroni has not applied within twice its loop_wait): the next observation asks them again sooner; the retry covers what no watch shows | %s doubling up to %s, while they keep waiting |\n", TimerRetry, cfg.RetryBase, cfg.waitDelay(3))
+	fmt.Fprintf(&b, "| `%s` | after effects whose configuration waits for Patroni to apply it (no watch shows a reload), for twice the cluster's loop_wait from the first wait: they are asked again, as an observation would (not kept in status) | a quarter of loop_wait, between %s and %s (%s with Patroni's default 10s) |\n", TimerConfigCheck, configCheckPeriod(0), configCheckPeriod(time.Hour), configCheckPeriod(defaultLoopWait))
 	fmt.Fprintf(&b, "| `%s` | entering Running, and on every resync (not kept in status) | %s |\n", TimerResync, cfg.ResyncPeriod)
 	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)
 	fmt.Fprintf(&b, "| `%s` | in Updating or Degraded, while a rollout step or a restart waits for the cluster's next maintenance window (`spec.maintenanceWindows`): its opening; the timeout of Updating is cancelled meanwhile and armed again in full once nothing waits | the window's start |\n", TimerMaintenance)

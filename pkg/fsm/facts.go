@@ -102,6 +102,9 @@ type Facts struct {
 	// there is none.
 	Target   string
 	NoTarget string
+	// LoopWait is the cluster's Patroni loop_wait (spec.patroni.loop_wait
+	// or Patroni's default): how long Patroni may take to apply Config.
+	LoopWait time.Duration
 	// PendingRestart are the pods whose Patroni reports a setting pending
 	// a restart, sorted.
 	PendingRestart []string
@@ -333,8 +336,9 @@ func DefaultConfig() Config {
 // waitDelay is the delay of the retry after the waits-th effects in a row
 // that waited: RetryBase doubled each time up to 8 times RetryBase (and
 // RetryMax). An observation asks the effects again sooner (pods gone,
-// Patroni's member data changed): the retry is for what no watch shows,
-// such as Patroni applying configuration within its loop_wait.
+// Patroni's member data changed): the retry is for what no watch shows.
+// A configuration Patroni is applying within its loop_wait is checked on
+// a period of its own first (configwait.go).
 func (c *Config) waitDelay(waits int32) time.Duration {
 	return c.backoff(min(waits, 3))
 }

@@ -114,6 +114,12 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 			m.out.flush()
 			break
 		}
+		if in.Timer == TimerConfigCheck {
+			// As an observation would: effects still waiting are
+			// asked again.
+			m.out.signalled(m.work())
+			break
+		}
 		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline {
 			break // their deadlines are in status.backup: backups reads them
 		}
@@ -196,19 +202,23 @@ func (m *Machine) planDone(id uint64, err error) bool {
 	switch r.outcome {
 	case waiting:
 		m.st.Message = err.Error()
-		m.setTimer(TimerRetry, m.cfg.waitDelay(m.out.waits))
-		m.out.waits = min(m.out.waits+1, 3)
+		if d, soon := m.configCheck(part, r.inDatabase); soon {
+			m.setSoftTimer(TimerConfigCheck, d)
+		} else {
+			m.setTimer(TimerRetry, m.cfg.waitDelay(m.out.waits))
+			m.out.waits = min(m.out.waits+1, 3)
+		}
 		if part != nil {
 			m.partCondition(part, ReasonSyncPending, ReasonConfigPending)
 		}
 	case failed:
-		m.out.waits = 0
+		m.out.waits, m.out.configWait = 0, configWait{}
 		if part != nil {
 			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
 		}
 		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
 	case succeeded:
-		m.out.waits = 0
+		m.out.waits, m.out.configWait = 0, configWait{}
 		if r.inDatabase != nil {
 			m.recordInDatabase(r.inDatabase)
 		}

@@ -26,7 +26,8 @@ import (
 //     acknowledged (troubled cleared, cleanupDone for a cleanup); failed,
 //     they are dropped and troubled is set: the retry timer asks for them
 //     again, with backoff, not the next input; waiting (ErrWaiting), they
-//     are dropped and again is set: the next observation asks again.
+//     are dropped and again is set: the next observation asks again; so
+//     does any other ask (a timer's), which clears again (ask).
 //  3. effectsPlan, when not 0, is the latest plan that carried effects and
 //     has not reported. Effects may have been dropped meanwhile (entering
 //     Invalid): the plan in flight still finishes and reports.
@@ -58,6 +59,8 @@ type outbox struct {
 	// observation does backs off with it. Not kept in status: a restarted
 	// operator asks again soon, as after any restart.
 	waits int32
+	// configWait: the configuration waiting for Patroni (configwait.go).
+	configWait configWait
 
 	// What must be sent.
 	want work // the state's work, until a plan carrying it reports
@@ -160,7 +163,7 @@ func (o *outbox) askSwitchover(s *Switchover) {
 // ask wants the state's effects e (noWork drops them) until a plan
 // carrying them reports. Asked again while a plan carries them, they are
 // sent again: what they act on may have changed since that plan started.
-func (o *outbox) ask(e work) { o.want, o.sent = e, false }
+func (o *outbox) ask(e work) { o.want, o.sent, o.again = e, false, false }
 
 // changed records that the status changed: the next plan writes it.
 func (o *outbox) changed() { o.dirty = true }

@@ -133,6 +133,12 @@ func parseFacts(words []string) (Facts, error) {
 			f.Config.Bootstrap = true
 		case "params":
 			f.ConfigParameters = strings.Split(v, ",")
+		case "loop-wait":
+			d, derr := time.ParseDuration(v)
+			if derr != nil {
+				return f, derr
+			}
+			f.LoopWait = d
 		case "users":
 			f.Users = strings.Split(v, ",")
 		case "databases":

@@ -51,7 +51,7 @@ import (
 //	gen=N desired=N ready=N primary=POD no-primary="why" current
 //	outdated=N replace=POD/UID[/CLAIM/CLAIMUID],... nudge=VERSION
 //	stuck="Reason: message" spec-error="..." deleting gone
-//	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... users=U,...
+//	sync=HASH sync-boot sync-missing config=HASH config-boot params=P,... loop-wait=D users=U,...
 //	databases=D,... sync-request=V target=POD no-target="why"
 //	pending=POD,... restart=POD/UID switchover=FROM>TO window=D
 //	running started template no-slot="why" size=Q volume=NAME:CAPACITY:PHASE[:MESSAGE]

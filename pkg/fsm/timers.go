@@ -100,13 +100,16 @@ func (m *Machine) takeTimer(name string, epoch int64) bool {
 }
 
 // softTimer reports whether the timer name is one status does not keep.
-func softTimer(name string) bool { return name == TimerResync || name == TimerFlush }
+func softTimer(name string) bool {
+	return name == TimerResync || name == TimerFlush || name == TimerConfigCheck
+}
 
 // softTimers are the timers of the current epoch that status does not
-// keep (softTimer): the resync and the status flush. Writing them would
-// cost a status write each time they are armed; a restarted operator arms
-// them afresh (Resume) instead. Their deadlines are not rounded: nothing
-// stores them.
+// keep (softTimer): the resync, the status flush and the check of a
+// configuration Patroni applies. Writing them would cost a status write
+// each time they are armed; a restarted operator arms them afresh, or asks
+// for the effects again (Resume), instead. Their deadlines are not
+// rounded: nothing stores them.
 type softTimers []v1.Timer
 
 // drop removes the timer name and reports whether it was there.

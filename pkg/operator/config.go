@@ -349,6 +349,11 @@ func (c *Config) Validate() error {
 	if err := v1.ValidateLogicalBackupSchedule(c.LogicalBackup.Schedule); err != nil {
 		bad("logical-backup-schedule %q: %v", c.LogicalBackup.Schedule, err)
 	}
+	if r := c.LogicalBackup.S3RetentionTime; r != "" {
+		if err := v1.ValidateLogicalBackupRetention(r); err != nil {
+			bad("logical-backup-s3-retention-time %q: %v", r, err)
+		}
+	}
 	if !slices.Contains(cluster.LogicalBackupProviders, c.LogicalBackup.Provider) {
 		bad("logical-backup-provider must be one of %s, got %q", strings.Join(cluster.LogicalBackupProviders, ", "), c.LogicalBackup.Provider)
 	}

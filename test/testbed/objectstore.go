@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -103,11 +104,13 @@ type ObjectStore struct {
 	// bucket created.
 	StartupTime time.Duration
 
-	bin      string
-	log      io.Writer
-	launcher *launcher
-	args     []string
-	sockets  []string // the gRPC sockets weed makes in /tmp
+	bin string
+	log io.Writer
+	// shellArgs reach its master and filer (ShellArgs).
+	shellArgs []string
+	launcher  *launcher
+	args      []string
+	sockets   []string // the gRPC sockets weed makes in /tmp
 	// standalone: started by StartObjectStore, which owns the launcher
 	// and the directory above Dir.
 	standalone bool
@@ -259,6 +262,12 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 			return err
 		}
 	}
+	// host:port.grpcPort: weed's address form for a gRPC port that is
+	// not port+10000.
+	s.shellArgs = []string{
+		fmt.Sprintf("-master=127.0.0.1:%d.%d", master, masterGRPC),
+		fmt.Sprintf("-filer=127.0.0.1:%d.%d", filer, filerGRPC),
+	}
 	s.args = []string{
 		"server",
 		"-ip=127.0.0.1",
@@ -294,6 +303,20 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 		"-s3.config=" + identities,
 	}
 	return nil
+}
+
+// Shell runs `weed shell` against the store with commands on its
+// standard input, and returns what it printed: for what S3 cannot do, such
+// as setting an object's modification time (fs.meta.save, fs.meta.load).
+func (s *ObjectStore) Shell(ctx context.Context, commands string) (string, error) {
+	cmd := exec.CommandContext(ctx, s.bin, append([]string{"shell"}, s.shellArgs...)...)
+	cmd.Dir, cmd.Env = s.Dir, s.env()
+	cmd.Stdin = strings.NewReader(commands + "\nexit\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("weed shell: %w\n%s", err, out)
+	}
+	return string(out), nil
 }
 
 // writeIdentities writes weed's -s3.config: one identity, the store's only

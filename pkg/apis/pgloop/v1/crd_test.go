@@ -373,6 +373,22 @@ func TestCRDAdmission(t *testing.T) {
 			mutate: func(p *Postgresql) { p.Spec.LogicalBackupSchedule = "0 0 * *" },
 			want:   "spec.logicalBackupSchedule: Invalid value",
 		},
+		{name: "logical backup retention", mutate: func(p *Postgresql) { p.Spec.LogicalBackupRetention = "3 months" }},
+		{
+			name:   "logical backup retention of two items",
+			mutate: func(p *Postgresql) { p.Spec.LogicalBackupRetention = "1 month 2 days" },
+			want:   "spec.logicalBackupRetention: Invalid value",
+		},
+		{name: "node ports", mutate: func(p *Postgresql) {
+			p.Spec.EnableMasterNodePort, p.Spec.MasterNodePort = ptr.To(true), ptr.To[int32](30432)
+			p.Spec.EnableReplicaPoolerNodePort, p.Spec.ReplicaPoolerNodePort = ptr.To(true), ptr.To[int32](0)
+			p.Spec.MasterServiceAnnotations = map[string]string{"example.com/dns": "rw.example.com"}
+		}},
+		{
+			name:   "node port beyond 65535",
+			mutate: func(p *Postgresql) { p.Spec.ReplicaNodePort = ptr.To[int32](70000) },
+			want:   "spec.replicaNodePort",
+		},
 		{
 			name:   "pooler schema with a capital",
 			mutate: func(p *Postgresql) { p.Spec.ConnectionPooler = &ConnectionPooler{Schema: "Pooler"} },

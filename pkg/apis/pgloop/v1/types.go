@@ -214,6 +214,70 @@ type PostgresqlSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(r, isCIDR(r))",message="allowedSourceRanges must be CIDRs, e.g. 10.0.0.0/8 or fd01::/48"
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
 
+	// MasterServiceAnnotations are added to the master Service, and to the
+	// master pooler's, over serviceAnnotations: a key in both takes this
+	// value, as in zalando's operator.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	MasterServiceAnnotations map[string]string `json:"masterServiceAnnotations,omitempty"`
+	// ReplicaServiceAnnotations do the same for the replica Service and
+	// the replica pooler's.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	ReplicaServiceAnnotations map[string]string `json:"replicaServiceAnnotations,omitempty"`
+	// EnableMasterNodePort makes the master Service of type NodePort,
+	// reachable on every node's port masterNodePort; it overrides
+	// enableMasterLoadBalancer, as in zalando's operator. Unset means
+	// false (zalando's operator default).
+	// +optional
+	EnableMasterNodePort *bool `json:"enableMasterNodePort,omitempty"`
+	// MasterNodePort is the master Service's node port while
+	// enableMasterNodePort is true; unset or 0 lets the apiserver pick one,
+	// which then stays. It must be in the apiserver's node port range
+	// (30000-32767 by default) and free.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	MasterNodePort *int32 `json:"masterNodePort,omitempty"`
+	// EnableReplicaNodePort does the same for the replica Service.
+	// +optional
+	EnableReplicaNodePort *bool `json:"enableReplicaNodePort,omitempty"`
+	// ReplicaNodePort is the replica Service's node port, as
+	// masterNodePort.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	ReplicaNodePort *int32 `json:"replicaNodePort,omitempty"`
+	// EnableMasterPoolerLoadBalancer makes the master pooler's Service of
+	// type LoadBalancer, open to allowedSourceRanges as the master
+	// Service's. Unset means false (zalando's operator default).
+	// +optional
+	EnableMasterPoolerLoadBalancer *bool `json:"enableMasterPoolerLoadBalancer,omitempty"`
+	// EnableReplicaPoolerLoadBalancer does the same for the replica
+	// pooler's Service.
+	// +optional
+	EnableReplicaPoolerLoadBalancer *bool `json:"enableReplicaPoolerLoadBalancer,omitempty"`
+	// EnableMasterPoolerNodePort makes the master pooler's Service of
+	// type NodePort; it overrides enableMasterPoolerLoadBalancer.
+	// +optional
+	EnableMasterPoolerNodePort *bool `json:"enableMasterPoolerNodePort,omitempty"`
+	// MasterPoolerNodePort is the master pooler Service's node port, as
+	// masterNodePort.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	MasterPoolerNodePort *int32 `json:"masterPoolerNodePort,omitempty"`
+	// EnableReplicaPoolerNodePort does the same for the replica pooler's
+	// Service.
+	// +optional
+	EnableReplicaPoolerNodePort *bool `json:"enableReplicaPoolerNodePort,omitempty"`
+	// ReplicaPoolerNodePort is the replica pooler Service's node port, as
+	// masterNodePort.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	ReplicaPoolerNodePort *int32 `json:"replicaPoolerNodePort,omitempty"`
+
 	// EnableShmVolume mounts a memory-backed emptyDir at /dev/shm in the
 	// PostgreSQL container: the container runtime's 64 MiB default is too
 	// small for parallel queries. Unset, the operator's
@@ -277,6 +341,19 @@ type PostgresqlSpec struct {
 	// +kubebuilder:validation:MaxLength=100
 	// +kubebuilder:validation:Pattern=`^(\d+|\*)(/\d+)?(\s+(\d+|\*)(/\d+)?){4}$`
 	LogicalBackupSchedule string `json:"logicalBackupSchedule,omitempty"`
+	// LogicalBackupRetention is how long logical backups are kept, as
+	// zalando's: after each upload to S3 the backup job deletes the
+	// cluster's dumps last modified before the day that long ago, all but
+	// the newest of those. One "<number> <unit>" (year, month, fortnight,
+	// week, day, hour, minute, second, or their plurals), e.g. "3 months"
+	// or "2 weeks": the job computes the day with `date -d "<value> ago"`,
+	// which would read a second item forward in time. Empty means the
+	// operator's --logical-backup-s3-retention-time (none unless set: every
+	// dump is kept). Only the s3 provider deletes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^\s*[0-9]{1,4}\s*(years?|months?|fortnights?|weeks?|days?|hours?|minutes?|mins?|seconds?|secs?)\s*$`
+	LogicalBackupRetention string `json:"logicalBackupRetention,omitempty"`
 
 	// Backup is the cluster's pgBackRest repository: where its WAL is
 	// archived continuously. Unset means the operator's default

@@ -171,6 +171,7 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, apivalidation.ValidateAnnotations(s.ServiceAnnotations, path.Child("serviceAnnotations"))...)
 	errs = append(errs, validateWindows(s.MaintenanceWindows, path.Child("maintenanceWindows"))...)
 	errs = append(errs, s.validateLogicalBackup(path)...)
+	errs = append(errs, s.validateServices(path)...)
 	errs = append(errs, s.validateBackup(path)...)
 	errs = append(errs, s.validateStandby(path)...)
 	errs = append(errs, s.validatePrepared(path)...)

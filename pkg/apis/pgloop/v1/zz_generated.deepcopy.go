@@ -621,6 +621,70 @@ func (in *PostgresqlSpec) DeepCopyInto(out *PostgresqlSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.MasterServiceAnnotations != nil {
+		in, out := &in.MasterServiceAnnotations, &out.MasterServiceAnnotations
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.ReplicaServiceAnnotations != nil {
+		in, out := &in.ReplicaServiceAnnotations, &out.ReplicaServiceAnnotations
+		*out = make(map[string]string, len(*in))
+		for key, val := range *in {
+			(*out)[key] = val
+		}
+	}
+	if in.EnableMasterNodePort != nil {
+		in, out := &in.EnableMasterNodePort, &out.EnableMasterNodePort
+		*out = new(bool)
+		**out = **in
+	}
+	if in.MasterNodePort != nil {
+		in, out := &in.MasterNodePort, &out.MasterNodePort
+		*out = new(int32)
+		**out = **in
+	}
+	if in.EnableReplicaNodePort != nil {
+		in, out := &in.EnableReplicaNodePort, &out.EnableReplicaNodePort
+		*out = new(bool)
+		**out = **in
+	}
+	if in.ReplicaNodePort != nil {
+		in, out := &in.ReplicaNodePort, &out.ReplicaNodePort
+		*out = new(int32)
+		**out = **in
+	}
+	if in.EnableMasterPoolerLoadBalancer != nil {
+		in, out := &in.EnableMasterPoolerLoadBalancer, &out.EnableMasterPoolerLoadBalancer
+		*out = new(bool)
+		**out = **in
+	}
+	if in.EnableReplicaPoolerLoadBalancer != nil {
+		in, out := &in.EnableReplicaPoolerLoadBalancer, &out.EnableReplicaPoolerLoadBalancer
+		*out = new(bool)
+		**out = **in
+	}
+	if in.EnableMasterPoolerNodePort != nil {
+		in, out := &in.EnableMasterPoolerNodePort, &out.EnableMasterPoolerNodePort
+		*out = new(bool)
+		**out = **in
+	}
+	if in.MasterPoolerNodePort != nil {
+		in, out := &in.MasterPoolerNodePort, &out.MasterPoolerNodePort
+		*out = new(int32)
+		**out = **in
+	}
+	if in.EnableReplicaPoolerNodePort != nil {
+		in, out := &in.EnableReplicaPoolerNodePort, &out.EnableReplicaPoolerNodePort
+		*out = new(bool)
+		**out = **in
+	}
+	if in.ReplicaPoolerNodePort != nil {
+		in, out := &in.ReplicaPoolerNodePort, &out.ReplicaPoolerNodePort
+		*out = new(int32)
+		**out = **in
+	}
 	if in.EnableShmVolume != nil {
 		in, out := &in.EnableShmVolume, &out.EnableShmVolume
 		*out = new(bool)
