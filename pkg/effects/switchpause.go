@@ -240,7 +240,9 @@ func (r *run) awaitSwitch(ctx context.Context, pg *v1.Postgresql, to *member, su
 			err = <-routed
 		}
 	}
-	r.log.WithField("took", time.Since(began).Round(time.Millisecond)).WithError(err).Info("the new primary takes writes through the master Service")
+	if err == nil {
+		r.log.WithField("took", time.Since(began).Round(time.Millisecond)).Info("the new primary takes writes through the master Service")
+	}
 	return err
 }
 
