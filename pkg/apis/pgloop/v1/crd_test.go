@@ -132,7 +132,7 @@ func TestCRDBasics(t *testing.T) {
 		".spec.teamId":                          {"self == oldSelf"},
 		".spec.postgresql.version":              {"int(self) >= int(oldSelf)"},
 		".spec.volume.size":                     {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
-		".spec.volume":                          {"self.subPath : '') == (has(oldSelf.subPath)"},
+		".spec.volume":                          {"self.subPath == oldSelf.subPath"},
 		".spec.users":                           {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
 		".spec.databases":                       {"db.matches(", "'template0'"},
 		".spec.preparedDatabases":               {"db.matches(", "'template0'", "size(db) + size(s) <= 50"},

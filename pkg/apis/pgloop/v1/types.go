@@ -450,7 +450,7 @@ type PostgresqlParam struct {
 
 // Volume is the persistent volume of each instance.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.subPath) ? self.subPath : ”) == (has(oldSelf.subPath) ? oldSelf.subPath : ”) && (has(self.isSubPathExpr) && self.isSubPathExpr) == (has(oldSelf.isSubPathExpr) && oldSelf.isSubPathExpr)",message="volume.subPath and volume.isSubPathExpr are immutable: the data directory is on that path of each volume"
+// +kubebuilder:validation:XValidation:rule="has(self.subPath) == has(oldSelf.subPath) && (!has(self.subPath) || self.subPath == oldSelf.subPath) && (has(self.isSubPathExpr) && self.isSubPathExpr) == (has(oldSelf.isSubPathExpr) && oldSelf.isSubPathExpr)",message="volume.subPath and volume.isSubPathExpr are immutable: the data directory is on that path of each volume"
 type Volume struct {
 	// Size is the capacity of each instance's volume, a quantity such as
 	// "10Gi". It may grow (the volumes are expanded) but never shrink.
