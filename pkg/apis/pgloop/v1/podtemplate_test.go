@@ -38,8 +38,10 @@ func TestValidatePodTemplate(t *testing.T) {
 			p.Spec.Volume.SubPath, p.Spec.Volume.IsSubPathExpr = "$(POD_NAMESPACE)/data", ptr.To(true)
 		}},
 		{
-			name:   "env of pgloop's",
-			mutate: func(p *Postgresql) { p.Spec.Env = []corev1.EnvVar{{Name: "PGVERSION", Value: "16"}, {Name: "PGBACKREST_REPO1_PATH", Value: "/x"}} },
+			name: "env of pgloop's",
+			mutate: func(p *Postgresql) {
+				p.Spec.Env = []corev1.EnvVar{{Name: "PGVERSION", Value: "16"}, {Name: "PGBACKREST_REPO1_PATH", Value: "/x"}}
+			},
 			want: []string{"spec.env[0].name: Forbidden: PGVERSION is set by pgloop in the PostgreSQL container and cannot be overridden",
 				"spec.env[1].name: Forbidden: PGBACKREST_ variables are set by pgloop"},
 		},
@@ -52,9 +54,11 @@ func TestValidatePodTemplate(t *testing.T) {
 			want: []string{`spec.env[1].name: Duplicate value: "A"`, `spec.env[2].name: Invalid value: "1B"`, "spec.env[3].valueFrom: Invalid value: \"\": may not be given with value"},
 		},
 		{
-			name:   "envFrom with both kinds",
-			mutate: func(p *Postgresql) { p.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{}, SecretRef: &corev1.SecretEnvSource{}}} },
-			want:   []string{"spec.envFrom[0]: Invalid value: \"\": must have exactly one of configMapRef or secretRef"},
+			name: "envFrom with both kinds",
+			mutate: func(p *Postgresql) {
+				p.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{}, SecretRef: &corev1.SecretEnvSource{}}}
+			},
+			want: []string{"spec.envFrom[0]: Invalid value: \"\": must have exactly one of configMapRef or secretRef"},
 		},
 		{
 			name: "additional volumes that clash",
