@@ -11,12 +11,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/testbed"
 )
 
 // TestPodFieldsAtWork runs a cluster on the process node with zalando's
@@ -100,6 +102,12 @@ func TestPodFieldsAtWork(t *testing.T) {
 		}
 	}
 	checkRunning("one")
+	for _, id := range podUIDs(ctx, t, ns, name) {
+		p := env.Pod(ctx, t, ns, id.name)
+		if n := p.Status.ContainerStatuses[0].RestartCount; n != 0 {
+			t.Errorf("pod %s restarted %d times under a liveness probe Patroni answers", p.Name, n)
+		}
+	}
 
 	// A new value: a rollout, the primary's pod last after a switchover.
 	old := podUIDs(ctx, t, ns, name)
@@ -137,10 +145,11 @@ func TestPodFieldsAtWork(t *testing.T) {
 
 // TestPodFieldsScheduling runs clusters on kwok's nodes, where the
 // scheduler's decisions are real: topologySpreadConstraints without a
-// labelSelector spread the cluster's three pods over the three nodes, the
-// priority class's value is in each pod (the apiserver's admission fills
-// spec.priority from it), and a cluster whose schedulerName nobody serves
-// stays Pending, its status saying why.
+// labelSelector spread the cluster's pods one per node (the fourth of four
+// finds none, on three nodes), the priority class's value is in each pod
+// (the apiserver's admission fills spec.priority from it), a cluster
+// whose schedulerName nobody serves stays Pending, and one asking for huge
+// pages no node has too, the status of each saying why.
 func TestPodFieldsScheduling(t *testing.T) {
 	ns := env.Namespace(t)
 	env.StartLabeller(t, ns)
@@ -157,19 +166,37 @@ func TestPodFieldsScheduling(t *testing.T) {
 		_ = env.Kube.SchedulingV1().PriorityClasses().Delete(cctx, pc.Name, metav1.DeleteOptions{})
 	})
 
+	// Four pods, at most one per node (maxSkew 1 with minDomains 4 above
+	// three nodes: the global minimum counts as 0), so the fourth finds
+	// no node, which the default spreading alone would not refuse.
 	const spread = "spread"
-	env.CreateCluster(t, ns, spread, 3, func(pg *v1.Postgresql) {
-		pg.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule}}
+	env.CreateCluster(t, ns, spread, 4, func(pg *v1.Postgresql) {
+		pg.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+			WhenUnsatisfiable: corev1.DoNotSchedule, MinDomains: ptr.To[int32](4)}}
 		pg.Spec.PodPriorityClassName = pc.Name
 	})
 	const unserved = "unserved"
 	env.CreateCluster(t, ns, unserved, 1, func(pg *v1.Postgresql) { pg.Spec.SchedulerName = "nobody-runs-this" })
+	const huge = "hugepages"
+	env.CreateCluster(t, ns, huge, 1, func(pg *v1.Postgresql) {
+		q := resource.MustParse("2Mi")
+		pg.Spec.Resources = &v1.Resources{Requests: &v1.ResourceDescription{HugePages2Mi: &q}, Limits: &v1.ResourceDescription{HugePages2Mi: &q}}
+	})
 
-	env.MustState(ctx, t, ns, spread, fsm.Running)
-	pods := mustPods(ctx, t, ns, spread, ReadyPods(3))
+	pods := mustPods(ctx, t, ns, spread, func(pods []*corev1.Pod) bool {
+		n := 0
+		for _, p := range pods {
+			if ok, _ := testbed.PodReady(p); ok {
+				n++
+			}
+		}
+		return len(pods) == 4 && n == 3
+	})
 	nodes := map[string]bool{}
 	for _, p := range pods {
-		nodes[p.Spec.NodeName] = true
+		if p.Spec.NodeName == "" {
+			continue
+		}
 		if p.Spec.Priority == nil || *p.Spec.Priority != 1000 || p.Spec.PriorityClassName != pc.Name {
 			t.Errorf("pod %s: priority %v, class %q; want 1000 from %s", p.Name, p.Spec.Priority, p.Spec.PriorityClassName, pc.Name)
 		}
@@ -178,11 +205,25 @@ func TestPodFieldsScheduling(t *testing.T) {
 		}
 	}
 	if len(nodes) != 3 {
-		t.Errorf("the three pods are on nodes %v, want three different ones", nodes)
+		t.Errorf("the three pods placed are on nodes %v, want three different ones", nodes)
 	}
-	t.Logf("spread: pods on %d nodes, priority 1000", len(nodes))
+	pg, err := env.WaitCluster(ctx, ns, spread, "a reason naming the spread constraint", func(pg *v1.Postgresql) bool {
+		return pg.Status.Reason == fsm.ReasonUnschedulable && strings.Contains(pg.Status.Message, "topology spread constraints")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("spread: 3 pods on %d nodes, priority 1000; the cluster %s, %s: %s", len(nodes), pg.Status.State, pg.Status.Reason, pg.Status.Message)
 
-	pg, err := env.WaitCluster(ctx, ns, unserved, "a reason naming the scheduler", func(pg *v1.Postgresql) bool {
+	pg, err = env.WaitCluster(ctx, ns, huge, "a reason naming the huge pages", func(pg *v1.Postgresql) bool {
+		return pg.Status.Reason == fsm.ReasonUnschedulable && strings.Contains(pg.Status.Message, "Insufficient hugepages-2Mi")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hugepages: %s, %s: %s", pg.Status.State, pg.Status.Reason, pg.Status.Message)
+
+	pg, err = env.WaitCluster(ctx, ns, unserved, "a reason naming the scheduler", func(pg *v1.Postgresql) bool {
 		return strings.Contains(pg.Status.Message, `scheduler "nobody-runs-this" (spec.schedulerName) has not tried to place it`)
 	})
 	if err != nil {
@@ -202,4 +243,29 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestPodFieldsLiveness: a liveness probe that fails (a port nothing
+// listens on) makes the process kubelet kill the PostgreSQL container and
+// restart it, as a kubelet does, which the pod's restart count shows.
+func TestPodFieldsLiveness(t *testing.T) {
+	ns := env.Namespace(t)
+	env.StartOperator(t, "operator", []string{ns})
+	const name = "liveness"
+	ctx := Context(t, 3*time.Minute)
+	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+		pg.Spec.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9)}},
+			PeriodSeconds: 1, FailureThreshold: 2}
+	})
+	pods, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
+		return len(pods) == 1 && len(pods[0].Status.ContainerStatuses) > 0 && pods[0].Status.ContainerStatuses[0].RestartCount >= 1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := pods[0].Status.ContainerStatuses[0]
+	if st.LastTerminationState.Terminated == nil {
+		t.Errorf("pod %s restarted %d times without a last termination state", pods[0].Name, st.RestartCount)
+	}
+	t.Logf("pod %s: restart count %d, last termination %+v, now %+v", pods[0].Name, st.RestartCount, st.LastTerminationState.Terminated, st.State)
 }

@@ -73,6 +73,8 @@ type instance struct {
 	writtenAt time.Time
 	// writeUnsure: the last status write failed, and may have landed.
 	writeUnsure bool
+	// live is the liveness probe's state for the current process.
+	live liveness
 }
 
 // prepared is what an instance sets up once, before its first start.
@@ -330,6 +332,7 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		return waiting(ReasonStartError, "%w", err)
 	}
 	in.proc = proc
+	in.live = liveness{}
 	in.lastErr = ""
 	if in.state.EverStarted && !in.replacing {
 		in.state.RestartCount++
@@ -787,6 +790,9 @@ func (in *instance) probe() {
 	if ready != in.state.Ready {
 		in.log.WithField("ready", ready).Info("readiness changed")
 		in.state.Ready = ready
+	}
+	if pod, _ := in.current(); pod != nil && in.pooler == nil {
+		in.checkLiveness(runContainer(pod), time.Now())
 	}
 }
 
