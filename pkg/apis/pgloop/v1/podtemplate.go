@@ -55,8 +55,15 @@ type AdditionalVolume struct {
 	// +kubebuilder:validation:MaxItems=8
 	TargetContainers []string `json:"targetContainers,omitempty"`
 	// VolumeSource is the volume: an emptyDir, a Secret, a ConfigMap, a
-	// PersistentVolumeClaim, ...; exactly one kind.
+	// PersistentVolumeClaim, ...; exactly one kind. Its schema is left
+	// open, as in zalando's CRD: the full one would double the CRD's size
+	// (kubectl apply keeps a copy of it in an annotation of at most 256
+	// KiB); pgloop's validation and the apiserver's, of the StatefulSet,
+	// judge it.
 	// +required
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
 	VolumeSource corev1.VolumeSource `json:"volumeSource"`
 }
 

@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -145,5 +148,42 @@ func TestValidatePodTemplate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { checkValidate(t, tt.mutate, tt.want) })
+	}
+}
+
+// TestCRDPodTemplateFields: the apiserver admits every pod template field
+// and keeps it through its pruning, volumeSource (whose schema is open)
+// included, so the object decodes back as it was sent.
+func TestCRDPodTemplateFields(t *testing.T) {
+	h := newCRDHarness(t)
+	p := decodeSample(t, "minimal.yaml")
+	q := resource.MustParse("2Mi")
+	p.Spec.Env = []corev1.EnvVar{{Name: "A", Value: "1"}}
+	p.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}}
+	p.Spec.AdditionalVolumes = []AdditionalVolume{{Name: "extra", MountPath: "/etc/extra", SubPath: "a", TargetContainers: []string{"all"},
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"},
+			Items: []corev1.KeyToPath{{Key: "k", Path: "p"}}}}}}
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "zone", WhenUnsatisfiable: corev1.DoNotSchedule}}
+	p.Spec.PodPriorityClassName, p.Spec.SchedulerName = "high", "mine"
+	p.Spec.SpiloRunAsUser, p.Spec.SpiloRunAsGroup, p.Spec.SpiloFSGroup = ptr.To[int64](1000), ptr.To[int64](0), ptr.To[int64](2000)
+	p.Spec.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("postgresql")}}}
+	p.Spec.Resources = &Resources{Requests: &ResourceDescription{HugePages2Mi: &q}, Limits: &ResourceDescription{HugePages2Mi: &q}}
+	p.Spec.Volume.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "db"}}
+	p.Spec.Volume.SubPath, p.Spec.Volume.IsSubPathExpr = "$(POD_NAMESPACE)", ptr.To(true)
+
+	obj := toUnstructured(t, p)
+	h.decode(obj)
+	if errs := h.admit(obj, nil); len(errs) != 0 {
+		t.Fatalf("refused: %v", errs.ToAggregate())
+	}
+	var back Postgresql
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !apiequality.Semantic.DeepEqual(back.Spec.AdditionalVolumes, p.Spec.AdditionalVolumes) ||
+		!apiequality.Semantic.DeepEqual(back.Spec.LivenessProbe, p.Spec.LivenessProbe) ||
+		!apiequality.Semantic.DeepEqual(back.Spec.Volume, p.Spec.Volume) ||
+		!apiequality.Semantic.DeepEqual(back.Spec.Resources, p.Spec.Resources) {
+		t.Errorf("the stored spec differs from the one sent:\n%+v\nwant\n%+v", back.Spec, p.Spec)
 	}
 }
