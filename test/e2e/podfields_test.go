@@ -269,3 +269,60 @@ func TestPodFieldsLiveness(t *testing.T) {
 	}
 	t.Logf("pod %s: restart count %d, last termination %+v, now %+v", pods[0].Name, st.RestartCount, st.LastTerminationState.Terminated, st.State)
 }
+
+// TestPodFieldsVolumeSelector: a new volume.selector on a running cluster
+// re-creates its StatefulSet with the selector in the claim template (a
+// StatefulSet's claim templates cannot change in place), as zalando's
+// operator replaces it; the pods are kept (orphaned, then adopted), not
+// rolled, and the existing claims keep theirs.
+func TestPodFieldsVolumeSelector(t *testing.T) {
+	ns := env.Namespace(t)
+	env.StartLabeller(t, ns)
+	env.StartOperator(t, "operator", []string{ns})
+	const name = "selector"
+	ctx := Context(t, 3*time.Minute)
+	env.CreateCluster(t, ns, name, 2)
+	env.MustState(ctx, t, ns, name, fsm.Running)
+	mustPods(ctx, t, ns, name, ReadyPods(2))
+	pods := podUIDs(ctx, t, ns, name)
+	sets := env.Kube.AppsV1().StatefulSets(ns)
+	before, err := sets.Get(ctx, cluster.StatefulSetName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	edited, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"volume":{"selector":{"matchLabels":{"tier":"db"}}}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitCluster(ctx, ns, name, "Running with the selector", func(pg *v1.Postgresql) bool {
+		return pg.Status.State == fsm.Running && pg.Status.ObservedGeneration >= edited.Generation
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := sets.Get(ctx, cluster.StatefulSetName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID == before.UID {
+		t.Errorf("the StatefulSet was not re-created (uid %s)", after.UID)
+	}
+	if sel := after.Spec.VolumeClaimTemplates[0].Spec.Selector; sel == nil || sel.MatchLabels["tier"] != "db" {
+		t.Errorf("claim template selector %v, want tier=db", sel)
+	}
+	samePods(ctx, t, ns, name, pods)
+	for _, id := range pods {
+		p := env.Pod(ctx, t, ns, id.name)
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != after.UID {
+			t.Errorf("pod %s is controlled by %v, want the new StatefulSet %s", p.Name, ref, after.UID)
+		}
+		claim, err := env.Kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, cluster.DataVolumeName+"-"+p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claim.Spec.Selector != nil {
+			t.Errorf("claim %s now has selector %v; an existing claim keeps its own", claim.Name, claim.Spec.Selector)
+		}
+	}
+	t.Logf("StatefulSet re-created (uid %s -> %s) with selector tier=db; pods %v kept", before.UID, after.UID, pods)
+}
