@@ -214,6 +214,7 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 	if pg.Spec.NodeAffinity != nil {
 		spec.Affinity = &corev1.Affinity{NodeAffinity: pg.Spec.NodeAffinity.DeepCopy()}
 	}
+	setPodTemplateFields(pg, &spec)
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: Labels(pg), Annotations: annotations},
 		Spec:       spec,
@@ -263,7 +264,7 @@ func sidecars(pg *v1.Postgresql, opts Options) []corev1.Container {
 			Ports:           slices.Clone(sc.Ports),
 			Env:             env,
 			Resources:       resources(sc.Resources, opts),
-			VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}},
+			VolumeMounts:    append([]corev1.VolumeMount{dataMount(pg)}, additionalMounts(pg, sc.Name)...),
 		})
 	}
 	return out
@@ -274,13 +275,14 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 	if image == "" {
 		image = opts.Image
 	}
-	mounts := []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}}
+	mounts := []corev1.VolumeMount{dataMount(pg)}
 	if shmVolume(pg, opts) {
 		mounts = append(mounts, corev1.VolumeMount{Name: shmVolumeName, MountPath: "/dev/shm"})
 	}
 	if _, m := backupCA(pg, opts); m != nil {
 		mounts = append(mounts, *m)
 	}
+	mounts = append(mounts, additionalMounts(pg, ContainerName)...)
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           image,
@@ -289,9 +291,12 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 			{Name: PostgresPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP},
 			{Name: PatroniPortName, ContainerPort: PatroniPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:          append(spiloEnv(pg), pgbackrestEnv(pg, opts)...),
+		Env:          append(append(spiloEnv(pg), pgbackrestEnv(pg, opts)...), userEnv(pg)...),
+		EnvFrom:      userEnvFrom(pg),
 		Resources:    resources(pg.Spec.Resources, opts),
 		VolumeMounts: mounts,
+		// zalando's livenessProbe, as given; none by default.
+		LivenessProbe: pg.Spec.LivenessProbe.DeepCopy(),
 		// Patroni answers 200 on /readiness once its PostgreSQL runs and
 		// follows the leader (or is the leader): a pod that is Ready can
 		// serve. There is no liveness probe: Patroni restarts PostgreSQL
@@ -355,6 +360,25 @@ func resources(r *v1.Resources, opts Options) corev1.ResourceRequirements {
 			out.Limits[res.name] = *limit
 		}
 	}
+	// Huge pages as given: no defaults, and no adjusting (Validate asks
+	// for a request equal to its limit, as the apiserver does).
+	for _, hp := range []struct {
+		name           corev1.ResourceName
+		request, limit func(*v1.ResourceDescription) *resource.Quantity
+	}{
+		{hugePages2Mi, hugePages2MiOf, hugePages2MiOf},
+		{hugePages1Gi, hugePages1GiOf, hugePages1GiOf},
+	} {
+		if r == nil {
+			break
+		}
+		if r.Requests != nil && hp.request(r.Requests) != nil {
+			out.Requests[hp.name] = hp.request(r.Requests).DeepCopy()
+		}
+		if r.Limits != nil && hp.limit(r.Limits) != nil {
+			out.Limits[hp.name] = hp.limit(r.Limits).DeepCopy()
+		}
+	}
 	if len(out.Requests) == 0 {
 		out.Requests = nil
 	}
@@ -391,6 +415,7 @@ func dataVolumeClaim(pg *v1.Postgresql) corev1.PersistentVolumeClaim {
 	if pg.Spec.Volume.StorageClass != "" {
 		pvc.Spec.StorageClassName = ptr.To(pg.Spec.Volume.StorageClass)
 	}
+	pvc.Spec.Selector = pg.Spec.Volume.Selector.DeepCopy()
 	return pvc
 }
 

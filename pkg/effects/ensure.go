@@ -312,8 +312,8 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 		class = "the default class"
 	}
 	r.log.WithFields(logrus.Fields{"statefulset": cur.Name, "storageClass": class}).
-		Info("deleted the statefulset, its pods orphaned, to re-create it with a new storage class")
-	return fmt.Errorf("statefulset %s is being re-created for storage class %s (%w)", cur.Name, class, ErrWaiting)
+		Info("deleted the statefulset, its pods orphaned, to re-create it with a new volume claim template")
+	return fmt.Errorf("statefulset %s is being re-created for its volume claim template (storage class %s) (%w)", cur.Name, class, ErrWaiting)
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the

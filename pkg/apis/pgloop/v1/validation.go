@@ -176,6 +176,7 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, s.validateStandby(path)...)
 	errs = append(errs, s.validatePrepared(path)...)
 	errs = append(errs, s.validatePodExtras(path)...)
+	errs = append(errs, s.validatePodTemplate(path)...)
 	return append(errs, s.validatePooler(path)...)
 }
 
@@ -325,6 +326,7 @@ func (r *Resources) validate(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, r.Requests.validate(path.Child("requests"))...)
 	errs = append(errs, r.Limits.validate(path.Child("limits"))...)
+	errs = append(errs, r.validateHugePages(path)...)
 	if r.Requests == nil || r.Limits == nil {
 		return errs
 	}
