@@ -3,6 +3,7 @@ package convert
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -32,6 +33,7 @@ func Adopt(convs []*Conversion) {
 			if _, ok := spec["clone"]; ok {
 				delete(spec, "clone")
 				c.drop("spec.clone", "the adopted cluster runs already: a clone applies only to a new cluster's first start")
+				c.changed = slices.DeleteFunc(c.changed, func(s string) bool { return strings.HasPrefix(s, "spec.clone") })
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -258,7 +259,7 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql) map[st
 	}
 	passwords := map[string]string{}
 	for _, user := range append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...) {
-		pw, err := cluster.Password(nil)
+		pw, err := cluster.Password(rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
