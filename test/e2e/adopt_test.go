@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -585,8 +586,12 @@ func adoptRefused(ctx context.Context, t *testing.T, ns string, manifest []byte)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if now.ResourceVersion != sts.ResourceVersion {
-		t.Errorf("statefulset %s changed (resourceVersion %s, was %s): a refusal touches nothing", name, now.ResourceVersion, sts.ResourceVersion)
+	// Its status is the StatefulSet controller's; what pgloop would
+	// write is the spec (generation) and the metadata.
+	if now.Generation != sts.Generation || !reflect.DeepEqual(now.OwnerReferences, sts.OwnerReferences) ||
+		!maps.Equal(now.Labels, sts.Labels) || !maps.Equal(now.Annotations, sts.Annotations) {
+		t.Errorf("statefulset %s changed (generation %d, was %d; owners %v, labels %v, annotations %v): a refusal touches nothing",
+			name, now.Generation, sts.Generation, now.OwnerReferences, now.Labels, now.Annotations)
 	}
 	if _, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(cluster.SuperuserName, name), metav1.GetOptions{}); err == nil {
 		t.Errorf("secret %s made for a refused adoption", cluster.SecretName(cluster.SuperuserName, name))
