@@ -33,8 +33,11 @@ const (
 //
 //  1. pgloop's credentials Secrets are created with the usernames and
 //     passwords of zalando's (a role without a zalando Secret gets a new
-//     password from the ensure, as usual); zalando's are left as they
-//     are: the pods that run read them until they are replaced;
+//     password from the ensure, as usual); one pgloop made already (a
+//     manifest applied without the annotation first) gets zalando's
+//     password: until the adoption, nothing used its own. Zalando's are
+//     left as they are: the pods that run read them until they are
+//     replaced;
 //  2. each pod of the StatefulSet without a pod template hash gets the
 //     hash of the template pgloop renders now, so it counts as up to date
 //     until the spec changes (a metadata patch: nothing restarts);
@@ -43,9 +46,7 @@ const (
 //
 // After writes it returns an error wrapping ErrWaiting: the informers'
 // report of them plans the ensure that updates the objects to the spec.
-// With no StatefulSet there is nothing running to keep: the Secrets are
-// still copied (the claims, if kept, hold data those passwords open) and
-// the ensure creates the rest.
+// Without a StatefulSet there is nothing to adopt (nothingToAdopt).
 func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	name := cluster.StatefulSetName(pg.Name)
 	if r.cache != nil {
@@ -57,7 +58,7 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	sts, err := apps.StatefulSets(r.ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		sts = nil
+		return r.nothingToAdopt(ctx, pg)
 	case err != nil:
 		return fmt.Errorf("adopt: get statefulset %s: %w", name, err)
 	case isControlledBy(sts, pg):
@@ -93,6 +94,7 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		}
 	}
 	var secrets []*corev1.Secret
+	update := map[string]bool{} // pgloop's Secrets that exist already
 	for _, user := range cluster.AdoptedSecretUsers(pg) {
 		from := cluster.ZalandoSecretName(user, pg.Name)
 		s, err := core.Secrets(r.ns).Get(ctx, from, metav1.GetOptions{})
@@ -106,6 +108,22 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		out, err := cluster.AdoptedSecret(pg, user, s)
 		if err != nil {
 			return fmt.Errorf("%w: %w", cluster.ErrAdoptionRefused, err)
+		}
+		// pgloop's own, when a manifest without the annotation was
+		// applied first: made with a new password, which nothing uses.
+		ours, err := core.Secrets(r.ns).Get(ctx, out.Name, metav1.GetOptions{})
+		if err := found(err, "secret", out.Name); err != nil {
+			return err
+		}
+		if err == nil {
+			others = append(others, ours)
+			if string(ours.Data[cluster.SecretPasswordKey]) == string(out.Data[cluster.SecretPasswordKey]) {
+				continue
+			}
+			replaced := ours.DeepCopy()
+			replaced.Data = out.Data
+			out = replaced
+			update[out.Name] = true
 		}
 		secrets = append(secrets, out)
 	}
@@ -129,17 +147,23 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 
 	// 1: the passwords.
 	for _, s := range secrets {
+		if update[s.Name] {
+			if _, err := core.Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+				return fmt.Errorf("adopt: give secret %s the zalando secret's password: %w", s.Name, err)
+			}
+			r.log.WithField("secret", s.Name).Info("adopt: secret given the zalando secret's password")
+			continue
+		}
 		_, err := core.Secrets(r.ns).Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager})
 		switch {
 		case err == nil:
 			r.log.WithField("secret", s.Name).Info("adopt: secret created with the zalando secret's password")
-		case !apierrors.IsAlreadyExists(err):
+		case apierrors.IsAlreadyExists(err):
+			// Made since the read: the next ensure compares it.
+			return fmt.Errorf("adopt: secret %s made meanwhile (%w)", s.Name, ErrWaiting)
+		default:
 			return fmt.Errorf("adopt: create secret %s: %w", s.Name, err)
 		}
-	}
-	if sts == nil {
-		r.log.Info("adopt: no statefulset to take over; the ensure creates one")
-		return nil
 	}
 
 	// 2: the pods count as up to date.
@@ -174,6 +198,30 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	r.log.Info("adopt: " + msg)
 	r.recordEvents(ctx, []Record{{Reason: ReasonAdopted, Message: msg}})
 	return fmt.Errorf("adopted the zalando cluster's objects, waiting for the informers to show them (%w)", ErrWaiting)
+}
+
+// nothingToAdopt is the adoption of a cluster without a StatefulSet: done
+// when the resource's superuser Secret exists (a StatefulSet adopted, then
+// deleted, is the ensure's to create again), refused otherwise. The
+// zalando operator deletes the StatefulSet, with its pods, when its
+// postgresql is deleted while it runs: the claims stay, but a new
+// StatefulSet on them is a restart, not an adoption, and its passwords
+// would be new ones unless zalando's Secrets were kept.
+func (r *run) nothingToAdopt(ctx context.Context, pg *v1.Postgresql) error {
+	name := cluster.SecretName(cluster.SuperuserName, pg.Name)
+	s, err := r.kube.CoreV1().Secrets(r.ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil && isControlledBy(s, pg):
+		return nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return fmt.Errorf("adopt: get secret %s: %w", name, err)
+	}
+	refusal := fmt.Errorf("%w: there is no statefulset %s to adopt: the zalando cluster is not running (deleted with its postgresql while the zalando operator ran?); "+
+		"remove the annotation %s to create a new cluster (on the claims that are left, if any) instead (docs/migrating.md, Adopt in place)",
+		cluster.ErrAdoptionRefused, cluster.StatefulSetName(pg.Name), v1.AnnotationAdopt)
+	r.log.WithError(refusal).Warn("adoption refused: nothing touched")
+	r.recordEvents(ctx, []Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
+	return refusal
 }
 
 // found returns nil when err is nil or NotFound, and the wrapped error

@@ -155,3 +155,68 @@ func TestEnsureAdoptionRefusedTouchesNothing(t *testing.T) {
 		}
 	})
 }
+
+func TestEnsureAdoptionWithoutStatefulSet(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := adopting(testCluster(t))
+		// The zalando operator deleted the cluster with its postgresql:
+		// the claim and (enable_secrets_deletion off) the Secrets are left.
+		objs := slices.DeleteFunc(zalandoObjects(pg), func(o runtime.Object) bool {
+			switch o.(type) {
+			case *corev1.PersistentVolumeClaim, *corev1.Secret:
+				return false
+			}
+			return true
+		})
+		h := newHarness(t, []*v1.Postgresql{pg}, objs...)
+		err := h.ensure(t, pg)
+		if !errors.Is(err, cluster.ErrAdoptionRefused) || !strings.Contains(err.Error(), "no statefulset acid-minimal-cluster to adopt") {
+			t.Fatalf("ensure: %v, want the adoption refused: nothing to adopt", err)
+		}
+		if got := h.kubeWrites(); len(got) != 0 {
+			t.Errorf("a refused adoption wrote %v", got)
+		}
+
+		// Adopted once (pgloop's superuser Secret is the resource's), the
+		// StatefulSet deleted since: the ensure creates it again.
+		superuser := buildAll(t, pg).Secrets[0]
+		h = newHarness(t, []*v1.Postgresql{pg}, append(objs, superuser)...)
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatalf("ensure of an adopted cluster without its statefulset: %v", err)
+		}
+		if !slices.Contains(h.kubeWrites(), "create statefulsets acid-minimal-cluster") {
+			t.Error("the statefulset of an adopted cluster not created again")
+		}
+	})
+}
+
+// TestEnsureAdoptsAfterAPlainApply: a manifest without the annotation was
+// applied first; pgloop refused the objects it does not control but made
+// its Secrets with new passwords. The adoption gives them zalando's.
+func TestEnsureAdoptsAfterAPlainApply(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		plain := testCluster(t)
+		h := newHarness(t, []*v1.Postgresql{plain}, zalandoObjects(plain)...)
+		if err := h.ensure(t, plain); !errors.Is(err, ErrNotControlled) {
+			t.Fatalf("ensure without the annotation: %v, want ErrNotControlled", err)
+		}
+		cur, err := h.pgc.PgloopV1().Postgresqls(plain.Namespace).Get(context.Background(), plain.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pg := adopting(cur)
+		if _, err := h.pgc.PgloopV1().Postgresqls(pg.Namespace).Update(context.Background(), pg, metav1.UpdateOptions{FieldManager: someoneElse}); err != nil {
+			t.Fatal(err)
+		}
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		if err := h.ensure(t, pg); !errors.Is(err, ErrWaiting) {
+			t.Fatalf("ensure with the annotation: %v, want the adoption's ErrWaiting", err)
+		}
+		s, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(context.Background(), cluster.SecretName(cluster.SuperuserName, pg.Name), metav1.GetOptions{})
+		if err != nil || string(s.Data[cluster.SecretPasswordKey]) != "zalando-postgres" {
+			t.Errorf("superuser secret %v: want zalando's password", err)
+		}
+	})
+}

@@ -187,7 +187,18 @@ func TestAdopt(t *testing.T) {
 		if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"podAnnotations":{"adopted":"rolled"}}}`); err != nil {
 			t.Fatal(err)
 		}
+		// One by one: every state the watch shows has a Ready pod.
+		var noneReady []string
 		if _, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
+			ready := 0
+			for _, p := range pods {
+				if ok, _ := testbed.PodReady(p); ok && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+			if ready == 0 {
+				noneReady = append(noneReady, DescribePods(pods))
+			}
 			if !ReadyPods(2)(pods) {
 				return false
 			}
@@ -199,6 +210,9 @@ func TestAdopt(t *testing.T) {
 			return true
 		}); err != nil {
 			t.Fatal(err)
+		}
+		if len(noneReady) > 0 {
+			t.Errorf("the rollout left no pod Ready: %v", noneReady)
 		}
 		inEffect(ctx, t, ns, name, 2)
 		if n := op.LogCount("switched over"); n < 1 {
