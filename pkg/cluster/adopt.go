@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -95,7 +94,7 @@ func AdoptedSecret(pg *v1.Postgresql, user string, from *corev1.Secret) (*corev1
 
 // ErrAdoptionRefused is wrapped by the errors that say why a cluster
 // cannot be adopted. pgloop touches nothing then.
-var ErrAdoptionRefused = errors.New("adoption refused")
+var ErrAdoptionRefused = v1.ErrAdoptionRefused
 
 // AdoptionRefusal returns an error wrapping ErrAdoptionRefused when the
 // objects found under the cluster's names cannot be taken over, nil when

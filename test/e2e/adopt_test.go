@@ -30,6 +30,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -590,7 +591,7 @@ func adoptRefused(ctx context.Context, t *testing.T, ns string, manifest []byte)
 		t.Fatal(err)
 	}
 	pg, err := env.WaitCluster(ctx, ns, name, "the adoption refused in status", func(pg *v1.Postgresql) bool {
-		return strings.Contains(pg.Status.Message, "adoption refused") && strings.Contains(pg.Status.Message, "controlled by v1 ConfigMap some-controller")
+		return pg.Status.Reason == fsm.ReasonAdoptionRefused && strings.Contains(pg.Status.Message, "controlled by v1 ConfigMap some-controller")
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,10 @@
 package v1
 
-import "k8s.io/apimachinery/pkg/util/validation/field"
+import (
+	"errors"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
 
 // Adoption of a cluster another operator made (docs/migrating.md, "Adopt in
 // place").
@@ -16,6 +20,12 @@ const (
 	// AdoptZalando is AnnotationAdopt's value for a zalando cluster.
 	AdoptZalando = "zalando"
 )
+
+// ErrAdoptionRefused is wrapped by the errors that say why a cluster cannot
+// be adopted (pkg/cluster.AdoptionRefusal); the state machine shows them
+// with the reason AdoptionRefused. It lives here, with the annotation,
+// because the state machine imports only the API types.
+var ErrAdoptionRefused = errors.New("adoption refused")
 
 // AdoptRequested reports whether the resource asks for an adoption
 // (AnnotationAdopt set to AdoptZalando).
