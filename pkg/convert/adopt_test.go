@@ -20,11 +20,11 @@ const (
 )
 
 // TestAdoptGolden converts, as `pgloop convert --adopt` does, the manifest
-// e2e TestAdopt adopts (test/e2e/testdata/zalando-adopt.yaml) and this
-// package's clone.yaml, and compares the output with
+// e2e TestAdopt adopts (test/e2e/testdata/zalando-adopt.yaml), zalando's
+// minimal example and one with a clone, and compares the output with
 // testdata/adopt/*.golden (go test -update rewrites them).
 func TestAdoptGolden(t *testing.T) {
-	for _, in := range []string{"../../test/e2e/testdata/zalando-adopt.yaml", "testdata/clone.yaml"} {
+	for _, in := range []string{"../../test/e2e/testdata/zalando-adopt.yaml", "testdata/minimal.yaml", "testdata/clone.yaml"} {
 		t.Run(filepath.Base(in), func(t *testing.T) {
 			data, err := os.ReadFile(in)
 			if err != nil {
