@@ -135,9 +135,11 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	for i := range claims.Items {
 		others = append(others, &claims.Items[i])
 	}
-	refusal := cluster.AdoptionRefusal(pg, sts, others)
+	// The zalando postgresql first: while it exists, its owner
+	// references are only the symptom.
+	refusal := r.zalandoResourceGone(ctx, pg.Name)
 	if refusal == nil {
-		refusal = r.zalandoResourceGone(ctx, pg.Name)
+		refusal = cluster.AdoptionRefusal(pg, sts, others)
 	}
 	if refusal != nil {
 		r.log.WithError(refusal).Warn("adoption refused: nothing touched")

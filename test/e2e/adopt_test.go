@@ -20,9 +20,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -60,7 +62,12 @@ func TestAdopt(t *testing.T) {
 		t.Fatalf("pgloop convert --adopt wrote no %s annotation:\n%s", v1.AnnotationAdopt, manifest)
 	}
 
-	passwords := zalandoCluster(ctx, t, &pg)
+	// The zalando postgresql itself, from the same manifest, with the
+	// zalando operator's enable_owner_references on: every object below
+	// names it as its controller, as that operator would make them.
+	zpg := zalandoResource(ctx, t, ns, name)
+	owner := metav1.OwnerReference{APIVersion: "acid.zalan.do/v1", Kind: "postgresql", Name: name, UID: zpg.GetUID(), Controller: ptr.To(true)}
+	passwords := zalandoCluster(ctx, t, &pg, owner)
 	pods, err := env.WaitPods(ctx, ns, name, ReadyPods(2))
 	if err != nil {
 		t.Fatal(err)
@@ -97,10 +104,32 @@ func TestAdopt(t *testing.T) {
 		metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 		t.Fatalf("apply the converted manifest: %v", err)
 	}
+
+	// In the wrong order: the zalando postgresql is still there. Refused,
+	// nothing touched.
+	stsBefore, err := env.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.WaitCluster(ctx, ns, name, "the adoption refused while the zalando postgresql exists", func(pg *v1.Postgresql) bool {
+		return pg.Status.Reason == fsm.ReasonAdoptionRefused && strings.Contains(pg.Status.Message, "the zalando postgresql "+ns+"/"+name+" still exists")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	untouched(ctx, t, ns, name, stsBefore)
+
+	// Then step 4 of docs/migrating.md: the postgresql deleted with orphan
+	// propagation, the garbage collector removes the owner references,
+	// pgloop adopts on its next try.
+	orphan := metav1.DeletePropagationOrphan
+	if err := env.Dyn.Resource(zalandoGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	began = time.Now()
 	adopted := inEffect(ctx, t, ns, name, 2)
 	took := time.Since(began)
 	inserts, failed, gap := w.stop(ctx, t)
-	t.Logf("adopted: Running with roles synced and configuration applied %v after the apply; %d inserts, %d failed, longest gap %v",
+	t.Logf("adopted: Running with roles synced and configuration applied %v after the zalando postgresql's orphan deletion; %d inserts, %d failed, longest gap %v",
 		took.Round(time.Millisecond), inserts, failed, gap.Round(time.Millisecond))
 	if failed != 0 {
 		t.Errorf("%d inserts failed during the take-over, want 0", failed)
@@ -128,8 +157,8 @@ func TestAdopt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != adopted.UID {
-			t.Errorf("statefulset controller %v, want the Postgresql %s", ref, adopted.UID)
+		if refs := sts.OwnerReferences; len(refs) != 1 || refs[0].UID != adopted.UID {
+			t.Errorf("statefulset owner references %v, want the Postgresql %s alone", refs, adopted.UID)
 		}
 	})
 
@@ -264,14 +293,19 @@ func convertAdopt(ctx context.Context, t *testing.T, name string) []byte {
 // The facts are from the zalando operator's pkg/cluster/k8sres.go at
 // commit a7aaad0a (see pkg/cluster/adopt.go). It returns the passwords of
 // the credentials Secrets by role.
-func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql) map[string]string {
+func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner metav1.OwnerReference) map[string]string {
 	t.Helper()
 	ns, name := pg.Namespace, pg.Name
 	core := env.Kube.CoreV1()
 	labels := map[string]string{"application": "spilo", "cluster-name": name, "team": pg.Spec.TeamID}
 	selector := map[string]string{"application": "spilo", "cluster-name": name}
 	meta := func(n string, l map[string]string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: n, Namespace: ns, Labels: l}
+		m := metav1.ObjectMeta{Name: n, Namespace: ns, Labels: l}
+		if l != nil {
+			// The cluster's objects, not the ServiceAccount and its RBAC.
+			m.OwnerReferences = []metav1.OwnerReference{owner}
+		}
+		return m
 	}
 	passwords := map[string]string{}
 	for _, user := range append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...) {
@@ -408,6 +442,79 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql) map[st
 	}
 	must(t, create(ctx, env.Kube.AppsV1().StatefulSets(ns).Create, sts))
 	return passwords
+}
+
+// zalandoGVR is the zalando operator's postgresql resource.
+var zalandoGVR = schema.GroupVersionResource{Group: "acid.zalan.do", Version: "v1", Resource: "postgresqls"}
+
+// zalandoResource installs a CustomResourceDefinition of the zalando
+// operator's postgresql (its group, names and scope; the schema left open)
+// unless there is one, and creates the zalando manifest
+// testdata/zalando-adopt.yaml as cluster name.
+func zalandoResource(ctx context.Context, t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": "postgresqls.acid.zalan.do"},
+		"spec": map[string]any{
+			"group": "acid.zalan.do",
+			"scope": "Namespaced",
+			"names": map[string]any{"kind": "postgresql", "listKind": "postgresqlList", "plural": "postgresqls", "singular": "postgresql"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	crds := env.Dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/zalando-adopt.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetName(name)
+	obj.SetNamespace(ns)
+	var out *unstructured.Unstructured
+	// The resource is served once the definition is established.
+	if err := Eventually(ctx, "the zalando postgresql created", func(ctx context.Context) (bool, error) {
+		out, err = env.Dyn.Resource(zalandoGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// untouched fails t unless the StatefulSet name has the spec (generation)
+// and metadata it had before (its status is the StatefulSet controller's),
+// and pgloop made no Secret and added no finalizer: what a refusal must
+// leave.
+func untouched(ctx context.Context, t *testing.T, ns, name string, before *appsv1.StatefulSet) {
+	t.Helper()
+	now, err := env.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Generation != before.Generation || !reflect.DeepEqual(now.OwnerReferences, before.OwnerReferences) ||
+		!maps.Equal(now.Labels, before.Labels) || !maps.Equal(now.Annotations, before.Annotations) {
+		t.Errorf("statefulset %s changed (generation %d, was %d; owners %v, labels %v, annotations %v): a refusal touches nothing",
+			name, now.Generation, before.Generation, now.OwnerReferences, now.Labels, now.Annotations)
+	}
+	if _, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(cluster.SuperuserName, name), metav1.GetOptions{}); err == nil {
+		t.Errorf("secret %s made for a refused adoption", cluster.SecretName(cluster.SuperuserName, name))
+	}
+	pg, err := env.PG.Postgresqls(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(pg.Finalizers, cluster.Finalizer) {
+		t.Errorf("finalizer %s added to a refused adoption", cluster.Finalizer)
+	}
 }
 
 // zalandoRoles does what the zalando operator does in the database once
@@ -597,23 +704,7 @@ func adoptRefused(ctx context.Context, t *testing.T, ns string, manifest []byte)
 		t.Fatal(err)
 	}
 	t.Logf("status: %s, %s: %s", pg.Status.State, pg.Status.Reason, pg.Status.Message)
-	now, err := env.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its status is the StatefulSet controller's; what pgloop would
-	// write is the spec (generation) and the metadata.
-	if now.Generation != sts.Generation || !reflect.DeepEqual(now.OwnerReferences, sts.OwnerReferences) ||
-		!maps.Equal(now.Labels, sts.Labels) || !maps.Equal(now.Annotations, sts.Annotations) {
-		t.Errorf("statefulset %s changed (generation %d, was %d; owners %v, labels %v, annotations %v): a refusal touches nothing",
-			name, now.Generation, sts.Generation, now.OwnerReferences, now.Labels, now.Annotations)
-	}
-	if _, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, cluster.SecretName(cluster.SuperuserName, name), metav1.GetOptions{}); err == nil {
-		t.Errorf("secret %s made for a refused adoption", cluster.SecretName(cluster.SuperuserName, name))
-	}
-	if slices.Contains(pg.Finalizers, cluster.Finalizer) {
-		t.Errorf("finalizer %s added to a refused adoption", cluster.Finalizer)
-	}
+	untouched(ctx, t, ns, name, sts)
 }
 
 // create calls a typed client's Create.
