@@ -94,6 +94,7 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		}
 	}
 	var secrets []*corev1.Secret
+	var unusable error          // a zalando Secret without a password
 	update := map[string]bool{} // pgloop's Secrets that exist already
 	for _, user := range cluster.AdoptedSecretUsers(pg) {
 		from := cluster.ZalandoSecretName(user, pg.Name)
@@ -107,7 +108,8 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		others = append(others, s)
 		out, err := cluster.AdoptedSecret(pg, user, s)
 		if err != nil {
-			return fmt.Errorf("%w: %w", cluster.ErrAdoptionRefused, err)
+			unusable = fmt.Errorf("%w: %w", cluster.ErrAdoptionRefused, err)
+			continue
 		}
 		// pgloop's own, when a manifest without the annotation was
 		// applied first: made with a new password, which nothing uses.
@@ -140,6 +142,9 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	refusal := r.zalandoResourceGone(ctx, pg.Name)
 	if refusal == nil {
 		refusal = cluster.AdoptionRefusal(pg, sts, others)
+	}
+	if refusal == nil {
+		refusal = unusable
 	}
 	if refusal != nil {
 		r.log.WithError(refusal).Warn("adoption refused: nothing touched")

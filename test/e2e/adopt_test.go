@@ -255,7 +255,21 @@ func TestAdopt(t *testing.T) {
 	})
 
 	t.Run("refused: a statefulset another controller owns", func(t *testing.T) {
-		adoptRefused(ctx, t, ns, manifest)
+		owner, err := env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "some-controller"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		adoptRefused(ctx, t, ns, "owned", manifest, func(sts *appsv1.StatefulSet) {
+			sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		}, "statefulset owned is controlled by v1 ConfigMap some-controller")
+	})
+	t.Run("refused: Patroni on Endpoints", func(t *testing.T) {
+		// zalando's default, kubernetes_use_configmaps off: its pods
+		// could not run here (loopback pod IPs), its StatefulSet can.
+		adoptRefused(ctx, t, ns, "endpoints", manifest, func(sts *appsv1.StatefulSet) {
+			c := &sts.Spec.Template.Spec.Containers[0]
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "KUBERNETES_USE_CONFIGMAPS" })
+		}, "Patroni keeps its leader in Endpoints")
 	})
 }
 
@@ -663,28 +677,31 @@ func (w *countingWriter) stop(ctx context.Context, t *testing.T) (inserts, faile
 	return len(w.at), w.failed, gap
 }
 
-// adoptRefused applies an adopting manifest (the converted one, renamed)
-// over a StatefulSet that another controller (a ConfigMap, here) owns, and
-// checks that the status says why and that nothing was touched: the
-// StatefulSet unchanged, no Secret of pgloop's made.
-func adoptRefused(ctx context.Context, t *testing.T, ns string, manifest []byte) {
+// adoptRefused applies an adopting manifest (the converted one, renamed
+// name) over a StatefulSet with no pod (zalando's selector and Patroni
+// environment, changed by mutate), and checks that the status gives the
+// reason with want in its message, and that nothing was touched.
+func adoptRefused(ctx context.Context, t *testing.T, ns, name string, manifest []byte, mutate func(*appsv1.StatefulSet), want string) {
 	t.Helper()
-	const name = "owned"
-	owner, err := env.Kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "some-controller"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	selector := map[string]string{"application": "spilo", "cluster-name": name}
-	sts, err := env.Kube.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: selector, OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}},
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: selector},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas: ptr.To[int32](0),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: selector},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "ghcr.io/zalando/spilo-18:4.1-p2"}}}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "ghcr.io/zalando/spilo-18:4.1-p2", Env: []corev1.EnvVar{
+					{Name: "SCOPE", Value: name},
+					{Name: "KUBERNETES_SCOPE_LABEL", Value: "cluster-name"},
+					{Name: "KUBERNETES_ROLE_LABEL", Value: "spilo-role"},
+					{Name: "KUBERNETES_LABELS", Value: `{"application":"spilo"}`},
+					{Name: "DCS_ENABLE_KUBERNETES_API", Value: "true"},
+					{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
+				}}}}},
 		},
-	}, metav1.CreateOptions{})
+	}
+	mutate(sts)
+	sts, err := env.Kube.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,7 +715,7 @@ func adoptRefused(ctx context.Context, t *testing.T, ns string, manifest []byte)
 		t.Fatal(err)
 	}
 	pg, err := env.WaitCluster(ctx, ns, name, "the adoption refused in status", func(pg *v1.Postgresql) bool {
-		return pg.Status.Reason == fsm.ReasonAdoptionRefused && strings.Contains(pg.Status.Message, "controlled by v1 ConfigMap some-controller")
+		return pg.Status.Reason == fsm.ReasonAdoptionRefused && strings.Contains(pg.Status.Message, want)
 	})
 	if err != nil {
 		t.Fatal(err)
