@@ -99,7 +99,6 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj.SetNamespace(ns)
-	began := time.Now()
 	if _, err := env.Dyn.Resource(v1.SchemeGroupVersionResource).Namespace(ns).Create(ctx, obj,
 		metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict}); err != nil {
 		t.Fatalf("apply the converted manifest: %v", err)
@@ -125,7 +124,7 @@ func TestAdopt(t *testing.T) {
 	if err := env.Dyn.Resource(zalandoGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
 		t.Fatal(err)
 	}
-	began = time.Now()
+	began := time.Now()
 	adopted := inEffect(ctx, t, ns, name, 2)
 	took := time.Since(began)
 	inserts, failed, gap := w.stop(ctx, t)
