@@ -42,7 +42,8 @@ func newConvertCmd() *cobra.Command {
 // runConvert converts the documents of files (stdin for none or "-") and
 // writes them to out. Nothing is written when an input cannot be converted.
 // When pgloop's validation refuses values, everything is written and the
-// error lists them, so the exit status is 1.
+// error lists them, so the exit status is 1. With adopt the manifests take
+// over the running zalando clusters (convert.Adopt).
 func runConvert(out io.Writer, stdin io.Reader, files []string, adopt bool) error {
 	if len(files) == 0 {
 		files = []string{"-"}
