@@ -68,6 +68,11 @@ func (r *run) ensure(ctx context.Context) error {
 		r.log.Debug("being deleted: nothing to ensure")
 		return nil
 	}
+	if pg.AdoptRequested() {
+		if err := r.adopt(ctx, pg); err != nil {
+			return err
+		}
+	}
 	if r.serial {
 		// The finalizer first (the simulator's seeds were found with
 		// this order of calls).

@@ -211,7 +211,11 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		if part != nil {
 			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
 		}
-		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
+		reason := ReasonEffectsFailed
+		if errors.Is(err, v1.ErrAdoptionRefused) {
+			reason = ReasonAdoptionRefused
+		}
+		m.fire(EventEffectsFailed, reason, err.Error())
 	case succeeded:
 		m.out.waits, m.out.configWait = 0, configWait{}
 		if r.inDatabase != nil {
