@@ -1239,15 +1239,12 @@ func libraryInstalled(libDir, lib string) bool {
 // customCertificate reports whether PostgreSQL serves a certificate of the
 // pod's own: ssl_cert_file and ssl_key_file (Spilo's SSL_CERTIFICATE_FILE
 // and SSL_PRIVATE_KEY_FILE) on mounted volumes, as spec.tls's Secret is.
-// Then it points them (and ssl_ca_file, when set) at the host's files, the
-// key at a copy that stands for the kubelet's root-owned file: a real
-// kubelet makes a Secret's files root's, with the fsGroup's group, and
-// PostgreSQL takes a key owned by root readable by its group (0640 or
-// less), while one owned by its own user must be 0600 or less. The copy is
-// 0600 when the mounted file's mode would pass for root's; otherwise it
-// keeps the mode, and PostgreSQL refuses it as it would in the container.
-// Without such files Spilo generates a certificate, which has no file
-// here: false, and the ssl settings go.
+// Then it points them (and ssl_ca_file, when set) at the host's files.
+// This kubelet, like a real one, writes a Secret's files as root with the
+// pod's fsGroup as their group (writeDataVolume): PostgreSQL checks the
+// key as in the container, and takes it owned by root and readable by its
+// group only (0640 or less). Without such files Spilo generates a
+// certificate, which has no file here: false, and the ssl settings go.
 func customCertificate(params map[string]any, h Host) (bool, error) {
 	cert, _ := params["ssl_cert_file"].(string)
 	key, _ := params["ssl_key_file"].(string)
@@ -1262,7 +1259,7 @@ func customCertificate(params map[string]any, h Host) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("ssl_key_file: %w (ssl_cert_file %s is on a volume)", err, cert)
 	}
-	params["ssl_cert_file"] = certHost
+	params["ssl_cert_file"], params["ssl_key_file"] = certHost, keyHost
 	if ca, ok := params["ssl_ca_file"].(string); ok && ca != "" {
 		caHost, err := hostPath(h.Mounts, ca)
 		if err != nil {
@@ -1270,26 +1267,6 @@ func customCertificate(params map[string]any, h Host) (bool, error) {
 		}
 		params["ssl_ca_file"] = caHost
 	}
-	fi, err := os.Stat(keyHost)
-	if err != nil {
-		return false, fmt.Errorf("ssl_key_file %s: %w", key, err)
-	}
-	data, err := os.ReadFile(keyHost)
-	if err != nil {
-		return false, fmt.Errorf("ssl_key_file %s: %w", key, err)
-	}
-	mode := fi.Mode().Perm()
-	if mode&0o037 == 0 {
-		mode = 0o600
-	}
-	staged := filepath.Join(h.SocketDir, "server.key")
-	if err := os.WriteFile(staged, data, 0o600); err != nil {
-		return false, err
-	}
-	if err := os.Chmod(staged, mode); err != nil {
-		return false, err
-	}
-	params["ssl_key_file"] = staged
 	return true, nil
 }
 
