@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -328,3 +329,182 @@ func checkTLSPod(t *testing.T, what string, spec corev1.PodSpec, container, secr
 	t.Errorf("%s: no container %s", what, container)
 }
 
+// rotationEvents counts the Events of reason recorded on cluster name.
+func rotationEvents(ctx context.Context, t testing.TB, ns, name, reason string) int {
+	t.Helper()
+	list, err := env.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		n += int(max(e.Count, 1))
+	}
+	return n
+}
+
+// secretData reads a Secret's data and annotations.
+func secretData(ctx context.Context, t testing.TB, ns, name string) (map[string]string, map[string]string) {
+	t.Helper()
+	s, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	return out, s.Annotations
+}
+
+// TestPasswordRotationScheduled runs zalando's scheduled password rotation
+// on real PostgreSQL, with a 45 s interval (--password-rotation-interval;
+// the retention of the roles made is then twice that): usersWithSecretRotation
+// gets a new role each time, a member of the user, that its Secret then
+// names, while the former credentials still log in until a later rotation
+// drops that role past its retention; usersWithInPlaceSecretRotation gets a
+// new password for itself, the old one refused at once. Status shows the
+// next rotation and the last one, Events say so, and an operator restarted
+// between two rotations does not rotate again before the date status
+// holds.
+func TestPasswordRotationScheduled(t *testing.T) {
+	ns := env.Namespace(t)
+	const interval = 45 * time.Second
+	flags := []string{"--password-rotation-interval=" + interval.String()}
+	first := env.StartOperator(t, "rotation", []string{ns}, flags...)
+	ctx := Context(t, 15*time.Minute)
+	const name = "rot"
+
+	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+		pg.Spec.Users = map[string]v1.UserFlags{"app": {}, "flyway": {}, "other": {}}
+		pg.Spec.Databases = map[string]string{"appdb": "app"}
+		pg.Spec.UsersWithSecretRotation = []string{"app"}
+		pg.Spec.UsersWithInPlaceSecretRotation = []string{"flyway"}
+	})
+	pg := inEffect(ctx, t, ns, name, 1)
+	primary := pg.Status.Primary
+	appSecret, flywaySecret, otherSecret := cluster.SecretName("app", name), cluster.SecretName("flyway", name), cluster.SecretName("other", name)
+	app0, _ := secretData(ctx, t, ns, appSecret)
+	flyway0, _ := secretData(ctx, t, ns, flywaySecret)
+	other0, _ := secretData(ctx, t, ns, otherSecret)
+
+	pg, err := env.WaitCluster(ctx, ns, name, "a next rotation in status", func(pg *v1.Postgresql) bool {
+		r := pg.Status.PasswordRotation
+		return r != nil && r.NextRotation != nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next1 := pg.Status.PasswordRotation.NextRotation.Time
+	t.Logf("status.passwordRotation.nextRotation %s (%v from now)", next1.UTC().Format(time.RFC3339), time.Until(next1).Round(time.Second))
+
+	finished := func(after string) func(pg *v1.Postgresql) bool {
+		return func(pg *v1.Postgresql) bool {
+			r := pg.Status.PasswordRotation
+			return r != nil && r.Last != nil && r.Last.ID != after && r.Last.FinishedAt != nil
+		}
+	}
+	pg, err = env.WaitCluster(ctx, ns, name, "the first rotation finished", finished(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot1 := *pg.Status.PasswordRotation.Last
+	t.Logf("rotation %s: started %s (due %s), finished %s; users %+v; next %s", rot1.ID, rot1.StartedAt.UTC().Format(time.RFC3339),
+		next1.UTC().Format(time.RFC3339), rot1.FinishedAt.UTC().Format(time.RFC3339), rot1.Users,
+		pg.Status.PasswordRotation.NextRotation.UTC().Format(time.RFC3339))
+	if rot1.StartedAt.Time.Before(next1) {
+		t.Errorf("the rotation started at %v, before its date %v", rot1.StartedAt, next1)
+	}
+	role1 := v1.RotationRoleName("app", rot1.StartedAt.Time, interval)
+
+	t.Run("new role for app, the old credentials still log in", func(t *testing.T) {
+		app1, ann := secretData(ctx, t, ns, appSecret)
+		if app1["username"] != role1 || app1["password"] == app0["password"] {
+			t.Fatalf("app's Secret: username %q (want %q), password changed %v", app1["username"], role1, app1["password"] != app0["password"])
+		}
+		if ann[v1.AnnotationPasswordRotated] != rot1.ID {
+			t.Errorf("app's Secret: %s=%q, want %q", v1.AnnotationPasswordRotated, ann[v1.AnnotationPasswordRotated], rot1.ID)
+		}
+		if want := pg.Status.PasswordRotation.NextRotation.UTC().Format(time.RFC3339); app1[v1.SecretNextRotationKey] != want {
+			t.Errorf("app's Secret: nextRotation %q, want %q", app1[v1.SecretNextRotationKey], want)
+		}
+		conn, err := connect(ctx, ns, primary, app1["username"], app1["password"], "appdb")
+		if err != nil {
+			t.Fatalf("the new credentials (%s): %v", app1["username"], err)
+		}
+		defer conn.Close(context.Background())
+		var member bool
+		if err := conn.QueryRow(ctx, "SELECT pg_has_role(current_user, 'app', 'MEMBER')").Scan(&member); err != nil || !member {
+			t.Errorf("%s a member of app: %v %v", role1, member, err)
+		}
+		if err := login(ctx, ns, primary, "app", app0["password"], "appdb"); err != nil {
+			t.Errorf("the old credentials (app): %v", err)
+		}
+	})
+
+	t.Run("in place for flyway, the old password refused", func(t *testing.T) {
+		flyway1, _ := secretData(ctx, t, ns, flywaySecret)
+		if flyway1["username"] != "flyway" || flyway1["password"] == flyway0["password"] {
+			t.Fatalf("flyway's Secret: username %q, password changed %v", flyway1["username"], flyway1["password"] != flyway0["password"])
+		}
+		if err := login(ctx, ns, primary, "flyway", flyway1["password"], "postgres"); err != nil {
+			t.Errorf("flyway's new password: %v", err)
+		}
+		if err := login(ctx, ns, primary, "flyway", flyway0["password"], "postgres"); !isAuthFailure(err) {
+			t.Errorf("flyway's old password: %v, want an authentication failure", err)
+		}
+	})
+
+	t.Run("a user in no list is not rotated", func(t *testing.T) {
+		other1, ann := secretData(ctx, t, ns, otherSecret)
+		if other1["password"] != other0["password"] || ann[v1.AnnotationPasswordRotated] != "" {
+			t.Errorf("other's Secret changed: %v", ann)
+		}
+	})
+
+	t.Run("a restarted operator waits for the date in status", func(t *testing.T) {
+		due := pg.Status.PasswordRotation.NextRotation.Time
+		app1, _ := secretData(ctx, t, ns, appSecret)
+		if err := first.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		second := env.StartOperator(t, "rotation-2", []string{ns}, flags...)
+		if err := second.WaitLog(ctx, fmt.Sprintf("cluster=%s/%s", ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		pg, err := env.WaitCluster(ctx, ns, name, "the second rotation finished", finished(rot1.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rot2 := *pg.Status.PasswordRotation.Last
+		t.Logf("rotation %s after the restart: started %s, due %s", rot2.ID, rot2.StartedAt.UTC().Format(time.RFC3339), due.UTC().Format(time.RFC3339))
+		if rot2.StartedAt.Time.Before(due) {
+			t.Errorf("the second rotation started at %v, before its date %v", rot2.StartedAt, due)
+		}
+		if n := rotationEvents(ctx, t, ns, name, "PasswordRotationStarted"); n != 2 {
+			t.Errorf("%d PasswordRotationStarted Events, want 2", n)
+		}
+		// The first rotation's role still logs in: its retention (2 x
+		// 45 s) has not passed at the second rotation.
+		if err := login(ctx, ns, primary, app1["username"], app1["password"], "appdb"); err != nil {
+			t.Errorf("the first rotation's credentials (%s) after the second: %v", app1["username"], err)
+		}
+
+		// The third drops the first rotation's role.
+		pg, err = env.WaitCluster(ctx, ns, name, "the rotation dropping "+role1+" finished", func(pg *v1.Postgresql) bool {
+			r := pg.Status.PasswordRotation
+			return r != nil && r.Last != nil && r.Last.FinishedAt != nil && slices.Contains(r.Last.Drop, role1)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rotation %s dropped %v; roles kept %+v", pg.Status.PasswordRotation.Last.ID, pg.Status.PasswordRotation.Last.Drop, pg.Status.PasswordRotation.Roles)
+		if err := login(ctx, ns, primary, app1["username"], app1["password"], "appdb"); err == nil {
+			t.Errorf("%s still logs in after its retention", role1)
+		}
+		app3, _ := secretData(ctx, t, ns, appSecret)
+		if err := login(ctx, ns, primary, app3["username"], app3["password"], "appdb"); err != nil {
+			t.Errorf("the latest credentials (%s): %v", app3["username"], err)
+		}
+	})
+}
