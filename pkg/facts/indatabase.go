@@ -107,12 +107,7 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 	f.Users, f.Databases = spec.users, spec.databases
 	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
 	f.Rotation = rotationFacts(pg, objs.Secrets)
-	// A scheduled password rotation is a sync of its own.
-	syncKey := f.SyncRequest
-	if r := pg.Status.PasswordRotation; r != nil && r.Last != nil {
-		syncKey += "\x00rotation " + r.Last.ID
-	}
-	f.Sync = d.syncWant(spec, objs.Secrets, syncKey)
+	f.Sync = d.syncWant(spec, objs.Secrets, f.SyncRequest)
 	if sb := pg.Spec.Standby; sb != nil {
 		// A standby's roles and databases are its source's, read-only
 		// until it is promoted: nothing to sync.

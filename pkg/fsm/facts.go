@@ -264,7 +264,8 @@ type Memory struct {
 // SyncDue reports whether the roles and databases the spec asks for are
 // not the ones last applied.
 func SyncDue(st *v1.PostgresqlStatus, f *Facts) bool {
-	return f.Sync.Missing || f.Sync.Hash != "" && (st.Database == nil || st.Database.Hash != f.Sync.Hash)
+	h := syncHash(st, f)
+	return f.Sync.Missing || h != "" && (st.Database == nil || st.Database.Hash != h)
 }
 
 // ConfigDue reports whether the dynamic configuration the spec asks for

@@ -165,3 +165,16 @@ func (m *Machine) rotationPeriods() (interval, retention time.Duration) {
 	}
 	return interval, max(retention, 2*interval)
 }
+
+// syncHash is the hash of the sync the cluster needs: the facts' (the
+// spec's roles and databases, their Secrets' versions, a request), and
+// the latest scheduled password rotation's ID, which status holds: a
+// rotation the machine starts is a sync due at once, without waiting for
+// the cluster to be observed again.
+func syncHash(st *v1.PostgresqlStatus, f *Facts) string {
+	h := f.Sync.Hash
+	if r := st.PasswordRotation; h != "" && r != nil && r.Last != nil {
+		h += "+rotation " + r.Last.ID
+	}
+	return h
+}

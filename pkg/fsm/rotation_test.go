@@ -14,6 +14,8 @@ func rotating(rotated map[string]string) Facts {
 	return with(ready(1), func(f *Facts) {
 		modes := map[string]string{"app": v1.RotationNewRole, "flyway": v1.RotationInPlace}
 		f.Rotation = RotationFacts{Global: modes, Listed: modes, Rotated: rotated}
+		f.Sync = Want{Hash: "s1"}
+		f.Target = "c-0"
 	})
 }
 
@@ -76,6 +78,12 @@ func TestPasswordRotation(t *testing.T) {
 	}
 	if !hasRecord(res.Plan, ReasonPasswordRotationStarted) || res.Plan.Status == nil {
 		t.Fatalf("due: plan %+v, want the status and a %s Event", res.Plan, ReasonPasswordRotationStarted)
+	}
+	// The status written, the sync the rotation asks for is due at once:
+	// Updating, with the roles' sync in the plan.
+	res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, rotating(nil), due)
+	if m.State() != Updating || res.Plan == nil || res.Plan.InDatabase == nil || res.Plan.InDatabase.Sync != "s1+rotation 20261130T120100Z" {
+		t.Fatalf("after the status write: state %s, plan %+v, want Updating with the rotation's sync", m.State(), res.Plan)
 	}
 	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, rotating(nil), due)
 
