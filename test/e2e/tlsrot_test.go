@@ -358,8 +358,8 @@ func secretData(ctx context.Context, t testing.TB, ns, name string) (map[string]
 }
 
 // TestPasswordRotationScheduled runs zalando's scheduled password rotation
-// on real PostgreSQL, with a 45 s interval (--password-rotation-interval;
-// the retention of the roles made is then twice that): usersWithSecretRotation
+// on real PostgreSQL, with a 45 s interval (--password-rotation-interval)
+// and a retention of the roles made of twice that: usersWithSecretRotation
 // gets a new role each time, a member of the user, that its Secret then
 // names, while the former credentials still log in until a later rotation
 // drops that role past its retention; usersWithInPlaceSecretRotation gets a
@@ -370,7 +370,8 @@ func secretData(ctx context.Context, t testing.TB, ns, name string) (map[string]
 func TestPasswordRotationScheduled(t *testing.T) {
 	ns := env.Namespace(t)
 	const interval = 45 * time.Second
-	flags := []string{"--password-rotation-interval=" + interval.String()}
+	// A retention of 1m is raised to twice the interval, 90 s.
+	flags := []string{"--password-rotation-interval=" + interval.String(), "--password-rotation-user-retention=1m"}
 	first := env.StartOperator(t, "rotation", []string{ns}, flags...)
 	ctx := Context(t, 15*time.Minute)
 	const name = "rot"

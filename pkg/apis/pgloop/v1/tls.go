@@ -68,18 +68,18 @@ func TLSFile(file, dir, def string) string {
 	return path.Join(dir, file)
 }
 
-// CertificatePath, PrivateKeyPath and CAPath are where the container finds
-// spec.tls's files; CAPath is "" without caFile.
+// CertificatePath is where the container finds spec.tls's certificate.
 func (t *TLS) CertificatePath() string {
 	return TLSFile(t.CertificateFile, TLSMountPath, TLSDefaultCertificateFile)
 }
 
-// PrivateKeyPath: see CertificatePath.
+// PrivateKeyPath is where the container finds spec.tls's private key.
 func (t *TLS) PrivateKeyPath() string {
 	return TLSFile(t.PrivateKeyFile, TLSMountPath, TLSDefaultPrivateKeyFile)
 }
 
-// CAPath: see CertificatePath.
+// CAPath is where the container finds spec.tls's CA file; "" without
+// caFile.
 func (t *TLS) CAPath() string {
 	if t.CAFile == "" {
 		return ""
