@@ -509,3 +509,68 @@ func TestPasswordRotationScheduled(t *testing.T) {
 		}
 	})
 }
+
+// TestTLSAddedToRunningCluster: spec.tls added to a running cluster of
+// two is a pod template change, rolled out as zalando users expect: the
+// replica's pod first, a switchover, then the former primary's; every pod
+// then serves the Secret's certificate.
+func TestTLSAddedToRunningCluster(t *testing.T) {
+	ns := env.Namespace(t)
+	op := env.StartOperator(t, "tls-roll", []string{ns})
+	ctx := Context(t, 12*time.Minute)
+	const name, secret = "tlsroll", "tlsroll-cert"
+	serverName := fmt.Sprintf("%s.%s.svc", name, ns)
+	ca := newTestCA(t)
+	certPEM, keyPEM := ca.server(t, serverName, 300)
+	if _, err := env.Kube.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secret},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
+		pg.Spec.Databases = map[string]string{"appdb": "app"}
+	})
+	pg := inEffect(ctx, t, ns, name, 2)
+	primary := pg.Status.Primary
+	old := podUIDs(ctx, t, ns, name)
+
+	began := time.Now()
+	if _, err := env.MergePatchCluster(ctx, ns, name, fmt.Sprintf(`{"spec":{"tls":{"secretName":%q}}}`, secret)); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
+		if !ReadyPods(2)(pods) {
+			return false
+		}
+		for _, p := range pods {
+			for _, o := range old {
+				if p.UID == o.uid {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg = inEffect(ctx, t, ns, name, 2)
+	t.Logf("both pods replaced and Running %v after the edit; primary %s -> %s", time.Since(began).Round(time.Millisecond), primary, pg.Status.Primary)
+	if n := op.LogCount("switched over", "from="+primary); n < 1 {
+		t.Errorf("no switchover from %s logged during the rollout", primary)
+	}
+	appPW := password(ctx, t, ns, cluster.SecretName("app", name))
+	for _, p := range pods {
+		serial, err := servedCertificate(ctx, p.Status.PodIP, serverName, ca, "app", appPW, "appdb", false)
+		if err != nil {
+			t.Errorf("pod %s: verify-full: %v", p.Name, err)
+			continue
+		}
+		if serial.Int64() != 300 {
+			t.Errorf("pod %s serves serial %v, want the Secret's (300)", p.Name, serial)
+		}
+	}
+}
