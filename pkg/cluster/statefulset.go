@@ -197,6 +197,8 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 	if v, _ := backupCA(pg, opts); v != nil {
 		spec.Volumes = append(spec.Volumes, *v)
 	}
+	_, tlsVolumes, _ := tlsMounts(pg, spiloTLSEnv)
+	spec.Volumes = append(spec.Volumes, tlsVolumes...)
 	for i := range pg.Spec.InitContainers {
 		spec.InitContainers = append(spec.InitContainers, *pg.Spec.InitContainers[i].DeepCopy())
 	}
@@ -282,6 +284,8 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 	if _, m := backupCA(pg, opts); m != nil {
 		mounts = append(mounts, *m)
 	}
+	tlsEnv, _, tlsVolumeMounts := tlsMounts(pg, spiloTLSEnv)
+	mounts = append(mounts, tlsVolumeMounts...)
 	mounts = append(mounts, additionalMounts(pg, ContainerName)...)
 	return corev1.Container{
 		Name:            ContainerName,
@@ -291,7 +295,7 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 			{Name: PostgresPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP},
 			{Name: PatroniPortName, ContainerPort: PatroniPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:          append(append(spiloEnv(pg), pgbackrestEnv(pg, opts)...), userEnv(pg)...),
+		Env:          append(append(append(spiloEnv(pg), pgbackrestEnv(pg, opts)...), tlsEnv...), userEnv(pg)...),
 		EnvFrom:      userEnvFrom(pg),
 		Resources:    resources(pg.Spec.Resources, opts),
 		VolumeMounts: mounts,

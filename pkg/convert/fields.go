@@ -17,14 +17,10 @@ import (
 // then on; TestZalandoFieldsUnsupported then asks for its line here to go. Keys
 // are paths below spec with "*" for a map key; list indices are left out.
 var zalandoFields = map[string]string{
-	"usersIgnoringSecretRotation":    "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
-	"usersWithSecretRotation":        "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
-	"usersWithInPlaceSecretRotation": "pgloop rotates a password on demand (annotation pgloop.dev/rotate-password on its Secret), never on a schedule",
-	"tls":                            "pgloop does not configure custom TLS certificates yet",
-	"streams":                        "pgloop does not create change data capture streams",
-	"volume.iops":                    "pgloop does not tune EBS volumes: set iops in the StorageClass",
-	"volume.throughput":              "pgloop does not tune EBS volumes: set throughput in the StorageClass",
-	"volume.type":                    "pgloop does not tune EBS volumes: choose the type by the StorageClass",
+	"streams":           "pgloop does not create change data capture streams",
+	"volume.iops":       "pgloop does not tune EBS volumes: set iops in the StorageClass",
+	"volume.throughput": "pgloop does not tune EBS volumes: set throughput in the StorageClass",
+	"volume.type":       "pgloop does not tune EBS volumes: choose the type by the StorageClass",
 }
 
 // cloneS3Reason is why convert drops clone's s3_* fields.

@@ -120,8 +120,8 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 			m.out.signalled(m.work())
 			break
 		}
-		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline {
-			break // their deadlines are in status.backup: backups reads them
+		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline || in.Timer == TimerPasswordRotation {
+			break // their deadlines are in status.backup and status.passwordRotation: backups and passwordRotation read them
 		}
 		reason, msg := "", ""
 		if in.Timer == TimerTimeout {

@@ -74,12 +74,13 @@ const AllContainers = "all"
 // Volumes and mount paths pgloop puts in the pods (pkg/cluster builds them;
 // a test there checks the lists): an additional volume must not take them.
 var (
-	reservedVolumeNames = []string{"pgdata", "dshm", "pgbackrest-ca"}
-	reservedMountPaths  = []string{"/home/postgres/pgdata", "/dev/shm", "/etc/pgbackrest/repo"}
+	reservedVolumeNames = []string{"pgdata", "dshm", "pgbackrest-ca", "tls-secret", "tls-ca-secret"}
+	reservedMountPaths  = []string{"/home/postgres/pgdata", "/dev/shm", "/etc/pgbackrest/repo", TLSMountPath, TLSCAMountPath}
 )
 
 // ReservedEnvNames are the variables pgloop sets in the PostgreSQL
-// container (pkg/cluster's spiloEnv; a test there checks the list), and
+// container (pkg/cluster's spiloEnv and, with spec.tls, the SSL_* files; a
+// test there checks the list), and
 // the ports Spilo reads (PGPORT, APIPORT: the Services, the probes and
 // pgloop reach 5432 and 8008). A variable of spec.env with one of these
 // names is refused: zalando drops it silently, since its own comes first.
@@ -90,6 +91,7 @@ var ReservedEnvNames = []string{
 	"PGVERSION", "DCS_ENABLE_KUBERNETES_API", "KUBERNETES_SCOPE_LABEL", "KUBERNETES_ROLE_LABEL",
 	"KUBERNETES_LEADER_LABEL_VALUE", "KUBERNETES_LABELS", "KUBERNETES_USE_CONFIGMAPS",
 	"SPILO_CONFIGURATION", "PGPORT", "APIPORT",
+	"SSL_CERTIFICATE_FILE", "SSL_PRIVATE_KEY_FILE", "SSL_CA_FILE", // spec.tls
 }
 
 // reservedEnvPrefix is the prefix of pgBackRest's variables, which pgloop

@@ -144,6 +144,10 @@ type PostgresqlStatus struct {
 	// repository.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+	// PasswordRotation is the schedule of the password rotation, for a
+	// cluster with users to rotate (docs/user-guide.md).
+	// +optional
+	PasswordRotation *PasswordRotationStatus `json:"passwordRotation,omitempty"`
 }
 
 // BackupStatus is how a cluster's backups go.

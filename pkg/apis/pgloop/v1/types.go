@@ -436,6 +436,29 @@ type PostgresqlSpec struct {
 	// read WAL-G archives). Read when the first member bootstraps only.
 	// +optional
 	Clone *CloneSpec `json:"clone,omitempty"`
+
+	// TLS is the server certificate PostgreSQL and the connection pooler
+	// serve, from a Secret (zalando's field); unset means Spilo's
+	// self-signed one.
+	// +optional
+	TLS *TLS `json:"tls,omitempty"`
+
+	// UsersWithSecretRotation are users whose password pgloop rotates
+	// every --password-rotation-interval with a new role, a member of the
+	// user, that their Secret then names (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersWithSecretRotation []string `json:"usersWithSecretRotation,omitempty"`
+	// UsersWithInPlaceSecretRotation are users whose password pgloop
+	// changes every --password-rotation-interval (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersWithInPlaceSecretRotation []string `json:"usersWithInPlaceSecretRotation,omitempty"`
+	// UsersIgnoringSecretRotation are users never rotated on schedule,
+	// even with --password-rotation (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersIgnoringSecretRotation []string `json:"usersIgnoringSecretRotation,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's

@@ -176,6 +176,8 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, s.validateBackup(path)...)
 	errs = append(errs, s.validateStandby(path)...)
 	errs = append(errs, s.validatePrepared(path)...)
+	errs = append(errs, s.validateTLS(path)...)
+	errs = append(errs, s.validateRotation(path)...)
 	errs = append(errs, s.validatePodExtras(path)...)
 	errs = append(errs, s.validatePodTemplate(path)...)
 	return append(errs, s.validatePooler(path)...)
