@@ -11,7 +11,8 @@ import (
 )
 
 func newConvertCmd() *cobra.Command {
-	return &cobra.Command{
+	var adopt bool
+	cmd := &cobra.Command{
 		Use:   "convert [FILE...]",
 		Short: "Convert zalando postgres-operator manifests (acid.zalan.do/v1 postgresql) to pgloop's",
 		Long: "Read zalando postgres-operator manifests (acid.zalan.do/v1, kind postgresql, or a List of\n" +
@@ -22,20 +23,28 @@ func newConvertCmd() *cobra.Command {
 			"Exit status: 0 when every manifest converted. 1 and nothing printed when a document is not a\n" +
 			"zalando postgresql or cannot be read (each error names the file and document number). 1 with\n" +
 			"the output printed when pgloop's validation refuses values that were kept: each is marked\n" +
-			"REFUSED in its manifest's comments; fix them before applying.",
+			"REFUSED in its manifest's comments; fix them before applying.\n\n" +
+			"With --adopt the manifests take over the running zalando clusters of their names, pods,\n" +
+			"volumes and passwords, without restarting a pod (annotation pgloop.dev/adopt); stop the\n" +
+			"zalando operator and delete its postgresql with --cascade=orphan first (docs/migrating.md,\n" +
+			"Adopt in place).",
 		Example: "  pgloop convert acid-db.yaml > db.yaml\n" +
-			"  kubectl get postgresql -n prod -o yaml | pgloop convert > prod.yaml",
+			"  kubectl get postgresql -n prod -o yaml | pgloop convert > prod.yaml\n" +
+			"  kubectl get postgresql acid-db -o yaml | pgloop convert --adopt > db.yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runConvert(cmd.OutOrStdout(), cmd.InOrStdin(), args)
+			return runConvert(cmd.OutOrStdout(), cmd.InOrStdin(), args, adopt)
 		},
 	}
+	cmd.Flags().BoolVar(&adopt, "adopt", false, "take over the running zalando clusters in place (annotation pgloop.dev/adopt)")
+	return cmd
 }
 
 // runConvert converts the documents of files (stdin for none or "-") and
 // writes them to out. Nothing is written when an input cannot be converted.
 // When pgloop's validation refuses values, everything is written and the
-// error lists them, so the exit status is 1.
-func runConvert(out io.Writer, stdin io.Reader, files []string) error {
+// error lists them, so the exit status is 1. With adopt the manifests take
+// over the running zalando clusters (convert.Adopt).
+func runConvert(out io.Writer, stdin io.Reader, files []string, adopt bool) error {
 	if len(files) == 0 {
 		files = []string{"-"}
 	}
@@ -48,6 +57,9 @@ func runConvert(out io.Writer, stdin io.Reader, files []string) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if adopt {
+		convert.Adopt(convs)
 	}
 	data, err := convert.Render(convs)
 	if err != nil && !errors.Is(err, convert.ErrRefused) {

@@ -105,3 +105,21 @@ func TestConvertExitStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertAdoptFlag: --adopt writes the annotation that asks for the
+// adoption; without it there is none.
+func TestConvertAdoptFlag(t *testing.T) {
+	in, err := os.ReadFile(testdata + "minimal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{nil, {"--adopt"}} {
+		out, err := runConvertCmd(t, string(in), args...)
+		if err != nil {
+			t.Fatalf("convert %v: %v", args, err)
+		}
+		if got, want := strings.Contains(out, "pgloop.dev/adopt: zalando"), len(args) > 0; got != want {
+			t.Errorf("convert %v: annotation written %v, want %v:\n%s", args, got, want, out)
+		}
+	}
+}

@@ -175,6 +175,12 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"after each base backup that succeeded, verify the whole repository with pgBackRest (every file's checksum, and that the WAL has no gap); status.backup.lastVerification shows the result")
 	f.DurationVar(&cfg.BackupTimeout, "backup-timeout", cfg.BackupTimeout,
 		"how long a base backup may run before pgloop gives up on it (LastBackupSucceeded False)")
+	f.BoolVar(&cfg.PasswordRotation, "password-rotation", cfg.PasswordRotation,
+		"rotate the passwords of every user of spec.users and of the prepared databases' default users every --password-rotation-interval, except database owners and usersIgnoringSecretRotation (zalando's enable_password_rotation); a spec's usersWithSecretRotation and usersWithInPlaceSecretRotation are rotated either way")
+	f.DurationVar(&cfg.PasswordRotationInterval, "password-rotation-interval", cfg.PasswordRotationInterval,
+		"how often passwords are rotated (zalando's password_rotation_interval, 90 days)")
+	f.DurationVar(&cfg.PasswordRotationUserRetention, "password-rotation-user-retention", cfg.PasswordRotationUserRetention,
+		"how long a role a rotation created is kept before a later rotation drops it, at least twice the interval (zalando's password_rotation_user_retention, 180 days)")
 	f.DurationVar(&cfg.ArchiveCheckPeriod, "archive-check-period", cfg.ArchiveCheckPeriod,
 		"how often each archiving cluster's primary is asked how its WAL archiving goes (a failure shows in status within this)")
 	f.DurationVar(&cfg.ArchiveStatusPeriod, "archive-status-period", cfg.ArchiveStatusPeriod,

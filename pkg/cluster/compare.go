@@ -9,6 +9,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -35,7 +36,8 @@ const (
 	// PodUpToDate deleted (those that run PostgreSQL one at a time) for the
 	// StatefulSet controller to re-create it from the new template.
 	ReplacePods
-	// Recreate: the volume claim template asks for another StorageClass.
+	// Recreate: the volume claim template asks for another StorageClass
+	// or volume selector.
 	// volumeClaimTemplates cannot change in place: the StatefulSet is
 	// deleted leaving its pods (orphan propagation) and created anew, and
 	// adopts them. Existing claims keep their class; those that never
@@ -57,8 +59,8 @@ func (c Change) String() string {
 // apiserver, into desired, one built by StatefulSet. Both must be non-nil.
 // The rules, first match wins:
 //
-//  0. The data volume claim template asks for another StorageClass:
-//     Recreate.
+//  0. The data volume claim template asks for another StorageClass, or
+//     selects volumes with another selector (volume.selector): Recreate.
 //  1. The pod template hash annotations differ, or current has none:
 //     ReplacePods. Templates are compared by their hash only, because the
 //     apiserver defaults many template fields; a hand edit of the template
@@ -76,7 +78,8 @@ func (c Change) String() string {
 // still run the old template: a rollout in progress is tracked per pod with
 // PodUpToDate.
 func Compare(current, desired *appsv1.StatefulSet) Change {
-	if ClaimTemplateClass(current) != ClaimTemplateClass(desired) {
+	if ClaimTemplateClass(current) != ClaimTemplateClass(desired) ||
+		!apiequality.Semantic.DeepEqual(claimTemplateSelector(current), claimTemplateSelector(desired)) {
 		return Recreate
 	}
 	if h := PodTemplateHash(current); h == "" || h != PodTemplateHash(desired) {
@@ -260,4 +263,18 @@ func ClaimTemplateClass(sts *appsv1.StatefulSet) string {
 		}
 	}
 	return ""
+}
+
+// claimTemplateSelector is the volume selector of the StatefulSet's data
+// volume claim template; nil for none. As zalando's operator does, a new
+// one replaces the StatefulSet: claims made from then on (a scale-up)
+// select with it, existing ones keep theirs (a claim's selector is
+// immutable).
+func claimTemplateSelector(sts *appsv1.StatefulSet) *metav1.LabelSelector {
+	for i := range sts.Spec.VolumeClaimTemplates {
+		if t := &sts.Spec.VolumeClaimTemplates[i]; t.Name == DataVolumeName {
+			return t.Spec.Selector
+		}
+	}
+	return nil
 }

@@ -108,6 +108,11 @@ func TestCompare(t *testing.T) {
 			want:    NoChange,
 		},
 		{
+			name:    "an environment variable",
+			desired: func(pg *v1.Postgresql) { pg.Spec.Env = []corev1.EnvVar{{Name: "A", Value: "1"}} },
+			want:    ReplacePods,
+		},
+		{
 			name:    "new image",
 			desired: func(pg *v1.Postgresql) { pg.Spec.DockerImage = "example.com/spilo:2" },
 			want:    ReplacePods,

@@ -201,6 +201,11 @@ func PoolerDeployment(pg *v1.Postgresql, role string, opts Options) *appsv1.Depl
 		{Name: "CONNECTION_POOLER_MAX_CLIENT_CONN", Value: strconv.Itoa(poolerMaxClientConn)},
 		{Name: "CONNECTION_POOLER_MAX_DB_CONN", Value: strconv.Itoa(int(perPod))},
 	}
+	// The pooler serves spec.tls's certificate to its clients; its
+	// process reads the files as the pod's fsGroup, Spilo's group, as
+	// zalando's spilo_fsgroup gives.
+	tlsEnv, tlsVolumes, tlsVolumeMounts := tlsMounts(pg, poolerTLSEnv)
+	env = append(env, tlsEnv...)
 	var res *v1.Resources
 	if pg.Spec.ConnectionPooler != nil {
 		res = pg.Spec.ConnectionPooler.Resources
@@ -211,6 +216,7 @@ func PoolerDeployment(pg *v1.Postgresql, role string, opts Options) *appsv1.Depl
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Ports:           []corev1.ContainerPort{{Name: PoolerPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP}},
 		Env:             env,
+		VolumeMounts:    tlsVolumeMounts,
 		Resources:       resources(res, Options{DefaultRequests: PoolerDefaultRequests(), DefaultLimits: PoolerDefaultLimits()}),
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(PoolerPortName)}},
@@ -224,6 +230,10 @@ func PoolerDeployment(pg *v1.Postgresql, role string, opts Options) *appsv1.Depl
 	spec := corev1.PodSpec{
 		Containers:                    []corev1.Container{container},
 		TerminationGracePeriodSeconds: ptr.To[int64](5),
+		Volumes:                       tlsVolumes,
+	}
+	if len(tlsVolumes) > 0 {
+		spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](spiloGID)}
 	}
 	for i := range pg.Spec.Tolerations {
 		spec.Tolerations = append(spec.Tolerations, *pg.Spec.Tolerations[i].DeepCopy())

@@ -33,6 +33,10 @@ const (
 	// so a rotation cut short is finished by the next sync and never
 	// loses the password PostgreSQL has.
 	SecretNextPasswordKey = "next-password"
+	// SecretNextUsernameKey holds, during a scheduled rotation, the role
+	// that gets the new password: a new role, member of the user, or the
+	// user itself.
+	SecretNextUsernameKey = "next-username"
 	// secretNameSuffix follows <user>.<cluster> in every Secret's name.
 	secretNameSuffix = ".credentials.postgresql.pgloop.dev"
 )

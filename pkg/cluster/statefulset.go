@@ -197,6 +197,8 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 	if v, _ := backupCA(pg, opts); v != nil {
 		spec.Volumes = append(spec.Volumes, *v)
 	}
+	_, tlsVolumes, _ := tlsMounts(pg, spiloTLSEnv)
+	spec.Volumes = append(spec.Volumes, tlsVolumes...)
 	for i := range pg.Spec.InitContainers {
 		spec.InitContainers = append(spec.InitContainers, *pg.Spec.InitContainers[i].DeepCopy())
 	}
@@ -214,6 +216,7 @@ func podTemplate(pg *v1.Postgresql, opts Options) corev1.PodTemplateSpec {
 	if pg.Spec.NodeAffinity != nil {
 		spec.Affinity = &corev1.Affinity{NodeAffinity: pg.Spec.NodeAffinity.DeepCopy()}
 	}
+	setPodTemplateFields(pg, &spec)
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: Labels(pg), Annotations: annotations},
 		Spec:       spec,
@@ -263,7 +266,7 @@ func sidecars(pg *v1.Postgresql, opts Options) []corev1.Container {
 			Ports:           slices.Clone(sc.Ports),
 			Env:             env,
 			Resources:       resources(sc.Resources, opts),
-			VolumeMounts:    []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}},
+			VolumeMounts:    append([]corev1.VolumeMount{dataMount(pg)}, additionalMounts(pg, sc.Name)...),
 		})
 	}
 	return out
@@ -274,13 +277,16 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 	if image == "" {
 		image = opts.Image
 	}
-	mounts := []corev1.VolumeMount{{Name: DataVolumeName, MountPath: DataMountPath}}
+	mounts := []corev1.VolumeMount{dataMount(pg)}
 	if shmVolume(pg, opts) {
 		mounts = append(mounts, corev1.VolumeMount{Name: shmVolumeName, MountPath: "/dev/shm"})
 	}
 	if _, m := backupCA(pg, opts); m != nil {
 		mounts = append(mounts, *m)
 	}
+	tlsEnv, _, tlsVolumeMounts := tlsMounts(pg, spiloTLSEnv)
+	mounts = append(mounts, tlsVolumeMounts...)
+	mounts = append(mounts, additionalMounts(pg, ContainerName)...)
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           image,
@@ -289,9 +295,12 @@ func spiloContainer(pg *v1.Postgresql, opts Options) corev1.Container {
 			{Name: PostgresPortName, ContainerPort: PostgresPort, Protocol: corev1.ProtocolTCP},
 			{Name: PatroniPortName, ContainerPort: PatroniPort, Protocol: corev1.ProtocolTCP},
 		},
-		Env:          append(spiloEnv(pg), pgbackrestEnv(pg, opts)...),
+		Env:          append(append(append(spiloEnv(pg), pgbackrestEnv(pg, opts)...), tlsEnv...), userEnv(pg)...),
+		EnvFrom:      userEnvFrom(pg),
 		Resources:    resources(pg.Spec.Resources, opts),
 		VolumeMounts: mounts,
+		// zalando's livenessProbe, as given; none by default.
+		LivenessProbe: pg.Spec.LivenessProbe.DeepCopy(),
 		// Patroni answers 200 on /readiness once its PostgreSQL runs and
 		// follows the leader (or is the leader): a pod that is Ready can
 		// serve. There is no liveness probe: Patroni restarts PostgreSQL
@@ -355,6 +364,25 @@ func resources(r *v1.Resources, opts Options) corev1.ResourceRequirements {
 			out.Limits[res.name] = *limit
 		}
 	}
+	// Huge pages as given: no defaults, and no adjusting (Validate asks
+	// for a request equal to its limit, as the apiserver does).
+	for _, hp := range []struct {
+		name           corev1.ResourceName
+		request, limit func(*v1.ResourceDescription) *resource.Quantity
+	}{
+		{hugePages2Mi, hugePages2MiOf, hugePages2MiOf},
+		{hugePages1Gi, hugePages1GiOf, hugePages1GiOf},
+	} {
+		if r == nil {
+			break
+		}
+		if r.Requests != nil && hp.request(r.Requests) != nil {
+			out.Requests[hp.name] = hp.request(r.Requests).DeepCopy()
+		}
+		if r.Limits != nil && hp.limit(r.Limits) != nil {
+			out.Limits[hp.name] = hp.limit(r.Limits).DeepCopy()
+		}
+	}
 	if len(out.Requests) == 0 {
 		out.Requests = nil
 	}
@@ -391,6 +419,7 @@ func dataVolumeClaim(pg *v1.Postgresql) corev1.PersistentVolumeClaim {
 	if pg.Spec.Volume.StorageClass != "" {
 		pvc.Spec.StorageClassName = ptr.To(pg.Spec.Volume.StorageClass)
 	}
+	pvc.Spec.Selector = pg.Spec.Volume.Selector.DeepCopy()
 	return pvc
 }
 

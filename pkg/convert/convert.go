@@ -128,6 +128,8 @@ type Conversion struct {
 	name    string // metadata.name
 	object  map[string]any
 	secrets []string
+	// adopt is set by Adopt: the manifest takes over the running cluster.
+	adopt bool
 	notes
 	refused []string
 }

@@ -27,7 +27,7 @@ func TestRefusedFields(t *testing.T) {
 func TestPgloopHas(t *testing.T) {
 	for key, want := range map[string]bool{
 		"teamId": true, "volume.size": true, "volume.iops": false, "patroni.pg_hba": true, "clone": true, "clone.timestamp": true, "clone.s3_wal_path": true,
-		"resources.requests.cpu": true, "resources.requests.hugepages-2Mi": false, "users.*": true,
+		"resources.requests.cpu": true, "resources.requests.hugepages-2Mi": true, "resources.requests.hugepages-4Mi": false, "users.*": true,
 		"connectionPooler.resources.limits.memory": true, "teamId.x": false,
 	} {
 		if got := pgloopHas(key); got != want {

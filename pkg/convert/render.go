@@ -48,10 +48,14 @@ func Render(convs []*Conversion) ([]byte, error) {
 func (c *Conversion) render() ([]byte, error) {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Converted by pgloop convert from %s %s (%s).\n", zalandoAPIVersion, zalandoKind, c.source)
-	fmt.Fprintf(&b, "# Secrets: pgloop names a role's credentials Secret <user>.<cluster>%s\n", strings.TrimPrefix(cluster.SecretName("u", "c"), "u.c"))
-	fmt.Fprintf(&b, "# (zalando: <user>.<cluster>%s) and makes new passwords; this cluster's:\n", zalandoSecretSuffix)
-	for _, s := range c.secrets {
-		fmt.Fprintf(&b, "#   %s\n", s)
+	if c.adopt {
+		c.renderAdopt(&b)
+	} else {
+		fmt.Fprintf(&b, "# Secrets: pgloop names a role's credentials Secret <user>.<cluster>%s\n", strings.TrimPrefix(cluster.SecretName("u", "c"), "u.c"))
+		fmt.Fprintf(&b, "# (zalando: <user>.<cluster>%s) and makes new passwords; this cluster's:\n", zalandoSecretSuffix)
+		for _, s := range c.secrets {
+			fmt.Fprintf(&b, "#   %s\n", s)
+		}
 	}
 	for _, d := range c.dropped {
 		fmt.Fprintf(&b, "# dropped: %s\n", d)

@@ -68,6 +68,11 @@ func (r *run) ensure(ctx context.Context) error {
 		r.log.Debug("being deleted: nothing to ensure")
 		return nil
 	}
+	if pg.AdoptRequested() {
+		if err := r.adopt(ctx, pg); err != nil {
+			return err
+		}
+	}
 	if r.serial {
 		// The finalizer first (the simulator's seeds were found with
 		// this order of calls).
@@ -312,8 +317,8 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 		class = "the default class"
 	}
 	r.log.WithFields(logrus.Fields{"statefulset": cur.Name, "storageClass": class}).
-		Info("deleted the statefulset, its pods orphaned, to re-create it with a new storage class")
-	return fmt.Errorf("statefulset %s is being re-created for storage class %s (%w)", cur.Name, class, ErrWaiting)
+		Info("deleted the statefulset, its pods orphaned, to re-create it with a new volume claim template")
+	return fmt.Errorf("statefulset %s is being re-created for its volume claim template (storage class %s) (%w)", cur.Name, class, ErrWaiting)
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the

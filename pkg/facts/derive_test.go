@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -309,6 +310,16 @@ func TestFacts(t *testing.T) {
 		// StatefulSet controller's or the stuck pods' business first.
 		{name: "the pod template to change, a pod not Ready", pg: newImage, objs: healthy(map[int32]func(*corev1.Pod){2: notReady}),
 			want: with(running, func(f *fsm.Facts) { f.Generation, f.ObjectsCurrent, f.Ready = 2, false, 2 })},
+		// An adopted StatefulSet, before the ensure writes pgloop's
+		// template: its pods carry the hash it will have, and none is a
+		// rollout's, even one that is not Ready.
+		{name: "adopted: no pod template hash on the statefulset yet", pg: pg,
+			objs: append([]runtime.Object{func() *appsv1.StatefulSet {
+				s := sts.DeepCopy()
+				delete(s.Spec.Template.Annotations, cluster.AnnotationPodTemplateHash)
+				return s
+			}()}, healthy(map[int32]func(*corev1.Pod){2: notReady})[1:]...),
+			want: with(running, func(f *fsm.Facts) { f.ObjectsCurrent, f.Ready = false, 2 })},
 		{name: "scaled up: replicas differ", pg: scaledUp, objs: healthy(),
 			want: fsm.Facts{Generation: 2, Desired: 4, Ready: 3, Primary: "c1-0"}},
 		{name: "invalid spec", pg: invalid, objs: healthy(),

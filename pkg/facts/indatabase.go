@@ -107,6 +107,7 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 	d.deriveInDatabase(spec, pg)
 	f.Users, f.Databases = spec.users, spec.databases
 	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
+	f.Rotation = rotationFacts(pg, objs.Secrets)
 	f.Sync = d.syncWant(spec, objs.Secrets, f.SyncRequest)
 	if sb := pg.Spec.Standby; sb != nil {
 		// A standby's roles and databases are its source's, read-only
@@ -245,6 +246,34 @@ func (d *Deriver) syncWant(s *derived, secrets []*corev1.Secret, request string)
 	}
 	s.syncVersions, s.syncRequest = versions, request
 	return s.sync
+}
+
+// rotationFacts are the users pg's spec rotates on schedule, with and
+// without the operator's --password-rotation, and which rotation each
+// user's Secret took.
+func rotationFacts(pg *v1.Postgresql, secrets []*corev1.Secret) fsm.RotationFacts {
+	_, global := pg.Spec.RotatedUsers(true)
+	_, listed := pg.Spec.RotatedUsers(false)
+	var out fsm.RotationFacts
+	if len(global) > 0 {
+		out.Global = global
+	}
+	if len(listed) > 0 {
+		out.Listed = listed
+	}
+	for u := range global {
+		sec := secretNamed(secrets, cluster.SecretName(u, pg.Name))
+		if sec == nil {
+			continue
+		}
+		if id := sec.Annotations[v1.AnnotationPasswordRotated]; id != "" {
+			if out.Rotated == nil {
+				out.Rotated = map[string]string{}
+			}
+			out.Rotated[u] = id
+		}
+	}
+	return out
 }
 
 // union merges sorted a and b, sorted, without repeats.

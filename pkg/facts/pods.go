@@ -83,7 +83,10 @@ func scanPods(objs observed.Cluster, pods []*corev1.Pod, leader string) podScan 
 		if replaceClaims && runsNothing(p) {
 			claim = wrongClassClaim(objs, p, claimClass)
 		}
-		if sts != nil && (claim != nil || !cluster.PodUpToDate(p, sts)) {
+		// A StatefulSet without pgloop's pod template hash (one just
+		// adopted, before the ensure writes pgloop's template) says
+		// nothing of its pods: none is outdated until it does.
+		if sts != nil && (claim != nil || cluster.PodTemplateHash(sts) != "" && !cluster.PodUpToDate(p, sts)) {
 			s.outdated++
 			ord := ordinal(p.Name, stsName)
 			desired := ord >= 0 && ord < int(pg.Spec.NumberOfInstances)

@@ -3,6 +3,7 @@ package facts
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +86,12 @@ func schedulingFailure(p *corev1.Pod) (string, bool) {
 			ok := c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
 			return c.Message, ok
 		}
+	}
+	// A scheduler writes PodScheduled at its first attempt; a pod of a
+	// scheduler nobody runs (spec.schedulerName) never gets one, and
+	// stays Pending without a word from anyone but this.
+	if s := p.Spec.SchedulerName; p.Spec.NodeName == "" && s != "" && s != corev1.DefaultSchedulerName {
+		return fmt.Sprintf("no node yet: scheduler %q (spec.schedulerName) has not tried to place it; is it running?", s), true
 	}
 	return "", false
 }

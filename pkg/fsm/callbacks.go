@@ -206,7 +206,11 @@ func (m *Machine) afterTrouble(e *lfsm.Event) {
 	// again from the failure, but counting the failure too would back off
 	// four times per cycle instead of doubling.
 	counted := e.Dst == Degraded && m.hasTimer(TimerRetry)
-	m.setTimer(TimerRetry, m.cfg.backoff(m.st.Attempt))
+	delay := m.cfg.backoff(m.st.Attempt)
+	if m.st.Reason == ReasonAdoptionRefused {
+		delay = m.cfg.waitDelay(m.st.Attempt)
+	}
+	m.setTimer(TimerRetry, delay)
 	if !counted {
 		m.st.Attempt++
 	}

@@ -74,6 +74,7 @@ func Markdown() string {
 	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)
 	fmt.Fprintf(&b, "| `%s` | in Updating or Degraded, while a rollout step or a restart waits for the cluster's next maintenance window (`spec.maintenanceWindows`): its opening; the timeout of Updating is cancelled meanwhile and armed again in full once nothing waits | the window's start |\n", TimerMaintenance)
 	fmt.Fprintf(&b, "| `%s` | in Running, when a pod or the primary is first lost (`--loss-grace`; cancelled when the cluster recovers first, not set when the grace is 0) | %s |\n", TimerLossGrace, cfg.LossGrace)
+	fmt.Fprintf(&b, "| `%s` | while the cluster has users to rotate (`usersWithSecretRotation`, `usersWithInPlaceSecretRotation`, `--password-rotation`): the next rotation, `status.passwordRotation.nextRotation`, which a restarted operator arms again from status; a rotation due outside Running waits for Running | %s |\n", TimerPasswordRotation, cfg.PasswordRotationInterval)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")
 	for _, t := range Table {

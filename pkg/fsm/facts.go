@@ -146,6 +146,9 @@ type Facts struct {
 	// Backup are the base backups' facts, for a cluster with a
 	// repository (backups.go).
 	Backup BackupFacts
+	// Rotation are the facts of the scheduled password rotation
+	// (rotation.go).
+	Rotation RotationFacts
 
 	// Pooler says which connection pooler the spec enables does not run
 	// all its pods, ready, from its current template yet, and how far it
@@ -267,7 +270,8 @@ type Memory struct {
 // SyncDue reports whether the roles and databases the spec asks for are
 // not the ones last applied.
 func SyncDue(st *v1.PostgresqlStatus, f *Facts) bool {
-	return f.Sync.Missing || f.Sync.Hash != "" && (st.Database == nil || st.Database.Hash != f.Sync.Hash)
+	h := syncHash(st, f)
+	return f.Sync.Missing || h != "" && (st.Database == nil || st.Database.Hash != h)
 }
 
 // ConfigDue reports whether the dynamic configuration the spec asks for
@@ -317,6 +321,18 @@ type Config struct {
 	// BackupTimeout is how long a base backup may run before pgloop
 	// gives up on it. 0 means 6 hours.
 	BackupTimeout time.Duration
+	// PasswordRotation rotates, on schedule, the passwords of every user
+	// of spec.users and of the prepared databases' default users, as
+	// zalando's enable_password_rotation; the spec's lists rotate theirs
+	// either way.
+	PasswordRotation bool
+	// PasswordRotationInterval is how often passwords are rotated;
+	// 0 means 90 days (zalando's password_rotation_interval).
+	PasswordRotationInterval time.Duration
+	// PasswordRotationUserRetention is how long a role a rotation created
+	// is kept, at least twice the interval; 0 means 180 days (zalando's
+	// password_rotation_user_retention).
+	PasswordRotationUserRetention time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/fsm.md.
@@ -330,6 +346,9 @@ func DefaultConfig() Config {
 		LossGrace:     10 * time.Second,
 		StatusDelay:   time.Second,
 		BackupTimeout: 6 * time.Hour,
+
+		PasswordRotationInterval:      90 * 24 * time.Hour,
+		PasswordRotationUserRetention: 180 * 24 * time.Hour,
 	}
 }
 

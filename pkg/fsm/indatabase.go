@@ -45,7 +45,7 @@ func (m *Machine) inDatabaseWork() *InDatabase {
 	}
 	var w InDatabase
 	if SyncDue(st, f) {
-		w.Sync = f.Sync.Hash
+		w.Sync = syncHash(st, f)
 	}
 	if ConfigDue(st, f) {
 		w.Config = f.Config.Hash

@@ -120,8 +120,8 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 			m.out.signalled(m.work())
 			break
 		}
-		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline {
-			break // their deadlines are in status.backup: backups reads them
+		if in.Timer == TimerBackup || in.Timer == TimerBackupDeadline || in.Timer == TimerPasswordRotation {
+			break // their deadlines are in status.backup and status.passwordRotation: backups and passwordRotation read them
 		}
 		reason, msg := "", ""
 		if in.Timer == TimerTimeout {
@@ -216,7 +216,11 @@ func (m *Machine) planDone(id uint64, err error) bool {
 		if part != nil {
 			m.partCondition(part, ReasonSyncFailed, ReasonConfigFailed)
 		}
-		m.fire(EventEffectsFailed, ReasonEffectsFailed, err.Error())
+		reason := ReasonEffectsFailed
+		if errors.Is(err, v1.ErrAdoptionRefused) {
+			reason = ReasonAdoptionRefused
+		}
+		m.fire(EventEffectsFailed, reason, err.Error())
 	case succeeded:
 		m.out.waits, m.out.configWait = 0, configWait{}
 		if r.inDatabase != nil {

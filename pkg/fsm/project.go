@@ -66,6 +66,7 @@ func (m *Machine) project() {
 		m.inDatabaseConditions()
 		m.archiving()
 		m.backups()
+		m.passwordRotation()
 		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
 			st.Volumes = v
 			m.deferWrite()

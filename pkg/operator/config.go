@@ -382,6 +382,12 @@ func (c *Config) Validate() error {
 	if c.BackupScheduleSpread < 0 || c.BackupScheduleSpread > 7*24*time.Hour {
 		bad("backup-schedule-spread must be from 0 to 168h, got %s", c.BackupScheduleSpread)
 	}
+	if c.PasswordRotationInterval < time.Second {
+		bad("password-rotation-interval must be at least 1s, got %s", c.PasswordRotationInterval)
+	}
+	if c.PasswordRotationUserRetention < 0 {
+		bad("password-rotation-user-retention must not be negative, got %s", c.PasswordRotationUserRetention)
+	}
 	if c.BackupTimeout < time.Minute {
 		bad("backup-timeout must be at least 1m, got %s", c.BackupTimeout)
 	}

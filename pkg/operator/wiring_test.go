@@ -175,7 +175,8 @@ func TestObserveThroughTheCaches(t *testing.T) {
 		t.Errorf("in-database facts: sync %+v config %+v", f.Sync, f.Config)
 	}
 	f.Sync, f.Config, f.Users, f.Databases, f.NoTarget = fsm.Want{}, fsm.Want{}, nil, nil, ""
-	if want := (fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true, VolumeSize: "10Gi"}); !reflect.DeepEqual(f, want) {
+	if want := (fsm.Facts{Generation: 1, Desired: 3, Ready: 3, Primary: "c1-0", ObjectsCurrent: true, VolumeSize: "10Gi",
+		LoopWait: 10 * time.Second}); !reflect.DeepEqual(f, want) {
 		t.Errorf("facts\n got %+v\nwant %+v", f, want)
 	}
 	if cached, _ := inf.Postgresql("db/c1"); status != &cached.Status {

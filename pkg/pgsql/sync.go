@@ -20,6 +20,10 @@ type Role struct {
 	Flags []string
 	// Password is the role's password; "" leaves it as it is.
 	Password string
+	// MemberOf, when set, is a role this one is made a member of (GRANT
+	// member_of TO name) unless it is one already: a role a password
+	// rotation created has its user's privileges.
+	MemberOf string
 }
 
 // Database is one database of the spec and the role that owns it.
@@ -45,12 +49,22 @@ type Desired struct {
 	// connections and is not a template: PgBouncer runs its auth_query in
 	// the database the client asks for.
 	Pooler *Pooler
+	// Drop are roles to drop (DROP ROLE IF EXISTS), after everything
+	// else: the roles of password rotations past their retention. A role
+	// PostgreSQL refuses to drop (it owns objects, or has privileges) is
+	// reported in Result.NotDropped, not as an error of the sync: it stays,
+	// as zalando leaves it.
+	Drop []string
 }
 
 // Result says what a sync did; Errors are per item, the rest applied.
 type Result struct {
 	Created, Altered []string // "role app", "database foo", "pooler foo"
 	Errors           []ItemError
+	// Dropped are the roles of Desired.Drop dropped (or already gone);
+	// NotDropped those PostgreSQL refused to drop, with why.
+	Dropped    []string
+	NotDropped []ItemError
 }
 
 // ItemError is the failure of one role, database or pooler lookup (named
@@ -143,6 +157,11 @@ func Sync(ctx context.Context, ep Endpoint, d Desired, opts Options) (Result, er
 		case done != "":
 			res.add(done, KindRole+" "+r.Name)
 		}
+		if r.MemberOf != "" {
+			if err := s.grantMembership(ctx, r.Name, r.MemberOf); err != nil {
+				fail(KindRole, r.Name, err)
+			}
+		}
 	}
 	for _, db := range d.Databases {
 		if err := s.usable(ctx); err != nil {
@@ -161,6 +180,22 @@ func Sync(ctx context.Context, ep Endpoint, d Desired, opts Options) (Result, er
 	items += s.syncPrepared(ctx, d.Prepared, &res)
 	if d.Pooler != nil {
 		items += s.syncPooler(ctx, *d.Pooler, &res)
+	}
+
+	for _, name := range d.Drop {
+		if err := s.usable(ctx); err != nil {
+			res.NotDropped = append(res.NotDropped, ItemError{Kind: KindRole, Name: name, Err: notTried(err)})
+			continue
+		}
+		if err := checkName(name); err != nil {
+			res.NotDropped = append(res.NotDropped, ItemError{Kind: KindRole, Name: name, Err: err})
+			continue
+		}
+		if err := s.exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+			res.NotDropped = append(res.NotDropped, ItemError{Kind: KindRole, Name: name, Err: err})
+			continue
+		}
+		res.Dropped = append(res.Dropped, name)
 	}
 
 	if len(res.Errors) == 0 {
@@ -302,6 +337,21 @@ func (s *session) syncRole(ctx context.Context, r Role) (string, error) {
 		return altered, nil
 	}
 	return created, nil
+}
+
+// grantMembership makes role a member of memberOf, unless it is one.
+func (s *session) grantMembership(ctx context.Context, role, memberOf string) error {
+	if err := checkName(memberOf); err != nil {
+		return err
+	}
+	var member bool
+	if _, err := s.queryRow(ctx, "SELECT pg_has_role($1, $2, 'MEMBER')", []any{role, memberOf}, &member); err != nil {
+		return fmt.Errorf("read membership in %s: %w", memberOf, err)
+	}
+	if member {
+		return nil
+	}
+	return s.exec(ctx, "GRANT "+pgx.Identifier{memberOf}.Sanitize()+" TO "+pgx.Identifier{role}.Sanitize())
 }
 
 // syncDatabase creates db or gives it to its owner.

@@ -115,6 +115,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 	p.inDatabase(st, o.Now)
 	p.volumes(st)
 	p.backups(st, o.Now)
+	p.passwordRotation(st, o.Now)
 	p.poolers(v)
 
 	p.section("Timers")
@@ -284,6 +285,42 @@ func (p *printer) backups(st *v1.PostgresqlStatus, now time.Time) {
 		}
 		p.table(&l, "  ")
 	}
+}
+
+// passwordRotation writes the schedule of the password rotation, for a
+// cluster with users to rotate: the next date, the last rotation and the
+// roles rotations made that are kept.
+func (p *printer) passwordRotation(st *v1.PostgresqlStatus, now time.Time) {
+	r := st.PasswordRotation
+	if r == nil {
+		return
+	}
+	p.section("Password rotation")
+	var t table
+	next := "none (no user to rotate)"
+	if r.NextRotation != nil {
+		next = fmt.Sprintf("%s (in %s)", clock(r.NextRotation.Time, now), age(now, r.NextRotation.Time))
+	}
+	t.add("Next:", next)
+	if l := r.Last; l != nil {
+		var users []string
+		for _, u := range l.Users {
+			users = append(users, u.Name+" -> "+u.Role)
+		}
+		state := "under way"
+		if l.FinishedAt != nil {
+			state = "finished " + clock(l.FinishedAt.Time, now)
+		}
+		t.add("Last:", fmt.Sprintf("%s, started %s, %s: %s", l.ID, clock(l.StartedAt.Time, now), state, strings.Join(users, ", ")))
+	}
+	if len(r.Roles) > 0 {
+		var roles []string
+		for _, x := range r.Roles {
+			roles = append(roles, x.Name)
+		}
+		t.add("Roles kept:", strings.Join(roles, ", "))
+	}
+	p.table(&t, "  ")
 }
 
 // baseBackups adds the base backups' lines: the one running, the last

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -68,6 +70,8 @@ type instance struct {
 	writtenAt time.Time
 	// writeUnsure: the last status write failed, and may have landed.
 	writeUnsure bool
+	// live is the liveness probe's state for the current process.
+	live liveness
 }
 
 // prepared is what an instance sets up once, before its first start.
@@ -325,6 +329,7 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		return waiting(ReasonStartError, "%w", err)
 	}
 	in.proc = proc
+	in.live = liveness{}
 	in.lastErr = ""
 	if in.state.EverStarted {
 		in.state.RestartCount++
@@ -375,6 +380,12 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 		return spawnSpec{}, waiting(ReasonConfigError, "pgBackRest's environment: %w", err)
 	}
 	extraEnv = append(extraEnv, backrest...)
+	// The container's environment as its first process would get it
+	// (/proc/1/environ in a real container), for tests to look at: what
+	// the image's entrypoint, Spilo's configure_spilo.py, reads.
+	if err := writeEnviron(filepath.Join(p.podDir, environFile), env); err != nil {
+		return spawnSpec{}, waiting(ReasonStartError, "%w", err)
+	}
 	configPath := filepath.Join(p.podDir, configFile)
 	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
 		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
@@ -474,18 +485,14 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		volumes[v.Name] = dir
 		p.dataDirs = append(p.dataDirs, dir)
 	}
-	p.mounts = map[string]string{}
-	for _, m := range c.VolumeMounts {
-		if dir, ok := volumes[m.Name]; ok {
-			p.mounts[m.MountPath] = filepath.Join(dir, m.SubPath)
-		}
-	}
-
 	ip, err := k.ips.acquire(pod.UID, pod.Status.PodIP)
 	if err != nil {
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
 	p.ip = ip
+	if err := in.mountVolumes(pod, c, volumes, p); err != nil {
+		return nil, err
+	}
 	if in.pooler != nil {
 		return p, nil // PgBouncer needs no home, socket directory or token
 	}
@@ -510,6 +517,55 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
 	return p, nil
+}
+
+// mountVolumes maps the container's mount paths to the volumes' host
+// directories, as a kubelet mounts them: a subPath (a subPathExpr with the
+// container's $(VAR) references expanded) is a directory of the volume,
+// made when missing (a kubelet makes it too), owned by the instance's user
+// on a volume that is the instance's (a claim or an emptyDir).
+func (in *instance) mountVolumes(pod *corev1.Pod, c *corev1.Container, volumes map[string]string, p *prepared) error {
+	var env map[string]string
+	p.mounts = map[string]string{}
+	for _, m := range c.VolumeMounts {
+		dir, ok := volumes[m.Name]
+		if !ok {
+			continue
+		}
+		sub := m.SubPath
+		if m.SubPathExpr != "" {
+			if env == nil {
+				var err error
+				if env, err = ResolveEnv(pod, c, p.ip.String(), in.k.lookup); err != nil {
+					return waiting(ReasonConfigError, "%w", err)
+				}
+			}
+			sub = expandEnvRefs(m.SubPathExpr, env)
+		}
+		if sub != "" {
+			if filepath.IsAbs(sub) || slices.Contains(strings.Split(sub, "/"), "..") {
+				return waiting(ReasonConfigError, "volume mount %s: subPath %q leaves its volume", m.Name, sub)
+			}
+			path := filepath.Join(dir, sub)
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && (slices.Contains(p.dataDirs, dir) || isEmptyDir(pod, m.Name)) {
+				if err := mkdirOwned(path, 0o700, in.k.uid, in.k.gid); err != nil {
+					return waiting(ReasonContainerCreating, "volume mount %s: subPath %s: %w", m.Name, sub, err)
+				}
+			}
+		}
+		p.mounts[m.MountPath] = filepath.Join(dir, sub)
+	}
+	return nil
+}
+
+// isEmptyDir reports whether the pod's volume name is an emptyDir.
+func isEmptyDir(pod *corev1.Pod, name string) bool {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == name {
+			return v.EmptyDir != nil
+		}
+	}
+	return false
 }
 
 // dataVolume writes Secret or ConfigMap volume v of pod into the pod's
@@ -733,6 +789,9 @@ func (in *instance) probe() {
 		in.log.WithField("ready", ready).Info("readiness changed")
 		in.state.Ready = ready
 	}
+	if pod, _ := in.current(); pod != nil && in.pooler == nil {
+		in.checkLiveness(runContainer(pod), time.Now())
+	}
 }
 
 // writeStatus writes the pod's status when it differs from what the pod
@@ -802,4 +861,21 @@ func describe(s instanceState) string {
 	default:
 		return strings.TrimSpace("waiting " + s.Reason)
 	}
+}
+
+// writeEnviron writes env to path, one NAME=value per line, sorted by name,
+// 0600: it holds the passwords of the container's environment.
+func writeEnviron(path string, env map[string]string) error {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		b.WriteString(name + "=" + env[name] + "\n")
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 //	<root>/pods/<uid>/patroni.yml       Patroni's configuration, 0600 postgres
 //	<root>/pods/<uid>/kubeconfig        Patroni's credentials, 0600 postgres
 //	<root>/pods/<uid>/patroni.log       Patroni's (and PostgreSQL's) output
+//	<root>/pods/<uid>/environ            the container's environment, 0600
 //	<root>/pods/<uid>/home/             $HOME of the instance, 0700 postgres
 //	<root>/pods/<uid>/volumes/<name>/   emptyDir volumes, 0700 postgres;
 //	                                    Secret and ConfigMap volumes, 0755
@@ -37,8 +38,10 @@ const (
 	configFile = "patroni.yml"
 	kubeconfig = "kubeconfig"
 	logFile    = "patroni.log"
-	homeDir    = "home"
-	volumesDir = "volumes"
+	// environFile is the container's resolved environment (Environ).
+	environFile = "environ"
+	homeDir     = "home"
+	volumesDir  = "volumes"
 
 	socketDirPrefix = "/tmp/pgk-"
 )

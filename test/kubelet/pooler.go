@@ -140,6 +140,11 @@ type PoolerHost struct {
 	Upstream Upstream
 	// Dir holds the auth file, the certificate and its key.
 	Dir string
+	// CertFile, KeyFile and CAFile are the host's files of
+	// CONNECTION_POOLER_CLIENT_TLS_CRT, _KEY and CONNECTION_POOLER_CLIENT_CA_FILE
+	// (spec.tls's Secret): PgBouncer serves them to its clients instead of
+	// the certificate at Dir, as the image's entrypoint links them.
+	CertFile, KeyFile, CAFile string
 }
 
 // PgBouncerConfig returns pgbouncer.ini and its auth file for the settings:
@@ -157,8 +162,9 @@ type PoolerHost struct {
 //     database the client asks for), server_tls_ca_file (unused without
 //     verification).
 //
-// Client TLS is required, with the certificate the kubelet generates at
-// Dir (SelfSignedCert), as the image's entrypoint does with openssl.
+// Client TLS is required, with the pod's certificate (h.CertFile, from
+// spec.tls) or else the one the kubelet generates at Dir (SelfSignedCert),
+// as the image's entrypoint does with openssl.
 func PgBouncerConfig(s PoolerSettings, h PoolerHost) (ini, authFile []byte) {
 	db := fmt.Sprintf("host=%s port=%d auth_user=%s", h.Upstream.Addr, h.Upstream.Port, s.User)
 	var b strings.Builder
@@ -183,8 +189,16 @@ func PgBouncerConfig(s PoolerSettings, h PoolerHost) (ini, authFile []byte) {
 	line("server_tls_sslmode = prefer")
 	line("server_tls_protocols = secure")
 	line("client_tls_sslmode = require")
-	line("client_tls_key_file = %s/%s", h.Dir, poolerKeyFile)
-	line("client_tls_cert_file = %s/%s", h.Dir, poolerCertFile)
+	if h.CertFile != "" && h.KeyFile != "" {
+		line("client_tls_key_file = %s", h.KeyFile)
+		line("client_tls_cert_file = %s", h.CertFile)
+		if h.CAFile != "" {
+			line("client_tls_ca_file = %s", h.CAFile)
+		}
+	} else {
+		line("client_tls_key_file = %s/%s", h.Dir, poolerKeyFile)
+		line("client_tls_cert_file = %s/%s", h.Dir, poolerCertFile)
+	}
 	line("")
 	line("log_connections = 0")
 	line("log_disconnections = 0")

@@ -98,7 +98,18 @@ func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.C
 		}
 	}
 	proxy.follow(up)
-	ini, auth := PgBouncerConfig(s, PoolerHost{PodIP: p.ip.String(), Upstream: proxy.addr(), Dir: p.podDir})
+	ph := PoolerHost{PodIP: p.ip.String(), Upstream: proxy.addr(), Dir: p.podDir}
+	for name, dst := range map[string]*string{"CONNECTION_POOLER_CLIENT_TLS_CRT": &ph.CertFile,
+		"CONNECTION_POOLER_CLIENT_TLS_KEY": &ph.KeyFile, "CONNECTION_POOLER_CLIENT_CA_FILE": &ph.CAFile} {
+		if v := env[name]; v != "" {
+			hp, err := hostPath(p.mounts, v)
+			if err != nil {
+				return spawnSpec{}, waiting(ReasonConfigError, "%s: %w", name, err)
+			}
+			*dst = hp
+		}
+	}
+	ini, auth := PgBouncerConfig(s, ph)
 	iniPath := filepath.Join(p.podDir, poolerConfigFile)
 	for path, data := range map[string][]byte{iniPath: ini, filepath.Join(p.podDir, poolerAuthFile): auth} {
 		if err := writeOwned(path, data, k.uid, k.gid); err != nil {

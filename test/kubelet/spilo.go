@@ -365,8 +365,10 @@ var spiloLibraries = map[string]string{
 //  3. sets shared_buffers to 16MB and initdb's locale to C.UTF-8 when the
 //     host lacks Spilo's (en_US.UTF-8);
 //  4. removes what has no meaning here: Spilo's image scripts (post_init,
-//     callbacks, basebackup_fast_xlog, WAL-E), TLS (ssl parameters; pg_hba
-//     hostssl lines become host lines, hostnossl lines go), libraries not
+//     callbacks, basebackup_fast_xlog, WAL-E), TLS with Spilo's generated
+//     certificate (ssl parameters; a certificate of the pod's own, on a
+//     mounted volume, stays: customCertificate), pg_hba's hostssl lines
+//     (they become host lines, hostnossl lines go), libraries not
 //     installed in <BinDir>/../lib with their settings,
 //     kubernetes.bypass_api_service and leader_label_value;
 //  5. adds what Patroni 3.0.2's --validate-config requires and Patroni
@@ -706,6 +708,10 @@ func spiloTemplate(pod *corev1.Pod, env map[string]string, podIP string) (map[st
 		// Patroni copies the top-level namespace into its kubernetes
 		// settings.
 		cfg["namespace"] = namespace
+	}
+	// Spilo's template adds ssl_ca_file from SSL_CA_FILE only when set.
+	if ca := env["SSL_CA_FILE"]; ca != "" {
+		cfg["postgresql"].(map[string]any)["parameters"].(map[string]any)["ssl_ca_file"] = ca
 	}
 	return cfg, nil
 }
@@ -1147,9 +1153,15 @@ func translateToHost(cfg map[string]any, h Host) error {
 		return fmt.Errorf("bootstrap: %w", err)
 	}
 	libDir := filepath.Join(h.BinDir, "..", "lib")
-	for _, ps := range []map[string]any{params, dcsParams} {
+	customTLS, err := customCertificate(params, h)
+	if err != nil {
+		return err
+	}
+	for i, ps := range []map[string]any{params, dcsParams} {
 		for k := range ps {
-			if k == "ssl" || strings.HasPrefix(k, "ssl_") {
+			// A certificate of the pod's own (spec.tls) is served as
+			// Spilo serves it; Spilo's generated one has no file here.
+			if (k == "ssl" || strings.HasPrefix(k, "ssl_")) && !(customTLS && i == 0) {
 				delete(ps, k)
 			}
 		}
@@ -1222,6 +1234,40 @@ func libraryInstalled(libDir, lib string) bool {
 	}
 	_, err := os.Stat(lib)
 	return err == nil
+}
+
+// customCertificate reports whether PostgreSQL serves a certificate of the
+// pod's own: ssl_cert_file and ssl_key_file (Spilo's SSL_CERTIFICATE_FILE
+// and SSL_PRIVATE_KEY_FILE) on mounted volumes, as spec.tls's Secret is.
+// Then it points them (and ssl_ca_file, when set) at the host's files.
+// This kubelet, like a real one, writes a Secret's files as root with the
+// pod's fsGroup as their group (writeDataVolume): PostgreSQL checks the
+// key as in the container, and takes it owned by root and readable by its
+// group only (0640 or less). Without such files Spilo generates a
+// certificate, which has no file here: false, and the ssl settings go.
+func customCertificate(params map[string]any, h Host) (bool, error) {
+	cert, _ := params["ssl_cert_file"].(string)
+	key, _ := params["ssl_key_file"].(string)
+	if cert == "" || key == "" {
+		return false, nil
+	}
+	certHost, err := hostPath(h.Mounts, cert)
+	if err != nil {
+		return false, nil
+	}
+	keyHost, err := hostPath(h.Mounts, key)
+	if err != nil {
+		return false, fmt.Errorf("ssl_key_file: %w (ssl_cert_file %s is on a volume)", err, cert)
+	}
+	params["ssl_cert_file"], params["ssl_key_file"] = certHost, keyHost
+	if ca, ok := params["ssl_ca_file"].(string); ok && ca != "" {
+		caHost, err := hostPath(h.Mounts, ca)
+		if err != nil {
+			return false, fmt.Errorf("ssl_ca_file: %w", err)
+		}
+		params["ssl_ca_file"] = caHost
+	}
+	return true, nil
 }
 
 // withoutTLS translates pg_hba lines for a server without TLS. On a real

@@ -132,6 +132,7 @@ func TestCRDBasics(t *testing.T) {
 		".spec.teamId":                          {"self == oldSelf"},
 		".spec.postgresql.version":              {"int(self) >= int(oldSelf)"},
 		".spec.volume.size":                     {"quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0"},
+		".spec.volume":                          {"self.subPath == oldSelf.subPath"},
 		".spec.users":                           {"u.matches(", "u.startsWith('pg_')", "'session_user'"},
 		".spec.databases":                       {"db.matches(", "'template0'"},
 		".spec.preparedDatabases":               {"db.matches(", "'template0'", "size(db) + size(s) <= 50"},
@@ -705,6 +706,23 @@ func TestCRDAdmission(t *testing.T) {
 			old:    func(p *Postgresql) {},
 			mutate: func(p *Postgresql) { p.Spec.TeamID = "other" },
 			want:   `spec.teamId: Invalid value: "other": teamId is immutable`,
+		},
+		{
+			name:   "volume subPath changed",
+			old:    func(p *Postgresql) { p.Spec.Volume.SubPath = "a" },
+			mutate: func(p *Postgresql) { p.Spec.Volume.SubPath = "b" },
+			want:   "volume.subPath and volume.isSubPathExpr are immutable",
+		},
+		{
+			name:   "volume subPath added",
+			old:    func(p *Postgresql) {},
+			mutate: func(p *Postgresql) { p.Spec.Volume.SubPath = "b" },
+			want:   "volume.subPath and volume.isSubPathExpr are immutable",
+		},
+		{
+			name:   "volume subPath kept, the size grown",
+			old:    func(p *Postgresql) { p.Spec.Volume.SubPath = "a" },
+			mutate: func(p *Postgresql) { p.Spec.Volume.SubPath = "a"; p.Spec.Volume.Size = resource.MustParse("20Gi") },
 		},
 		{
 			name:   "initdb changed",

@@ -144,6 +144,10 @@ type PostgresqlStatus struct {
 	// repository.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+	// PasswordRotation is the schedule of the password rotation, for a
+	// cluster with users to rotate (docs/user-guide.md).
+	// +optional
+	PasswordRotation *PasswordRotationStatus `json:"passwordRotation,omitempty"`
 	// PoolerPause is present while pgloop may have paused the primary's
 	// connection pooler for a switchover, until every pooler pod was
 	// resumed.

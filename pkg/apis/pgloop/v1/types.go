@@ -367,12 +367,98 @@ type PostgresqlSpec struct {
 	// +optional
 	Standby *StandbyDescription `json:"standby,omitempty"`
 
+	// Env are environment variables of the PostgreSQL (Spilo) container,
+	// after pgloop's own (zalando's order): Spilo reads its settings
+	// there, and a value may refer to an earlier variable as $(NAME).
+	// Names pgloop sets are refused (podtemplate.go).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	Env []corev1.EnvVar `json:"env,omitempty"`
+	// EnvFrom are ConfigMaps and Secrets whose keys become environment
+	// variables of the PostgreSQL container. As in any container, a
+	// variable of env (pgloop's included) wins over one of envFrom.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
+	// AdditionalVolumes are volumes added to the pods and mounted in the
+	// PostgreSQL container, or in the containers targetContainers names.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	AdditionalVolumes []AdditionalVolume `json:"additionalVolumes,omitempty"`
+	// TopologySpreadConstraints spread the cluster's pods over nodes,
+	// zones or other topology domains. A constraint without a
+	// labelSelector counts the cluster's own pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// PodPriorityClassName is the PriorityClass of the cluster's pods;
+	// it must exist. Empty means the cluster's default priority.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PodPriorityClassName string `json:"podPriorityClassName,omitempty"`
+	// SchedulerName is the scheduler that places the cluster's pods.
+	// Empty means the default scheduler.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SchedulerName string `json:"schedulerName,omitempty"`
+	// SpiloRunAsUser is the user the pods' containers run as. Unset
+	// means Spilo's postgres user, 101. It must not be 0: pgloop's pods
+	// run as non-root.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	SpiloRunAsUser *int64 `json:"spiloRunAsUser,omitempty"`
+	// SpiloRunAsGroup is the primary group of the pods' containers.
+	// Unset means Spilo's group, 103.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	SpiloRunAsGroup *int64 `json:"spiloRunAsGroup,omitempty"`
+	// SpiloFSGroup is the group that owns the pods' volumes. Unset means
+	// Spilo's group, 103.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	SpiloFSGroup *int64 `json:"spiloFSGroup,omitempty"`
+	// LivenessProbe is a liveness probe of the PostgreSQL container.
+	// Unset means none (pgloop's default: Patroni restarts PostgreSQL
+	// itself).
+	// +optional
+	LivenessProbe *corev1.Probe `json:"livenessProbe,omitempty"`
+
 	// Clone makes a new cluster a copy of another cluster's data at a
 	// point in time, restored from the source's pgBackRest repository, as
 	// zalando's spec.clone (its s3_* fields are refused: pgBackRest cannot
 	// read WAL-G archives). Read when the first member bootstraps only.
 	// +optional
 	Clone *CloneSpec `json:"clone,omitempty"`
+
+	// TLS is the server certificate PostgreSQL and the connection pooler
+	// serve, from a Secret (zalando's field); unset means Spilo's
+	// self-signed one.
+	// +optional
+	TLS *TLS `json:"tls,omitempty"`
+
+	// UsersWithSecretRotation are users whose password pgloop rotates
+	// every --password-rotation-interval with a new role, a member of the
+	// user, that their Secret then names (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersWithSecretRotation []string `json:"usersWithSecretRotation,omitempty"`
+	// UsersWithInPlaceSecretRotation are users whose password pgloop
+	// changes every --password-rotation-interval (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersWithInPlaceSecretRotation []string `json:"usersWithInPlaceSecretRotation,omitempty"`
+	// UsersIgnoringSecretRotation are users never rotated on schedule,
+	// even with --password-rotation (zalando's field).
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	UsersIgnoringSecretRotation []string `json:"usersIgnoringSecretRotation,omitempty"`
 }
 
 // ConnectionPooler is the connection pooler of a cluster, as in zalando's
@@ -463,6 +549,8 @@ type PostgresqlParam struct {
 }
 
 // Volume is the persistent volume of each instance.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.subPath) == has(oldSelf.subPath) && (!has(self.subPath) || self.subPath == oldSelf.subPath) && (has(self.isSubPathExpr) && self.isSubPathExpr) == (has(oldSelf.isSubPathExpr) && oldSelf.isSubPathExpr)",message="volume.subPath and volume.isSubPathExpr are immutable: the data directory is on that path of each volume"
 type Volume struct {
 	// Size is the capacity of each instance's volume, a quantity such as
 	// "10Gi". It may grow (the volumes are expanded) but never shrink.
@@ -487,6 +575,21 @@ type Volume struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Retain;Delete
 	Retention VolumeRetention `json:"retention,omitempty"`
+
+	// Selector selects the PersistentVolumes the claims may bind, by
+	// their labels (the claim template's selector).
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+	// SubPath is the directory of the volume mounted as the data
+	// directory's root, instead of the volume's root. Immutable: the data
+	// is there.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	SubPath string `json:"subPath,omitempty"`
+	// IsSubPathExpr makes subPath an expression: $(NAME) references to
+	// the container's environment variables are expanded (subPathExpr).
+	// +optional
+	IsSubPathExpr *bool `json:"isSubPathExpr,omitempty"`
 }
 
 // VolumeRetention is what a deleted cluster leaves of its data.
@@ -555,6 +658,12 @@ type ResourceDescription struct {
 	// Memory is an amount of memory, e.g. "512Mi".
 	// +optional
 	Memory *resource.Quantity `json:"memory,omitempty"`
+	// HugePages2Mi is an amount of 2 MiB huge pages, a multiple of 2Mi.
+	// +optional
+	HugePages2Mi *resource.Quantity `json:"hugepages-2Mi,omitempty"`
+	// HugePages1Gi is an amount of 1 GiB huge pages, a multiple of 1Gi.
+	// +optional
+	HugePages1Gi *resource.Quantity `json:"hugepages-1Gi,omitempty"`
 }
 
 // UserFlag is a role attribute of CREATE ROLE, in upper or lower case as in

@@ -107,6 +107,7 @@ var postgresBooleans = []string{"on", "off", "true", "false", "yes", "no", "1", 
 func (p *Postgresql) Validate() field.ErrorList {
 	errs := ValidateClusterName(p.Name, field.NewPath("metadata", "name"))
 	errs = append(errs, p.Spec.Validate()...)
+	errs = append(errs, p.validateAdopt()...)
 	// The clone's checks need the cluster's own name, namespace and
 	// creation time.
 	return append(errs, validateClone(&p.Spec, p.Namespace, p.Name, p.CreationTimestamp.Time, field.NewPath("spec"))...)
@@ -175,7 +176,10 @@ func (s *PostgresqlSpec) Validate() field.ErrorList {
 	errs = append(errs, s.validateBackup(path)...)
 	errs = append(errs, s.validateStandby(path)...)
 	errs = append(errs, s.validatePrepared(path)...)
+	errs = append(errs, s.validateTLS(path)...)
+	errs = append(errs, s.validateRotation(path)...)
 	errs = append(errs, s.validatePodExtras(path)...)
+	errs = append(errs, s.validatePodTemplate(path)...)
 	return append(errs, s.validatePooler(path)...)
 }
 
@@ -325,6 +329,7 @@ func (r *Resources) validate(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, r.Requests.validate(path.Child("requests"))...)
 	errs = append(errs, r.Limits.validate(path.Child("limits"))...)
+	errs = append(errs, r.validateHugePages(path)...)
 	if r.Requests == nil || r.Limits == nil {
 		return errs
 	}
