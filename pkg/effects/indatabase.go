@@ -513,14 +513,16 @@ func sameSetting(current, want string) bool {
 
 // RestartMembers restarts pods' PostgreSQL through their Patroni, what is
 // pending only (POST /restart with restart_pending): a member with nothing
-// pending any more is left alone.
+// pending any more is left alone. The primary's restart is paused for at
+// the primary's pooler as a switchover is (switchpause.go), when the status
+// records that pause (from and to the primary itself).
 func (e *Effects) RestartMembers(ctx context.Context, key string, pods []string) error {
 	r, err := e.run(key)
 	if err != nil {
 		return err
 	}
 	// A member restarts whichever is the primary.
-	pg, all, _, err := r.clusterMembers(ctx)
+	pg, all, primary, err := r.clusterMembers(ctx)
 	if pg == nil || err != nil && !errors.Is(err, ErrWaiting) {
 		return err
 	}
@@ -529,19 +531,34 @@ func (e *Effects) RestartMembers(ctx context.Context, key string, pods []string)
 		if i < 0 {
 			return fmt.Errorf("pod %s publishes no Patroni member data (%w)", name, ErrWaiting)
 		}
-		base, err := all[i].APIBase()
+		if primary != nil && primary.pod.Name == name {
+			err = r.restartPrimary(ctx, pg, &all[i])
+		} else {
+			err = r.restartMember(ctx, &all[i])
+		}
 		if err != nil {
-			return fmt.Errorf("pod %s: %w", name, err)
+			return err
 		}
-		err = r.patroni.Restart(ctx, base, true, r.restartTimeout)
-		switch {
-		case errors.Is(err, patroni.ErrNothingToRestart):
-			r.log.WithField("pod", name).Info("nothing pending a restart any more")
-		case err != nil:
-			return fmt.Errorf("restart pod %s: %w", name, err)
-		default:
-			r.log.WithField("pod", name).Info("member restarted")
-		}
+	}
+	return nil
+}
+
+// restartMember restarts one member's PostgreSQL through its Patroni,
+// what is pending only.
+func (r *run) restartMember(ctx context.Context, m *member) error {
+	name := m.pod.Name
+	base, err := m.APIBase()
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", name, err)
+	}
+	err = r.patroni.Restart(ctx, base, true, r.restartTimeout)
+	switch {
+	case errors.Is(err, patroni.ErrNothingToRestart):
+		r.log.WithField("pod", name).Info("nothing pending a restart any more")
+	case err != nil:
+		return fmt.Errorf("restart pod %s: %w", name, err)
+	default:
+		r.log.WithField("pod", name).Info("member restarted")
 	}
 	return nil
 }

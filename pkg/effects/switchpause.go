@@ -127,7 +127,7 @@ func (r *run) poolerCommand(ctx context.Context, admins []poolerAdmin, command s
 func (r *run) pausePoolers(ctx context.Context, from, to string) []poolerAdmin {
 	pg, err := r.getCluster(ctx, true)
 	if err != nil || pg == nil {
-		r.log.WithError(err).Warn("switching over without pausing the pooler: the cluster's status could not be read")
+		r.log.WithError(err).Warn("not pausing the pooler: the cluster's status could not be read")
 		return nil
 	}
 	if p := pg.Status.PoolerPause; p == nil || p.From != from || p.To != to {
@@ -135,14 +135,14 @@ func (r *run) pausePoolers(ctx context.Context, from, to string) []poolerAdmin {
 	}
 	admins, err := r.poolerAdmins(ctx, pg)
 	if err != nil {
-		r.log.WithError(err).Warn("switching over without pausing the pooler")
+		r.log.WithError(err).Warn("not pausing the pooler")
 		return nil
 	}
 	began := time.Now()
 	done, errs := r.poolerCommand(ctx, admins, pgsql.BouncerPause, PoolerPauseTimeout)
 	log := r.log.WithField("pods", strings.Join(done, ",")).WithField("took", time.Since(began).Round(time.Millisecond))
 	if len(errs) > 0 {
-		log.WithError(errors.Join(errs...)).Warn("pooler pods not paused within the bound: switching over anyway")
+		log.WithError(errors.Join(errs...)).Warn("pooler pods not paused within the bound: going on anyway")
 	} else {
 		log.Info("pooler paused")
 	}
@@ -342,4 +342,38 @@ func (r *run) checkpoint(ctx context.Context, primary *member, superuser []strin
 		}
 	}
 	r.log.WithError(err).Warn("checkpoint before the switchover failed; switching over anyway")
+}
+
+// restartPrimary restarts the primary's PostgreSQL (restartMember) with
+// the primary pooler's pods paused around it when the status records that
+// pause (from and to the primary: pkg/fsm/pause.go): PAUSE, the restart
+// (Patroni answers once PostgreSQL runs again), then, once the primary
+// takes writes and the master Service routes to it (bounded by
+// RouteTimeout), RESUME, which also follows a failure.
+func (r *run) restartPrimary(ctx context.Context, pg *v1.Postgresql, primary *member) (err error) {
+	name := primary.pod.Name
+	began := time.Now()
+	paused := r.pausePoolers(ctx, name, name)
+	if len(paused) == 0 {
+		return r.restartMember(ctx, primary)
+	}
+	defer func() {
+		if rerr := r.resumePoolers(ctx, paused, began); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	if err := r.restartMember(ctx, primary); err != nil {
+		return err
+	}
+	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	if err != nil {
+		r.log.WithError(err).Warn("resuming the pooler without checking the restarted primary")
+		return nil
+	}
+	wait, cancel := context.WithTimeout(ctx, RouteTimeout)
+	defer cancel()
+	if err := r.awaitRoute(wait, pg, primary, passwords(super)); err != nil {
+		r.log.WithError(err).Warn("resuming the pooler anyway")
+	}
+	return nil
 }

@@ -147,6 +147,7 @@ func (m *Machine) afterRestartMember(_ *lfsm.Event) {
 	f := &m.eng.call.facts
 	ref := f.toRestart(m.out.restarted)
 	m.out.restartPod(ref)
+	m.pauseForRestart(ref)
 	m.st.Reason = ReasonRestarting
 	m.st.Message = fmt.Sprintf("restarting pod %s: settings pending a restart on %s", ref.Name, strings.Join(f.PendingRestart, ", "))
 	m.out.changed()

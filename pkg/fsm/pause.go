@@ -1,6 +1,10 @@
 package fsm
 
-import v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+import (
+	"slices"
+
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+)
 
 // A switchover of a cluster with a primary connection pooler pauses the
 // pooler's pods (PgBouncer PAUSE), switches, waits until the master Service
@@ -21,6 +25,11 @@ import v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 //     failed plan: retried with backoff, the cluster not Running meanwhile.
 //  3. A new switchover asked meanwhile takes the record over (its own
 //     resume follows it).
+//
+// A restart of the primary for a setting (afterRestartMember) is paused
+// for the same way, recorded as a pause from and to the primary itself
+// (effects.RestartMembers): its clients wait for the restart instead of
+// losing their connections' transactions.
 
 // pauseFor records the pause of the poolers for the switchover s, when
 // the spec enables the primary's pooler.
@@ -35,16 +44,34 @@ func (m *Machine) pauseFor(s *Switchover) {
 	m.out.changed()
 }
 
+// pauseForRestart records the pause of the poolers for the restart of
+// ref when it is the primary.
+func (m *Machine) pauseForRestart(ref *PodRef) {
+	if ref.Name == m.eng.call.facts.Primary {
+		m.pauseFor(&Switchover{From: ref.Name, To: ref.Name})
+	}
+}
+
+// pausing reports whether the plans carry what pauses the poolers: a
+// switchover, or the restart of the member the pause is recorded for.
+func (m *Machine) pausing() bool {
+	if m.out.switchover != nil {
+		return true
+	}
+	p := m.st.PoolerPause
+	return p != nil && p.From == p.To && slices.ContainsFunc(m.out.restart, func(r PodRef) bool { return r.Name == p.From })
+}
+
 // notePause asks for the poolers' resume while a pause is on record and
-// no switchover is carried (2, 3).
+// nothing that pauses them is carried (2, 3).
 func (m *Machine) notePause() {
-	m.out.resume = m.st.PoolerPause != nil && m.out.switchover == nil
+	m.out.resume = m.st.PoolerPause != nil && !m.pausing()
 }
 
 // resumed removes the record of the pause: a plan carrying the resume
-// succeeded, and no switchover was asked since.
+// succeeded, and nothing that pauses them was asked since.
 func (m *Machine) resumed() {
-	if m.st.PoolerPause == nil || m.out.switchover != nil {
+	if m.st.PoolerPause == nil || m.pausing() {
 		return
 	}
 	m.st.PoolerPause = nil

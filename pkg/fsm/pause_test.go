@@ -122,3 +122,52 @@ func TestSwitchoverWithoutPooler(t *testing.T) {
 		t.Fatalf("plan %+v, want no resume", p)
 	}
 }
+
+// A restart of the primary for a setting is paused for as a switchover
+// is, recorded from and to the primary; a replica's restart is not. The
+// resume follows once the restart reported, never in the same plan.
+func TestRestartOfThePrimaryPausesPoolers(t *testing.T) {
+	restarting := func(pod string) Facts {
+		return with(ready(1), func(f *Facts) {
+			f.PendingRestart = []string{pod}
+			f.Restart = &PodRef{Name: pod}
+			f.PausePooler = true
+		})
+	}
+	m := newMachine(NewEngine(writeAtOnce()), statusIn(Running))
+	res := m.Handle(Input{Kind: Signal}, restarting("c-1"), t0)
+	if p := res.Plan; p == nil || len(p.Restart) != 1 || p.Restart[0].Name != "c-1" || m.st.PoolerPause != nil {
+		t.Fatalf("restart of a replica: plan %+v, pause %+v; want the restart, no pause", p, m.st.PoolerPause)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, ready(1), t0.Add(time.Second))
+	if res.Plan.ResumePoolers || m.st.PoolerPause != nil {
+		t.Fatalf("restart of a replica reported: pause %+v, want none", m.st.PoolerPause)
+	}
+
+	m = newMachine(NewEngine(writeAtOnce()), statusIn(Running))
+	f := restarting("c-0")
+	res = m.Handle(Input{Kind: Signal}, f, t0)
+	p := res.Plan
+	if p == nil || len(p.Restart) != 1 || p.Restart[0].Name != "c-0" || p.ResumePoolers {
+		t.Fatalf("restart of the primary: plan %+v, want the restart alone", p)
+	}
+	if p.Status == nil || p.Status.PoolerPause == nil || *p.Status.PoolerPause != (v1.PoolerPause{From: "c-0", To: "c-0"}) {
+		t.Fatalf("status %+v, want the pause from and to the primary on record", p.Status)
+	}
+	res = m.Handle(Input{Kind: Signal, InFlight: p.ID}, f, t0.Add(time.Second))
+	if q := res.Plan; q != nil && q.ResumePoolers {
+		t.Fatalf("plan %+v while the restart runs, want no resume", q)
+	}
+	latest := p.ID
+	if res.Plan != nil {
+		latest = res.Plan.ID
+	}
+	res = m.Handle(Input{Kind: PlanDone, PlanID: latest}, ready(1), t0.Add(2*time.Second))
+	if res.Plan == nil || !res.Plan.ResumePoolers || len(res.Plan.Restart) != 0 {
+		t.Fatalf("after the restart reported: plan %+v, want the resume", res.Plan)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, ready(1), t0.Add(3*time.Second))
+	if m.st.PoolerPause != nil {
+		t.Errorf("resumed: pause %+v still on record", m.st.PoolerPause)
+	}
+}
