@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -127,7 +127,8 @@ func TestAdopt(t *testing.T) {
 	began := time.Now()
 	adopted := inEffect(ctx, t, ns, name, 2)
 	took := time.Since(began)
-	inserts, failed, gap := w.stop(ctx, t)
+	ins := w.stop(ctx, t, "an insert after the adoption")
+	inserts, failed, gap := ins.inserts, ins.failed, ins.gap
 	t.Logf("adopted: Running with roles synced and configuration applied %v after the zalando postgresql's orphan deletion; %d inserts, %d failed, longest gap %v",
 		took.Round(time.Millisecond), inserts, failed, gap.Round(time.Millisecond))
 	if failed != 0 {
@@ -598,82 +599,34 @@ func uids(state map[string]int32) []podID {
 	return out
 }
 
-// countingWriter inserts a row every 10 ms on the primary and counts the
-// inserts that failed, the reconnections included: during an adoption no
-// pod restarts, so none may fail.
-type countingWriter struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	at     []time.Time
-	failed int
-}
-
-func startCountingWriter(ctx context.Context, t *testing.T, ns, name, password string) *countingWriter {
+// startCountingWriter inserts a row every 10 ms on the primary and counts
+// the inserts that failed, the reconnections included: during an adoption
+// no pod restarts, so none may fail.
+func startCountingWriter(ctx context.Context, t *testing.T, ns, name, password string) *insertLoop {
 	t.Helper()
 	conn := primaryConn(ctx, ns, name, password)
 	if conn == nil {
 		t.Fatal("no primary for the writer")
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	w := &countingWriter{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		defer func() { _ = conn.Close(context.Background()) }()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-tick.C:
+	return startInserts(ctx, func(ctx context.Context) (bool, error) {
+		if conn == nil {
+			if conn = primaryConn(ctx, ns, name, password); conn == nil {
+				return false, errors.New("no primary to connect to")
 			}
-			if conn == nil {
-				if conn = primaryConn(wctx, ns, name, password); conn == nil {
-					w.mu.Lock()
-					w.failed++
-					w.mu.Unlock()
-					continue
-				}
-			}
-			ictx, cancel := context.WithTimeout(wctx, time.Second)
-			_, err := conn.Exec(ictx, "INSERT INTO writes VALUES (clock_timestamp())")
-			cancel()
-			w.mu.Lock()
-			if err != nil && wctx.Err() == nil {
-				w.failed++
-				_ = conn.Close(context.Background())
-				conn = nil
-			} else if err == nil {
-				w.at = append(w.at, time.Now())
-			}
-			w.mu.Unlock()
 		}
-	}()
-	return w
-}
-
-// stop waits for one more insert, stops the writer and returns the number
-// of inserts committed, of those that failed, and the longest gap between
-// two commits.
-func (w *countingWriter) stop(ctx context.Context, t *testing.T) (inserts, failed int, gap time.Duration) {
-	t.Helper()
-	w.mu.Lock()
-	n := len(w.at)
-	w.mu.Unlock()
-	if err := Eventually(ctx, "an insert after the adoption", func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > n, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w.cancel()
-	<-w.done
-	for i := 1; i < len(w.at); i++ {
-		gap = max(gap, w.at[i].Sub(w.at[i-1]))
-	}
-	return len(w.at), w.failed, gap
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ictx, "INSERT INTO writes VALUES (clock_timestamp())"); err != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
+			return false, err
+		}
+		return true, nil
+	}, func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	})
 }
 
 // adoptRefused applies an adopting manifest (the converted one, renamed

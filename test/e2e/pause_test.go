@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,14 +49,14 @@ func TestSwitchoverThroughPooler(t *testing.T) {
 	for i := range rounds {
 		w := startPoolWriter(ctx, t, ns, name)
 		r := rollout(ctx, t, ns, name, fmt.Sprintf("p%d", i))
-		pw := w.stop(ctx, t)
+		pw := w.stop(ctx, t, "an insert through the pooler after the rollout")
 		t.Logf("rollout %d (switchover from %s): through the pooler %d inserts, %d failed, longest stall %v; direct longest gap %v; rollout took %v",
-			i+1, r.primary, pw.inserts, pw.failed, pw.stall.Round(time.Millisecond), r.gap.Round(time.Millisecond), r.took.Round(time.Millisecond))
+			i+1, r.primary, pw.inserts, pw.failed, pw.gap.Round(time.Millisecond), r.gap.Round(time.Millisecond), r.took.Round(time.Millisecond))
 		if pw.failed > 0 {
 			t.Errorf("rollout %d: %d inserts through the pooler failed, want none: %s", i+1, pw.failed, pw.errors())
 		}
 		rows = append(rows, fmt.Sprintf("| %d | %d | %d | %v | %v |", i+1, pw.inserts, pw.failed,
-			pw.stall.Round(time.Millisecond), r.gap.Round(time.Millisecond)))
+			pw.gap.Round(time.Millisecond), r.gap.Round(time.Millisecond)))
 	}
 	// The operator's account of each switchover: the pause, Patroni's
 	// part, the wait for the route, the resume.
@@ -226,9 +225,9 @@ func TestSwitchoverPauseOperatorRestart(t *testing.T) {
 	if pg.Status.PoolerPause != nil {
 		t.Errorf("status.poolerPause %+v once Running, want none", pg.Status.PoolerPause)
 	}
-	pw := w.stop(ctx, t)
+	pw := w.stop(ctx, t, "an insert through the pooler after the rollout")
 	t.Logf("through the pooler: %d inserts, %d failed, longest stall %v (the operator was down part of it)",
-		pw.inserts, pw.failed, pw.stall.Round(time.Millisecond))
+		pw.inserts, pw.failed, pw.gap.Round(time.Millisecond))
 	if pw.failed > 0 {
 		t.Errorf("%d inserts through the pooler failed, want none: %s", pw.failed, pw.errors())
 	}
@@ -250,125 +249,38 @@ func appConfig(ctx context.Context, t *testing.T, ns, name, ip string) *pgx.Conn
 	return cfg
 }
 
-// poolWriter inserts a row every 10ms through the primary pooler's pod,
-// as the app role, and counts what failed. A failed insert or connection
-// is counted and the connection made again.
-type poolWriter struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	at     []time.Time
-	failed int
-	errs   map[string]int
-}
-
-type poolResult struct {
-	inserts, failed int
-	stall           time.Duration
-	errs            map[string]int
-}
-
-func (p poolResult) errors() string {
-	var out []string
-	for msg, n := range p.errs {
-		out = append(out, fmt.Sprintf("%dx %s", n, msg))
-	}
-	slices.Sort(out)
-	return strings.Join(out, "; ")
-}
-
-func startPoolWriter(ctx context.Context, t *testing.T, ns, name string) *poolWriter {
+// startPoolWriter inserts a row every 10ms through the primary pooler's
+// pod, as the app role, and counts what failed. A failed insert or
+// connection is counted and the connection made again. It returns once
+// the first insert committed.
+func startPoolWriter(ctx context.Context, t *testing.T, ns, name string) *insertLoop {
 	t.Helper()
 	pods, err := env.WaitPodsSelected(ctx, ns, cluster.PoolerSelector(name, cluster.RoleMaster), ReadyPods(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := appConfig(ctx, t, ns, name, pods[0].Status.PodIP)
-	wctx, cancel := context.WithCancel(ctx)
-	w := &poolWriter{cancel: cancel, done: make(chan struct{}), errs: map[string]int{}}
-	fail := func(err error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.failed++
-		w.errs[err.Error()]++
-	}
-	go func() {
-		defer close(w.done)
-		var conn *pgx.Conn
-		defer func() {
-			if conn != nil {
-				_ = conn.Close(context.Background())
-			}
-		}()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-tick.C:
-			}
-			if conn == nil {
-				c, err := pgx.ConnectConfig(wctx, cfg)
-				if err != nil {
-					if wctx.Err() == nil {
-						fail(err)
-					}
-					continue
-				}
-				conn = c
-			}
-			// A stall is no failure: the bound is the test's.
-			_, err := conn.Exec(wctx, "INSERT INTO pooled VALUES (clock_timestamp())")
+	var conn *pgx.Conn
+	w := startInserts(ctx, func(ctx context.Context) (bool, error) {
+		if conn == nil {
+			c, err := pgx.ConnectConfig(ctx, cfg)
 			if err != nil {
-				if wctx.Err() == nil {
-					fail(err)
-				}
-				_ = conn.Close(context.Background())
-				conn = nil
-				continue
+				return false, err
 			}
-			w.mu.Lock()
-			w.at = append(w.at, time.Now())
-			w.mu.Unlock()
+			conn = c
 		}
-	}()
-	if err := Eventually(ctx, "the pooled writer's first insert", func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+		// A stall is no failure: the bound is the test's.
+		if _, err := conn.Exec(ctx, "INSERT INTO pooled VALUES (clock_timestamp())"); err != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
+			return false, err
+		}
+		return true, nil
+	}, func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	})
+	w.waitMore(ctx, t, "the pooled writer's first insert", 0)
 	return w
-}
-
-// count is how many inserts committed so far.
-func (w *poolWriter) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.at)
-}
-
-// stop waits for one more insert, stops the writer and returns its counts
-// and the longest time between two inserts.
-func (w *poolWriter) stop(ctx context.Context, t *testing.T) poolResult {
-	t.Helper()
-	w.mu.Lock()
-	n := len(w.at)
-	w.mu.Unlock()
-	if err := Eventually(ctx, "an insert through the pooler after the rollout", func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > n, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w.cancel()
-	<-w.done
-	r := poolResult{inserts: len(w.at), failed: w.failed, errs: w.errs}
-	for i := 1; i < len(w.at); i++ {
-		r.stall = max(r.stall, w.at[i].Sub(w.at[i-1]))
-	}
-	return r
 }

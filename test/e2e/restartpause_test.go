@@ -27,9 +27,9 @@ func TestRestartThroughPooler(t *testing.T) {
 	w := startPoolWriter(ctx, t, ns, name)
 	const value = "150"
 	edited, running := edit(ctx, t, ns, name, fmt.Sprintf(`{"spec":{"postgresql":{"parameters":{"max_connections":%q}}}}`, value))
-	pw := w.stop(ctx, t)
+	pw := w.stop(ctx, t, "an insert through the pooler after the restart")
 	t.Logf("max_connections %s: Running %v after the edit; through the pooler %d inserts, %d failed, longest stall %v",
-		value, running.Sub(edited).Round(time.Millisecond), pw.inserts, pw.failed, pw.stall.Round(time.Millisecond))
+		value, running.Sub(edited).Round(time.Millisecond), pw.inserts, pw.failed, pw.gap.Round(time.Millisecond))
 	if pw.failed > 0 {
 		t.Errorf("%d inserts through the pooler failed, want none: %s", pw.failed, pw.errors())
 	}

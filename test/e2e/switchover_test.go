@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -114,89 +113,40 @@ func rollout(ctx context.Context, t *testing.T, ns, name, round string) rolloutR
 	inEffect(ctx, t, ns, name, 2)
 	took := time.Since(began)
 	// A last insert after the rollout closes the last gap.
-	gap, n := w.stop(ctx, t)
-	return rolloutResult{primary: pg.Status.Primary, gap: gap, inserts: n, took: took}
+	r := w.stop(ctx, t, "an insert after the rollout")
+	return rolloutResult{primary: pg.Status.Primary, gap: r.gap, inserts: r.inserts, took: took}
 }
 
-// writer inserts a row every 10ms on the cluster's primary, found by asking
-// each pod whether it is in recovery, and remembers the commit times.
-type writer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	at     []time.Time
-}
-
-func startWriter(ctx context.Context, t *testing.T, ns, name string) *writer {
+// startWriter inserts a row every 10ms on the cluster's primary, found by
+// asking each pod whether it is in recovery, and remembers the commit
+// times; a failed insert only makes it look for the primary again. It
+// returns once the first insert committed.
+func startWriter(ctx context.Context, t *testing.T, ns, name string) *insertLoop {
 	t.Helper()
-	wctx, cancel := context.WithCancel(ctx)
-	w := &writer{cancel: cancel, done: make(chan struct{})}
 	password := password(ctx, t, ns, cluster.SecretName(cluster.SuperuserName, name))
-	go func() {
-		defer close(w.done)
-		var conn *pgx.Conn
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				if conn != nil {
-					_ = conn.Close(context.Background())
-				}
-				return
-			case <-tick.C:
+	var conn *pgx.Conn
+	w := startInserts(ctx, func(ctx context.Context) (bool, error) {
+		if conn == nil {
+			if conn = primaryConn(ctx, ns, name, password); conn == nil {
+				return false, nil
 			}
-			if conn == nil {
-				conn = primaryConn(wctx, ns, name, password)
-				if conn == nil {
-					continue
-				}
-			}
-			ictx, cancel := context.WithTimeout(wctx, time.Second)
-			_, err := conn.Exec(ictx, "INSERT INTO writes VALUES (clock_timestamp())")
-			cancel()
-			if err != nil {
-				_ = conn.Close(context.Background())
-				conn = nil
-				continue
-			}
-			w.mu.Lock()
-			w.at = append(w.at, time.Now())
-			w.mu.Unlock()
 		}
-	}()
+		ictx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ictx, "INSERT INTO writes VALUES (clock_timestamp())"); err != nil {
+			_ = conn.Close(context.Background())
+			conn = nil
+			return false, nil
+		}
+		return true, nil
+	}, func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	})
 	// Writing before the rollout starts.
-	if err := Eventually(ctx, "the writer's first insert", func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > 0, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	w.waitMore(ctx, t, "the writer's first insert", 0)
 	return w
-}
-
-// stop waits for one more insert, stops the writer and returns the longest
-// gap between two inserts and their number.
-func (w *writer) stop(ctx context.Context, t *testing.T) (time.Duration, int) {
-	t.Helper()
-	w.mu.Lock()
-	n := len(w.at)
-	w.mu.Unlock()
-	if err := Eventually(ctx, "an insert after the rollout", func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > n, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	w.cancel()
-	<-w.done
-	var gap time.Duration
-	for i := 1; i < len(w.at); i++ {
-		gap = max(gap, w.at[i].Sub(w.at[i-1]))
-	}
-	return gap, len(w.at)
 }
 
 // primaryConn connects to the pod of the cluster that is not in recovery,
