@@ -19,6 +19,20 @@ help: ## Show this help.
 build: ## Build bin/pgloop.
 	$(GO) build -o $(BIN)/pgloop ./cmd/pgloop
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_ARCHS := amd64 arm64
+
+.PHONY: image
+image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgloop-image.tar without a container engine (VERSION=...).
+	for arch in $(IMAGE_ARCHS); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath \
+			-ldflags="-s -w -X github.com/pgloop/pgloop/pkg/version.Version=$(VERSION)" \
+			-o $(BIN)/linux-$$arch/pgloop ./cmd/pgloop || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(GO) run ./hack/image \
+		-out $(BIN)/pgloop-image.tar -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
+		$(foreach a,$(IMAGE_ARCHS),-bin linux/$(a)=$(BIN)/linux-$(a)/pgloop)
+
 ##@ Test
 
 # Packages whose concurrency matters run under the race detector.
