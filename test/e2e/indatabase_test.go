@@ -319,6 +319,22 @@ func podUIDs(ctx context.Context, t testing.TB, ns, name string) []podID {
 	return out
 }
 
+// replacedReady holds when n pods are Ready and none of them is one of
+// old: every pod was replaced (a rollout).
+func replacedReady(n int, old []podID) func([]*corev1.Pod) bool {
+	return func(pods []*corev1.Pod) bool {
+		if !ReadyPods(n)(pods) {
+			return false
+		}
+		for _, p := range pods {
+			if slices.ContainsFunc(old, func(o podID) bool { return o.uid == p.UID }) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // samePods fails t if a pod of the cluster was replaced.
 func samePods(ctx context.Context, t testing.TB, ns, name string, want []podID) {
 	t.Helper()

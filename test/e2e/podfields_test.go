@@ -116,19 +116,7 @@ func TestPodFieldsAtWork(t *testing.T) {
 	if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"env":[{"name":"EXTRA_SETTING","value":"two"},{"name":"MY_NAMESPACE","value":"$(POD_NAMESPACE)"}]}}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
-		if !ReadyPods(2)(pods) {
-			return false
-		}
-		for _, p := range pods {
-			for _, o := range old {
-				if p.UID == o.uid {
-					return false
-				}
-			}
-		}
-		return true
-	}); err != nil {
+	if _, err := env.WaitPods(ctx, ns, name, replacedReady(2, old)); err != nil {
 		t.Fatal(err)
 	}
 	pg = inEffect(ctx, t, ns, name, 2)

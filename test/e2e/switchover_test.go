@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -95,19 +94,7 @@ func rollout(ctx context.Context, t *testing.T, ns, name, round string) rolloutR
 	if _, err := env.MergePatchCluster(ctx, ns, name, fmt.Sprintf(`{"spec":{"podAnnotations":{"rollout":%q}}}`, round)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
-		if !ReadyPods(2)(pods) {
-			return false
-		}
-		for _, p := range pods {
-			for _, o := range old {
-				if p.UID == o.uid {
-					return false
-				}
-			}
-		}
-		return true
-	}); err != nil {
+	if _, err := env.WaitPods(ctx, ns, name, replacedReady(2, old)); err != nil {
 		t.Fatal(err)
 	}
 	inEffect(ctx, t, ns, name, 2)

@@ -541,19 +541,7 @@ func TestTLSAddedToRunningCluster(t *testing.T) {
 	if _, err := env.MergePatchCluster(ctx, ns, name, fmt.Sprintf(`{"spec":{"tls":{"secretName":%q}}}`, secret)); err != nil {
 		t.Fatal(err)
 	}
-	pods, err := env.WaitPods(ctx, ns, name, func(pods []*corev1.Pod) bool {
-		if !ReadyPods(2)(pods) {
-			return false
-		}
-		for _, p := range pods {
-			for _, o := range old {
-				if p.UID == o.uid {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	pods, err := env.WaitPods(ctx, ns, name, replacedReady(2, old))
 	if err != nil {
 		t.Fatal(err)
 	}
