@@ -149,7 +149,8 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 	}
 
 	// Last, what holds the cluster back (stuck.go).
-	f.StuckReason, f.Stuck, f.Nudge = stuckCause(&f, &scan, objs, now)
+	c := stuckCause(&f, &scan, objs, now)
+	f.StuckReason, f.Stuck, f.StuckStale, f.Nudge = c.reason, c.message, c.stale, c.nudge
 	return f
 }
 

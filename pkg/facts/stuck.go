@@ -29,10 +29,19 @@ const failedCreateWindow = 10 * time.Minute
 // and a Kubernetes Event.
 const maxMessage = 300
 
+// cause is what stuckCause finds: Facts.StuckReason, Stuck, StuckStale and
+// Nudge.
+type cause struct {
+	reason, message string
+	stale           bool
+	nudge           string
+}
+
 // stuckCause returns the concrete cause that holds the cluster back
-// (Facts.StuckReason and Facts.Stuck), and the version of the namespace's
-// quotas to nudge the StatefulSet with (Facts.Nudge), from scan and the
-// counts and volumes of f:
+// (Facts.StuckReason and Facts.Stuck; stale when it is a Warning older than
+// the newest pod), and the version of the namespace's quotas to nudge the
+// StatefulSet with (Facts.Nudge), from scan and the counts and volumes of
+// f:
 //  1. While pods are missing or not Ready, the first found in this order:
 //     a claim that cannot bind, when its Warning says why (the scheduler's
 //     words for its pod, "pod has unbound immediate
@@ -44,37 +53,39 @@ const maxMessage = 300
 //  2. Once every desired pod exists and serves, volumes that cannot grow:
 //     they hold back a cluster whose pods all serve, and are no cause of a
 //     pod's loss (fsm's podsLost takes a stuck cause for one).
-func stuckCause(f *fsm.Facts, scan *podScan, objs observed.Cluster, now time.Time) (reason, message, nudge string) {
+func stuckCause(f *fsm.Facts, scan *podScan, objs observed.Cluster, now time.Time) cause {
 	pg, sts := objs.Postgresql, objs.StatefulSet
 	if scan.existing < f.Desired || f.Ready < f.Desired {
 		claim, warning := pendingClaim(objs, cluster.StatefulSetName(pg.Name), f.Desired)
 		switch {
 		case claim != nil && warning != nil:
-			return fsm.ReasonVolumePending, claimMessage(claim, warning), ""
+			return cause{reason: fsm.ReasonVolumePending, message: claimMessage(claim, warning)}
 		case scan.unschedulable != nil:
-			return fsm.ReasonUnschedulable, podMessage(scan.unschedulable.Name, scan.unschedulableMessage), ""
+			return cause{reason: fsm.ReasonUnschedulable, message: podMessage(scan.unschedulable.Name, scan.unschedulableMessage)}
 		case scan.waiting != nil:
 			msg := scan.waitingState.Message
 			if msg == "" {
 				msg = scan.waitingState.Reason
 			}
-			return scan.waitingState.Reason, podMessage(scan.waiting.Name, msg), ""
+			return cause{reason: scan.waitingState.Reason, message: podMessage(scan.waiting.Name, msg)}
 		case claim != nil:
-			return fsm.ReasonVolumePending, claimMessage(claim, nil), ""
+			return cause{reason: fsm.ReasonVolumePending, message: claimMessage(claim, nil)}
 		case sts != nil && scan.existing < f.Desired:
-			reason, message = failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
-			if reason == fsm.ReasonQuotaExceeded {
+			c := failedCreate(objs.StatefulSetWarnings, sts, scan.lastCreated, now)
+			if c.reason == fsm.ReasonQuotaExceeded {
 				if v := quotaVersion(objs.Quotas, pg.Namespace); v != sts.Annotations[cluster.AnnotationQuotaSeen] {
-					nudge = v
+					c.nudge = v
 				}
 			}
+			return c
 		}
-		return reason, message, nudge
+		return cause{}
 	}
+	var c cause
 	if scan.existing == f.Desired {
-		reason, message = notExpandable(f.Volumes, f.VolumeSize)
+		c.reason, c.message = notExpandable(f.Volumes, f.VolumeSize)
 	}
-	return reason, message, ""
+	return c
 }
 
 // schedulingFailure returns the scheduler's message when it found no
@@ -183,8 +194,11 @@ func claimMessage(c *corev1.PersistentVolumeClaim, warning *corev1.Event) string
 
 // failedCreate returns the reason and message of the newest FailedCreate
 // Event of sts among events that still explains missing pods at time now:
-// newer than the last pod created, or within failedCreateWindow.
-func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, now time.Time) (string, string) {
+// newer than the last pod created, or within failedCreateWindow, and then
+// stale: the pod created since may show its cause is gone, and an Event a
+// fault left behind (an API server restart) must not make a brief gap of
+// pods a lasting one.
+func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, now time.Time) cause {
 	var newest *corev1.Event
 	var at time.Time
 	for _, ev := range events {
@@ -201,14 +215,15 @@ func failedCreate(events []*corev1.Event, sts *appsv1.StatefulSet, lastCreated, 
 			newest, at = ev, t
 		}
 	}
-	if newest == nil || (!at.After(lastCreated) && now.Sub(at) > failedCreateWindow) {
-		return "", ""
+	stale := !at.After(lastCreated)
+	if newest == nil || (stale && now.Sub(at) > failedCreateWindow) {
+		return cause{}
 	}
-	reason := fsm.ReasonFailedCreate
+	c := cause{reason: fsm.ReasonFailedCreate, message: truncate(newest.Message), stale: stale}
 	if strings.Contains(newest.Message, "exceeded quota") {
-		reason = fsm.ReasonQuotaExceeded
+		c.reason = fsm.ReasonQuotaExceeded
 	}
-	return reason, truncate(newest.Message)
+	return c
 }
 
 // about reports whether ev is about the object namespace/name. An Event

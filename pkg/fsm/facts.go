@@ -77,6 +77,13 @@ type Facts struct {
 	// CrashLoopBackOff...): a CamelCase reason and a message.
 	StuckReason string
 	Stuck       string
+	// StuckStale: the cause is a Warning seen before the newest pod was
+	// created (the StatefulSet controller's FailedCreate, which it
+	// refreshes only on its backoff). It still explains missing pods, but
+	// the pod made since may show it is gone, so it does not end the loss
+	// grace early: a brief gap of a Running cluster (a pod deleted and
+	// made again) waits for the grace as any other.
+	StuckStale bool
 
 	// What pgloop applies inside PostgreSQL and Patroni, derived only
 	// while every desired pod is Ready (otherwise zero).

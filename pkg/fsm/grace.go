@@ -30,7 +30,9 @@ import (
 // When the timer fires, afterLossGrace lets podsLost fire if the loss
 // still holds, with the reason and message it always had. A loss with a
 // concrete cause (Facts.Stuck) does not wait: podsLost's guard fires it at
-// once, since an unschedulable pod or a crash loop is no blip.
+// once, since an unschedulable pod or a crash loop is no blip. A cause
+// older than the newest pod (Facts.StuckStale: a FailedCreate Event the
+// pod made since may have outlived) is named but waits for the grace.
 func (m *Machine) graceLoss() {
 	st, f := &m.st, &m.eng.call.facts
 	if st.State != Running {

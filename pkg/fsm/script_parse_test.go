@@ -119,6 +119,8 @@ func parseFacts(words []string) (Facts, error) {
 			if f.StuckReason, f.Stuck, ok = strings.Cut(v, ": "); !ok {
 				return f, fmt.Errorf("stuck=%q: want \"Reason: message\"", v)
 			}
+		case "stuck-stale":
+			f.StuckStale = true
 		case "spec-error":
 			f.SpecError = v
 		case "sync":

@@ -113,9 +113,10 @@ var Table = []Transition{
 
 // podsLost is the podsLost guard, once the cluster is Running: it is not
 // converged, and that is no blip: the loss grace is over, or a concrete
-// cause shows the loss will not heal by itself within it.
+// cause shows the loss will not heal by itself within it (one seen since
+// the newest pod was created: Facts.StuckStale).
 func podsLost(_ *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-	return !f.converged() && (mem.LossDue || f.Stuck != "")
+	return !f.converged() && (mem.LossDue || (f.Stuck != "" && !f.StuckStale))
 }
 
 func specChanged(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
