@@ -280,9 +280,10 @@ func waitHTTP(ctx context.Context, url string) error {
 // version that does not change the pod templates: no pod replaced, no
 // status written, the new leader writes nothing but its Lease (and the
 // Lease's Events), and a spec edited meanwhile is acknowledged alone. Then
-// to one that changes every pod template (another default Spilo image):
-// every pod replaced, at most --max-rolling-clusters clusters at once, none
-// Degraded.
+// to one that changes every pod template (another default Spilo image),
+// and back to the previous version (a rollback, which changes them again):
+// each time every pod replaced, at most --max-rolling-clusters clusters at
+// once, none Degraded.
 func TestUpgradeOperator(t *testing.T) {
 	ctx := Context(t, upgradeDeadline)
 	fleetNS, leaseNS := env.Namespace(t), env.Namespace(t)
@@ -396,38 +397,52 @@ func TestUpgradeOperator(t *testing.T) {
 	checkNoFlapping(t, seen, edited)
 	checkNoPgloopEvents(t, now, rolled, edited)
 
-	// 3. To a version whose pod template differs.
-	before = now
-	clusters = watchClusters(ctx, t, fleetNS, before)
-	pods := watchRollouts(ctx, t, fleetNS, before)
-	rolled = time.Now()
+	// 3. To a version whose pod template differs, and back: a rollback
+	// to the previous version changes every template again.
+	now = rollTemplates(ctx, t, ops, fleetNS, now, third, upgradeSpiloImage)
+	rollTemplates(ctx, t, ops, fleetNS, now, second, cluster.DefaultImage)
+}
+
+// rollTemplates rolls the replicas to v, whose pods run image where the
+// fleet's run another, and fails t unless every pod of the fleet is
+// replaced, by at most upgradeBudget clusters at once, and every cluster
+// is Running again, none Degraded meanwhile. It returns the fleet then.
+func rollTemplates(ctx context.Context, t *testing.T, ops operatorRollout, ns string, before fleetSnapshot, v operatorVersion, image string) fleetSnapshot {
+	t.Helper()
+	clusters := watchClusters(ctx, t, ns, before)
+	pods := watchRollouts(ctx, t, ns, before)
+	rolled := time.Now()
 	var rolloutLeader string
-	hs = ops.rollTo(t, third, func(h handover, _ string) { rolloutLeader = h.to })
-	t.Logf("upgrade to %s: rolling update %v, hand-overs %s, leader %s", third.name, time.Since(rolled).Round(time.Millisecond), describeHandovers(hs), rolloutLeader)
+	hs := ops.rollTo(t, v, func(h handover, _ string) { rolloutLeader = h.to })
+	t.Logf("upgrade to %s: rolling update %v, hand-overs %s, leader %s", v.name, time.Since(rolled).Round(time.Millisecond), describeHandovers(hs), rolloutLeader)
 	if rolloutLeader == "" {
-		t.Fatalf("no replica of %s led", third.name)
+		t.Fatalf("no replica of %s led", v.name)
 	}
 	replacedAll := func(pg *v1.Postgresql) bool {
-		return running(pg) && pods.replaced(pg.Name) == int(pg.Spec.NumberOfInstances)
+		return pg.Status.State == fsm.Running && pg.Status.ObservedGeneration >= pg.Generation &&
+			pods.replaced(pg.Name) == int(pg.Spec.NumberOfInstances)
 	}
-	if err := waitFleet(ctx, fleetNS, upgradeFleet, replacedAll); err != nil {
+	if err := waitFleet(ctx, ns, upgradeFleet, replacedAll); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("upgrade: every pod of the %d clusters replaced and all Running %v after the rolling update began", upgradeFleet, time.Since(rolled).Round(time.Millisecond))
+	t.Logf("upgrade to %s: every pod of the %d clusters replaced and all Running %v after the rolling update began", v.name, upgradeFleet, time.Since(rolled).Round(time.Millisecond))
 	seen, most := clusters.stop(), pods.stop()
-	t.Logf("upgrade: at most %d clusters replacing pods at once (budget %d); %d clusters said %s", most, upgradeBudget, seen.reasonCount(fsm.ReasonRolloutQueued), fsm.ReasonRolloutQueued)
+	queued := seen.reasonCount(fsm.ReasonRolloutQueued)
+	t.Logf("upgrade to %s: at most %d clusters replacing pods at once (budget %d); %d clusters said %s", v.name, most, upgradeBudget, queued, fsm.ReasonRolloutQueued)
 	if most > upgradeBudget {
 		t.Errorf("%d clusters replaced pods at once; the budget is %d", most, upgradeBudget)
 	}
-	if most == 0 || seen.reasonCount(fsm.ReasonRolloutQueued) == 0 {
-		t.Errorf("no cluster waited for the budget (%d at once, %d queued): the rollout was not bounded", most, seen.reasonCount(fsm.ReasonRolloutQueued))
+	if most == 0 || queued == 0 {
+		t.Errorf("no cluster waited for the budget (%d at once, %d queued): the rollout was not bounded", most, queued)
 	}
 	for name, states := range seen.states {
 		if slices.Contains(states, fsm.Degraded) {
 			t.Errorf("cluster %s was Degraded during the rollout: %v", name, states)
 		}
 	}
-	checkTemplate(ctx, t, fleetNS, before)
+	after := snapshot(ctx, t, ns)
+	checkTemplate(t, before, after, image)
+	return after
 }
 
 // buildVersion builds pgloop at out with version v (pgloop_build_info,
@@ -1029,27 +1044,23 @@ func (rw *rolloutWatch) stop() int {
 	return rw.most
 }
 
-// checkTemplate fails t unless every pod of ns is new since before, runs
-// upgradeSpiloImage and is Ready.
-func checkTemplate(ctx context.Context, t *testing.T, ns string, before fleetSnapshot) {
+// checkTemplate fails t unless every pod of after is new since before,
+// runs image and is Ready.
+func checkTemplate(t *testing.T, before, after fleetSnapshot, image string) {
 	t.Helper()
-	pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
+	for _, p := range after.pods {
 		i := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == cluster.ContainerName })
-		ready, _ := testbed.PodReady(&p)
+		ready, _ := testbed.PodReady(p)
 		switch {
-		case i < 0 || p.Spec.Containers[i].Image != upgradeSpiloImage:
-			t.Errorf("pod %s does not run %s", p.Name, upgradeSpiloImage)
+		case i < 0 || p.Spec.Containers[i].Image != image:
+			t.Errorf("pod %s does not run %s", p.Name, image)
 		case before.pods[p.Name] != nil && before.pods[p.Name].UID == p.UID:
 			t.Errorf("pod %s was not replaced", p.Name)
 		case !ready:
 			t.Errorf("pod %s is not Ready", p.Name)
 		}
 	}
-	if len(pods.Items) != len(before.pods) {
-		t.Errorf("%d pods after the rollout, %d before", len(pods.Items), len(before.pods))
+	if len(after.pods) != len(before.pods) {
+		t.Errorf("%d pods after the rollout, %d before", len(after.pods), len(before.pods))
 	}
 }
