@@ -131,8 +131,13 @@ func (r *processRollout) rollTo(t *testing.T, v operatorVersion, onNewLeader fun
 		victim := r.replicas[old]
 		r.replicas = slices.Delete(r.replicas, old, old+1)
 		stopped := make(chan error, 1)
+		var exited time.Duration // valid once stopped sent
 		terminated := time.Now()
-		go func() { stopped <- victim.op.Stop() }()
+		go func() {
+			err := victim.op.Stop()
+			exited = time.Since(terminated)
+			stopped <- err
+		}()
 		if victim.name == holder {
 			to := r.waitHolder(t, victim.identity)
 			hs = append(hs, handover{from: victim.name, to: to.name, took: time.Since(terminated), at: time.Now()})
@@ -142,7 +147,7 @@ func (r *processRollout) rollTo(t *testing.T, v operatorVersion, onNewLeader fun
 		if err := <-stopped; err != nil {
 			t.Errorf("replica %s on SIGTERM: %v", victim.name, err)
 		}
-		t.Logf("upgrade: replica %s (%s) exited %v after its SIGTERM", victim.name, victim.version, time.Since(terminated).Round(time.Millisecond))
+		t.Logf("upgrade: replica %s (%s) exited %v after its SIGTERM", victim.name, victim.version, exited.Round(time.Millisecond))
 		if name, url := r.leader(t); !called && r.byName(name).version == v.name && len(hs) > 0 {
 			called = true
 			onNewLeader(hs[len(hs)-1], url)
