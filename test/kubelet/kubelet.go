@@ -110,6 +110,11 @@ type Options struct {
 	// DefaultPgBouncer. Checked when such a pod comes, not before: a
 	// plane without poolers does not need it.
 	PgBouncer string
+	// ImageBinaries maps image references to binaries of this machine: a
+	// container whose image is one of them (an exact reference, else its
+	// repository for any tag) runs that binary as the image's entrypoint
+	// (image.go).
+	ImageBinaries map[string]string
 	// Log receives the kubelet's log; nil discards it.
 	Log logrus.FieldLogger
 }
