@@ -131,6 +131,14 @@ func (in *instance) imageSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Co
 	}, nil
 }
 
+// killed names what a kill ends, for the log.
+func (in *instance) killed() string {
+	if in.image != nil {
+		return in.program()
+	}
+	return in.program() + " and PostgreSQL"
+}
+
 // containerLogPath is where the container's output goes.
 func containerLogPath(podDir, container string) string {
 	return filepath.Join(podDir, container+".log")
