@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -351,6 +352,13 @@ func (in *instance) containerMounts(pod *corev1.Pod, c *corev1.Container) ([]ini
 		dir, ok := in.prep.mounts[m.MountPath]
 		if !ok {
 			return nil, fmt.Errorf("volume mount %s: a volume of a kind not supported here", m.Name)
+		}
+		// prepare makes emptyDirs postgres's, for Patroni; a kubelet makes
+		// them 0777, for any user the container runs as.
+		if isEmptyDir(pod, m.Name) && m.SubPath == "" && m.SubPathExpr == "" {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				return nil, fmt.Errorf("volume mount %s: %w", m.Name, err)
+			}
 		}
 		out = append(out, initMount{Source: dir, Target: m.MountPath, ReadOnly: m.ReadOnly})
 	}

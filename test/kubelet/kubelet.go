@@ -7,6 +7,9 @@
 // in a real cluster, so the operator is tested against the real thing. A
 // connection-pooler pod (container "connection-pooler") runs PgBouncer
 // instead, configured as the pooler image would configure it (pooler.go).
+// A container whose image Options.ImageBinaries maps to a binary (pgloop's
+// operator) runs that binary as a kubelet runs a container (image.go,
+// container.go, containerinit.go).
 //
 // It does what a kubelet does for such pods and no more: register the node
 // and keep its lease, give each pod an IP and its volumes (a directory per
