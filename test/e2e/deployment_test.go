@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -24,7 +25,8 @@ import (
 // (issue 33): two replicas on the process node, one leader, clusters
 // created, edited and deleted through it, /metrics at the pod's IP, and the
 // leader's process killed: the other replica takes the Lease and serves,
-// the killed container is restarted by the kubelet.
+// the killed container is restarted by the kubelet; then a rolling update
+// to another tag.
 func TestOperatorDeployment(t *testing.T) {
 	ctx := Context(t, 5*time.Minute)
 	clusters := env.Namespace(t)
@@ -131,6 +133,39 @@ func TestOperatorDeployment(t *testing.T) {
 		env.CreateCluster(t, clusters, "dep-b", 1)
 		env.MustState(ctx, t, clusters, "dep-b", fsm.Running)
 		t.Logf("cluster Running through the new leader %v after the kill", time.Since(killed).Round(time.Millisecond))
+	})
+
+	t.Run("rolling update", func(t *testing.T) {
+		// Another tag of the repository runs the same binary: what an
+		// upgrade test changes, with an exact reference mapped to another.
+		image := OperatorImage + ":rolled"
+		began := time.Now()
+		if err := d.SetImage(ctx, image); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.WaitRollout(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rolled out in %v", time.Since(began).Round(time.Millisecond))
+		pods, err := d.Pods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, p := range pods {
+			names[p.Name] = true
+			if got := p.Spec.Containers[0].Image; got != image {
+				t.Errorf("pod %s runs %s, want %s", p.Name, got, image)
+			}
+		}
+		if _, err := testbed.WaitFor(ctx, testbed.ListWatch(env.Kube.CoordinationV1().Leases(d.Namespace), ByName(d.Name)),
+			func(l *coordinationv1.Lease) (bool, error) {
+				return l.Spec.HolderIdentity != nil && names[HolderPod(*l.Spec.HolderIdentity)], nil
+			}); err != nil {
+			t.Fatalf("no new pod leads: %v", err)
+		}
+		env.CreateCluster(t, clusters, "dep-c", 1)
+		env.MustState(ctx, t, clusters, "dep-c", fsm.Running)
 	})
 }
 

@@ -39,7 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// InitCommand, as the first argument of the kubelet's binary, runs
+// InitCommand is the first argument that makes the kubelet's binary run
 // ContainerInit with the arguments after it instead of a kubelet.
 const InitCommand = "__container-init"
 
