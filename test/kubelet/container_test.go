@@ -1,6 +1,8 @@
 package kubelet
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -136,5 +138,51 @@ func TestAPIServerHostPort(t *testing.T) {
 	}
 	if _, port, _ := apiServerHostPort(&rest.Config{Host: "https://api.example"}); port != "443" {
 		t.Errorf("default port %s, want 443", port)
+	}
+}
+
+func TestContainerMounts(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "scratch")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Volumes: []corev1.Volume{
+		{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: kubeAPIAccess()}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "certs"}}},
+		{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}},
+	}}}
+	in := &instance{
+		prep:  &prepared{mounts: map[string]string{"/scratch": empty, "/certs": filepath.Join(dir, "certs")}},
+		image: &imageState{volumes: []projectedVolume{{name: "kube-api-access-x", dir: filepath.Join(dir, "token")}}},
+	}
+	c := &corev1.Container{VolumeMounts: []corev1.VolumeMount{
+		{Name: "kube-api-access-x", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
+		{Name: "scratch", MountPath: "/scratch"},
+		{Name: "certs", MountPath: "/certs", ReadOnly: true},
+	}}
+	got, err := in.containerMounts(pod, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []initMount{
+		{Source: filepath.Join(dir, "token"), Target: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
+		{Source: empty, Target: "/scratch"},
+		{Source: filepath.Join(dir, "certs"), Target: "/certs", ReadOnly: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("mounts = %+v, want %+v", got, want)
+	}
+	fi, err := os.Stat(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o777 {
+		t.Errorf("emptyDir mode %v, want 0777 as a kubelet makes it", fi.Mode())
+	}
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "host", MountPath: "/host"})
+	if _, err := in.containerMounts(pod, c); err == nil || !strings.Contains(err.Error(), "volume mount host: a volume of a kind not supported here") {
+		t.Errorf("hostPath mount: %v", err)
 	}
 }
