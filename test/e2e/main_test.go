@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +16,14 @@ import (
 var env *Env
 
 func TestMain(m *testing.M) {
+	// The process node runs OperatorImage's containers with the operator
+	// binary built from this tree, copied here by DeployOperator
+	// (deployment.go) before its first pod starts.
+	imageDir, err := os.MkdirTemp("", "pgloop-e2e-image-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		os.Exit(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	e, err := Setup(ctx, testbed.Options{
 		Nodes: 3,
@@ -22,6 +31,7 @@ func TestMain(m *testing.M) {
 		// its taint keeps the other suites' clusters on kwok's nodes.
 		ProcessNodes:      1,
 		TaintProcessNodes: true,
+		ImageBinaries:     map[string]string{OperatorImage: filepath.Join(imageDir, "pgloop")},
 		// The S3 store pgBackRest archives to (archiving_test.go).
 		ObjectStore: true,
 		Log:         os.Stderr,
@@ -29,6 +39,7 @@ func TestMain(m *testing.M) {
 	})
 	cancel()
 	if err != nil {
+		_ = os.RemoveAll(imageDir)
 		fmt.Fprintf(os.Stderr, "FAIL: starting the control plane: %v\n", err)
 		os.Exit(1)
 	}
@@ -38,5 +49,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		code = 1
 	}
+	_ = os.RemoveAll(imageDir)
 	os.Exit(code)
 }

@@ -72,6 +72,9 @@ type instance struct {
 	writeUnsure bool
 	// live is the liveness probe's state for the current process.
 	live liveness
+	// image is set for a container whose image runs a binary of this
+	// machine (image.go, container.go).
+	image *imageState
 }
 
 // prepared is what an instance sets up once, before its first start.
@@ -102,7 +105,13 @@ func newInstance(k *kubelet, pod *corev1.Pod, after []<-chan struct{}) *instance
 		Reason:      ReasonContainerCreating,
 		ImageID:     "process://" + k.opts.Patroni,
 	}
-	if isPooler(pod) {
+	if c := runContainer(pod); c != nil {
+		if bin, ok := imageBinary(k.opts.ImageBinaries, c.Image); ok {
+			in.image = &imageState{binary: bin}
+			in.state.ImageID = ""
+		}
+	}
+	if in.image == nil && isPooler(pod) {
 		in.pooler = &poolerState{}
 		in.state.ImageID = "process://" + k.opts.PgBouncer
 	}
@@ -266,6 +275,9 @@ func (in *instance) tryStart(ctx context.Context, pod *corev1.Pod) {
 
 // program names the instance's process in the log.
 func (in *instance) program() string {
+	if in.image != nil {
+		return "the container"
+	}
 	if in.pooler != nil {
 		return "PgBouncer"
 	}
@@ -317,7 +329,10 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 		in.state.PodIP = prep.ip.String()
 	}
 	specOf := in.patroniSpec
-	if in.pooler != nil {
+	switch {
+	case in.image != nil:
+		specOf = in.imageSpec
+	case in.pooler != nil:
 		specOf = in.poolerSpec
 	}
 	spec, err := specOf(ctx, pod, c)
@@ -493,8 +508,8 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 	if err := in.mountVolumes(pod, c, volumes, p); err != nil {
 		return nil, err
 	}
-	if in.pooler != nil {
-		return p, nil // PgBouncer needs no home, socket directory or token
+	if in.pooler != nil || in.image != nil {
+		return p, nil // PgBouncer and images need no home, socket directory or kubeconfig
 	}
 	if err := mkdirOwned(filepath.Join(p.podDir, homeDir), 0o700, k.uid, k.gid); err != nil {
 		return nil, waiting(ReasonContainerCreating, "%w", err)
@@ -776,6 +791,13 @@ func (in *instance) probe() {
 	}
 	ready := false
 	switch {
+	case in.image != nil:
+		pod, _ := in.current()
+		var c *corev1.Container
+		if pod != nil {
+			c = runContainer(pod)
+		}
+		ready = in.probeImage(c, time.Now())
 	case in.pooler != nil:
 		ready = in.pooler.probe(in.prep.ip)
 	default:

@@ -7,6 +7,9 @@
 // in a real cluster, so the operator is tested against the real thing. A
 // connection-pooler pod (container "connection-pooler") runs PgBouncer
 // instead, configured as the pooler image would configure it (pooler.go).
+// A container whose image Options.ImageBinaries maps to a binary (pgloop's
+// operator) runs that binary as a kubelet runs a container (image.go,
+// container.go, containerinit.go).
 //
 // It does what a kubelet does for such pods and no more: register the node
 // and keep its lease, give each pod an IP and its volumes (a directory per
@@ -110,6 +113,11 @@ type Options struct {
 	// DefaultPgBouncer. Checked when such a pod comes, not before: a
 	// plane without poolers does not need it.
 	PgBouncer string
+	// ImageBinaries maps image references to binaries of this machine: a
+	// container whose image is one of them (an exact reference, else its
+	// repository for any tag) runs that binary as the image's entrypoint
+	// (image.go).
+	ImageBinaries map[string]string
 	// Log receives the kubelet's log; nil discards it.
 	Log logrus.FieldLogger
 }

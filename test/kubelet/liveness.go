@@ -73,7 +73,7 @@ func (in *instance) checkLiveness(c *corev1.Container, now time.Time) {
 	if in.live.failures < p.FailureThreshold {
 		return
 	}
-	in.log.Warnf("liveness probe failed %d times in a row: killing %s and PostgreSQL, to restart", in.live.failures, in.program())
+	in.log.Warnf("liveness probe failed %d times in a row: killing %s, to restart", in.live.failures, in.killed())
 	started := in.state.StartedAt
 	in.kill()
 	delay := in.back.crashed(now.Sub(started))

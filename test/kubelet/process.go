@@ -192,6 +192,9 @@ type spawnSpec struct {
 	dir      string
 	logPath  string
 	uid, gid uint32
+	// unshare: namespaces the child gets of its own (CLONE_NEW*), before
+	// its exec; Go makes the mounts of a new mount namespace private.
+	unshare uintptr
 }
 
 // spawn starts a process as uid/gid in its own process group, with stdin
@@ -214,9 +217,10 @@ func spawn(l *launcher, r *reaper, s spawnSpec) (*process, error) {
 		Files: []uintptr{devNull.Fd(), logFile.Fd(), logFile.Fd()},
 		Sys: &syscall.SysProcAttr{
 			// Groups empty: drop root's supplementary groups.
-			Credential: &syscall.Credential{Uid: s.uid, Gid: s.gid, Groups: []uint32{}},
-			Setpgid:    true,
-			Pdeathsig:  syscall.SIGKILL,
+			Credential:   &syscall.Credential{Uid: s.uid, Gid: s.gid, Groups: []uint32{}},
+			Setpgid:      true,
+			Pdeathsig:    syscall.SIGKILL,
+			Unshareflags: s.unshare,
 		},
 	}
 	p := &process{exits: make(chan exitStatus, 1)}

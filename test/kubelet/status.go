@@ -76,6 +76,10 @@ type instanceState struct {
 	// last state; otherwise Last is the last state.
 	Last, Previous *termination
 	ImageID        string
+	// Resources are the container's requests and limits, reported as a
+	// kubelet reports what it configured (status.containerStatuses[].
+	// resources); image containers only, and not enforced here.
+	Resources *corev1.ResourceRequirements
 }
 
 // apiTime is t at the API's resolution (seconds), so a status built twice
@@ -154,6 +158,7 @@ func containerStatus(c corev1.Container, s instanceState) corev1.ContainerStatus
 		ImageID:      s.ImageID,
 		RestartCount: s.RestartCount,
 		Started:      ptr.To(s.Phase == containerRunning),
+		Resources:    s.Resources,
 	}
 	switch {
 	case s.Phase == containerRunning:

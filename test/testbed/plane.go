@@ -56,6 +56,12 @@ type Options struct {
 	// TaintProcessNodes taints process nodes (DataPlaneTaintKey) so that
 	// only pods tolerating it run there, the others stay on kwok's nodes.
 	TaintProcessNodes bool
+	// ImageBinaries maps image references to binaries that process nodes
+	// run for containers of those images (pgkubelet --image-binary; a
+	// repository stands for any of its tags, an exact reference wins). A
+	// binary is read when such a container starts, so it may be built
+	// after the plane.
+	ImageBinaries map[string]string
 	// NodeCapacity is each node's capacity and allocatable; nil means
 	// 4 CPUs, 16Gi of memory and 110 pods.
 	NodeCapacity corev1.ResourceList

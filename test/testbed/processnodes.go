@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +58,10 @@ type ProcessNode struct {
 	Log string
 }
 
+// ImageBinaries is Options.ImageBinaries: the images whose containers
+// process nodes run, and their binaries.
+func (p *Plane) ImageBinaries() map[string]string { return maps.Clone(p.opts.ImageBinaries) }
+
 // ProcessNodes lists the plane's process nodes.
 func (p *Plane) ProcessNodes() []ProcessNode { return p.processNodes }
 
@@ -97,6 +103,9 @@ func (p *Plane) startProcessNodes(ctx context.Context) error {
 			"--pod-cidr=" + n.PodCIDR,
 			fmt.Sprintf("--node-ip=127.%d.%d.1", second, third+i),
 			"--label=" + NodeLabel + "=" + ProcessNodeLabelValue,
+		}
+		for _, ref := range slices.Sorted(maps.Keys(p.opts.ImageBinaries)) {
+			args = append(args, "--image-binary="+ref+"="+p.opts.ImageBinaries[ref])
 		}
 		if p.opts.TaintProcessNodes {
 			args = append(args, fmt.Sprintf("--taint=%s=%s:%s", DataPlaneTaintKey, DataPlaneTaintValue, corev1.TaintEffectNoSchedule))

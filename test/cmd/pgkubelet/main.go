@@ -7,7 +7,13 @@
 //	pgkubelet --kubeconfig PATH --node-name NAME --root DIR --pod-cidr CIDR
 //	          [--node-ip IP] [--label k=v]... [--taint k=v:Effect]...
 //	          [--patroni PATH] [--python PATH] [--pg-bin DIR] [--pgbouncer PATH]
-//	          [--log-level LEVEL]
+//	          [--image-binary REF=PATH]... [--log-level LEVEL]
+//
+// --image-binary makes a container of image REF (a repository, for any of
+// its tags, or an exact reference, which wins) run the binary PATH as the
+// image's entrypoint, the way a kubelet runs a container (package
+// kubelet, image.go). Such a container's first process is this binary
+// again, as its init (kubelet.InitCommand).
 package main
 
 import (
@@ -28,6 +34,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == kubelet.InitCommand {
+		kubelet.ContainerInitMain(os.Args[2:])
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
@@ -48,7 +57,7 @@ type config struct {
 
 // parse reads the flags; it checks their syntax, Run checks the rest.
 func parse(args []string, stderr io.Writer) (config, error) {
-	cfg := config{opts: kubelet.Options{Labels: map[string]string{}}}
+	cfg := config{opts: kubelet.Options{Labels: map[string]string{}, ImageBinaries: map[string]string{}}}
 	fs := flag.NewFlagSet("pgkubelet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &cfg.opts
@@ -75,6 +84,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&o.Python, "python", kubelet.DefaultPython, "the python3 that runs Patroni (Debian's, with its modules)")
 	fs.StringVar(&o.PGBin, "pg-bin", kubelet.DefaultPGBin, "PostgreSQL's bin directory")
 	fs.StringVar(&o.PgBouncer, "pgbouncer", kubelet.DefaultPgBouncer, "the pgbouncer that runs connection-pooler pods")
+	fs.Func("image-binary", "REF=PATH: containers of image REF (any tag of a repository, or an exact reference, which wins) run the binary PATH as the image's entrypoint (repeatable)", func(s string) error {
+		ref, path, err := kubelet.ParseImageBinary(s)
+		if err == nil {
+			o.ImageBinaries[ref] = path
+		}
+		return err
+	})
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warning, error")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

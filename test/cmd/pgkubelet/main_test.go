@@ -46,6 +46,17 @@ func TestParse(t *testing.T) {
 				}
 			},
 		},
+		{
+			name: "image binaries repeat",
+			args: append(required, "--image-binary", "ghcr.io/pgloop/pgloop=/b/pgloop", "--image-binary=ghcr.io/pgloop/pgloop:v2=/b/v2/pgloop"),
+			check: func(t *testing.T, c config) {
+				want := map[string]string{"ghcr.io/pgloop/pgloop": "/b/pgloop", "ghcr.io/pgloop/pgloop:v2": "/b/v2/pgloop"}
+				if !reflect.DeepEqual(c.opts.ImageBinaries, want) {
+					t.Errorf("image binaries = %v, want %v", c.opts.ImageBinaries, want)
+				}
+			},
+		},
+		{name: "relative image binary", args: append(required, "--image-binary", "img=bin/pgloop"), wantErr: "the path must be absolute"},
 		{name: "missing required flags", args: []string{"--root=/r"}, wantErr: "missing required flags: --kubeconfig, --node-name, --pod-cidr"},
 		{name: "bad label", args: append(required, "--label", "zone"), wantErr: `label "zone": want key=value`},
 		{name: "bad taint", args: append(required, "--taint", "k=v:Always"), wantErr: `effect "Always"`},
