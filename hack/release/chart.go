@@ -12,7 +12,7 @@ import (
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
-	release "helm.sh/helm/v4/pkg/release/v1"
+	helmrelease "helm.sh/helm/v4/pkg/release/v1"
 )
 
 // chartVersion is the chart's SemVer for a release's version: v1.2.3 is
@@ -68,7 +68,7 @@ func renderChart(ch *chart.Chart, namespace string, values map[string]any) (stri
 	if err != nil {
 		return "", fmt.Errorf("render chart: %w", err)
 	}
-	rel, ok := r.(*release.Release)
+	rel, ok := r.(*helmrelease.Release)
 	if !ok {
 		return "", errors.New("render chart: not a v1 release")
 	}
