@@ -216,7 +216,7 @@ func TestChartCRDsAreManifests(t *testing.T) {
 // warning fails) on the chart, with its defaults and with values that set
 // everything the chart templates.
 func TestChartLint(t *testing.T) {
-	for name, values := range map[string]map[string]any{"defaults": nil, "everything": everything} {
+	for name, values := range map[string]map[string]any{"defaults": nil, "everything": everything()} {
 		t.Run(name, func(t *testing.T) {
 			res := lint.RunAll(chartDir, values, namespace)
 			for _, m := range res.Messages {
@@ -230,32 +230,36 @@ func TestChartLint(t *testing.T) {
 	}
 }
 
-// everything sets each value of the chart away from its default.
-var everything = map[string]any{
-	"image":            map[string]any{"repository": "registry.example.com/pgloop", "tag": "v9.9.9", "pullPolicy": "Always"},
-	"imagePullSecrets": []any{map[string]any{"name": "pull"}},
-	"replicaCount":     3,
-	"leaderElect":      true,
-	"watchNamespaces":  []any{"team-a", "team-b"},
-	"logLevel":         "debug",
-	"logFormat":        "text",
-	"extraArgs":        []any{"--workers=32", "--spilo-image=spilo:x y"},
-	"extraEnv":         []any{map[string]any{"name": "PGLOOP_RESYNC_PERIOD", "value": "5m"}},
-	"resources":        map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "2Gi"}},
-	"serviceAccount":   map[string]any{"create": false, "name": "mine"},
-	"namespace":        map[string]any{"create": true},
-	"podAnnotations":   map[string]any{"example.com/a": "b"},
-	"podLabels":        map[string]any{"team": "db"},
-	"nodeSelector":     map[string]any{"kubernetes.io/os": "linux"},
-	"tolerations":      []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}},
-	"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
-		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "db", "operator": "Exists"}}}}}}},
-	"priorityClassName": "high",
+// everything sets each value of the chart away from its default: a new
+// map each time, as rendering may write into the values it is given.
+func everything() map[string]any {
+	return map[string]any{
+		"image":            map[string]any{"repository": "registry.example.com/pgloop", "tag": "v9.9.9", "pullPolicy": "Always"},
+		"imagePullSecrets": []any{map[string]any{"name": "pull"}},
+		"replicaCount":     3,
+		"leaderElect":      true,
+		"watchNamespaces":  []any{"team-a", "team-b"},
+		"logLevel":         "debug",
+		"logFormat":        "text",
+		"extraArgs":        []any{"--workers=32", "--spilo-image=spilo:x y"},
+		"extraEnv":         []any{map[string]any{"name": "PGLOOP_RESYNC_PERIOD", "value": "5m"}},
+		"resources":        map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "2Gi"}},
+		"serviceAccount":   map[string]any{"create": false, "name": "mine"},
+		"namespace":        map[string]any{"create": true},
+		"podAnnotations":   map[string]any{"example.com/a": "b"},
+		"podLabels":        map[string]any{"team": "db"},
+		"nodeSelector":     map[string]any{"kubernetes.io/os": "linux"},
+		"tolerations":      []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoSchedule"}},
+		"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "db", "operator": "Exists"}}}}}}},
+		"priorityClassName": "high",
+	}
 }
 
 // TestChartValues renders the chart with every value set and checks each
 // one where it belongs.
 func TestChartValues(t *testing.T) {
+	everything := everything()
 	objs := chartObjects(t, "v9.9.9", everything)
 	get := func(key string) *unstructured.Unstructured {
 		t.Helper()
@@ -294,7 +298,10 @@ func TestChartValues(t *testing.T) {
 		map[string]any{"name": "POD_NAMESPACE", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}},
 		map[string]any{"name": "PGLOOP_RESYNC_PERIOD", "value": "5m"},
 	})
-	check("resources", c["resources"], everything["resources"])
+	// Helm merges maps of values with the defaults: the limit on CPU stays
+	// (values.yaml says how to drop it).
+	check("resources", c["resources"], map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"},
+		"limits": map[string]any{"cpu": "1", "memory": "2Gi"}})
 	check("serviceAccountName", field(dep, append(pod, "serviceAccountName")...), "mine")
 	check("imagePullSecrets", field(dep, append(pod, "imagePullSecrets")...), everything["imagePullSecrets"])
 	check("priorityClassName", field(dep, append(pod, "priorityClassName")...), "high")
@@ -392,5 +399,18 @@ func TestChartPackage(t *testing.T) {
 	}
 	if _, err := packageChart(chartDir, "not a version", t.TempDir(), at); err == nil {
 		t.Error("packaged a chart of version \"not a version\"")
+	}
+}
+
+// TestChartResourcesNull: null drops a default of a merged map, as
+// values.yaml tells.
+func TestChartResourcesNull(t *testing.T) {
+	objs := chartObjects(t, "", map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": nil}}})
+	dep := objs["apps/v1/Deployment/"+namespace+"/pgloop-operator"]
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	got := containers[0].(map[string]any)["resources"]
+	want := map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}, "limits": map[string]any{"memory": "1Gi"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("resources (-want +got):\n%s", diff)
 	}
 }
