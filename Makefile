@@ -15,22 +15,27 @@ help: ## Show this help.
 
 ##@ Build
 
-.PHONY: build
-build: ## Build bin/pgloop.
-	$(GO) build -o $(BIN)/pgloop ./cmd/pgloop
-
+# What `pgloop version` and the image's labels say: VERSION, and the commit
+# (Go's own VCS stamp is off with -buildvcs=false and in git worktrees).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_LDFLAGS := -X github.com/pgloop/pgloop/pkg/version.Version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: build
+build: ## Build bin/pgloop (VERSION=..., default from git describe).
+	$(GO) build -ldflags="$(VERSION_LDFLAGS)" -o $(BIN)/pgloop ./cmd/pgloop
+
 IMAGE_ARCHS := amd64 arm64
 
 .PHONY: image
 image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgloop-image.tar without a container engine (VERSION=...).
 	for arch in $(IMAGE_ARCHS); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath \
-			-ldflags="-s -w -X github.com/pgloop/pgloop/pkg/version.Version=$(VERSION)" \
+			-ldflags="-s -w $(VERSION_LDFLAGS)" \
 			-o $(BIN)/linux-$$arch/pgloop ./cmd/pgloop || exit 1; \
 	done
 	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(GO) run ./hack/image \
-		-out $(BIN)/pgloop-image.tar -version $(VERSION) -revision "$$(git rev-parse HEAD 2>/dev/null)" \
+		-out $(BIN)/pgloop-image.tar -version $(VERSION) -revision "$(COMMIT)" \
 		$(foreach a,$(IMAGE_ARCHS),-bin linux/$(a)=$(BIN)/linux-$(a)/pgloop)
 
 ##@ Test
@@ -45,6 +50,7 @@ test: verify test-unit test-testbed test-e2e ## Run every test: generated files,
 test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+	cd $(RELEASE_MODULE) && $(GO) test -count=1 ./...
 
 .PHONY: bench
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
@@ -81,6 +87,26 @@ generate-docs: ## Regenerate docs/fsm.md and the README's state diagram from pkg
 	$(GO) test ./pkg/fsm/ ./cmd/pgloop/ -run 'TestDocsMatchMachine|TestReadmeDiagram|TestUserGuideTables' -update
 
 generate: generate-docs
+
+##@ Release
+
+# hack/release is a module of its own (helm, kustomize and krew stay out of
+# the operator's go.mod): the release command, and the tests of the chart
+# (against manifests/operator), of the krew manifest and of a release.
+RELEASE_MODULE := hack/release
+LINT_MODULES += $(RELEASE_MODULE)
+# The repository to push the image to as :VERSION; empty pushes nothing.
+PUSH ?=
+
+.PHONY: release
+release: image ## Build a release into dist/VERSION/ (image, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the image (docs/releasing.md).
+	cd $(RELEASE_MODULE) && $(GO) run . -root $(CURDIR) -version $(VERSION) -commit "$(COMMIT)" -push "$(PUSH)" $(RELEASE_FLAGS)
+
+verify: verify-release
+
+.PHONY: verify-release
+verify-release: ## go vet and go mod tidy of hack/release's module.
+	cd $(RELEASE_MODULE) && $(GO) vet ./... && $(GO) mod tidy -diff
 
 ##@ Install
 

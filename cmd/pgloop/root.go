@@ -6,7 +6,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgloop/pgloop/pkg/fsm"
-	"github.com/pgloop/pgloop/pkg/version"
 )
 
 func newRootCmd() *cobra.Command {
@@ -47,16 +46,4 @@ func newFSMCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&markdown, "markdown", false, "print the full Markdown reference instead of the diagram")
 	cmd.Flags().StringVar(&current, "current", "", "highlight this state in the diagram")
 	return cmd
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String())
-			return err
-		},
-	}
 }
