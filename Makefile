@@ -19,7 +19,7 @@ help: ## Show this help.
 # (Go's own VCS stamp is off with -buildvcs=false and in git worktrees).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
-VERSION_LDFLAGS := -X github.com/pgloop/pgloop/pkg/version.Version=$(VERSION) -X main.commit=$(COMMIT)
+VERSION_LDFLAGS := -X github.com/pgloop/pgloop/pkg/version.Version=$(VERSION) -X github.com/pgloop/pgloop/pkg/version.Commit=$(COMMIT)
 
 .PHONY: build
 build: ## Build bin/pgloop (VERSION=..., default from git describe).

@@ -41,7 +41,7 @@ func (p platform) archiveName() string {
 // ldflags are the linker flags of a release's binaries: stripped, and
 // knowing their version and commit (`pgloop version`), as `make build`.
 func ldflags(version, commit string) string {
-	return fmt.Sprintf("-s -w -X github.com/pgloop/pgloop/pkg/version.Version=%s -X main.commit=%s", version, commit)
+	return fmt.Sprintf("-s -w -X github.com/pgloop/pgloop/pkg/version.Version=%s -X github.com/pgloop/pgloop/pkg/version.Commit=%s", version, commit)
 }
 
 // buildBinary cross-compiles cmd/pgloop of the repository at root for p

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -88,8 +89,8 @@ var (
 		"Checks of a primary's WAL archiving (every --archive-check-period per cluster with a backup repository), by outcome: ok (archiving), failing (its last attempt failed; the cluster's ContinuousArchiving condition is False) or error (the primary could not be asked)."}
 	descLeader = Desc{"pgloop_leader", "gauge", nil,
 		"Whether this process is the leader and runs the clusters (1) or stands by (0)."}
-	descBuildInfo = Desc{"pgloop_build_info", "gauge", []string{"version"},
-		"Always 1; the version label is pgloop's."}
+	descBuildInfo = Desc{"pgloop_build_info", "gauge", []string{"version", "commit", "goversion"},
+		"Always 1; the labels are pgloop's version, the commit it was built from and the Go version it was built with."}
 )
 
 // Descs returns the description of every metric pgloop exports, besides
@@ -176,7 +177,7 @@ func New() *Metrics {
 		m.clusters.WithLabelValues(s)
 	}
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
-	buildInfo.WithLabelValues(version.Version).Set(1)
+	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
 		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop, m.backups,
 		collectors.NewGoCollector(),

@@ -3,6 +3,7 @@ package metrics
 import (
 	"io"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/version"
 )
 
 func TestLag(t *testing.T) {
@@ -298,7 +300,7 @@ func TestHandler(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{"\npgloop_leader 1\n", `pgloop_clusters{state="Running"} 0`, "pgloop_build_info{version=", "go_goroutines"} {
+	for _, want := range []string{"\npgloop_leader 1\n", `pgloop_clusters{state="Running"} 0`, "pgloop_build_info{commit=", `,goversion="` + runtime.Version() + `",version="` + version.Version + `"} 1`, "go_goroutines"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
