@@ -52,6 +52,9 @@ endef
 generate: ## Regenerate deepcopy functions, CRD manifests and the client in pkg/generated from pkg/apis.
 	rm -f $(CRD_DIR)/*.yaml
 	$(CONTROLLER_GEN) object $(CRD_OPTIONS) paths=$(API_PATHS) output:crd:artifacts:config=$(CRD_DIR)
+	# Helm installs the chart's crds/ (hack/release's tests keep it equal).
+	rm -f charts/pgloop/crds/*.yaml
+	cp $(CRD_DIR)/*.yaml charts/pgloop/crds/
 	rm -rf $(GENERATED_DIR)
 	$(call gen-client,$(GENERATED_DIR))
 
