@@ -76,6 +76,10 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s; 3 targets); see docs/re
 run: build testbed testbed-cmd labeller data-plane-deps ## Run the operator: with no KUBECONFIG, on a local control plane with the samples (Ctrl-C stops all).
 	BIN=$(BIN) hack/run.sh
 
+.PHONY: run-deployment
+run-deployment: build testbed testbed-cmd labeller data-plane-deps ## Run the operator as users install it (manifests/operator: a Deployment of 2 replicas, leader election, in-cluster config) on a local control plane with the samples.
+	BIN=$(BIN) PGLOOP_DEPLOYMENT=1 hack/run.sh
+
 # Fragments owned by their parts of the tree.
 include hack/codegen.mk
 include hack/lint.mk

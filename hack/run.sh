@@ -8,6 +8,12 @@
 #    everything this script started.
 #  - KUBECONFIG set: runs the operator against that cluster (the CRD must be
 #    installed: kubectl apply -f manifests/crds).
+#  - PGLOOP_DEPLOYMENT=1 (make run-deployment), KUBECONFIG unset: the same
+#    plane, but the operator is installed as users install it, with
+#    manifests/operator (kustomize): two replicas of a Deployment electing a
+#    leader, on the process node, which runs pgloop's image
+#    (ghcr.io/pgloop/pgloop, any tag) as bin/pgloop with the pod's
+#    in-cluster configuration and probes (docs/testbed.md, "Operator pods").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="${BIN:-$root/bin}"
@@ -34,9 +40,13 @@ kwok_nodes="${PLANE_NODES:-0}"
 # The object store (S3 over HTTPS) is the clusters' default backup
 # repository: its keys and CA go to the Secret pgloop-backup of the samples'
 # namespace, and its address to the operator's --backup-s3-* flags.
+deployment=()
+if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
+	deployment=(--image-binary "ghcr.io/pgloop/pgloop=$bin/pgloop" --apply-kustomize manifests/operator)
+fi
 "$bin/testbed" up --nodes "$kwok_nodes" --process-nodes "${PLANE_PROCESS_NODES:-1}" --kubeconfig-out "$kubeconfig" \
 	--object-store --object-store-secret default/pgloop-backup \
-	--crds manifests/crds --apply manifests/samples --apply hack/samples &
+	--crds manifests/crds --apply manifests/samples --apply hack/samples "${deployment[@]}" &
 pids+=($!)
 # testbed writes the kubeconfig only once the plane is ready and the CRDs
 # are Established; it exits (and so do we) if the plane fails.
@@ -48,6 +58,27 @@ done
 if [ "$kwok_nodes" -gt 0 ]; then
 	"$bin/labeller" --kubeconfig "$kubeconfig" &
 	pids+=($!)
+fi
+if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
+	cat <<TXT
+
+pgloop runs as manifests/operator installs it, on a local control plane with
+the clusters of manifests/samples/ and hack/samples/ (the Deployment's
+operator has no backup flags: the samples that archive say ArchiveBlocked).
+In another terminal:
+
+    export KUBECONFIG=$kubeconfig
+    kubectl -n pgloop-system get pods -o wide     # two replicas, both Ready
+    kubectl -n pgloop-system get lease pgloop-operator   # HOLDER: the leader
+    curl -s http://<a pod's IP>:8080/metrics | grep ^pgloop_leader
+    kubectl get pg -w; bin/pgloop status -A
+
+The operator containers' output is in the plane's directory (printed
+above), kubelet/<node>/pods/<pod UID>/operator.log. Ctrl-C stops the
+control plane.
+TXT
+	wait -n "${pids[@]}"
+	exit
 fi
 # PGLOOP_S3_ENDPOINT, _BUCKET, _REGION...: written before the kubeconfig.
 # shellcheck disable=SC1091

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"sigs.k8s.io/kustomize/api/krusty"
 	kusttypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
@@ -198,17 +197,12 @@ func BuildOperatorManifests(repo, namespace string, opts OperatorOptions) ([]*un
 	if err := fs.WriteFile("/overlay/kustomization.yaml", kYAML); err != nil {
 		return nil, err
 	}
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, "/overlay")
+	objs, err := testbed.KustomizeFS(fs, "/overlay")
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build manifests/operator: %w", err)
+		return nil, fmt.Errorf("manifests/operator: %w", err)
 	}
 	var out []*unstructured.Unstructured
-	for _, r := range resMap.Resources() {
-		m, err := r.Map()
-		if err != nil {
-			return nil, err
-		}
-		u := &unstructured.Unstructured{Object: m}
+	for _, u := range objs {
 		switch u.GetKind() {
 		case "Namespace":
 			continue // the test's own

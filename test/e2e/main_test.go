@@ -31,7 +31,11 @@ func TestMain(m *testing.M) {
 		// its taint keeps the other suites' clusters on kwok's nodes.
 		ProcessNodes:      1,
 		TaintProcessNodes: true,
-		ImageBinaries:     map[string]string{OperatorImage: filepath.Join(imageDir, "pgloop")},
+		// TestUpgradeOperator's second version has a build of its own.
+		ImageBinaries: map[string]string{
+			OperatorImage:                        filepath.Join(imageDir, "pgloop"),
+			OperatorImage + ":" + upgradeVersion: filepath.Join(imageDir, "pgloop-"+upgradeVersion),
+		},
 		// The S3 store pgBackRest archives to (archiving_test.go).
 		ObjectStore: true,
 		Log:         os.Stderr,

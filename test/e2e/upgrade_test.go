@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,7 +27,6 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
-	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -38,8 +36,6 @@ const (
 	upgradeFleet = 100
 	// upgradeBudget is every version's --max-rolling-clusters.
 	upgradeBudget = 10
-	// upgradeLease is the Lease the suite's replicas elect a leader on.
-	upgradeLease = "pgloop-e2e-upgrade"
 	// upgradeVersion is the version of the second build (its
 	// pgloop_build_info); the first is the suite's build.
 	upgradeVersion = "e2e-upgrade"
@@ -54,11 +50,12 @@ const (
 // EventComponent; that package is not a dependency of this module).
 const eventComponent = "pgloop"
 
-// operatorVersion is one version of pgloop as its replicas run it: a
-// binary (an image, for a Deployment) and the flags it adds to the suite's.
+// operatorVersion is one version of pgloop as its replicas run it: an
+// image tag (the process node maps it to a binary, main_test.go) and the
+// flags it adds to the suite's.
 type operatorVersion struct {
 	name string
-	bin  string
+	tag  string
 	args []string
 }
 
@@ -72,213 +69,189 @@ type handover struct {
 }
 
 // operatorRollout is how the operator's versions run: replicas behind one
-// Lease, replaced by a rolling update (maxSurge 1, maxUnavailable 0). It
-// is operator processes on the plane today (processRollout); a Deployment
-// of the process kubelet can take its place without changing the test.
+// Lease, replaced by a rolling update (maxSurge 1, maxUnavailable 0).
 type operatorRollout interface {
 	// start runs the replicas at version v, and returns once one leads.
 	start(t *testing.T, v operatorVersion)
 	// rollTo replaces every replica by one of version v, one at a time:
-	// a new replica, Ready, then an old one terminated (SIGTERM), the
-	// leader first. onNewLeader is called, once, as soon as a replica of
-	// v leads (h names it), while the rolling update may not be over.
+	// a new replica, Ready, then an old one terminated (SIGTERM). onNewLeader
+	// is called, once, as soon as a replica of v leads (h names it), while
+	// the rolling update may not be over.
 	rollTo(t *testing.T, v operatorVersion, onNewLeader func(h handover, metricsURL string)) []handover
 	// leader returns the replica that holds the Lease and its /metrics URL.
 	leader(t *testing.T) (name, metricsURL string)
+	// leaseNamespace holds the Lease and its LeaderElection Events.
+	leaseNamespace() string
 }
 
-// processRollout runs each replica as a `pgloop operator` process.
-type processRollout struct {
-	namespaces []string // the clusters' namespaces
-	leaseNS    string
-	replicas   []*replica // the live ones, oldest first
-	started    int
+// deploymentRollout runs the replicas as users do: manifests/operator's
+// Deployment (DeployOperator), its pods on the process node with the
+// image's binary. A version is an image tag and args; the rolling update
+// is the Deployment controller's (the manifests keep its default strategy,
+// 25% surge and unavailable: with 2 replicas, one new pod Ready before an
+// old one is deleted), and the kubelet's SIGTERM makes the leader release
+// the Lease.
+type deploymentRollout struct {
+	namespaces []string
+	d          *OperatorDeployment
+	// base is the container's args in the manifests, before the suite's
+	// and the version's.
+	base []string
 }
 
-type replica struct {
-	name, version string
-	op            *Operator
-	identity      string // in the Lease
-	addr          string // of /readyz and /metrics
+// upgradeArgs are every version's flags after the manifests' own.
+func upgradeArgs(v operatorVersion) []string {
+	return append([]string{"--max-rolling-clusters", strconv.Itoa(upgradeBudget), "--log-level", "debug"}, v.args...)
 }
 
-// identityField finds a replica's identity in the Lease in its log.
-var identityField = regexp.MustCompile(`msg="waiting to lead".*identity="?([^" ]+)`)
-
-// replicaCount is the Deployment's replicas (manifests/operator).
-const replicaCount = 2
-
-func (r *processRollout) start(t *testing.T, v operatorVersion) {
+func (r *deploymentRollout) start(t *testing.T, v operatorVersion) {
 	t.Helper()
-	for range replicaCount {
-		r.startReplica(t, v)
+	r.d = env.DeployOperator(t, OperatorOptions{Namespaces: r.namespaces, Tag: v.tag, Args: upgradeArgs(v)})
+	dep, err := r.d.Deployment(Context(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
 	}
+	args := operatorContainerOf(&dep.Spec.Template.Spec).Args
+	r.base = args[:len(args)-len(upgradeArgs(v))]
 	r.leader(t)
 }
 
-func (r *processRollout) rollTo(t *testing.T, v operatorVersion, onNewLeader func(h handover, metricsURL string)) []handover {
+func (r *deploymentRollout) leaseNamespace() string { return r.d.Namespace }
+
+// operatorContainerOf is the operator's container in spec.
+func operatorContainerOf(spec *corev1.PodSpec) *corev1.Container {
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == operatorContainer {
+			return &spec.Containers[i]
+		}
+	}
+	return &corev1.Container{}
+}
+
+// image is the image of version v.
+func (v operatorVersion) image() string {
+	if v.tag == "" {
+		return OperatorImage + ":latest"
+	}
+	return OperatorImage + ":" + v.tag
+}
+
+// runs reports whether pod runs version v of the rollout.
+func (r *deploymentRollout) runs(pod *corev1.Pod, v operatorVersion) bool {
+	c := operatorContainerOf(&pod.Spec)
+	return c.Image == v.image() && slices.Equal(c.Args, append(slices.Clone(r.base), upgradeArgs(v)...))
+}
+
+// holderChange is the Lease naming holder, seen at.
+type holderChange struct {
+	holder string
+	at     time.Time
+}
+
+func (r *deploymentRollout) rollTo(t *testing.T, v operatorVersion, onNewLeader func(h handover, metricsURL string)) []handover {
 	t.Helper()
-	var hs []handover
-	called := false
-	for range replicaCount {
-		r.startReplica(t, v)
-		// The oldest replica of another version, the leader first.
-		holder, _ := r.leader(t)
-		old := slices.IndexFunc(r.replicas, func(p *replica) bool { return p.version != v.name && p.name == holder })
-		if old < 0 {
-			old = slices.IndexFunc(r.replicas, func(p *replica) bool { return p.version != v.name })
-		}
-		victim := r.replicas[old]
-		r.replicas = slices.Delete(r.replicas, old, old+1)
-		stopped := make(chan error, 1)
-		var exited time.Duration // valid once stopped sent
-		terminated := time.Now()
-		go func() {
-			err := victim.op.Stop()
-			exited = time.Since(terminated)
-			stopped <- err
-		}()
-		if victim.name == holder {
-			to := r.waitHolder(t, victim.identity)
-			hs = append(hs, handover{from: victim.name, to: to.name, took: time.Since(terminated), at: time.Now()})
-			t.Logf("upgrade: leader %s (%s) terminated; %s (%s) holds the Lease %v later",
-				victim.name, victim.version, to.name, to.version, time.Since(terminated).Round(time.Millisecond))
-		}
-		if err := <-stopped; err != nil {
-			t.Errorf("replica %s on SIGTERM: %v", victim.name, err)
-		}
-		t.Logf("upgrade: replica %s (%s) exited %v after its SIGTERM", victim.name, victim.version, exited.Round(time.Millisecond))
-		if name, url := r.leader(t); !called && r.byName(name).version == v.name && len(hs) > 0 {
-			called = true
-			onNewLeader(hs[len(hs)-1], url)
-		}
-	}
-	return hs
-}
-
-func (r *processRollout) leader(t *testing.T) (string, string) {
-	t.Helper()
-	ctx := Context(t, time.Minute)
-	lease, err := testbed.WaitFor(ctx, testbed.ListWatch(env.Kube.CoordinationV1().Leases(r.leaseNS), ByName(upgradeLease)),
-		func(l *coordinationv1.Lease) (bool, error) { return r.byIdentity(holderOf(l)) != nil, nil })
-	if err != nil {
-		t.Fatalf("no live replica holds the Lease: %v", err)
-	}
-	p := r.byIdentity(holderOf(lease))
-	return p.name, "http://" + p.addr + "/metrics"
-}
-
-// waitHolder waits until the Lease names a live replica other than the
-// one of identity old.
-func (r *processRollout) waitHolder(t *testing.T, old string) *replica {
-	t.Helper()
-	ctx := Context(t, time.Minute)
-	lease, err := testbed.WaitFor(ctx, testbed.ListWatch(env.Kube.CoordinationV1().Leases(r.leaseNS), ByName(upgradeLease)),
-		func(l *coordinationv1.Lease) (bool, error) {
-			h := holderOf(l)
-			return h != old && r.byIdentity(h) != nil, nil
-		})
-	if err != nil {
-		t.Fatalf("no other replica took the Lease over: %v", err)
-	}
-	return r.byIdentity(holderOf(lease))
-}
-
-func (r *processRollout) byIdentity(id string) *replica {
-	for _, p := range r.replicas {
-		if p.identity == id && id != "" {
-			return p
-		}
-	}
-	return nil
-}
-
-func (r *processRollout) byName(name string) *replica {
-	for _, p := range r.replicas {
-		if p.name == name {
-			return p
-		}
-	}
-	return nil
-}
-
-// startReplica runs a replica of v and waits until it is Ready (/readyz),
-// as a Deployment's rolling update does before it terminates an old one.
-func (r *processRollout) startReplica(t *testing.T, v operatorVersion) {
-	t.Helper()
-	r.started++
-	name := fmt.Sprintf("%s-%d", v.name, r.started)
-	logDir, err := os.MkdirTemp("", "pgloop-e2e-"+sanitizeName(t.Name())+"-")
+	ctx := Context(t, 3*time.Minute)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	// What the Lease and the pods went through, from before the update.
+	var (
+		mu         sync.Mutex
+		changes    []holderChange
+		terminated = map[string]time.Time{} // pod -> first seen deleted
+		changed    = make(chan struct{}, 1)
+	)
+	lease, err := r.d.Lease(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(logDir, name+".log")
-	args := append(env.OperatorArgs(r.namespaces),
-		"--leader-elect=true", "--leader-election-namespace", r.leaseNS, "--leader-election-id", upgradeLease,
-		"--max-rolling-clusters", strconv.Itoa(upgradeBudget))
-	args = append(args, v.args...)
-	proc, err := pgtest.StartOperator(v.bin, args, logPath, nil)
-	if err != nil {
-		t.Fatalf("while starting replica %s: %v", name, err)
-	}
-	op := &Operator{Name: name, LogPath: logPath, t: t, p: proc}
-	t.Logf("replica %s started (pid %d): %s %s", name, proc.PID(), filepath.Base(v.bin), strings.Join(args, " "))
-	t.Cleanup(func() {
-		if err := op.Stop(); err != nil {
-			t.Errorf("replica %s: %v", name, err)
-		}
-		if t.Failed() {
-			t.Logf("--- last lines of replica %s (whole log kept in %s) ---\n%s", name, logPath, op.LogTail(40))
-		} else {
-			_ = os.RemoveAll(logDir)
-		}
-	})
-	// While this replica still runs (cleanups run last-in first-out), the
-	// clusters are deleted and their finalizers removed.
-	t.Cleanup(func() {
-		for _, ns := range r.namespaces {
-			env.deleteClusters(t, op, ns)
-		}
-	})
-	p := &replica{name: name, version: v.name, op: op}
-	ctx := Context(t, time.Minute)
-	if err := op.WaitLog(ctx, "waiting to lead"); err != nil {
-		t.Fatal(err)
-	}
-	log := op.Log()
-	m, id := metricsAddr.FindStringSubmatch(log), identityField.FindStringSubmatch(log)
-	if m == nil || id == nil {
-		t.Fatalf("replica %s logged no address or no identity:\n%s", name, op.LogTail(20))
-	}
-	p.addr, p.identity = m[1], id[1]
-	if err := waitHTTP(ctx, "http://"+p.addr+"/readyz"); err != nil {
-		t.Fatalf("replica %s never Ready: %v", name, err)
-	}
-	r.replicas = append(r.replicas, p)
-}
-
-// waitHTTP waits until url answers 200. A probe has no watch: it is asked
-// every 100ms, as a kubelet's readiness probe asks every period.
-func waitHTTP(ctx context.Context, url string) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
+	changes = append(changes, holderChange{holder: holderOf(lease), at: time.Now()})
+	go func() {
+		_, _ = testbed.WaitFor(wctx, testbed.ListWatch(env.Kube.CoordinationV1().Leases(r.d.Namespace), ByName(r.d.Name)),
+			func(l *coordinationv1.Lease) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if h := holderOf(l); h != changes[len(changes)-1].holder {
+					changes = append(changes, holderChange{holder: h, at: time.Now()})
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				}
+				return false, nil
+			})
+	}()
+	go func() {
+		// The namespace holds the Deployment's pods only.
+		_, _ = testbed.WaitFor(wctx, testbed.ListWatch(env.Kube.CoreV1().Pods(r.d.Namespace), ""), func(p *corev1.Pod) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, ok := terminated[p.Name]; !ok && p.DeletionTimestamp != nil {
+				terminated[p.Name] = time.Now()
 			}
+			return false, nil
+		})
+	}()
+	err = r.d.update(ctx, func(c *corev1.Container) {
+		c.Image = v.image()
+		c.Args = append(slices.Clone(r.base), upgradeArgs(v)...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handovers := func() []handover {
+		mu.Lock()
+		defer mu.Unlock()
+		// A leader that releases the Lease leaves it without a holder
+		// until another takes it: a hand-over is from one holder to the
+		// next.
+		var hs []handover
+		from := HolderPod(changes[0].holder)
+		for _, c := range changes[1:] {
+			to := HolderPod(c.holder)
+			if to == "" || to == from {
+				continue
+			}
+			h := handover{from: from, to: to, at: c.at}
+			if at, ok := terminated[from]; ok {
+				h.took = c.at.Sub(at)
+			}
+			hs, from = append(hs, h), to
 		}
+		return hs
+	}
+	// As soon as a pod of v leads.
+	for called := false; !called; {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", url, ctx.Err())
-		case <-tick.C:
+			t.Fatalf("no replica of %s led: %v; hand-overs %s%s", v.name, ctx.Err(), describeHandovers(handovers()), r.d.describePods())
+		case <-changed:
 		}
+		hs := handovers()
+		if len(hs) == 0 {
+			continue
+		}
+		h := hs[len(hs)-1]
+		pod, err := env.Kube.CoreV1().Pods(r.d.Namespace).Get(ctx, h.to, metav1.GetOptions{})
+		if err != nil || !r.runs(pod, v) {
+			continue
+		}
+		called = true
+		t.Logf("upgrade: %s (%s) leads, %v after %s was deleted", h.to, v.name, h.took.Round(time.Millisecond), h.from)
+		onNewLeader(h, fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, operatorHTTPPort))
 	}
+	if err := r.d.WaitRollout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return handovers()
+}
+
+func (r *deploymentRollout) leader(t *testing.T) (string, string) {
+	t.Helper()
+	_, pod, err := r.d.WaitLeader(Context(t, time.Minute), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod.Name, fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, operatorHTTPPort)
 }
 
 // A rolling update of pgloop's replicas while 100 clusters run. To a
@@ -291,18 +264,22 @@ func waitHTTP(ctx context.Context, url string) error {
 // once, none Degraded.
 func TestUpgradeOperator(t *testing.T) {
 	ctx := Context(t, upgradeDeadline)
-	fleetNS, leaseNS := env.Namespace(t), env.Namespace(t)
+	fleetNS := env.Namespace(t)
 	env.StartLabeller(t, fleetNS)
 
-	oldBin := env.operatorBinary(t)
+	// The second version's image runs a build of its own; the first's is
+	// the suite's (DeployOperator installs it).
+	newBin, ok := env.Plane.ImageBinaries()[OperatorImage+":"+upgradeVersion]
+	if !ok {
+		t.Fatalf("the plane maps no binary to %s:%s (main_test.go)", OperatorImage, upgradeVersion)
+	}
 	built := make(chan error, 1)
-	newBin := filepath.Join(t.TempDir(), "pgloop-"+upgradeVersion)
 	go func() { built <- buildVersion(ctx, newBin, upgradeVersion) }()
 
-	first := operatorVersion{name: "v1", bin: oldBin}
-	second := operatorVersion{name: "v2", bin: newBin}
-	third := operatorVersion{name: "v3", bin: newBin, args: []string{"--spilo-image", upgradeSpiloImage}}
-	var ops operatorRollout = &processRollout{namespaces: []string{fleetNS}, leaseNS: leaseNS}
+	first := operatorVersion{name: "v1", tag: "v1"}
+	second := operatorVersion{name: "v2", tag: upgradeVersion}
+	third := operatorVersion{name: "v3", tag: upgradeVersion, args: []string{"--spilo-image", upgradeSpiloImage}}
+	var ops operatorRollout = &deploymentRollout{namespaces: []string{fleetNS}}
 	ops.start(t, first)
 
 	// 1. The fleet.
@@ -348,7 +325,7 @@ func TestUpgradeOperator(t *testing.T) {
 		if quiet, err = scrapeRequests(ctx, url); err != nil {
 			t.Fatal(err)
 		}
-		electionEvents = leaderElectionEvents(ctx, t, leaseNS)
+		electionEvents = leaderElectionEvents(ctx, t, ops.leaseNamespace())
 		checkBuildInfo(ctx, t, url, upgradeVersion)
 		// Edited while the rolling update may still go on.
 		if _, err := env.UpdateCluster(ctx, fleetNS, edited, func(pg *v1.Postgresql) { pg.Spec.NumberOfInstances = 2 }); err != nil {
@@ -576,9 +553,12 @@ func checkBuildInfo(ctx context.Context, t *testing.T, url, v string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m[`pgloop_build_info{version="`+v+`"}`] != 1 {
-		t.Errorf("the new leader's pgloop_build_info has no version %q", v)
+	for series, value := range m {
+		if strings.HasPrefix(series, "pgloop_build_info{") && strings.Contains(series, `version="`+v+`"`) && value == 1 {
+			return
+		}
 	}
+	t.Errorf("the new leader's pgloop_build_info has no version %q", v)
 }
 
 // apiRequest is one series of pgloop_api_requests_total.
@@ -820,7 +800,7 @@ func checkNoPgloopEvents(t *testing.T, after fleetSnapshot, since time.Time, edi
 // "<identity> became leader".
 func leaderElectionEvents(ctx context.Context, t *testing.T, ns string) int {
 	t.Helper()
-	lease, err := env.Kube.CoordinationV1().Leases(ns).Get(ctx, upgradeLease, metav1.GetOptions{})
+	lease, err := env.Kube.CoordinationV1().Leases(ns).Get(ctx, operatorName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete] [--object-store]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--apply-kustomize DIR]... [--image-binary REF=PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete] [--object-store]
 package main
 
 import (
@@ -42,6 +42,8 @@ type config struct {
 	kubeconfigOut string
 	crds          string
 	apply         []string
+	kustomize     []string
+	images        map[string]string
 	keepDir       bool
 	processNodes  int
 	taint         bool
@@ -81,6 +83,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.apply = append(cfg.apply, s)
 		return nil
 	})
+	fs.Func("apply-kustomize", "apply the kustomization in this directory (kubectl apply -k) after the other manifests (repeatable)", func(s string) error {
+		cfg.kustomize = append(cfg.kustomize, s)
+		return nil
+	})
+	fs.Func("image-binary", "REF=PATH: process nodes run containers of image REF (a repository: any tag; an exact reference wins) with the binary at PATH as the image's entrypoint (repeatable)", func(s string) error {
+		ref, path, ok := strings.Cut(s, "=")
+		if !ok || ref == "" || path == "" {
+			return fmt.Errorf("%q: want REF=PATH", s)
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return err
+		}
+		if cfg.images == nil {
+			cfg.images = map[string]string{}
+		}
+		cfg.images[ref] = abs
+		return nil
+	})
 	fs.BoolVar(&cfg.keepDir, "keep-dir", false, "keep the plane's directory (etcd data, logs) on exit")
 	fs.IntVar(&cfg.volumeWorkers, "volume-workers", 0, "make volumes with the plane's provisioner (test/provisioner) and this many workers instead of kwok's one-at-a-time volume stages (0: kwok's)")
 	fs.BoolVar(&cfg.noResizer, "no-resizer", false, "run without the plane's volume resizer (test/resizer): a claim's larger request then never grows it")
@@ -110,6 +131,7 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		Nodes:             cfg.nodes,
 		ProcessNodes:      cfg.processNodes,
 		TaintProcessNodes: cfg.taint,
+		ImageBinaries:     cfg.images,
 		KeepDir:           cfg.keepDir,
 		VolumeWorkers:     cfg.volumeWorkers,
 		NoResizer:         cfg.noResizer,
@@ -131,10 +153,18 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 		manifests = append(manifests, cfg.crds)
 	}
 	manifests = append(manifests, cfg.apply...)
-	if len(manifests) > 0 {
+	if len(manifests) > 0 || len(cfg.kustomize) > 0 {
 		objs, err := testbed.ReadManifests(manifests...)
 		if err != nil {
 			return err
+		}
+		for _, dir := range cfg.kustomize {
+			built, err := testbed.Kustomize(dir)
+			if err != nil {
+				return err
+			}
+			objs = append(objs, built...)
+			manifests = append(manifests, dir+" (kustomize)")
 		}
 		applyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
@@ -196,9 +226,12 @@ Point kubectl at it:
 
     export KUBECONFIG=%s
     kubectl get nodes
+
+Its files are in %s (logs; a process node's pods
+under kubelet/<node>/pods/<pod UID>/, their containers' output there).
 %s
 Ctrl-C stops it.
-`, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig, store)
+`, version, p.Config.Host, cfg.nodes, p.StartupTime.Round(100*time.Millisecond), kubeconfig, p.Dir, store)
 	return p.Wait(ctx)
 }
 
