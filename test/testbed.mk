@@ -35,7 +35,7 @@ test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests (wi
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
 .PHONY: test-e2e
-test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~20 min).
+test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~22 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./e2e/...
 
 .PHONY: labeller
