@@ -218,3 +218,20 @@ func TestNames(t *testing.T) {
 		t.Errorf("Names() = %v, want %v", got, want)
 	}
 }
+
+// A cluster may go Running -> Degraded once per fault, not more.
+func TestFlapping(t *testing.T) {
+	ok := Result{Faults: 3, ConvergedAt: time.Now(), Losses: map[string]int{"chaos-0/c01": 3, "chaos-1/c02": 1}}
+	if f := ok.Flapping(); len(f) != 0 || ok.Failed() {
+		t.Errorf("3 losses in 3 faults: Flapping() = %v, Failed() = %v; want none, false", f, ok.Failed())
+	}
+	flapping := ok
+	flapping.Losses = map[string]int{"chaos-0/c01": 11, "chaos-1/c02": 1}
+	want := []string{"flapping: chaos-0/c01 went Running -> Degraded 11 times (3 faults)"}
+	if f := flapping.Flapping(); !slices.Equal(f, want) || !flapping.Failed() {
+		t.Errorf("11 losses in 3 faults: Flapping() = %v, Failed() = %v; want %v, true", f, flapping.Failed(), want)
+	}
+	if line := flapping.Line(); !strings.Contains(line, "Running -> Degraded 12 (most of one cluster 11)") {
+		t.Errorf("Line() = %q; want the losses counted", line)
+	}
+}

@@ -94,6 +94,40 @@ type Result struct {
 	Err error
 	// LogDir holds the operators' logs, when kept.
 	LogDir string
+	// Losses counts, per cluster (namespace/name), its transitions from
+	// Running to Degraded seen by the check's watch during the run.
+	Losses map[string]int
+}
+
+// Flapping names the clusters that went from Running to Degraded more
+// often than faults were injected, with their counts: a fault may cost a
+// cluster one such transition (a pod it really lost), not more (issue 34:
+// a FailedCreate Event a fault left behind made a brief pod gap Degraded
+// again and again).
+func (r Result) Flapping() []string {
+	var out []string
+	for key, n := range r.Losses {
+		if n > r.Faults {
+			out = append(out, fmt.Sprintf("flapping: %s went Running -> Degraded %d times (%d faults)", key, n, r.Faults))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Failed reports whether the run failed: not converged, something
+// duplicated or lost, or a cluster flapping.
+func (r Result) Failed() bool {
+	return !r.Converged() || len(r.Verdict.Duplicates)+len(r.Verdict.Lost)+len(r.Flapping()) > 0
+}
+
+// losses sums Losses, and finds the most of one cluster.
+func (r Result) losses() (total, most int) {
+	for _, n := range r.Losses {
+		total += n
+		most = max(most, n)
+	}
+	return total, most
 }
 
 // Converged reports whether the run converged with nothing duplicated or
@@ -111,6 +145,8 @@ func (r Result) Line() string {
 	v := r.Verdict
 	s := fmt.Sprintf("chaos %-9s seed %d: faults %d (%s), clusters converged %d/%d, deleted gone %d/%d, duplicates %d, lost actions %d",
 		r.Scenario, r.Seed, r.Faults, r.Detail, v.Converged, v.Live, v.Gone, v.Deleted, len(v.Duplicates), len(v.Lost))
+	total, most := r.losses()
+	s += fmt.Sprintf(", Running -> Degraded %d (most of one cluster %d)", total, most)
 	if r.PlaneRestarts != "" {
 		s += fmt.Sprintf(", plane processes restarted after exiting: %s", r.PlaneRestarts)
 	}
@@ -130,7 +166,7 @@ func (r Result) Line() string {
 // clusters converged, duplicates, lost actions, time to converge after the
 // last fault (the longest of the runs).
 func Summary(scenario string, results []Result) string {
-	var runs, faults, converged, live, gone, deleted, dups, lost, failed int
+	var runs, faults, converged, live, gone, deleted, dups, lost, failed, losses, flapping int
 	var longest time.Duration
 	for _, r := range results {
 		if r.Scenario != scenario {
@@ -144,6 +180,9 @@ func Summary(scenario string, results []Result) string {
 		deleted += r.Verdict.Deleted
 		dups += len(r.Verdict.Duplicates)
 		lost += len(r.Verdict.Lost)
+		total, _ := r.losses()
+		losses += total
+		flapping += len(r.Flapping())
 		if !r.Converged() {
 			failed++
 		} else {
@@ -157,8 +196,8 @@ func Summary(scenario string, results []Result) string {
 	case failed > 0:
 		conv = fmt.Sprintf("%d runs NOT converged", failed)
 	}
-	return fmt.Sprintf("%-9s runs %d, faults injected %d, clusters converged %d/%d, deleted gone %d/%d, duplicates %d, lost actions %d, converge after last fault: %s",
-		scenario, runs, faults, converged, live, gone, deleted, dups, lost, conv)
+	return fmt.Sprintf("%-9s runs %d, faults injected %d, clusters converged %d/%d, deleted gone %d/%d, duplicates %d, lost actions %d, Running -> Degraded %d (clusters flapping: %d), converge after last fault: %s",
+		scenario, runs, faults, converged, live, gone, deleted, dups, lost, losses, flapping, conv)
 }
 
 // Run runs each scenario of cfg cfg.Runs times and returns the results in
@@ -180,8 +219,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			res := execute(ctx, cfg, s, cfg.Seed+uint64(i))
 			fmt.Fprintln(cfg.Log, res.Line())
-			if !res.Converged() || len(res.Verdict.Duplicates)+len(res.Verdict.Lost) > 0 {
-				for _, list := range [][]string{res.Verdict.Pending, res.Verdict.Duplicates, res.Verdict.Lost} {
+			if res.Failed() {
+				for _, list := range [][]string{res.Verdict.Pending, res.Verdict.Duplicates, res.Verdict.Lost, res.Flapping()} {
 					for _, line := range list {
 						fmt.Fprintln(cfg.Log, "  ", line)
 					}

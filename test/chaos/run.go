@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pginformers "github.com/pgloop/pgloop/pkg/generated/informers/externalversions"
 	"github.com/pgloop/pgloop/test/bench/benchkit"
@@ -80,6 +82,7 @@ type run struct {
 	// so the supervisor leaves it alone.
 	planeMu       sync.Mutex
 	planeRestarts map[string]int // by the supervisor, by process
+	losses        map[string]int // Running -> Degraded, by cluster (Result.Losses)
 
 	informed chan struct{} // a change reached the check's caches
 	snapshot func() Snapshot
@@ -110,6 +113,7 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 		opChanged:  make(chan struct{}),
 
 		planeRestarts: map[string]int{},
+		losses:        map[string]int{},
 	}
 	r.log = func(format string, args ...any) {
 		fmt.Fprintf(cfg.Log, "chaos %s seed %d: %s "+format+"\n", append([]any{s.Name, seed, time.Now().UTC().Format("15:04:05.0")}, args...)...)
@@ -209,6 +213,7 @@ func execute(ctx context.Context, cfg Config, s Scenario, seed uint64) (res Resu
 	r.mu.Lock()
 	res.Operators = r.started
 	res.PlaneRestarts = byKind(r.planeRestarts)
+	res.Losses = maps.Clone(r.losses)
 	r.mu.Unlock()
 	return res
 }
@@ -333,6 +338,20 @@ func (r *run) startInformers(ctx context.Context) error {
 		if _, err := inf.AddEventHandler(notify); err != nil {
 			return err
 		}
+	}
+	// Every status the watch sees: a cluster that leaves Running for
+	// Degraded more often than faults were injected flaps.
+	_, err := pgs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+		old, ok1 := oldObj.(*v1.Postgresql)
+		pg, ok2 := newObj.(*v1.Postgresql)
+		if ok1 && ok2 && old.Status.State == fsm.Running && pg.Status.State == fsm.Degraded {
+			r.mu.Lock()
+			r.losses[pg.Namespace+"/"+pg.Name]++
+			r.mu.Unlock()
+		}
+	}})
+	if err != nil {
+		return err
 	}
 	kf.Start(r.bg.Done())
 	pf.Start(r.bg.Done())

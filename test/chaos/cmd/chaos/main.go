@@ -97,7 +97,7 @@ func run(cfg chaos.Config, source string, timeout time.Duration) error {
 		fmt.Println(chaos.Summary(name, results))
 	}
 	for _, r := range results {
-		if !r.Converged() || len(r.Verdict.Duplicates) > 0 || len(r.Verdict.Lost) > 0 {
+		if r.Failed() {
 			bad++
 		}
 	}
