@@ -205,6 +205,8 @@ func TestBurstKeepsTransitions(t *testing.T) {
 	if _, _, w := c.get(); w != 6000 {
 		t.Errorf("%d writes counted, want 6000", w)
 	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
 	if sink.maxInFlight != 4 {
 		t.Errorf("%d writes in flight at most, want 4 (the workers)", sink.maxInFlight)
 	}

@@ -60,14 +60,6 @@ func (w *apiWrites) record(a k8stesting.Action) (bool, runtime.Object, error) {
 	return false, nil, nil
 }
 
-// objectOf is the object a create or update action carries, or nil.
-func objectOf(a k8stesting.Action) runtime.Object {
-	if act, ok := a.(interface{ GetObject() runtime.Object }); ok {
-		return act.GetObject()
-	}
-	return nil
-}
-
 // take returns the writes recorded since the last take.
 func (w *apiWrites) take() ([]string, []v1.PostgresqlStatus) {
 	w.mu.Lock()
