@@ -95,16 +95,19 @@ type Options struct {
 	// Transition reports whether an Event of this reason records a
 	// transition, kept in preference to the others.
 	Transition func(reason string) bool
-	Workers    int
-	PerObject  int
-	MaxQueued  int
-	Timeout    time.Duration // of one write
-	Retries    int           // after the first attempt
-	Backoff    time.Duration // before the first retry, doubled after each
-	Window     time.Duration // of aggregation
-	MaxCached  int
-	Clock      clock.Clock // of timestamps, backoffs and the flush's bound
-	Log        *logrus.Entry
+	// Workers write at once, one object's Events at a time each.
+	Workers int
+	// PerObject bounds one object's queue, the Event in flight included;
+	// MaxQueued all queues together (at about 1 KiB an Event, 10 MiB).
+	PerObject int
+	MaxQueued int
+	Timeout   time.Duration // of one write
+	Retries   int           // after the first attempt
+	Backoff   time.Duration // before the first retry, doubled after each
+	Window    time.Duration // of aggregation
+	MaxCached int
+	Clock     clock.Clock // of timestamps, backoffs and the flush's bound
+	Log       *logrus.Entry
 	// Dropped and Written count drops and writes (pkg/metrics).
 	Dropped func(transition bool)
 	Written func()
