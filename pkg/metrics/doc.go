@@ -5,7 +5,8 @@
 // how long each effect step takes and how often it fails, the SQL
 // statements and Patroni calls sent to the clusters, which requests the
 // Kubernetes client sends and how many of them the request gate held back,
-// and whether this replica leads. Each metric is described once (Desc):
+// the Kubernetes Events written and dropped (pkg/events), and whether this
+// replica leads. Each metric is described once (Desc):
 // the collectors are built from the descriptions, and docs/user-guide.md's
 // list is generated from Descs.
 //
@@ -16,8 +17,8 @@
 // and pkg/fsm it uses only the loop's Stats and event kinds and the list
 // of states. pkg/operator points the others at it: the loop's Observe and
 // Stats, the controller's hooks, a wrapper of the effect steps, the
-// effects' and the Patroni client's observers, the request gate, and the
-// transport of every client (InstrumentTransport).
+// effects' and the Patroni client's observers, the request gate, the Event
+// recorder, and the transport of every client (InstrumentTransport).
 //
 // What it hands out to be called does no I/O and takes no lock of
 // pgloop's: it runs on the loop goroutine, in the executor's workers or in

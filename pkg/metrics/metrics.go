@@ -101,7 +101,7 @@ func Descs() []Desc {
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
 		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
-	return append(descs, backupDescs...)
+	return append(append(descs, backupDescs...), eventDescs...)
 }
 
 // Metrics holds pgloop's collectors and the registry they are on.
@@ -127,6 +127,7 @@ type Metrics struct {
 	leader       prometheus.Gauge
 	loop         *loopCollector
 	backups      *backupCollector
+	events       eventCounters
 
 	// states is the last state reported for each cluster, so that the
 	// per-state gauge moves a cluster from its old state to its new one
@@ -166,6 +167,7 @@ func New() *Metrics {
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loop:         &loopCollector{},
 		backups:      newBackupCollector(),
+		events:       newEventCounters(),
 		states:       map[string]string{},
 	}
 	for k := range m.lagByKind {
@@ -180,6 +182,7 @@ func New() *Metrics {
 	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
 		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop, m.backups,
+		m.events.dropped, m.events.written,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

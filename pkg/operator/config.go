@@ -17,6 +17,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/archiving"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/events"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
@@ -109,6 +110,9 @@ type Config struct {
 	// BackgroundRequests bounds the API requests of background plans in
 	// flight at any time (0: as many as the workers send).
 	BackgroundRequests int
+	// EventWorkers is how many Kubernetes Events are written at once
+	// (pkg/events: one object's at a time each, as background requests).
+	EventWorkers int
 	// StepTimeout bounds one effect step (one API call or a short series).
 	StepTimeout time.Duration
 	// Config is the state machine's part: the timeouts of Creating and
@@ -218,6 +222,7 @@ func DefaultConfig() Config {
 		HealthAddr:              DefaultHealthAddr,
 		Workers:                 eventloop.DefaultWorkers,
 		UrgentWorkers:           eventloop.DefaultUrgentWorkers,
+		EventWorkers:            events.DefaultWorkers,
 		SlowAfter:               eventloop.DefaultSlowAfter,
 		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
 		StepTimeout:             eventloop.DefaultStepTimeout,
@@ -308,6 +313,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BackgroundRequests < 0 {
 		bad("background-requests must not be negative, got %d", c.BackgroundRequests)
+	}
+	if c.EventWorkers < 1 {
+		bad("event-workers must be at least 1, got %d", c.EventWorkers)
 	}
 	positive("step-timeout", c.StepTimeout)
 	positive("create-timeout", c.CreateTimeout)

@@ -20,7 +20,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -33,7 +32,9 @@ import (
 	"github.com/pgloop/pgloop/pkg/controller"
 	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/events"
 	"github.com/pgloop/pgloop/pkg/facts"
+	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
 	"github.com/pgloop/pgloop/pkg/informers"
@@ -46,6 +47,11 @@ import (
 // EventComponent is the source component of the Kubernetes Events pgloop
 // records.
 const EventComponent = "pgloop"
+
+// EventFlushTimeout bounds how long a stopping operator writes the Events
+// it still holds: a few seconds of the Deployment's grace period, whatever
+// the API server's state.
+const EventFlushTimeout = 5 * time.Second
 
 // ErrLeadershipLost is returned by Run when this replica stopped being the
 // leader without being asked to stop. The process should exit: a new
@@ -185,11 +191,22 @@ func run(ctx context.Context, cfg Config, log *logrus.Logger, cl clients, m *met
 		"resyncPeriod":                  cfg.ResyncPeriod.String(),
 	}).Info("pgloop operator starting")
 
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cl.kube.CoreV1().Events("")})
-	broadcaster.StartLogging(func(format string, args ...any) { entry.Debugf("event: "+format, args...) })
-	defer broadcaster.Shutdown()
-	rec := broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: EventComponent})
+	// pgloop's own recorder, not client-go's broadcaster, which drops
+	// whatever arrives while its queue is full, transitions included
+	// (pkg/events, docs/scale.md). It logs each Event at debug level, as
+	// the broadcaster's StartLogging did, and what it still holds is
+	// written, for EventFlushTimeout at most, once the leader's work and
+	// the elector have stopped.
+	rec := events.New(events.KubeSink(cl.kube.CoreV1()), events.Options{
+		Scheme:     eventScheme,
+		Source:     corev1.EventSource{Component: EventComponent},
+		Transition: fsm.KnownState, // a transition's Event has its new state for reason
+		Workers:    cfg.EventWorkers,
+		Log:        entry,
+		Dropped:    m.EventDropped,
+		Written:    m.EventWritten,
+	})
+	defer rec.Shutdown(EventFlushTimeout)
 
 	lead := func(ctx context.Context) error { return runLeader(ctx, &cfg, entry, cl, rec, m, h) }
 

@@ -71,6 +71,8 @@ func TestValidate(t *testing.T) {
 			want: []string{"workers must be at least 1, got 0", "kube-qps must be positive, 0", "kube-burst must be at least 1"}},
 		{name: "request gate", mod: func(c *Config) { c.BackgroundWhileUrgent, c.BackgroundRequests = -2, -1 },
 			want: []string{"background-requests-while-urgent must be at least 0, or -1 for no limit, got -2", "background-requests must not be negative, got -1"}},
+		{name: "no event workers", mod: func(c *Config) { c.EventWorkers = 0 },
+			want: []string{"event-workers must be at least 1, got 0"}},
 		{name: "some background while urgent", mod: func(c *Config) { c.BackgroundWhileUrgent = 2 }},
 		{name: "no request gate", mod: func(c *Config) { c.BackgroundWhileUrgent, c.BackgroundRequests = -1, 0 }},
 		{name: "strings", mod: func(c *Config) { c.HealthAddr, c.SpiloImage = "", " " },
