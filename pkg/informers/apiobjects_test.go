@@ -58,6 +58,14 @@ func newAPICluster(namespace, name string, instances int32) apiCluster {
 	if err != nil {
 		panic(err)
 	}
+	// Applied with kubectl, as most are: it keeps a copy of what was
+	// applied.
+	applied, err := json.Marshal(map[string]any{"apiVersion": v1.SchemeGroupVersion.String(), "kind": v1.PostgresqlKind,
+		"metadata": map[string]string{"name": name, "namespace": namespace}, "spec": pg.Spec})
+	if err != nil {
+		panic(err)
+	}
+	pg.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: string(applied)}
 	c := apiCluster{pg: pg}
 	stamp := func(m *metav1.ObjectMeta, managers ...string) {
 		m.UID = types.UID(fmt.Sprintf("%x-%s", hash(m.Namespace+m.Name), m.Name))
