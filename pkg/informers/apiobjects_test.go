@@ -3,6 +3,7 @@ package informers
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"reflect"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ func newAPICluster(namespace, name string, instances int32) apiCluster {
 	}
 	pg.Status.Primary = cluster.PodName(name, 0)
 	pg.ManagedFields = managedFields("pgloop", "kubectl-client-side-apply")
-	objs, err := cluster.Build(pg, cluster.Options{}, strings.NewReader(strings.Repeat("x", 4096)))
+	objs, err := cluster.Build(pg, cluster.Options{}, rand.New(rand.NewSource(int64(hash(namespace+name)))))
 	if err != nil {
 		panic(err)
 	}
