@@ -428,18 +428,71 @@ func clusterKey(obj any) (string, bool) {
 }
 
 // slim drops from an object what pgloop never reads before it enters a
-// cache: managed fields (often the larger part of the metadata), a
-// Secret's data, which pgloop only needs to know exists, and a ConfigMap's
-// data: Patroni keeps its state in annotations.
+// cache (client-go's transform: the handlers see the slimmed object too).
+// What each kind keeps is what its readers read (pkg/facts, the effects'
+// Cache, pkg/archiving), and what an effect that updates an object read
+// from the cache writes back (cluster.ApplyStatefulSet keeps a
+// StatefulSet's spec, cluster.ApplyService a Service's, the cleanup's
+// Update a Postgresql's metadata), so those keep all but managed fields:
+//   - every object: no managed fields (often the larger part of the
+//     metadata);
+//   - a Postgresql: no kubectl last-applied-configuration annotation, a
+//     copy of its spec kubectl keeps (the one Update of a cached
+//     Postgresql, the cleanup's removal of the finalizer, is its last
+//     write: the resource is being deleted);
+//   - a pod: slimPod;
+//   - a Secret: no data, which pgloop only needs to know exists (and so
+//     can never log from the cache);
+//   - a ConfigMap (Patroni's: leader, config, failover, sync): no data and
+//     only the leader annotation, the member holding Patroni's lock: the
+//     rest (renewTime, optime, the dynamic configuration, the history) is
+//     rewritten every HA loop and read by no one.
 func slim(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	switch o := obj.(type) {
+	case *v1.Postgresql:
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+	case *corev1.Pod:
+		slimPod(o)
 	case *corev1.Secret:
 		o.Data, o.StringData = nil, nil
 	case *corev1.ConfigMap:
 		o.Data, o.BinaryData = nil, nil
+		if leader, ok := o.Annotations[cluster.AnnotationLeader]; ok {
+			o.Annotations = map[string]string{cluster.AnnotationLeader: leader}
+		} else {
+			o.Annotations = nil
+		}
 	}
 	return obj, nil
+}
+
+// slimPod keeps of a pod (pgloop's and its poolers') its metadata, managed
+// fields apart, and what the facts and the effects read of the rest: the
+// node it is bound to and its scheduler (facts: scheduled,
+// schedulingFailure); its phase, conditions and IP; of each container's
+// status its name, readiness and state (facts: runsNothing,
+// stuckContainer). The rest of its spec (containers, their environment,
+// volumes, affinity: most of a pod) is the StatefulSet's template, which
+// the facts compare by its hash annotation. No effect writes a pod read
+// from the cache: they delete it by name and UID, or patch it.
+func slimPod(p *corev1.Pod) {
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, SchedulerName: p.Spec.SchedulerName}
+	st := &p.Status
+	*st = corev1.PodStatus{Phase: st.Phase, Conditions: st.Conditions, PodIP: st.PodIP,
+		InitContainerStatuses: slimContainers(st.InitContainerStatuses), ContainerStatuses: slimContainers(st.ContainerStatuses)}
+}
+
+// slimContainers returns the name, readiness and state of each status.
+func slimContainers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(statuses) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(statuses))
+	for i, s := range statuses {
+		out[i] = corev1.ContainerStatus{Name: s.Name, Ready: s.Ready, State: s.State}
+	}
+	return out
 }
