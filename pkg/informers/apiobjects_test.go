@@ -187,7 +187,7 @@ func apiPod(sts *appsv1.StatefulSet, ord int32, leader bool) *corev1.Pod {
 		}
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: token, ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"})
 		statuses = append(statuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "docker-pullable://" + c.Image + "@sha256:" + strings.Repeat("ab", 32),
-			ContainerID: "containerd://" + strings.Repeat(fmt.Sprintf("%x", hash(name+c.Name)), 8)[:64], Ready: true, Started: ptr.To(true),
+			ContainerID: "containerd://" + strings.Repeat(fmt.Sprintf("%08x", hash(name+c.Name)), 8), Ready: true, Started: ptr.To(true),
 			State:        corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: fixtures.Ago(time.Hour)}},
 			VolumeMounts: []corev1.VolumeMountStatus{{Name: token, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true, RecursiveReadOnly: ptr.To(corev1.RecursiveReadOnlyDisabled)}}})
 	}
