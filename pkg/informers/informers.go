@@ -148,7 +148,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notif
 	if i.log == nil {
 		i.log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	i.classFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, kubeinformers.WithTransform(slim))
+	i.classFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, kubeinformers.WithTransform(transform))
 	i.classes = i.classFactory.Storage().V1().StorageClasses().Informer()
 	if reg, err := i.classes.AddEventHandler(i.classHandler()); err != nil {
 		i.must(err)
@@ -182,25 +182,25 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s := &scope{
 		owned: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spilo })),
 		events: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = statefulSetEvents })),
 		claimEvents: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = claimEvents })),
 		namespaced: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim)),
+			kubeinformers.WithTransform(transform)),
 		pgloop: pginformers.NewSharedInformerFactoryWithOptions(pg, resync,
 			pginformers.WithNamespace(ns),
-			pginformers.WithTransform(slim)),
+			pginformers.WithTransform(transform)),
 		poolers: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = pooler })),
 	}
 

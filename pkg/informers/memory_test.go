@@ -12,15 +12,21 @@ import (
 // per cluster, kind by kind: N clusters' objects as a watch hands them over
 // (apiCluster: defaulted, with status, managed fields and Patroni's
 // annotations, decoded from JSON), each through the caches' transform
-// (slim) into a store indexed as its informer's is. Nothing else is live
+// (slim alone, or with share: transform) into a store indexed as its
+// informer's is. Nothing else is live
 // meanwhile, so the heap's growth is what the caches keep. One op is the
 // transform of one pod as the API returns it.
 //
 //	go test ./pkg/informers -run '^$' -bench CacheMemory -benchtime 2000x
 func BenchmarkCacheMemory(b *testing.B) {
 	const clusters = 1000
-	for _, instances := range []int32{1, 3} {
-		b.Run(fmt.Sprintf("clusters=%d/instances=%d", clusters, instances), func(b *testing.B) {
+	for _, bc := range []struct {
+		instances int32
+		name      string
+		transform func(any) (any, error)
+	}{{1, "slim", slim}, {1, "slim+share", transform}, {3, "slim+share", transform}} {
+		instances := bc.instances
+		b.Run(fmt.Sprintf("clusters=%d/instances=%d/transform=%s", clusters, instances, bc.name), func(b *testing.B) {
 			kinds := []struct {
 				name    string
 				cluster bool // indexed byCluster too
@@ -48,7 +54,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 				c := newAPICluster(fmt.Sprintf("ns-%d", i/100), fmt.Sprintf("c%d", i), instances)
 				for j, k := range kinds {
 					for _, o := range k.objs(&c) {
-						o, err := slim(o)
+						o, err := bc.transform(o)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -74,7 +80,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 				b.StopTimer()
 				q := p.DeepCopy()
 				b.StartTimer()
-				if _, err := slim(q); err != nil {
+				if _, err := bc.transform(q); err != nil {
 					b.Fatal(err)
 				}
 			}

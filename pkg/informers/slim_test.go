@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,7 +170,8 @@ func TestSlimKeepsFacts(t *testing.T) {
 	}
 }
 
-// slim runs every object of c through the caches' transform.
+// slim runs every object of c through the caches' transform (slim, then
+// share).
 func (c apiCluster) slim(t *testing.T) {
 	t.Helper()
 	objs := []any{c.pg, c.statefulSet, c.budget}
@@ -177,7 +179,7 @@ func (c apiCluster) slim(t *testing.T) {
 		objs = append(objs, list...)
 	}
 	for _, o := range objs {
-		if _, err := slim(o); err != nil {
+		if _, err := transform(o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,4 +190,50 @@ func (c apiCluster) slim(t *testing.T) {
 func (c apiCluster) observed() observed.Cluster {
 	return observed.Cluster{Postgresql: c.pg, StatefulSet: c.statefulSet, Pods: c.pods, Claims: c.claims,
 		Leader: c.configMaps[0], Secrets: c.secrets}
+}
+
+// TestShare checks that the caches' transform keeps one copy of the strings
+// equal in two clusters' objects, and changes no value.
+func TestShare(t *testing.T) {
+	a, b := newAPICluster("db", "c1", 1), newAPICluster("db", "c2", 1)
+	want := a.pods[0].DeepCopy()
+	if _, err := slim(want); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*corev1.Pod{a.pods[0], b.pods[0]} {
+		if _, err := transform(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa, pb := a.pods[0], b.pods[0]
+	if !reflect.DeepEqual(pa, want) {
+		t.Errorf("shared pod differs from the slim one\n got %+v\nwant %+v", pa, want)
+	}
+	same := func(what, x, y string) {
+		t.Helper()
+		if x != y || unsafe.StringData(x) != unsafe.StringData(y) {
+			t.Errorf("%s: %q and %q not one copy", what, x, y)
+		}
+	}
+	same("namespace", pa.Namespace, pb.Namespace)
+	same("a label value", pa.Labels[cluster.LabelApplication], pb.Labels[cluster.LabelApplication])
+	same("a condition type", string(pa.Status.Conditions[0].Type), string(pb.Status.Conditions[0].Type))
+	for k := range pa.Labels {
+		for k2 := range pb.Labels {
+			if k == k2 {
+				same("label key "+k, k, k2)
+			}
+		}
+	}
+	// Within one cluster: the StatefulSet's name and UID in the pod's
+	// owner reference.
+	sts := a.statefulSet
+	if _, err := transform(sts); err != nil {
+		t.Fatal(err)
+	}
+	same("owner UID", string(pa.OwnerReferences[0].UID), string(sts.UID))
+	same("template hash", pa.Annotations[cluster.AnnotationPodTemplateHash], sts.Spec.Template.Annotations[cluster.AnnotationPodTemplateHash])
+	if pa.ResourceVersion != "123458" {
+		t.Errorf("resourceVersion %q", pa.ResourceVersion)
+	}
 }
