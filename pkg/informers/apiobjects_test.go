@@ -54,6 +54,7 @@ func newAPICluster(namespace, name string, instances int32) apiCluster {
 		{Type: "Progressing", Status: metav1.ConditionFalse, Reason: "Running", LastTransitionTime: fixtures.Ago(time.Hour), ObservedGeneration: 1},
 	}
 	pg.Status.Primary = cluster.PodName(name, 0)
+	pg.Status.ObservedGeneration = 1
 	pg.ManagedFields = managedFields("pgloop", "kubectl-client-side-apply")
 	objs, err := cluster.Build(pg, cluster.Options{}, rand.New(rand.NewSource(int64(hash(namespace+name)))))
 	if err != nil {
