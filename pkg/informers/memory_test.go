@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -27,6 +29,11 @@ import (
 
 // memoryClusters is the number of clusters the memory benchmarks make.
 var memoryClusters = flag.Int("memory-clusters", 1000, "clusters of BenchmarkCacheMemory and BenchmarkClusterMemory")
+
+// memoryProfile is where BenchmarkClusterMemory writes a heap profile
+// while every cluster is held (go tool pprof -sample_index=inuse_space;
+// run with -test.memprofilerate=512 for the small objects).
+var memoryProfile = flag.String("memory-profile", "", "heap profile of BenchmarkClusterMemory, taken with every cluster held")
 
 // BenchmarkCacheMemory measures the live heap the informers' caches hold
 // per cluster, kind by kind: N clusters' objects as a watch hands them over
@@ -190,6 +197,18 @@ func BenchmarkClusterMemory(b *testing.B) {
 		}
 	}
 	all := liveHeap()
+	if *memoryProfile != "" {
+		f, err := os.Create(*memoryProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	metrics := map[string]float64{
 		"caches-B/cluster":         float64(caches-base) / float64(clusters),
 		"facts+machines-B/cluster": float64(all-caches) / float64(clusters),
