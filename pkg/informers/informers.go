@@ -440,7 +440,7 @@ func clusterKey(obj any) (string, bool) {
 //     copy of its spec kubectl keeps (the one Update of a cached
 //     Postgresql, the cleanup's removal of the finalizer, is its last
 //     write: the resource is being deleted);
-//   - a pod: slimPod;
+//   - a pod: slimPod; a PersistentVolumeClaim: slimClaim;
 //   - a Secret: no data, which pgloop only needs to know exists (and so
 //     can never log from the cache);
 //   - a ConfigMap (Patroni's: leader, config, failover, sync): no data and
@@ -456,6 +456,8 @@ func slim(obj any) (any, error) {
 		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
 	case *corev1.Pod:
 		slimPod(o)
+	case *corev1.PersistentVolumeClaim:
+		slimClaim(o)
 	case *corev1.Secret:
 		o.Data, o.StringData = nil, nil
 	case *corev1.ConfigMap:
@@ -483,6 +485,18 @@ func slimPod(p *corev1.Pod) {
 	st := &p.Status
 	*st = corev1.PodStatus{Phase: st.Phase, Conditions: st.Conditions, PodIP: st.PodIP,
 		InitContainerStatuses: slimContainers(st.InitContainerStatuses), ContainerStatuses: slimContainers(st.ContainerStatuses)}
+}
+
+// slimClaim keeps of a claim its metadata, managed fields and annotations
+// (the binder's and the provisioner's) apart, and what the facts
+// (volumes, stuck, wrongClassClaim) and the ensure's resize read of the
+// rest: its class, its request and the volume it is bound to; its phase,
+// capacity and conditions (a resize pending on the file system). No effect
+// writes a claim read from the cache: the resize patches its request.
+func slimClaim(c *corev1.PersistentVolumeClaim) {
+	c.Annotations = nil
+	c.Spec = corev1.PersistentVolumeClaimSpec{StorageClassName: c.Spec.StorageClassName, Resources: c.Spec.Resources, VolumeName: c.Spec.VolumeName}
+	c.Status = corev1.PersistentVolumeClaimStatus{Phase: c.Status.Phase, Capacity: c.Status.Capacity, Conditions: c.Status.Conditions}
 }
 
 // slimContainers returns the name, readiness and state of each status.

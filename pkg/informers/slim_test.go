@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -144,6 +145,19 @@ func TestSlimKeepsFacts(t *testing.T) {
 			c.pods[0].Annotations[cluster.AnnotationPodTemplateHash] = "0ld"
 			delete(c.pods[1].Annotations, "status")
 			delete(c.pods[2].Annotations, "status")
+		}},
+		{"volumes to grow", func(c *apiCluster) { c.pg.Spec.Volume.Size = resource.MustParse("20Gi") }},
+		{"a volume resizing", func(c *apiCluster) {
+			c.pg.Spec.Volume.Size = resource.MustParse("20Gi")
+			for _, cl := range c.claims {
+				cl.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("20Gi")
+			}
+			c.claims[1].Status.Conditions = []corev1.PersistentVolumeClaimCondition{{Type: corev1.PersistentVolumeClaimFileSystemResizePending, Status: corev1.ConditionTrue}}
+		}},
+		{"a claim pending", func(c *apiCluster) {
+			unscheduled(c.pods[2])
+			c.claims[2].Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}
+			c.claims[2].Spec.VolumeName = ""
 		}},
 		{"no leader", func(c *apiCluster) { delete(c.configMaps[0].Annotations, cluster.AnnotationLeader) }},
 		{"leader not promoted", func(c *apiCluster) {
