@@ -235,7 +235,7 @@ func managedFields(managers ...string) []metav1.ManagedFieldsEntry {
 		}
 		b.WriteString(`"f:last":{}}}}`)
 		out = append(out, metav1.ManagedFieldsEntry{Manager: m, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
-			Time: ptr.To(fixtures.Ago(time.Hour)), FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(b.String())}})
+			Time: ptr.To(fixtures.Ago(time.Hour)), FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(b.String())})
 	}
 	return out
 }
