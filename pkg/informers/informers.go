@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -441,6 +442,9 @@ func clusterKey(obj any) (string, bool) {
 //     Postgresql, the cleanup's removal of the finalizer, is its last
 //     write: the resource is being deleted);
 //   - a pod: slimPod; a PersistentVolumeClaim: slimClaim;
+//   - a PodDisruptionBudget: no status (its healthy pods and conditions),
+//     which nothing reads; the ensure's Update of a cached one leaves it
+//     to the apiserver, which keeps the stored status on an update;
 //   - a Secret: no data, which pgloop only needs to know exists (and so
 //     can never log from the cache);
 //   - a ConfigMap (Patroni's: leader, config, failover, sync): no data and
@@ -458,6 +462,8 @@ func slim(obj any) (any, error) {
 		slimPod(o)
 	case *corev1.PersistentVolumeClaim:
 		slimClaim(o)
+	case *policyv1.PodDisruptionBudget:
+		o.Status = policyv1.PodDisruptionBudgetStatus{}
 	case *corev1.Secret:
 		o.Data, o.StringData = nil, nil
 	case *corev1.ConfigMap:

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -51,7 +52,8 @@ func TestSlimPod(t *testing.T) {
 }
 
 // TestSlimConfigMapsAndPostgresql shows what the caches keep of Patroni's
-// ConfigMaps and of a Postgresql applied with kubectl.
+// ConfigMaps, of a PodDisruptionBudget and of a Postgresql applied with
+// kubectl.
 func TestSlimConfigMapsAndPostgresql(t *testing.T) {
 	c := newAPICluster("db", "c1", 1)
 	got := map[string]map[string]string{}
@@ -75,15 +77,24 @@ func TestSlimConfigMapsAndPostgresql(t *testing.T) {
 		t.Errorf("annotations\n got %v\nwant %v", got, want)
 	}
 
+	pdb := c.budget.(*policyv1.PodDisruptionBudget)
+	spec := pdb.Spec.DeepCopy()
+	if _, err := slim(pdb); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pdb.Status, policyv1.PodDisruptionBudgetStatus{}) || !reflect.DeepEqual(&pdb.Spec, spec) || len(pdb.OwnerReferences) != 1 {
+		t.Errorf("budget kept status %+v, spec changed: %v", pdb.Status, !reflect.DeepEqual(&pdb.Spec, spec))
+	}
+
 	pg := c.pg
 	pg.Annotations[v1.AnnotationSyncRequestedAt] = "2030-01-02T03:04:05Z"
-	spec := pg.Spec.DeepCopy()
+	pgSpec := pg.Spec.DeepCopy()
 	if _, err := slim(pg); err != nil {
 		t.Fatal(err)
 	}
 	if want := map[string]string{v1.AnnotationSyncRequestedAt: "2030-01-02T03:04:05Z"}; !reflect.DeepEqual(pg.Annotations, want) ||
-		pg.ManagedFields != nil || !reflect.DeepEqual(&pg.Spec, spec) || pg.Status.Primary != "c1-0" {
-		t.Errorf("postgresql kept annotations %v, managed fields %v, spec and status changed: %v", pg.Annotations, pg.ManagedFields, !reflect.DeepEqual(&pg.Spec, spec))
+		pg.ManagedFields != nil || !reflect.DeepEqual(&pg.Spec, pgSpec) || pg.Status.Primary != "c1-0" {
+		t.Errorf("postgresql kept annotations %v, managed fields %v, spec and status changed: %v", pg.Annotations, pg.ManagedFields, !reflect.DeepEqual(&pg.Spec, pgSpec))
 	}
 }
 
