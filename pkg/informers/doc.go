@@ -14,4 +14,9 @@
 // loop's inbox has coalesced it. The shared ServiceAccount, Role and
 // RoleBinding of a namespace are cached for the effects only: a change of
 // them notifies nothing.
+//
+// The caches keep only what pgloop reads (slim: no managed fields, a pod's
+// spec and status cut to what the facts read, no Secret data, ...), and
+// hold each distinct string once, whatever the objects holding it (share):
+// thousands of clusters' objects are mostly the same strings.
 package informers

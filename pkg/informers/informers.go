@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -148,7 +149,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, opts Options, n Notif
 	if i.log == nil {
 		i.log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	i.classFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, kubeinformers.WithTransform(slim))
+	i.classFactory = kubeinformers.NewSharedInformerFactoryWithOptions(kube, opts.Resync, kubeinformers.WithTransform(transform))
 	i.classes = i.classFactory.Storage().V1().StorageClasses().Informer()
 	if reg, err := i.classes.AddEventHandler(i.classHandler()); err != nil {
 		i.must(err)
@@ -182,25 +183,25 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	s := &scope{
 		owned: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = spilo })),
 		events: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = statefulSetEvents })),
 		claimEvents: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = claimEvents })),
 		namespaced: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim)),
+			kubeinformers.WithTransform(transform)),
 		pgloop: pginformers.NewSharedInformerFactoryWithOptions(pg, resync,
 			pginformers.WithNamespace(ns),
-			pginformers.WithTransform(slim)),
+			pginformers.WithTransform(transform)),
 		poolers: kubeinformers.NewSharedInformerFactoryWithOptions(kube, resync,
 			kubeinformers.WithNamespace(ns),
-			kubeinformers.WithTransform(slim),
+			kubeinformers.WithTransform(transform),
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = pooler })),
 	}
 
@@ -428,18 +429,90 @@ func clusterKey(obj any) (string, bool) {
 }
 
 // slim drops from an object what pgloop never reads before it enters a
-// cache: managed fields (often the larger part of the metadata), a
-// Secret's data, which pgloop only needs to know exists, and a ConfigMap's
-// data: Patroni keeps its state in annotations.
+// cache (client-go's transform: the handlers see the slimmed object too).
+// What each kind keeps is what its readers read (pkg/facts, the effects'
+// Cache, pkg/archiving), and what an effect that updates an object read
+// from the cache writes back (cluster.ApplyStatefulSet keeps a
+// StatefulSet's spec, cluster.ApplyService a Service's, the cleanup's
+// Update a Postgresql's metadata), so those keep all but managed fields:
+//   - every object: no managed fields (often the larger part of the
+//     metadata);
+//   - a Postgresql: no kubectl last-applied-configuration annotation, a
+//     copy of its spec kubectl keeps (the one Update of a cached
+//     Postgresql, the cleanup's removal of the finalizer, is its last
+//     write: the resource is being deleted);
+//   - a pod: slimPod; a PersistentVolumeClaim: slimClaim;
+//   - a PodDisruptionBudget: no status (its healthy pods and conditions),
+//     which nothing reads; the ensure's Update of a cached one leaves it
+//     to the apiserver, which keeps the stored status on an update;
+//   - a Secret: no data, which pgloop only needs to know exists (and so
+//     can never log from the cache);
+//   - a ConfigMap (Patroni's: leader, config, failover, sync): no data and
+//     only the leader annotation, the member holding Patroni's lock: the
+//     rest (renewTime, optime, the dynamic configuration, the history) is
+//     rewritten every HA loop and read by no one.
 func slim(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	switch o := obj.(type) {
+	case *v1.Postgresql:
+		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+	case *corev1.Pod:
+		slimPod(o)
+	case *corev1.PersistentVolumeClaim:
+		slimClaim(o)
+	case *policyv1.PodDisruptionBudget:
+		o.Status = policyv1.PodDisruptionBudgetStatus{}
 	case *corev1.Secret:
 		o.Data, o.StringData = nil, nil
 	case *corev1.ConfigMap:
 		o.Data, o.BinaryData = nil, nil
+		if leader, ok := o.Annotations[cluster.AnnotationLeader]; ok {
+			o.Annotations = map[string]string{cluster.AnnotationLeader: leader}
+		} else {
+			o.Annotations = nil
+		}
 	}
 	return obj, nil
+}
+
+// slimPod keeps of a pod (pgloop's and its poolers') its metadata, managed
+// fields apart, and what the facts and the effects read of the rest: the
+// node it is bound to and its scheduler (facts: scheduled,
+// schedulingFailure); its phase, conditions and IP; of each container's
+// status its name, readiness and state (facts: runsNothing,
+// stuckContainer). The rest of its spec (containers, their environment,
+// volumes, affinity: most of a pod) is the StatefulSet's template, which
+// the facts compare by its hash annotation. No effect writes a pod read
+// from the cache: they delete it by name and UID, or patch it.
+func slimPod(p *corev1.Pod) {
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, SchedulerName: p.Spec.SchedulerName}
+	st := &p.Status
+	*st = corev1.PodStatus{Phase: st.Phase, Conditions: st.Conditions, PodIP: st.PodIP,
+		InitContainerStatuses: slimContainers(st.InitContainerStatuses), ContainerStatuses: slimContainers(st.ContainerStatuses)}
+}
+
+// slimClaim keeps of a claim its metadata, managed fields and annotations
+// (the binder's and the provisioner's) apart, and what the facts
+// (volumes, stuck, wrongClassClaim) and the ensure's resize read of the
+// rest: its class, its request and the volume it is bound to; its phase,
+// capacity and conditions (a resize pending on the file system). No effect
+// writes a claim read from the cache: the resize patches its request.
+func slimClaim(c *corev1.PersistentVolumeClaim) {
+	c.Annotations = nil
+	c.Spec = corev1.PersistentVolumeClaimSpec{StorageClassName: c.Spec.StorageClassName, Resources: c.Spec.Resources, VolumeName: c.Spec.VolumeName}
+	c.Status = corev1.PersistentVolumeClaimStatus{Phase: c.Status.Phase, Capacity: c.Status.Capacity, Conditions: c.Status.Conditions}
+}
+
+// slimContainers returns the name, readiness and state of each status.
+func slimContainers(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(statuses) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(statuses))
+	for i, s := range statuses {
+		out[i] = corev1.ContainerStatus{Name: s.Name, Ready: s.Ready, State: s.State}
+	}
+	return out
 }
