@@ -686,24 +686,17 @@ type recorded struct {
 
 func snapshot(ctx context.Context, t *testing.T, ns string) fleetSnapshot {
 	t.Helper()
-	s := fleetSnapshot{at: time.Now(), clusters: map[string]*v1.Postgresql{}, pods: map[string]*corev1.Pod{},
-		versions: map[string]string{}, events: map[types.UID]recorded{}}
+	s := fleetSnapshot{at: time.Now(), versions: map[string]string{}, events: map[types.UID]recorded{}}
 	pgs, err := env.PG.Postgresqls(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.clustersRV = pgs.ResourceVersion
-	for i := range pgs.Items {
-		s.clusters[pgs.Items[i].Name] = &pgs.Items[i]
-	}
+	s.clustersRV, s.clusters = pgs.ResourceVersion, byName(pgs.Items)
 	pods, err := env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.podsRV = pods.ResourceVersion
-	for i := range pods.Items {
-		s.pods[pods.Items[i].Name] = &pods.Items[i]
-	}
+	s.podsRV, s.pods = pods.ResourceVersion, byName(pods.Items)
 	sts, err := env.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -744,6 +737,18 @@ func snapshot(ctx context.Context, t *testing.T, ns string) fleetSnapshot {
 		}
 	}
 	return s
+}
+
+// byName indexes a list's items by name.
+func byName[T any, P interface {
+	*T
+	GetName() string
+}](items []T) map[string]*T {
+	out := make(map[string]*T, len(items))
+	for i := range items {
+		out[P(&items[i]).GetName()] = &items[i]
+	}
+	return out
 }
 
 // checkUnchanged fails t if a pod of the fleet was replaced or restarted,
