@@ -83,10 +83,11 @@ type Options struct {
 	// Default: logrus.StandardLogger().
 	Log logrus.FieldLogger
 	// Observe, when set, is called on the loop goroutine for every event
-	// handed to the Handler, with how long it waited in the inbox (for a
-	// coalesced Signal, since the first of its kind). It is on the hot
+	// handed to the Handler, with its kind, its name (the signal's or the
+	// timer's, "" for the others) and how long it waited in the inbox (for
+	// a coalesced Signal, since the first of its kind). It is on the hot
 	// path: it must be cheap and never block (a histogram's Observe is).
-	Observe func(kind Kind, lag time.Duration)
+	Observe func(kind Kind, name string, lag time.Duration)
 	// Exec, when set, runs the plans in place of the executor's workers:
 	// the loop calls it on its goroutine with the work of one plan (or of
 	// the rest of a paused one), and Exec decides when, and on which
@@ -116,7 +117,7 @@ type Loop struct {
 	stepTimeout time.Duration
 	slowAfter   time.Duration // 0: never
 	log         logrus.FieldLogger
-	observe     func(Kind, time.Duration)
+	observe     func(Kind, string, time.Duration)
 	exec        func(string, func())
 
 	in      *inbox
@@ -373,7 +374,7 @@ func (l *Loop) dispatchBatch() {
 		if l.dispatch(ev) {
 			handled++
 			if l.observe != nil {
-				l.observe(ev.Kind, lag)
+				l.observe(ev.Kind, ev.Name, lag)
 			}
 		}
 	}

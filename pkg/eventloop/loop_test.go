@@ -734,13 +734,15 @@ func TestLagAndObserve(t *testing.T) {
 	g := newGate()
 	var mu sync.Mutex
 	lags := map[Kind][]time.Duration{}
+	var names []string
 	rec := newRecorder(func(ev Event) Outcome {
 		g.handle(ev)
 		return Outcome{}
 	})
-	l := startLoop(t, rec, Options{Observe: func(k Kind, lag time.Duration) {
+	l := startLoop(t, rec, Options{Observe: func(k Kind, name string, lag time.Duration) {
 		mu.Lock()
 		lags[k] = append(lags[k], lag)
+		names = append(names, name)
 		mu.Unlock()
 	}})
 	g.hold(t, l)
@@ -757,6 +759,9 @@ func TestLagAndObserve(t *testing.T) {
 	defer mu.Unlock()
 	if want := []time.Duration{0, 5 * time.Second}; !slices.Equal(lags[Signal], want) {
 		t.Errorf("observed %v, want %v", lags[Signal], want)
+	}
+	if !slices.Equal(names, []string{"hold", "spec"}) { // the gate's signal, then the merged one
+		t.Errorf("observed names %q, want the signal's", names)
 	}
 }
 

@@ -53,6 +53,8 @@ var (
 		"How long the plans counted by pgloop_loop_worker_waits_total waited in all."}
 	descDispatched = Desc{"pgloop_loop_events_dispatched_total", "counter", nil,
 		"Events handed to the state machines."}
+	descEvents = Desc{"pgloop_loop_events_total", "counter", []string{"kind", "name"},
+		"Events handed to the state machines, by kind (signal, timerFired, planDone, panicked) and name: the signal's (spec, pods, objects, events, quota, leader) or the timer's (resync, retry, timeout, ...), empty for the others. An idle fleet's only events are its Running clusters' resync timers, one per cluster every --resync-period."}
 	descCoalesced = Desc{"pgloop_loop_signals_coalesced_total", "counter", nil,
 		"Signals merged into one of the same cluster and name already waiting in the inbox."}
 	descStaleTimers = Desc{"pgloop_loop_stale_timers_total", "counter", nil,
@@ -98,7 +100,7 @@ var (
 func Descs() []Desc {
 	descs := []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
 		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
-		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
+		descDispatched, descEvents, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
 		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
 	return append(append(descs, backupDescs...), eventDescs...)
@@ -112,6 +114,8 @@ type Metrics struct {
 
 	lag          *prometheus.HistogramVec
 	lagByKind    [4]prometheus.Observer // indexed by eventloop.Kind, resolved once: Observe is on the hot path
+	loopEvents   *prometheus.CounterVec
+	eventsByName map[eventName]prometheus.Counter // resolved on first use, on the loop goroutine only
 	clusters     *prometheus.GaugeVec
 	transitions  *prometheus.CounterVec
 	rolling      prometheus.Gauge
@@ -165,6 +169,8 @@ func New() *Metrics {
 		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
 		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
 		leader:       prometheus.NewGauge(opts(descLeader)),
+		loopEvents:   prometheus.NewCounterVec(prometheus.CounterOpts(opts(descEvents)), descEvents.Labels),
+		eventsByName: map[eventName]prometheus.Counter{},
 		loop:         &loopCollector{},
 		backups:      newBackupCollector(),
 		events:       newEventCounters(),
@@ -181,7 +187,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, buildInfo, m.loop, m.backups,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
 		m.events.dropped, m.events.written,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -195,9 +201,25 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// ObserveLag records how long an event waited for the loop. It is the
-// loop's Options.Observe.
-func (m *Metrics) ObserveLag(kind eventloop.Kind, lag time.Duration) {
+// eventName is a label pair of pgloop_loop_events_total.
+type eventName struct {
+	kind eventloop.Kind
+	name string
+}
+
+// ObserveLag records how long an event waited for the loop, and counts it
+// by kind and name. It is the loop's Options.Observe, called on the loop
+// goroutine only: the counters of a kind and name are resolved once, so an
+// event costs a map lookup, not the vector's label hashing. The names are
+// few (the signals and the timers of pkg/fsm).
+func (m *Metrics) ObserveLag(kind eventloop.Kind, name string, lag time.Duration) {
+	k := eventName{kind, name}
+	c, ok := m.eventsByName[k]
+	if !ok {
+		c = m.loopEvents.WithLabelValues(kind.String(), name)
+		m.eventsByName[k] = c
+	}
+	c.Inc()
 	if int(kind) < len(m.lagByKind) {
 		m.lagByKind[kind].Observe(lag.Seconds())
 		return

@@ -21,10 +21,12 @@ import (
 
 func TestLag(t *testing.T) {
 	m := New()
-	m.ObserveLag(eventloop.Signal, 2*time.Millisecond)
-	m.ObserveLag(eventloop.Signal, 3*time.Millisecond)
-	m.ObserveLag(eventloop.PlanDone, time.Second)
-	m.ObserveLag(eventloop.Kind(9), time.Second) // unknown kinds are not lost
+	m.ObserveLag(eventloop.Signal, "pods", 2*time.Millisecond)
+	m.ObserveLag(eventloop.Signal, "spec", 3*time.Millisecond)
+	m.ObserveLag(eventloop.PlanDone, "", time.Second)
+	m.ObserveLag(eventloop.Kind(9), "", time.Second) // unknown kinds are not lost
+	m.ObserveLag(eventloop.TimerFired, "resync", time.Millisecond)
+	m.ObserveLag(eventloop.TimerFired, "resync", time.Millisecond)
 
 	if got := testutil.CollectAndCount(m.lag, "pgloop_loop_lag_seconds"); got != 5 {
 		t.Errorf("lag series = %d, want 5 (the four kinds listed from the start, plus the unknown one)", got)
@@ -35,6 +37,14 @@ func TestLag(t *testing.T) {
 	}
 	if h := histogram(t, m, "pgloop_loop_lag_seconds", "kind", "kind(9)"); h.GetSampleCount() != 1 {
 		t.Errorf("unknown kind lag count = %d, want 1", h.GetSampleCount())
+	}
+	for _, c := range []struct {
+		kind, name string
+		want       float64
+	}{{"signal", "pods", 1}, {"signal", "spec", 1}, {"planDone", "", 1}, {"timerFired", "resync", 2}, {"kind(9)", "", 1}} {
+		if got := testutil.ToFloat64(m.loopEvents.WithLabelValues(c.kind, c.name)); got != c.want {
+			t.Errorf("pgloop_loop_events_total{kind=%q,name=%q} = %v, want %v", c.kind, c.name, got, c.want)
+		}
 	}
 }
 
@@ -231,7 +241,7 @@ func TestLeader(t *testing.T) {
 func TestDescs(t *testing.T) {
 	m := New()
 	m.WatchLoop(func() eventloop.Stats { return eventloop.Stats{} })
-	m.ObserveLag(eventloop.Signal, time.Millisecond)
+	m.ObserveLag(eventloop.Signal, "spec", time.Millisecond)
 	m.ObserveSQL("ns/a", "ok")
 	m.ObservePatroni("config", "timeout")
 	m.ObserveArchiveCheck("failing")

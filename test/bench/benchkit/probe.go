@@ -149,9 +149,15 @@ func StepCounts(d Samples) string {
 }
 
 // WaitQuiet waits until the operator is quiet: its inbox empty, no plan
-// running or waiting, and no event dispatched nor effect step run for a
-// second. /metrics has no watch: it is read every 250ms. It returns how long
-// that took, and false if timeout passed first.
+// running or waiting, and for a second no API request and no event
+// dispatched but Running clusters' resyncs. A resync (the timer "resync",
+// every --resync-period per Running cluster) re-plans the cluster's ensure
+// from the caches and writes nothing when nothing drifted; a fleet of
+// thousands has several a second, so a criterion that counted them would
+// never see the operator quiet. Their plans' results (planDone) are let
+// through for the same reason: any other plan's follows a signal or another
+// timer, or writes. /metrics has no watch: it is read every 250ms. It
+// returns how long that took, and false if timeout passed first.
 func WaitQuiet(ctx context.Context, m *Scraper, timeout time.Duration) (time.Duration, bool, error) {
 	began := time.Now()
 	deadline := time.NewTimer(timeout)
@@ -167,8 +173,8 @@ func WaitQuiet(ctx context.Context, m *Scraper, timeout time.Duration) (time.Dur
 		}
 		idle := s.Get("pgloop_loop_inbox_depth") == 0 && s.Get("pgloop_loop_plans_running") == 0 &&
 			s.Get("pgloop_loop_plans_waiting") == 0 && prev != nil &&
-			s.Get("pgloop_loop_events_dispatched_total") == prev.Get("pgloop_loop_events_dispatched_total") &&
-			s.Sum("pgloop_effect_step_duration_seconds_count") == prev.Sum("pgloop_effect_step_duration_seconds_count")
+			BusyEvents(s) == BusyEvents(prev) &&
+			s.Sum("pgloop_api_requests_total") == prev.Sum("pgloop_api_requests_total")
 		switch {
 		case !idle:
 			quietSince = time.Time{}
@@ -186,4 +192,13 @@ func WaitQuiet(ctx context.Context, m *Scraper, timeout time.Duration) (time.Dur
 			return 0, false, context.Cause(ctx)
 		}
 	}
+}
+
+// BusyEvents is how many events the loop dispatched, Running clusters'
+// resyncs and plans' results apart (WaitQuiet). An operator older than
+// pgloop_loop_events_total counts every event as busy.
+func BusyEvents(s Samples) float64 {
+	return s.Get("pgloop_loop_events_dispatched_total") -
+		s.Sum("pgloop_loop_events_total", `kind="timerFired"`, `name="resync"`) -
+		s.Sum("pgloop_loop_events_total", `kind="planDone"`)
 }

@@ -134,3 +134,50 @@ func (r Requests) String() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// loopEventsMetric counts the events the loop handed to the state
+// machines, by kind and name.
+const loopEventsMetric = "pgloop_loop_events_total"
+
+// LoopEvents count the loop's events by kind and name, e.g.
+// "timerFired resync" or "signal pods".
+type LoopEvents map[string]float64
+
+// LoopEventsOf reads the loop's events of a scrape (or of a Delta of two).
+func LoopEventsOf(s benchkit.Samples) LoopEvents {
+	out := LoopEvents{}
+	for _, series := range s.Series(loopEventsMetric) {
+		if series.Value == 0 {
+			continue
+		}
+		key := series.Labels["kind"]
+		if name := series.Labels["name"]; name != "" {
+			key += " " + name
+		}
+		out[key] += series.Value
+	}
+	return out
+}
+
+// String renders the events most first, e.g. "1006 timerFired resync,
+// 1006 planDone", or "none".
+func (e LoopEvents) String() string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if e[a] != e[b] {
+			return int(e[b] - e[a])
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%.0f %s", e[k], k))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

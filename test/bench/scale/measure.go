@@ -366,7 +366,9 @@ func (s *stage) idle() (*Window, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Window{Took: time.Since(began), Requests: RequestsOf(benchkit.Delta(before, after))}, nil
+	d := benchkit.Delta(before, after)
+	return &Window{Took: time.Since(began), Requests: RequestsOf(d), Events: LoopEventsOf(d),
+		CPU: time.Duration(d.Get("process_cpu_seconds_total") * float64(time.Second))}, nil
 }
 
 // eventsSettle is how long no request of pgloop's may go out before the

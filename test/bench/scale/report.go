@@ -108,6 +108,10 @@ type Memory struct {
 type Window struct {
 	Took     time.Duration
 	Requests Requests
+	// Events are the loop's events in the window by kind and name, CPU
+	// the operator's CPU time (process_cpu_seconds_total).
+	Events LoopEvents
+	CPU    time.Duration
 }
 
 // Restart is the operator SIGKILLed at N and started again.
@@ -538,7 +542,8 @@ func (r *Result) WriteDetails(w io.Writer) {
 				mib(row.Memory0.RSS), mib(row.MemoryN.RSS), row.Clusters, mib(row.Memory0.Heap), mib(row.MemoryN.Heap))
 		}
 		if iw := row.IdleWindow; iw != nil {
-			fmt.Fprintf(w, "- Idle for %v with %d clusters: every request %s.\n", benchkit.Ms(iw.Took), row.Clusters, iw.Requests)
+			fmt.Fprintf(w, "- Idle for %v with %d clusters: every request %s. The loop's events: %s; the operator's CPU %v (%.2f %% of a core).\n",
+				benchkit.Ms(iw.Took), row.Clusters, iw.Requests, iw.Events, benchkit.Ms(iw.CPU), 100*iw.CPU.Seconds()/iw.Took.Seconds())
 		}
 		if rs := row.Restart; rs != nil {
 			fmt.Fprintf(w, "- Restart: SIGKILL with %d clusters and %d timers in the loop; the new process ready %v after its start, every machine back %v after; its requests over %v after ready: %s.\n",

@@ -275,3 +275,30 @@ func TestFairnessPlaneExtra(t *testing.T) {
 		t.Errorf("with the plane's part:\n got %s\nwant %s", got, want)
 	}
 }
+
+// The loop's events are read by kind and name, most first; BusyEvents
+// leaves out resyncs and plans' results.
+func TestLoopEventsOf(t *testing.T) {
+	before := benchkit.Samples{
+		`pgloop_loop_events_total{kind="timerFired",name="resync"}`: 10,
+		`pgloop_loop_events_total{kind="planDone",name=""}`:         10,
+		`pgloop_loop_events_dispatched_total`:                       20,
+	}
+	after := benchkit.Samples{
+		`pgloop_loop_events_total{kind="timerFired",name="resync"}`: 40,
+		`pgloop_loop_events_total{kind="planDone",name=""}`:         40,
+		`pgloop_loop_events_total{kind="signal",name="pods"}`:       2,
+		`pgloop_loop_events_total{kind="timerFired",name="retry"}`:  0,
+		`pgloop_loop_events_dispatched_total`:                       82,
+	}
+	d := benchkit.Delta(before, after)
+	if got, want := LoopEventsOf(d).String(), "30 planDone, 30 timerFired resync, 2 signal pods"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	if got := benchkit.BusyEvents(d); got != 2 {
+		t.Errorf("busy events = %v, want 2 (the pods signals)", got)
+	}
+	if got := (LoopEvents{}).String(); got != "none" {
+		t.Errorf("no event = %q", got)
+	}
+}

@@ -209,17 +209,27 @@ func (s *stage) kill(term bool) error {
 	return nil
 }
 
-// quiet waits until the operator is quiet, and says so.
+// quiet waits until the operator is quiet, and says so, with the loop's
+// events while it waited: what keeps an operator that is not quiet busy.
 func (s *stage) quiet(what string) error {
-	took, quiet, err := benchkit.WaitQuiet(s.ctx, s.env.Metrics, s.b.cfg.QuietTimeout)
-	switch {
-	case err != nil:
+	before, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
 		return err
-	case !quiet:
-		s.b.logf("%s: operator NOT quiet %v %s; going on", s.name, benchkit.Ms(took), what)
-	default:
-		s.b.logf("%s: operator quiet %v %s", s.name, benchkit.Ms(took), what)
 	}
+	took, quiet, err := benchkit.WaitQuiet(s.ctx, s.env.Metrics, s.b.cfg.QuietTimeout)
+	if err != nil {
+		return err
+	}
+	after, err := s.env.Metrics.Scrape(s.ctx)
+	if err != nil {
+		return err
+	}
+	events := LoopEventsOf(benchkit.Delta(before, after))
+	if !quiet {
+		s.b.logf("%s: operator NOT quiet %v %s (the loop's events meanwhile: %s); going on", s.name, benchkit.Ms(took), what, events)
+		return nil
+	}
+	s.b.logf("%s: operator quiet %v %s (the loop's events meanwhile: %s)", s.name, benchkit.Ms(took), what, events)
 	return nil
 }
 
