@@ -102,7 +102,7 @@ func Descs() []Desc {
 		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descEvents, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descLeader, descBuildInfo}
 	return append(append(descs, backupDescs...), eventDescs...)
 }
 
@@ -127,6 +127,7 @@ type Metrics struct {
 	archive      *prometheus.CounterVec
 	apiRequests  *prometheus.CounterVec
 	held         prometheus.Counter
+	window       prometheus.Gauge
 	heldSeconds  prometheus.Counter
 	leader       prometheus.Gauge
 	loop         *loopCollector
@@ -167,6 +168,7 @@ func New() *Metrics {
 		archive:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descArchiveChecks)), descArchiveChecks.Labels),
 		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
 		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
+		window:       prometheus.NewGauge(opts(descWindow)),
 		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loopEvents:   prometheus.NewCounterVec(prometheus.CounterOpts(opts(descEvents)), descEvents.Labels),
@@ -187,7 +189,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.window, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
 		m.events.dropped, m.events.written,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

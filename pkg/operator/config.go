@@ -110,6 +110,11 @@ type Config struct {
 	// BackgroundRequests bounds the API requests of background plans in
 	// flight at any time (0: as many as the workers send).
 	BackgroundRequests int
+	// PaceBackground bounds the API requests of background plans in
+	// flight by the API server's latency (pace.go): a window that halves
+	// when a write is answered slowly, and grows back by one per window
+	// answered at the baseline latency.
+	PaceBackground bool
 	// EventWorkers is how many Kubernetes Events are written at once
 	// (pkg/events: one object's at a time each, as background requests).
 	EventWorkers int
@@ -225,6 +230,7 @@ func DefaultConfig() Config {
 		EventWorkers:            events.DefaultWorkers,
 		SlowAfter:               eventloop.DefaultSlowAfter,
 		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
+		PaceBackground:          true,
 		StepTimeout:             eventloop.DefaultStepTimeout,
 		Config:                  f,
 		SpiloImage:              cluster.DefaultImage,

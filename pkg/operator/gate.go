@@ -54,6 +54,9 @@ const (
 // and watches, leader election) is not gated and not counted. A held
 // request gives up when its context ends, as it would have in the server.
 //
+// With pacing on (pace.go), background requests in flight are also bounded
+// at any time by a window that follows the API server's latency.
+//
 // Only requests count, never plans: an urgent plan that waits on Patroni
 // or SQL holds nothing here, so a stuck cluster's slow urgent plan does
 // not slow the fleet's background work.
@@ -67,6 +70,11 @@ type requestGate struct {
 	clock         clock.WithDelayedExecution
 	// onHeld is told how long each held request waited.
 	onHeld func(time.Duration)
+	// pace, when set, bounds background requests in flight at any time
+	// by the API server's latency (pace.go); onWindow is told its window
+	// when it changes.
+	pace     *pacer
+	onWindow func(float64)
 
 	mu         sync.Mutex
 	urgent     int       // urgent requests in flight
@@ -96,6 +104,17 @@ func newRequestGate(limit, most int, hold, maxHeld time.Duration, clk clock.With
 	return &requestGate{limit: limit, most: max(most, 0), hold: hold, maxHeld: max(maxHeld, 0), clock: clk, onHeld: onHeld}
 }
 
+// pacing turns on the pacer (pace.go); onWindow, if set, is told its
+// window each time it changes. It returns g.
+func (g *requestGate) pacing(onWindow func(float64)) *requestGate {
+	g.pace = newPacer()
+	g.onWindow = onWindow
+	if onWindow != nil {
+		onWindow(g.pace.window)
+	}
+	return g
+}
+
 // wrap is a rest.Config WrapTransport.
 func (g *requestGate) wrap(rt http.RoundTripper) http.RoundTripper {
 	return gatedTransport{next: rt, g: g}
@@ -107,7 +126,8 @@ type gatedTransport struct {
 }
 
 func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	switch requestPriority(req) {
+	p := requestPriority(req)
+	switch p {
 	case eventloop.Urgent:
 		t.g.urgentStarted()
 		defer t.g.urgentEnded()
@@ -116,8 +136,29 @@ func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		defer t.g.release()
+	default:
+		return t.next.RoundTrip(req)
 	}
-	return t.next.RoundTrip(req)
+	if t.g.pace == nil || req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return t.next.RoundTrip(req)
+	}
+	sent := t.g.clock.Now()
+	resp, err := t.next.RoundTrip(req)
+	t.g.observe(sent, p == eventloop.Background)
+	return resp, err
+}
+
+// observe tells the pacer of a write sent at sent and answered now, before
+// its slot is released: a window grown lets the next waiter go at once.
+func (g *requestGate) observe(sent time.Time, background bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
+	before := g.pace.window
+	g.pace.observe(sent, now, now.Sub(sent), background)
+	if g.pace.window != before && g.onWindow != nil {
+		g.onWindow(g.pace.window)
+	}
 }
 
 // requestPriority is the gate's class of req.
@@ -142,7 +183,7 @@ func (g *requestGate) open(now time.Time) bool {
 // may go now, and whether it goes as overdue: held maxHeld while urgent
 // traffic goes on, which one request may every hold. g.mu is held.
 func (g *requestGate) admits(now, since time.Time) (ok, overdue bool) {
-	if g.most > 0 && g.background >= g.most {
+	if g.most > 0 && g.background >= g.most || g.pace != nil && !g.pace.allows(g.background) {
 		return false, false
 	}
 	if g.open(now) || g.background < g.limit {

@@ -374,7 +374,7 @@ func TestClientsGated(t *testing.T) {
 	defer close(release)
 	cfg := DefaultConfig()
 	held := make(chan time.Duration, 10)
-	cl, err := newClients(&rest.Config{Host: srv.URL}, &cfg, func(d time.Duration) { held <- d })
+	cl, err := newClients(&rest.Config{Host: srv.URL}, &cfg, gateObservers{held: func(d time.Duration) { held <- d }})
 	if err != nil {
 		t.Fatal(err)
 	}

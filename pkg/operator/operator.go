@@ -101,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Every client made from restCfg counts its requests.
 	m := metrics.New()
 	restCfg.Wrap(m.InstrumentTransport)
-	cl, err := newClients(restCfg, &cfg, m.ObserveHeld)
+	cl, err := newClients(restCfg, &cfg, gateObservers{held: m.ObserveHeld, window: m.BackgroundWindow})
 	if err != nil {
 		return err
 	}
@@ -134,13 +134,24 @@ func restConfig(cfg *Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-func newClients(rc *rest.Config, cfg *Config, onHeld func(time.Duration)) (clients, error) {
+// gateObservers are told what the request gate does: how long each held
+// request waited, and the pacer's window when it changes.
+type gateObservers struct {
+	held   func(time.Duration)
+	window func(float64)
+}
+
+func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error) {
 	fence := &writeFence{}
 	wc := rest.CopyConfig(rc)
 	wc.Wrap(fence.wrap)
-	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 {
+	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 || cfg.PaceBackground {
 		// Outside the fence: a request held a while is fenced when it goes.
-		wc.Wrap(newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, DefaultMaxHeld, nil, onHeld).wrap)
+		g := newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, DefaultMaxHeld, nil, obs.held)
+		if cfg.PaceBackground {
+			g.pacing(obs.window)
+		}
+		wc.Wrap(g.wrap)
 	}
 	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
