@@ -114,7 +114,10 @@ type Config struct {
 	// write per object.
 	MaxRestart      time.Duration
 	MaxOneMoreRatio float64
-	StatusWrites    int
+	// MaxOwnRatio is the goal for pgloop's share of a cluster created
+	// while the fleet rolls out, against its idle share (issue 34).
+	MaxOwnRatio  float64
+	StatusWrites int
 	// BurstTimeout bounds a burst until all are Running or Ready (and the
 	// one more cluster created with it); ProbeTimeout one idle probe;
 	// QuietTimeout the wait for the operator to be quiet; RestoreTimeout
@@ -148,6 +151,7 @@ func DefaultConfig() Config {
 		RestartWindow:   time.Minute,
 		MaxRestart:      30 * time.Second,
 		MaxOneMoreRatio: 1.1,
+		MaxOwnRatio:     1.5,
 		StatusWrites:    3,
 		BurstTimeout:    time.Hour,
 		ProbeTimeout:    5 * time.Minute,

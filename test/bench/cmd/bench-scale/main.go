@@ -49,6 +49,7 @@ func main() {
 	flag.Var(&opArgs, "operator-arg", "a further flag for the operator, e.g. --operator-arg=--kube-qps=200 (repeatable; a later flag wins; write --flag=value)")
 	flag.DurationVar(&cfg.RestartWindow, "restart-window", cfg.RestartWindow, "how long after ready the restarted operator's writes are counted")
 	flag.DurationVar(&cfg.MaxRestart, "max-restart", cfg.MaxRestart, "goal: the longest restart until every machine is back")
+	flag.Float64Var(&cfg.MaxOwnRatio, "max-own-ratio", cfg.MaxOwnRatio, "goal: pgloop's share of a cluster created while the fleet rolls out (fairness phase, median) at most this times its idle share")
 	flag.Float64Var(&cfg.MaxOneMoreRatio, "max-one-more-ratio", cfg.MaxOneMoreRatio, "goal: one more cluster at N at most this times its idle median, plus one API round trip")
 	flag.DurationVar(&cfg.BurstTimeout, "burst-timeout", cfg.BurstTimeout, "bound of a burst until all are Running (or Ready, for the plane baseline)")
 	flag.DurationVar(&cfg.ProbeTimeout, "probe-timeout", cfg.ProbeTimeout, "bound of one cluster on the idle operator")
