@@ -28,16 +28,23 @@ type Requests map[Call]float64
 
 // RequestsOf reads the requests of a scrape (or of a Delta of two).
 func RequestsOf(s benchkit.Samples) Requests {
-	out := Requests{}
-	for _, series := range s.Series(apiMetric) {
-		if series.Value == 0 {
-			continue
-		}
-		code := series.Labels["code"]
+	return countSeries(s, apiMetric, func(l map[string]string) Call {
+		code := l["code"]
 		if strings.HasPrefix(code, "2") {
 			code = ""
 		}
-		out[Call{series.Labels["verb"], series.Labels["resource"], code}] += series.Value
+		return Call{l["verb"], l["resource"], code}
+	})
+}
+
+// countSeries adds the values of metric's series by key of their labels,
+// leaving out those at 0.
+func countSeries[K comparable](s benchkit.Samples, metric string, key func(labels map[string]string) K) map[K]float64 {
+	out := map[K]float64{}
+	for _, series := range s.Series(metric) {
+		if series.Value != 0 {
+			out[key(series.Labels)] += series.Value
+		}
 	}
 	return out
 }
@@ -145,18 +152,9 @@ type LoopEvents map[string]float64
 
 // LoopEventsOf reads the loop's events of a scrape (or of a Delta of two).
 func LoopEventsOf(s benchkit.Samples) LoopEvents {
-	out := LoopEvents{}
-	for _, series := range s.Series(loopEventsMetric) {
-		if series.Value == 0 {
-			continue
-		}
-		key := series.Labels["kind"]
-		if name := series.Labels["name"]; name != "" {
-			key += " " + name
-		}
-		out[key] += series.Value
-	}
-	return out
+	return countSeries(s, loopEventsMetric, func(l map[string]string) string {
+		return strings.TrimSpace(l["kind"] + " " + l["name"])
+	})
 }
 
 // String renders the events most first, e.g. "1006 timerFired resync,
