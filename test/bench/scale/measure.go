@@ -296,6 +296,12 @@ func (s *stage) burst(n int) (*Burst, *benchkit.Probe, error) {
 	bu.LagP99 = d.Quantile("pgloop_loop_lag_seconds", 0.99)
 	bu.Degraded = int(d.Sum("pgloop_transitions_total", `to="`+fsm.Degraded+`"`))
 	bu.Requests = RequestsOf(d)
+	bu.Transitions = int(d.Sum("pgloop_transitions_total"))
+	bu.EventsWritten = int(d.Sum("pgloop_events_written_total"))
+	bu.EventsDropped = map[string]int{}
+	for _, kind := range []string{"transition", "other"} {
+		bu.EventsDropped[kind] = int(d.Sum("pgloop_events_dropped_total", `kind="`+kind+`"`))
+	}
 	bu.Segments, bu.Labeller = s.burstSegments(created)
 	s.b.logf("%s: all %d Running %v after the first Create; loop lag p99 %s, largest inbox %d, %d plans waiting at most; %d passed through Degraded",
 		s.name, n, benchkit.Ms(bu.AllRunning), seconds(bu.LagP99), bu.MaxInbox, bu.MaxWaiting, bu.Degraded)

@@ -95,6 +95,12 @@ type Burst struct {
 	// Labeller their last pod Ready → master label.
 	Segments [5]benchkit.Summary
 	Labeller benchkit.Summary
+	// Transitions are the state machines' transitions during the burst;
+	// EventsWritten and EventsDropped the Kubernetes Events the recorder
+	// (pkg/events) wrote, and dropped by kind (transition, other), until
+	// all were Running.
+	Transitions, EventsWritten int
+	EventsDropped              map[string]int
 }
 
 // Memory is what the operator's process holds.
@@ -538,6 +544,10 @@ func (r *Result) WriteDetails(w io.Writer) {
 			writes := b.Requests.Writes()
 			fmt.Fprintf(w, "- The operator's writes during the burst: %d, %.1f per cluster (%s).\n",
 				writes.Total(true), float64(writes.Total(true))/float64(row.N+1), writes)
+			if b.Transitions > 0 {
+				fmt.Fprintf(w, "- Kubernetes Events during the burst: %d transitions of the state machines; the recorder wrote %d Events and dropped %d of transitions and %d others.\n",
+					b.Transitions, b.EventsWritten, b.EventsDropped["transition"], b.EventsDropped["other"])
+			}
 		}
 		if p := row.OneMore; p != nil && len(row.Idle) > 0 {
 			fmt.Fprintf(w, "- One more cluster, created right after the N: %v (segments %s; pgloop's share %v, the idle last probe's %v; the plane's and the labeller's %v).\n",
