@@ -706,6 +706,12 @@ the claims' volumes in place of kwok's one-at-a-time volume stages (` + "`--volu
   itself needs. **loop lag p99** (from pgloop_loop_lag_seconds' buckets, interpolated as
   histogram_quantile does) and **max inbox** (pgloop_loop_inbox_depth, read every second) are
   during the burst.
+- **objects baseline** (phase objects): the bound of pgloop's own work for the burst: on a plane
+  of its own with the labeller and no operator, N clusters created by the bench's workers, each
+  by a bare client that writes exactly what pgloop writes to create it, in pgloop's order, with
+  pgloop's own state machine (the statuses), builders (the objects) and recorder (the two
+  Events), the Running status once the labeller labelled its pod master; from the first Create
+  until every Running write returned. The goal: all N Running within 1.2 × it.
 - **one more**: a cluster created right after the N's Creates returned: its create → Running,
   against the median of the same created one after another on the idle operator before the
   burst; the details split it into pgloop's share (create → StatefulSet, and master label →
@@ -734,8 +740,8 @@ make bench-scale BENCH_SCALE_ARGS="--n 20,50 --idle 30s --busy 20"
 make bench-scale BENCH_SCALE_ARGS="--operator-arg=--kube-qps=500 --operator-arg=--kube-burst=1000"
 ` + "```" + `
 
-` + "`bin/bench-scale --help`" + ` lists the knobs (` + "`--phases`" + ` to make only some of plane, burst, idle,
-restart, fairness; ` + "`--work-dir`" + ` to keep the operators' logs). Each configuration (values of N and
+` + "`bin/bench-scale --help`" + ` lists the knobs (` + "`--phases`" + ` to make only some of plane, objects, burst,
+idle, restart, fairness; ` + "`--work-dir`" + ` to keep the operators' logs). Each configuration (values of N and
 operator flags) has its own section below, replaced by the next run of the same; the rest of this
 file is kept.
 
