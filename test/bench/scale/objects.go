@@ -307,7 +307,9 @@ func (w *objectWriter) ensure(ctx context.Context, c *creation) error {
 		return err
 	}}
 	for _, s := range objs.Services {
-		writes = append(writes, func() error { return createErr("service", s.Name, errOf(core.Services(ns).Create(ctx, s, createOptions))) })
+		writes = append(writes, func() error {
+			return createErr("service", s.Name, errOf(core.Services(ns).Create(ctx, s, createOptions)))
+		})
 	}
 	writes = append(writes, func() error {
 		pdb := objs.PodDisruptionBudget
@@ -318,7 +320,9 @@ func (w *objectWriter) ensure(ctx context.Context, c *creation) error {
 		}
 		var secrets []func() error
 		for _, s := range objs.Secrets {
-			secrets = append(secrets, func() error { return createErr("secret", s.Name, errOf(core.Secrets(ns).Create(ctx, s, createOptions))) })
+			secrets = append(secrets, func() error {
+				return createErr("secret", s.Name, errOf(core.Secrets(ns).Create(ctx, s, createOptions)))
+			})
 		}
 		if err := together(secrets); err != nil {
 			return err
