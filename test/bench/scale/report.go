@@ -55,6 +55,8 @@ type Row struct {
 	// median) is what no operator can take off its own one more.
 	PlaneIdle    []time.Duration
 	PlaneOneMore time.Duration
+	// ObjectsBaseline is the objects baseline, nil when not measured.
+	ObjectsBaseline *ObjectsBaseline
 	// RTT is one API round trip on the idle plane (a GET, median of 5).
 	RTT time.Duration
 	// Idle are the probes on the idle operator, before the burst;
@@ -347,6 +349,11 @@ func (r *Result) Verdicts() []Verdict {
 			out = append(out, info("N=%d: pgloop's share of the one more (create → StatefulSet, master label → Running): %v, %.2f × its idle median %v; the plane's and the labeller's %v",
 				n, benchkit.Ms(own), benchkit.Ratio(own, idleOwn), benchkit.Ms(idleOwn), benchkit.Ms(row.OneMore.ToRunning-own)))
 		}
+		if o := row.ObjectsBaseline; row.Burst != nil && o != nil {
+			bound := time.Duration(cfg.MaxObjectsRatio * float64(o.AllRunning))
+			out = append(out, judged(row.Burst.AllRunning <= bound, "N=%d: all N Running in %v, %.2f × the objects baseline (%v: a bare client writing what pgloop writes for N clusters, %d workers, no operator); goal at most %.2f × that = %v",
+				n, benchkit.Ms(row.Burst.AllRunning), benchkit.Ratio(row.Burst.AllRunning, o.AllRunning), benchkit.Ms(o.AllRunning), cfg.Workers, cfg.MaxObjectsRatio, benchkit.Ms(bound)))
+		}
 		if row.Burst != nil && row.Plane > 0 {
 			out = append(out, info("N=%d: all N Running in %v, %.2f × the plane's own time for N bare StatefulSets (%v)",
 				n, benchkit.Ms(row.Burst.AllRunning), benchkit.Ratio(row.Burst.AllRunning, row.Plane), benchkit.Ms(row.Plane)))
@@ -396,11 +403,11 @@ func (r *Result) Pass() bool {
 // Complete reports whether the run measured everything it was asked to.
 func (r *Result) Complete() bool {
 	cfg := r.Config
-	if (cfg.Has(PhaseBurst) || cfg.Has(PhasePlane)) && len(r.Rows) < len(cfg.Ns) {
+	if (cfg.Has(PhaseBurst) || cfg.Has(PhasePlane) || cfg.Has(PhaseObjects)) && len(r.Rows) < len(cfg.Ns) {
 		return false
 	}
 	for _, row := range r.Rows {
-		if cfg.Has(PhasePlane) && row.Plane == 0 || cfg.Has(PhaseBurst) && row.Burst == nil ||
+		if cfg.Has(PhasePlane) && row.Plane == 0 || cfg.Has(PhaseObjects) && row.ObjectsBaseline == nil || cfg.Has(PhaseBurst) && row.Burst == nil ||
 			cfg.Has(PhaseIdle) && row.IdleWindow == nil || cfg.Has(PhaseRestart) && row.Restart == nil {
 			return false
 		}
@@ -418,13 +425,14 @@ func cell(measured bool, format string, args ...any) string {
 
 // WriteTable writes the Markdown table of the run, a row per N.
 func (r *Result) WriteTable(w io.Writer) {
-	fmt.Fprintln(w, "| N | RSS / cluster | Go heap / cluster | writes per create | idle writes | restart | restart writes | burst: all Running | plane baseline | ratio | one more (idle median) | ratio | loop lag p99 | max inbox |")
-	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| N | RSS / cluster | Go heap / cluster | writes per create | idle writes | restart | restart writes | burst: all Running | plane baseline | ratio | objects baseline | ratio | one more (idle median) | ratio | loop lag p99 | max inbox |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, row := range r.Rows {
 		mem := row.PerCluster()
 		writes, events := row.CreateWrites()
 		b := row.Burst
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.N,
+		o := row.ObjectsBaseline
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.N,
 			cell(row.Clusters > 0, "%.1f KiB", float64(mem.RSS)/1024),
 			cell(row.Clusters > 0, "%.1f KiB", float64(mem.Heap)/1024),
 			cell(len(row.CreateRequests) > 0, "%d (+%d Events)", writes, events),
@@ -434,6 +442,8 @@ func (r *Result) WriteTable(w io.Writer) {
 			cell(b != nil, "%v", benchkit.Ms(b.allRunning())),
 			cell(row.Plane > 0, "%v", benchkit.Ms(row.Plane)),
 			cell(b != nil && row.Plane > 0, "%.2f", benchkit.Ratio(b.allRunning(), row.Plane)),
+			cell(o != nil, "%v", benchkit.Ms(o.allRunning())),
+			cell(b != nil && o != nil, "%.2f", benchkit.Ratio(b.allRunning(), o.allRunning())),
 			cell(row.OneMore != nil, "%v (%v)", benchkit.Ms(onePtr(row.OneMore)), benchkit.Ms(idleMedian(row.Idle))),
 			cell(row.OneMore != nil, "%.2f", row.OneMoreRatio()),
 			cell(b != nil, "%s", seconds(b.lagP99())),
@@ -468,6 +478,13 @@ func (r *Restart) writes() int {
 		return 0
 	}
 	return r.Requests.Writes().Total(true)
+}
+
+func (o *ObjectsBaseline) allRunning() time.Duration {
+	if o == nil {
+		return 0
+	}
+	return o.AllRunning
 }
 
 func (b *Burst) allRunning() time.Duration {
@@ -531,6 +548,11 @@ func (r *Result) WriteDetails(w io.Writer) {
 				fmt.Fprintf(w, "- Requests of one create, until the operator was quiet (the last probe): %s; its effect steps until Running: %s. Writes of each probe, Events included: %s (pgloop makes %d objects per cluster, its namespace's shared ServiceAccount, Role and RoleBinding included, those three only once per namespace).\n",
 					row.CreateRequests[len(row.CreateRequests)-1], benchkit.StepCounts(last.Steps), strings.Join(writes, ", "), total(r.Objects))
 			}
+		}
+		if o := row.ObjectsBaseline; o != nil {
+			writes := o.Requests.Writes()
+			fmt.Fprintf(w, "- Objects baseline (a plane of its own, the labeller, no operator): %d clusters created by %d workers of a bare client writing what pgloop writes for each (its state machine's statuses, its builders' objects, its recorder's Events), written up to their objects in %v, all Running written %v after the first Create; its writes: %d, %.1f per cluster (%s).\n",
+				row.N, r.Config.Workers, benchkit.Ms(o.Created), benchkit.Ms(o.AllRunning), writes.Total(true), float64(writes.Total(true))/float64(row.N), writes)
 		}
 		if b := row.Burst; b != nil {
 			fmt.Fprintf(w, "- Burst: %d clusters created in %v (%.0f/s), all Running %v after the first Create; %d transitions into Degraded (create timeout passed before their turn); loop lag p99 %s; at most %d events in the inbox and %d plans waiting.\n",
@@ -705,6 +727,12 @@ the claims' volumes in place of kwok's one-at-a-time volume stages (` + "`--volu
   itself needs. **loop lag p99** (from pgloop_loop_lag_seconds' buckets, interpolated as
   histogram_quantile does) and **max inbox** (pgloop_loop_inbox_depth, read every second) are
   during the burst.
+- **objects baseline** (phase objects): the bound of pgloop's own work for the burst: on a plane
+  of its own with the labeller and no operator, N clusters created by the bench's workers, each
+  by a bare client that writes exactly what pgloop writes to create it, in pgloop's order, with
+  pgloop's own state machine (the statuses), builders (the objects) and recorder (the two
+  Events), the Running status once the labeller labelled its pod master; from the first Create
+  until every Running write returned. The goal: all N Running within 1.2 × it.
 - **one more**: a cluster created right after the N's Creates returned: its create → Running,
   against the median of the same created one after another on the idle operator before the
   burst; the details split it into pgloop's share (create → StatefulSet, and master label →
@@ -733,8 +761,8 @@ make bench-scale BENCH_SCALE_ARGS="--n 20,50 --idle 30s --busy 20"
 make bench-scale BENCH_SCALE_ARGS="--operator-arg=--kube-qps=500 --operator-arg=--kube-burst=1000"
 ` + "```" + `
 
-` + "`bin/bench-scale --help`" + ` lists the knobs (` + "`--phases`" + ` to make only some of plane, burst, idle,
-restart, fairness; ` + "`--work-dir`" + ` to keep the operators' logs). Each configuration (values of N and
+` + "`bin/bench-scale --help`" + ` lists the knobs (` + "`--phases`" + ` to make only some of plane, objects, burst,
+idle, restart, fairness; ` + "`--work-dir`" + ` to keep the operators' logs). Each configuration (values of N and
 operator flags) has its own section below, replaced by the next run of the same; the rest of this
 file is kept.
 

@@ -7,7 +7,9 @@
 //     goes), the time until all are Running, the operator's loop lag p99
 //     and largest inbox meanwhile; and, on a plane of its own, the same
 //     burst of N bare StatefulSets of the same pod shape, the plane's own
-//     time (phase "plane");
+//     time (phase "plane"); and, on a plane of its own with no operator,
+//     the objects baseline: a bare client that writes exactly what pgloop
+//     writes for N clusters (phase "objects", objects.go);
 //  2. one more cluster created right after the N: its create → Running,
 //     split into pgloop's share and the plane's, against the same measured
 //     on the idle operator before the burst (median of Config.Probes);
@@ -53,6 +55,7 @@ import (
 // Phases of a run, as --phases names them.
 const (
 	PhasePlane    = "plane"
+	PhaseObjects  = "objects"
 	PhaseBurst    = "burst"
 	PhaseIdle     = "idle"
 	PhaseRestart  = "restart"
@@ -60,7 +63,7 @@ const (
 )
 
 // AllPhases are the phases in the order a run makes them.
-var AllPhases = []string{PhasePlane, PhaseBurst, PhaseIdle, PhaseRestart, PhaseFairness}
+var AllPhases = []string{PhasePlane, PhaseObjects, PhaseBurst, PhaseIdle, PhaseRestart, PhaseFairness}
 
 // Config is one run of the bench.
 type Config struct {
@@ -108,6 +111,9 @@ type Config struct {
 	// RestartWindow is how long after the restarted operator is ready its
 	// writes are counted (longer if it takes longer to restore).
 	RestartWindow time.Duration
+	// MaxObjectsRatio is the goal for a burst: all N Running within this
+	// times the objects baseline (phase "objects").
+	MaxObjectsRatio float64
 	// MaxRestart is the goal for a restart; MaxOneMoreRatio the goal for
 	// one more cluster at N over its idle baseline (plus one API round
 	// trip); StatusWrites the status writes a create may make besides one
@@ -149,6 +155,7 @@ func DefaultConfig() Config {
 		PlaneQPS:        200,
 		PlaneBurst:      400,
 		RestartWindow:   time.Minute,
+		MaxObjectsRatio: 1.2,
 		MaxRestart:      30 * time.Second,
 		MaxOneMoreRatio: 1.1,
 		MaxOwnRatio:     1.5,
@@ -179,7 +186,7 @@ func (c *Config) Check() error {
 	if (c.Has(PhaseIdle) || c.Has(PhaseRestart)) && !c.Has(PhaseBurst) {
 		errs = append(errs, errors.New("the idle and restart phases need the burst phase: they are made with its N clusters"))
 	}
-	if c.Has(PhaseBurst) || c.Has(PhasePlane) {
+	if c.Has(PhaseBurst) || c.Has(PhasePlane) || c.Has(PhaseObjects) {
 		if len(c.Ns) == 0 || slices.ContainsFunc(c.Ns, func(n int) bool { return n < 1 }) {
 			errs = append(errs, fmt.Errorf("the numbers of clusters must be at least 1, got %v", c.Ns))
 		}
@@ -272,6 +279,11 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if cfg.Has(PhasePlane) {
 			if err := b.planeBaseline(ctx, row); err != nil {
 				return res, fmt.Errorf("at N = %d, plane baseline: %w", n, err)
+			}
+		}
+		if cfg.Has(PhaseObjects) {
+			if err := b.objectsBaseline(ctx, row); err != nil {
+				return res, fmt.Errorf("at N = %d, objects baseline: %w", n, err)
 			}
 		}
 		if cfg.Has(PhaseBurst) {

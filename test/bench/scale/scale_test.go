@@ -56,6 +56,7 @@ func TestCheck(t *testing.T) {
 		{name: "unknown phase", change: func(c *Config) { c.Phases = []string{"burst", "bursts"} }, wantErr: `unknown phase "bursts"`},
 		{name: "idle without burst", change: func(c *Config) { c.Phases = []string{PhaseIdle} }, wantErr: "need the burst phase"},
 		{name: "no N", change: func(c *Config) { c.Ns = nil }, wantErr: "at least 1"},
+		{name: "objects without N", change: func(c *Config) { c.Phases = []string{PhaseObjects}; c.Ns = nil }, wantErr: "at least 1"},
 		{name: "no busy cluster", change: func(c *Config) { c.Busy = 0 }, wantErr: "at least 1 busy"},
 		{name: "no phase", change: func(c *Config) { c.Phases = nil }, wantErr: "no phase"},
 	} {
@@ -117,6 +118,8 @@ func result() *Result {
 		Burst: &Burst{Created: 10 * time.Second, AllRunning: 75 * time.Second, LagP99: 0.02, MaxInbox: 40,
 			Transitions: 3000, EventsWritten: 2500, EventsDropped: map[string]int{"other": 500},
 			Requests: Requests{{"create", "secrets", ""}: 2000, {"update", "postgresqls/status", ""}: 3000}},
+		ObjectsBaseline: &ObjectsBaseline{Created: 8 * time.Second, AllRunning: 65 * time.Second,
+			Requests: Requests{{"create", "secrets", ""}: 2000, {"update", "postgresqls/status", ""}: 3000, {"create", "events", ""}: 2000}},
 		OneMore: ptr(probe(540 * time.Millisecond)),
 		Memory0: Memory{RSS: 80 << 20, Heap: 8 << 20}, MemoryN: Memory{RSS: 180 << 20, Heap: 58 << 20}, Clusters: 1000,
 		IdleWindow: &Window{Took: 10 * time.Minute, Requests: Requests{{"watch", "pods", ""}: 2}, Events: LoopEvents{"timerFired resync": 2}, CPU: 600 * time.Millisecond},
@@ -127,6 +130,7 @@ func result() *Result {
 	many := Requests{{"create", "secrets", ""}: 10, {"update", "postgresqls/status", ""}: 10}
 	bad.CreateRequests = []Requests{create, many}
 	bad.OneMore = ptr(probe(72 * time.Second))
+	bad.ObjectsBaseline = &ObjectsBaseline{Created: 8 * time.Second, AllRunning: 50 * time.Second}
 	// The plane alone makes one more bare StatefulSet wait 1m20s.
 	bad.PlaneIdle = []time.Duration{200 * time.Millisecond, 250 * time.Millisecond, 300 * time.Millisecond}
 	bad.PlaneOneMore = 80*time.Second + 250*time.Millisecond
@@ -155,6 +159,7 @@ func TestVerdicts(t *testing.T) {
 		"PASS: N=1000: writes of the restart (its first 1m0s after ready): 0 (none); goal 0",
 		"PASS: N=1000: one more cluster after the burst: 540ms, 1.08 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
 		"INFO: N=1000: pgloop's share of the one more (create → StatefulSet, master label → Running): 216ms, 1.08 × its idle median 200ms; the plane's and the labeller's 324ms",
+		"PASS: N=1000: all N Running in 1m15s, 1.15 × the objects baseline (1m5s: a bare client writing what pgloop writes for N clusters, 32 workers, no operator); goal at most 1.20 × that = 1m18s",
 		"INFO: N=1000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
 		"INFO: N=1000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 5.0 requests / 50 per second = 1m40s",
 		"FAIL: N=5000: writes to create one cluster (idle operator, the most of 2): 20, Events apart (2 Events); beyond one write of each of its 10 objects and of its own postgresql, and 3 status writes: 7 write postgresqls/status, 8 write secrets; goal none",
@@ -163,6 +168,7 @@ func TestVerdicts(t *testing.T) {
 		"FAIL: N=5000: writes of the restart (its first 1m0s after ready): 38 (19 create roles (409), 19 patch roles); goal 0",
 		"PASS: N=5000: one more cluster after the burst: 1m12s, 144.00 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) + what the plane alone adds to one more bare StatefulSet after its N (1m20s: 1m20.3s against 250ms idle) = 1m20.6s",
 		"INFO: N=5000: pgloop's share of the one more (create → StatefulSet, master label → Running): 28.8s, 144.00 × its idle median 200ms; the plane's and the labeller's 43.2s",
+		"FAIL: N=5000: all N Running in 1m15s, 1.50 × the objects baseline (50s: a bare client writing what pgloop writes for N clusters, 32 workers, no operator); goal at most 1.20 × that = 1m0s",
 		"INFO: N=5000: all N Running in 1m15s, 1.50 × the plane's own time for N bare StatefulSets (50s)",
 		"INFO: N=5000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 1.0 requests / 50 per second = 1m40s",
 		"PASS: K=1000: pgloop's share (create → StatefulSet, master label → Running) of one more cluster while 1000 clusters roll out, median of 3 created one after another (900 of the K still rolling after the last): 216ms, 1.08 × its idle median 200ms; goal at most 1.50 × idle = 300ms; the plane's and the labeller's share beside it (not judged): 324ms, idle 300ms",
@@ -198,6 +204,10 @@ func TestVerdicts(t *testing.T) {
 	if r.Complete() {
 		t.Error("Complete without the restart phase's figures")
 	}
+	r.Rows[0].Restart, r.Rows[0].ObjectsBaseline = &Restart{}, nil
+	if r.Complete() {
+		t.Error("Complete without the objects baseline")
+	}
 }
 
 func TestSectionRenders(t *testing.T) {
@@ -210,8 +220,9 @@ func TestSectionRenders(t *testing.T) {
 	s := r.Section()
 	for _, want := range []string{
 		doc.Begin("N = 1000, 5000; operator: defaults"),
-		"| 1000 | 102.4 KiB | 51.2 KiB | 6 (+2 Events) | 0 in 10m0s | 12s | 0 | 1m15s | 50s | 1.50 | 540ms (500ms) | 1.08 | 20ms | 40 |",
-		"| 10000 | — | — | — | — | — | — | — | 1m0s | — | — | — | — | — |",
+		"| 1000 | 102.4 KiB | 51.2 KiB | 6 (+2 Events) | 0 in 10m0s | 12s | 0 | 1m15s | 50s | 1.50 | 1m5s | 1.15 | 540ms (500ms) | 1.08 | 20ms | 40 |",
+		"| 10000 | — | — | — | — | — | — | — | 1m0s | — | — | — | — | — | — | — |",
+		"- Objects baseline (a plane of its own, the labeller, no operator): 1000 clusters created by 32 workers of a bare client writing what pgloop writes for each (its state machine's statuses, its builders' objects, its recorder's Events), written up to their objects in 8s, all Running written 1m5s after the first Create; its writes: 7000, 7.0 per cluster (2000 create events, 2000 create secrets, 3000 update postgresqls/status).",
 		"- **FAIL: N=5000: restart until every machine is back: 45s; goal at most 30s**",
 		"A bare StatefulSet's create → pod Ready: 250ms on the idle plane (median of 3, 200ms to 300ms), 1m20.3s for one more created right after the N's Creates returned: the plane alone adds 1m20s.",
 		"The rollout did not end within 10m0s: 3 of the 1000 clusters not Running with the new image",
