@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -104,6 +105,8 @@ func TestCreateAll(t *testing.T) {
 func result() *Result {
 	cfg := DefaultConfig()
 	cfg.Ns = []int{1000, 5000}
+	// The namespaces phase has tests of its own (namespaces_test.go).
+	cfg.Phases = slices.DeleteFunc(cfg.Phases, func(p string) bool { return p == PhaseNamespaces })
 	probe := func(d time.Duration) benchkit.Probe {
 		return benchkit.Probe{Name: "p", ToRunning: d, Segments: [5]time.Duration{d / 5, d / 5, d / 5, d / 5, d / 5}}
 	}
