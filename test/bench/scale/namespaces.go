@@ -154,8 +154,13 @@ func (s *stage) namespaceRound(i, n int) (NamespaceRound, error) {
 		return r, err
 	}
 	r.Own = o.p
-	s.b.logf("%s: round %d: the other namespace's cluster Running in %v (segments %s), the burst namespace's own in %v (segments %s)",
-		s.name, i+1, benchkit.Ms(r.Other.ToRunning), benchkit.SegmentsText(r.Other), benchkit.Ms(r.Own.ToRunning), benchkit.SegmentsText(r.Own))
+	// The Creates' times, to find the clusters in the operator's log.
+	at := func(p benchkit.Probe) string { return s.b.began.Add(p.Start).UTC().Format("15:04:05.000") }
+	s.b.logf("%s: round %d: the other namespace's cluster %s/%s (created %s UTC) Running in %v (segments %s), the burst namespace's own (created %s UTC) in %v (segments %s)",
+		s.name, i+1, s.probeNS, r.Other.Name, at(r.Other), benchkit.Ms(r.Other.ToRunning), benchkit.SegmentsText(r.Other),
+		at(r.Own), benchkit.Ms(r.Own.ToRunning), benchkit.SegmentsText(r.Own))
+	s.b.logf("%s: round %d: from the other's Create to its Running, the operator's effect steps: %s; %s", s.name, i+1,
+		benchkit.StepCounts(r.Other.Steps), workerWaits(r.Other.Steps))
 	if err := s.env.Tracker.WaitCounts(ctx, []string{ns}, func(c Counts) bool { return c.Running >= n+1 }); err != nil {
 		return r, fmt.Errorf("not all %d clusters of %s Running within %v: %d are: %w", n+1, ns, cfg.BurstTimeout, s.env.Tracker.Count(ns).Running, err)
 	}
@@ -164,6 +169,17 @@ func (s *stage) namespaceRound(i, n int) (NamespaceRound, error) {
 	s.b.logf("%s: round %d: all %d of %s Running %v after the first Create; %d plans waiting at most", s.name, i+1, n+1, ns,
 		benchkit.Ms(r.AllRunning), r.MaxWaiting)
 	return r, s.quiet(fmt.Sprintf("after round %d", i+1))
+}
+
+// workerWaits renders the plans that waited for a worker, and for how long
+// on average, in d, a delta of the operator's metrics.
+func workerWaits(d benchkit.Samples) string {
+	n := d.Sum("pgloop_loop_worker_waits_total", `lane="workers"`)
+	if n == 0 {
+		return "no plan waited for a worker"
+	}
+	mean := time.Duration(d.Sum("pgloop_loop_worker_wait_seconds_total", `lane="workers"`) / n * float64(time.Second))
+	return fmt.Sprintf("%.0f plans waited for a worker, %v on average", n, benchkit.Ms(mean))
 }
 
 // segmentMedian is the median of segment i of probes.

@@ -105,3 +105,18 @@ func TestNamespacesDetails(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkerWaits(t *testing.T) {
+	d := benchkit.Samples{
+		`pgloop_loop_worker_waits_total{lane="workers"}`:        4,
+		`pgloop_loop_worker_wait_seconds_total{lane="workers"}`: 1,
+		`pgloop_loop_worker_waits_total{lane="hung"}`:           9,
+		`pgloop_loop_worker_wait_seconds_total{lane="hung"}`:    90,
+	}
+	if got, want := workerWaits(d), "4 plans waited for a worker, 250ms on average"; got != want {
+		t.Errorf("workerWaits = %q, want %q", got, want)
+	}
+	if got, want := workerWaits(benchkit.Samples{}), "no plan waited for a worker"; got != want {
+		t.Errorf("workerWaits with none = %q, want %q", got, want)
+	}
+}
