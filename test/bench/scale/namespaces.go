@@ -39,10 +39,9 @@ type Namespaces struct {
 }
 
 // NamespaceRound is one round of the namespaces phase: B clusters created at
-// once in Namespace, then, as soon as their Creates returned, Other in the
-// probes' namespace and Own in Namespace, at the same time.
+// once in a fresh namespace, then, as soon as their Creates returned, Other
+// in the probes' namespace and Own in the burst's, at the same time.
 type NamespaceRound struct {
-	Namespace string
 	// Created is how long the B Creates took; AllRunning from the first
 	// Create until the B and Own were Running.
 	Created, AllRunning time.Duration
@@ -115,7 +114,7 @@ func (s *stage) namespaceRound(i, n int) (NamespaceRound, error) {
 	if err != nil {
 		return NamespaceRound{}, err
 	}
-	r := NamespaceRound{Namespace: ns}
+	var r NamespaceRound
 	for j := range n {
 		s.env.Tracker.Expect(ns+"/"+s.burstName(j), 1)
 	}

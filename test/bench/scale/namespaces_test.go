@@ -25,7 +25,7 @@ func namespacesResult() *Result {
 	cfg.Phases = []string{PhaseNamespaces}
 	cfg.NamespaceRounds = 3
 	round := func(other, own benchkit.Probe) NamespaceRound {
-		return NamespaceRound{Namespace: "team", Created: 2 * time.Second, AllRunning: time.Minute, Other: other, Own: own, MaxWaiting: 190}
+		return NamespaceRound{Created: 2 * time.Second, AllRunning: time.Minute, Other: other, Own: own, MaxWaiting: 190}
 	}
 	return &Result{Config: cfg, Namespaces: &Namespaces{B: 200,
 		Idle: []benchkit.Probe{nsProbe(60*ms, 30*ms), nsProbe(66*ms, 40*ms), nsProbe(70*ms, 50*ms)},
