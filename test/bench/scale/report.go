@@ -37,6 +37,9 @@ type Result struct {
 	Objects  map[string]int
 	Rows     []*Row
 	Fairness *Fairness
+
+	// Namespaces is the namespaces phase's (nil: not made).
+	Namespaces *Namespaces
 }
 
 // Row is what was measured at one N.
@@ -392,7 +395,7 @@ func (r *Result) Verdicts() []Verdict {
 			f.K, f.K, benchkit.Ms(f.During.ToRunning), f.RestartRatio(), benchkit.Ms(idle), met, cfg.MaxOneMoreRatio, benchkit.Ms(f.RTT), plane, benchkit.Ms(bound),
 			benchkit.Ms(own), benchkit.Ratio(own, idleOwn), benchkit.Ms(idleOwn)))
 	}
-	return out
+	return append(out, r.Namespaces.verdicts(cfg.MaxNamespaceRatio)...)
 }
 
 // Pass reports whether every judged goal was met.
@@ -411,6 +414,9 @@ func (r *Result) Complete() bool {
 			cfg.Has(PhaseIdle) && row.IdleWindow == nil || cfg.Has(PhaseRestart) && row.Restart == nil {
 			return false
 		}
+	}
+	if cfg.Has(PhaseNamespaces) && !r.Namespaces.complete(cfg.NamespaceRounds) {
+		return false
 	}
 	return !cfg.Has(PhaseFairness) || r.Fairness != nil && r.Fairness.During.ToRunning > 0 && len(r.Fairness.Rolling) > 0
 }
@@ -615,6 +621,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 			len(f.Idle), benchkit.Ms(idleMedian(f.Idle)), benchkit.Ms(f.RTT), f.K, benchkit.Ms(f.Burst), f.Image, benchkit.Ms(f.Ready), benchkit.Ms(f.During.ToRunning),
 			benchkit.SegmentsText(f.During), benchkit.Ms(f.During.Own()), f.RestartRatio(), plane, rolling, upper(rollout), held, walls(f.Walls))
 	}
+	r.Namespaces.writeDetails(w)
 }
 
 // plural renders n things.

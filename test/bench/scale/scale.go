@@ -27,6 +27,11 @@
 // --spilo-image, which changes every pod template, and one more cluster's
 // create → Running is measured while the Busy clusters roll.
 //
+// Then, on a plane of its own, fairness across namespaces (phase
+// "namespaces", namespaces.go): rounds of NamespaceBurst clusters created at
+// once in one namespace, each followed by one cluster in another namespace
+// whose pgloop stages are judged against the idle operator's.
+//
 // Every wait is a watch (the bench's informers, benchkit.Tracker) or the
 // operator's /metrics under a deadline; nothing sleeps for a fixed time
 // but the measurement windows themselves (the idle period, the restart's
@@ -60,10 +65,12 @@ const (
 	PhaseIdle     = "idle"
 	PhaseRestart  = "restart"
 	PhaseFairness = "fairness"
+	// PhaseNamespaces is fairness across namespaces (namespaces.go).
+	PhaseNamespaces = "namespaces"
 )
 
 // AllPhases are the phases in the order a run makes them.
-var AllPhases = []string{PhasePlane, PhaseObjects, PhaseBurst, PhaseIdle, PhaseRestart, PhaseFairness}
+var AllPhases = []string{PhasePlane, PhaseObjects, PhaseBurst, PhaseIdle, PhaseRestart, PhaseFairness, PhaseNamespaces}
 
 // Config is one run of the bench.
 type Config struct {
@@ -79,6 +86,12 @@ type Config struct {
 	// Busy is the number of clusters rolled out at once in the fairness
 	// phase.
 	Busy int
+	// NamespaceBurst is how many clusters each of NamespaceRounds rounds of
+	// the namespaces phase creates at once in one namespace;
+	// MaxNamespaceRatio is its goal: another namespace's cluster's pgloop
+	// stages at most this times their idle medians.
+	NamespaceBurst, NamespaceRounds int
+	MaxNamespaceRatio               float64
 	// Probes is how many clusters are created one after another on the
 	// idle operator, for the idle baseline of one more cluster and the
 	// requests of one create.
@@ -166,6 +179,10 @@ func DefaultConfig() Config {
 		RestoreTimeout:  15 * time.Minute,
 		RolloutTimeout:  10 * time.Minute,
 		Out:             os.Stdout,
+
+		NamespaceBurst:    200,
+		NamespaceRounds:   5,
+		MaxNamespaceRatio: 1.5,
 	}
 }
 
@@ -193,6 +210,9 @@ func (c *Config) Check() error {
 	}
 	if c.Has(PhaseFairness) && c.Busy < 1 {
 		errs = append(errs, fmt.Errorf("the fairness phase needs at least 1 busy cluster, got %d", c.Busy))
+	}
+	if c.Has(PhaseNamespaces) && (c.NamespaceBurst < 1 || c.NamespaceRounds < 1) {
+		errs = append(errs, fmt.Errorf("the namespaces phase needs at least 1 round of at least 1 cluster, got %d of %d", c.NamespaceRounds, c.NamespaceBurst))
 	}
 	if c.VolumeWorkers < 0 {
 		errs = append(errs, fmt.Errorf("volume workers must be 0 (kwok's stages) or more, got %d", c.VolumeWorkers))
@@ -296,6 +316,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		res.Fairness = &Fairness{K: cfg.Busy}
 		if err := b.fairness(ctx, res.Fairness); err != nil {
 			return res, fmt.Errorf("fairness, K = %d: %w", cfg.Busy, err)
+		}
+	}
+	if cfg.Has(PhaseNamespaces) {
+		res.Namespaces = &Namespaces{B: cfg.NamespaceBurst}
+		if err := b.namespaces(ctx, res.Namespaces); err != nil {
+			return res, fmt.Errorf("namespaces, B = %d: %w", cfg.NamespaceBurst, err)
 		}
 	}
 	return res, nil

@@ -111,6 +111,8 @@ func probe(d time.Duration) benchkit.Probe {
 func result() *Result {
 	cfg := DefaultConfig()
 	cfg.Ns = []int{1000, 5000}
+	// The namespaces phase has tests of its own (namespaces_test.go).
+	cfg.Phases = slices.DeleteFunc(cfg.Phases, func(p string) bool { return p == PhaseNamespaces })
 	idle := []benchkit.Probe{probe(400 * time.Millisecond), probe(500 * time.Millisecond), probe(600 * time.Millisecond)}
 	create := Requests{{"create", "secrets", ""}: 2, {"create", "statefulsets", ""}: 1, {"update", "postgresqls/status", ""}: 3, {"create", "events", ""}: 2}
 	good := &Row{N: 1000, Nodes: 10, Plane: 50 * time.Second, PlaneCreated: 5 * time.Second, RTT: 10 * time.Millisecond,

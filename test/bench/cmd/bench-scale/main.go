@@ -4,7 +4,8 @@
 // own time for N bare StatefulSets, one more cluster's create → Running
 // right after them against the idle operator's, the operator's memory per
 // cluster, its API requests to create a cluster and when idle, a restart,
-// and one more cluster while K clusters roll out. It prints the table and
+// one more cluster while K clusters roll out, and one cluster of another
+// namespace right after a burst in one. It prints the table and
 // the verdicts, writes them into docs/scale.md, and exits with status 1
 // when a goal is missed or the run is incomplete.
 //
@@ -36,6 +37,9 @@ func main() {
 		" (idle and restart need burst)")
 	flag.DurationVar(&cfg.Idle, "idle", cfg.Idle, "idle period at N whose API requests are counted")
 	flag.IntVar(&cfg.Busy, "busy", cfg.Busy, "clusters rolled out at once in the fairness phase")
+	flag.IntVar(&cfg.NamespaceBurst, "namespace-burst", cfg.NamespaceBurst, "clusters created at once in one namespace in each round of the namespaces phase")
+	flag.IntVar(&cfg.NamespaceRounds, "namespace-rounds", cfg.NamespaceRounds, "rounds of the namespaces phase")
+	flag.Float64Var(&cfg.MaxNamespaceRatio, "max-namespace-ratio", cfg.MaxNamespaceRatio, "goal: another namespace's cluster's pgloop stages after a burst at most this times their idle medians (median of the rounds)")
 	flag.IntVar(&cfg.Probes, "probes", cfg.Probes, "clusters created one after another on the idle operator: the one-more baseline and the requests of one create")
 	flag.IntVar(&cfg.PerNamespace, "per-namespace", cfg.PerNamespace, "clusters per namespace")
 	flag.IntVar(&cfg.PodsPerNode, "pods-per-node", cfg.PodsPerNode, "pod capacity of each KWOK node (the plane has as many nodes as needed)")
