@@ -26,7 +26,7 @@ var (
 
 // descWindow is the request gate's pacer's window (--pace-background).
 var descWindow = Desc{"pgloop_api_background_window", "gauge", nil,
-	"Requests of background work the operator lets be in flight at once (--pace-background): halved when a write is answered at more than twice the least latency seen lately, grown by one per window answered in time, at least 1, at most 64."}
+	"Requests of background work the operator lets be in flight at once (--pace-background): halved when the median of 8 writes is more than twice the least latency seen lately, grown by one per window answered in time, at least 1, at most 64."}
 
 // BackgroundWindow sets the pacer's window.
 func (m *Metrics) BackgroundWindow(w float64) { m.window.Set(w) }

@@ -1,6 +1,9 @@
 package operator
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The pacer's constants (docs/design.md §3, "Pacing background requests").
 const (
@@ -19,6 +22,11 @@ const (
 	// the one before, so it follows an API server that got slower for
 	// good (another tenant, a bigger etcd) within two epochs.
 	paceBaselineEpoch = 30 * time.Second
+	// paceRound is how many writes sent since the last cut make a round:
+	// the window is cut when the median of a round's writes is slow, so a
+	// few hung writes (a cluster whose calls hang for its deadline) among
+	// healthy ones do not cut it.
+	paceRound = 8
 )
 
 // pacer paces the requests of background work by what they cost the API
@@ -43,6 +51,7 @@ type pacer struct {
 	minCur  time.Duration
 	epoch   time.Time // when the current epoch of minCur began
 	cutAt   time.Time // the last decrease
+	round   []time.Duration
 	// cuts counts the decreases, for metrics and tests.
 	cuts int
 }
@@ -76,18 +85,23 @@ func (p *pacer) observe(sent, now time.Time, took time.Duration, background bool
 	if p.minCur == 0 || took < p.minCur {
 		p.minCur = took
 	}
-	if base == 0 {
+	if base == 0 || sent.Before(p.cutAt) {
 		return
 	}
-	if took > paceSlowFactor*base+paceSlowSlack {
-		if sent.After(p.cutAt) {
-			p.window = max(1, p.window/2)
-			p.cutAt = now
-			p.cuts++
-		}
-		return
-	}
-	if background {
+	slow := paceSlowFactor*base + paceSlowSlack
+	if took <= slow && background {
 		p.window = min(paceMaxWindow, p.window+1/p.window)
+	}
+	p.round = append(p.round, took)
+	if len(p.round) < paceRound {
+		return
+	}
+	slices.Sort(p.round)
+	median := p.round[len(p.round)/2]
+	p.round = p.round[:0]
+	if median > slow {
+		p.window = max(1, p.window/2)
+		p.cutAt = now
+		p.cuts++
 	}
 }
