@@ -51,6 +51,11 @@ type job struct {
 	// after SlowAfter or longer, and those of suspect that did not (job.timed):
 	// the loop updates clusterState.slow with them when the job reports.
 	suspect, slow, quick []string
+	// slowAfter is the loop's detach threshold when the job was handed
+	// (Loop.detachAfter); took the durations of its steps that succeeded,
+	// which the loop's threshold follows (hung.go).
+	slowAfter time.Duration
+	took      []time.Duration
 }
 
 // submit makes p the cluster's next plan, superseding the one waiting, and
@@ -161,6 +166,7 @@ func (l *Loop) rehand(rec *clusterState, j *job, s slot) job {
 		j.contended = &l.hungContended
 	}
 	j.suspect, j.slow, j.quick = rec.slow, nil, nil
+	j.slowAfter, j.took = l.detachAfter, nil
 	return *j
 }
 
@@ -305,7 +311,7 @@ func (l *Loop) runPlan(j *job) (done bool) {
 		ran = true
 		began := l.clock.Now()
 		serr := l.runStep(j.ctx, s)
-		j.timed(s.Name, l.clock.Since(began), serr, l.slowAfter)
+		j.timed(s.Name, l.clock.Since(began), serr)
 		if serr == nil {
 			continue
 		}

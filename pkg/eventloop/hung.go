@@ -37,6 +37,45 @@ import (
 // steps while others wait): about (Workers+HungWorkers)*StepTimeout/
 // SlowAfter goroutines in the worst case, 320 with the defaults.
 
+// When the whole API server is slow, not one cluster, detaching at
+// SlowAfter would only multiply the requests in flight: every plan of a
+// burst of creates ran past it (Service creates took seconds on the loaded
+// server), was detached, and its worker started another, until some 700
+// plans were in flight where the workers bound them to 16, and the
+// server timed out thousands of them (docs/scale.md, "The hung lane under
+// a burst"). So the threshold follows the API: it is SlowAfter, or
+// detachFactor times the median duration of the last steps that succeeded
+// (stepTimes, once minStepTimes are known), whichever is longer. A hung
+// step (it fails at its deadline) does not count: a few hung clusters
+// among healthy ones leave the threshold at SlowAfter, while a server slow
+// for everyone raises it, and the workers bound the requests in flight
+// again. The same threshold says which failed steps were slow.
+const (
+	detachFactor  = 4
+	stepTimesKept = 64
+	minStepTimes  = 16
+)
+
+// noteTimes records the durations of steps that succeeded, and sets the
+// detach threshold from them.
+func (l *Loop) noteTimes(took []time.Duration) {
+	if l.slowAfter <= 0 || len(took) == 0 {
+		return
+	}
+	for _, d := range took {
+		l.stepTimes[l.stepTimesNext] = d
+		l.stepTimesNext = (l.stepTimesNext + 1) % len(l.stepTimes)
+		l.stepTimesLen = min(l.stepTimesLen+1, len(l.stepTimes))
+	}
+	if l.stepTimesLen < minStepTimes {
+		return
+	}
+	recent := slices.Clone(l.stepTimes[:l.stepTimesLen])
+	slices.Sort(recent)
+	l.detachAfter = max(l.slowAfter, detachFactor*recent[len(recent)/2])
+	l.st.detachAfter.Store(int64(l.detachAfter))
+}
+
 // slot is what a plan in flight holds while it runs.
 type slot uint8
 
@@ -128,7 +167,7 @@ func (l *Loop) nextDetach() (time.Time, bool) {
 	for l.watch.len() > 0 {
 		w := l.watch.buf[l.watch.head]
 		if w.rec.job == w.seq && (w.rec.slot == onWorker || w.rec.slot == inHungLane) {
-			return w.at.Add(l.slowAfter), true
+			return w.at.Add(l.detachAfter), true
 		}
 		l.watch.pop()
 	}
@@ -136,7 +175,7 @@ func (l *Loop) nextDetach() (time.Time, bool) {
 }
 
 // detachSlow detaches the plans that have held a worker or a place for
-// slowAfter by now: they run on holding neither, and what they free starts
+// the detach threshold by now: they run on holding neither, and what they free starts
 // waiting plans.
 func (l *Loop) detachSlow(now time.Time) {
 	n := 0
@@ -158,12 +197,16 @@ func (l *Loop) detachSlow(now time.Time) {
 }
 
 // timed notes that the job's step name ran for d and ended with err: slow
-// when it ran slowAfter or longer and failed; quick, for a step that was
-// slow before, when it succeeded or ended sooner.
-func (j *job) timed(name string, d time.Duration, err error, slowAfter time.Duration) {
+// when it ran the job's threshold or longer and failed; quick, for a step
+// that was slow before, when it succeeded or ended sooner. The durations
+// of the steps that succeeded are kept for the loop's threshold.
+func (j *job) timed(name string, d time.Duration, err error) {
+	if err == nil && j.slowAfter > 0 {
+		j.took = append(j.took, d)
+	}
 	switch {
-	case slowAfter <= 0:
-	case d >= slowAfter && err != nil:
+	case j.slowAfter <= 0:
+	case d >= j.slowAfter && err != nil:
 		if !slices.Contains(j.slow, name) {
 			j.slow = append(j.slow, name)
 		}
@@ -177,6 +220,7 @@ func (j *job) timed(name string, d time.Duration, err error, slowAfter time.Dura
 // quickly now are taken off. The cluster state's list is replaced, never changed
 // in place: a job started later reads it as it was.
 func (l *Loop) noteSteps(rec *clusterState, j *job) {
+	l.noteTimes(j.took)
 	if len(j.slow) == 0 && len(j.quick) == 0 {
 		return
 	}
@@ -197,7 +241,7 @@ func (l *Loop) noteSteps(rec *clusterState, j *job) {
 	switch {
 	case before == 0 && len(next) > 0:
 		l.hungClusters++
-		log.Infof("steps failed after %v or longer: the cluster's plans with them run in the hung lane, off the workers", l.slowAfter)
+		log.Infof("steps failed after %v or longer: the cluster's plans with them run in the hung lane, off the workers", j.slowAfter)
 	case before > 0 && len(next) == 0:
 		l.hungClusters--
 		log.Info("its slow steps answered in time again: the cluster's plans run on the workers")

@@ -240,3 +240,45 @@ func TestWaitsCountOnlyWaits(t *testing.T) {
 		t.Errorf("%d plans run, %d waited for a worker (%v); want 3, 0 and 0s", st.PlansRun, st.WorkerWaits, st.WorkerWait)
 	}
 }
+
+// The detach threshold follows the steps that succeed: SlowAfter while
+// they are quick, detachFactor times their median once minStepTimes of
+// them are slow (an API server slow for everyone), back to SlowAfter when
+// they are quick again. Failed steps (a hung cluster's, at their
+// deadline) do not move it, and a job judges its failed steps slow by the
+// threshold it was handed with.
+func TestDetachFollowsTheAPI(t *testing.T) {
+	l := New(newRecorder(func(Event) Outcome { return Outcome{} }), Options{SlowAfter: time.Second})
+	times := func(n int, d time.Duration) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = d
+		}
+		return out
+	}
+	l.noteTimes(times(minStepTimes-1, 3*time.Second))
+	if l.detachAfter != time.Second {
+		t.Fatalf("with %d steps known: threshold %v, want SlowAfter (1s)", minStepTimes-1, l.detachAfter)
+	}
+	l.noteTimes(times(1, 3*time.Second))
+	if l.detachAfter != 12*time.Second || l.Stats().DetachAfter != 12*time.Second {
+		t.Fatalf("steps of 3s: threshold %v (stats %v), want 12s", l.detachAfter, l.Stats().DetachAfter)
+	}
+	l.noteTimes(times(stepTimesKept/2+1, 10*time.Millisecond))
+	if l.detachAfter != time.Second {
+		t.Errorf("most steps quick again: threshold %v, want SlowAfter", l.detachAfter)
+	}
+
+	j := &job{slowAfter: 12 * time.Second}
+	j.timed("ensure", 5*time.Second, errors.New("refused"))
+	j.timed("status", 13*time.Second, context.DeadlineExceeded)
+	j.timed("events", 2*time.Second, nil)
+	if len(j.slow) != 1 || j.slow[0] != "status" || len(j.took) != 1 || j.took[0] != 2*time.Second {
+		t.Errorf("slow %v took %v; want [status] (failed past 12s) and [2s] (the step that succeeded)", j.slow, j.took)
+	}
+	off := &job{}
+	off.timed("ensure", time.Minute, context.DeadlineExceeded)
+	if len(off.slow) != 0 || len(off.took) != 0 {
+		t.Errorf("with the hung lane off: slow %v took %v, want none", off.slow, off.took)
+	}
+}

@@ -116,9 +116,14 @@ type Loop struct {
 	hungWorkers int // places of the hung lane
 	stepTimeout time.Duration
 	slowAfter   time.Duration // 0: never
-	log         logrus.FieldLogger
-	observe     func(Kind, string, time.Duration)
-	exec        func(string, func())
+	// detachAfter is the detach threshold, slowAfter or more (hung.go);
+	// stepTimes the durations of the last steps that succeeded, a ring.
+	detachAfter                 time.Duration
+	stepTimes                   [stepTimesKept]time.Duration
+	stepTimesNext, stepTimesLen int
+	log                         logrus.FieldLogger
+	observe                     func(Kind, string, time.Duration)
+	exec                        func(string, func())
 
 	in      *inbox
 	st      counters
@@ -233,6 +238,8 @@ func New(h Handler, opts Options) *Loop {
 	case l.slowAfter < 0:
 		l.slowAfter = 0
 	}
+	l.detachAfter = l.slowAfter
+	l.st.detachAfter.Store(int64(l.detachAfter))
 	if l.log == nil {
 		l.log = logrus.StandardLogger()
 	}

@@ -42,6 +42,10 @@ type Stats struct {
 	// place nor a worker; HungClusters is how many clusters have a step
 	// that was slow, whose plans with it start in the hung lane.
 	PlansHung, PlansSlow, HungClusters int
+	// DetachAfter is how long a plan may now hold a worker or a place of
+	// the hung lane before it is detached: SlowAfter, or more while the
+	// steps that succeed take long (hung.go).
+	DetachAfter time.Duration
 
 	// Dispatched counts events handed to the Handler.
 	Dispatched uint64
@@ -111,6 +115,7 @@ type counters struct {
 	plansHung    atomic.Int64
 	plansSlow    atomic.Int64
 	hungClusters atomic.Int64
+	detachAfter  atomic.Int64
 }
 
 // publish copies the loop-owned gauges where Stats can read them. It runs
@@ -140,6 +145,7 @@ func (l *Loop) Stats() Stats {
 		PlansHung:       int(l.st.plansHung.Load()),
 		PlansSlow:       int(l.st.plansSlow.Load()),
 		HungClusters:    int(l.st.hungClusters.Load()),
+		DetachAfter:     time.Duration(l.st.detachAfter.Load()),
 		Dispatched:      l.st.dispatched.Load(),
 		Coalesced:       merged,
 		StaleTimers:     l.st.staleTimers.Load(),

@@ -45,6 +45,8 @@ var (
 		"Plans of effects that held a worker or a place of the hung lane for --slow-after and go on holding neither, until their step ends."}
 	descHungClusters = Desc{"pgloop_loop_hung_clusters", "gauge", nil,
 		"Clusters with a step that failed after --slow-after (often at its deadline): their plans with that step run in the hung lane, off the workers, until it answers in time."}
+	descDetachAfter = Desc{"pgloop_loop_detach_after_seconds", "gauge", nil,
+		"How long a plan may hold a worker or a place of the hung lane before it goes on off them: --slow-after, or 4 times the median of the last steps that succeeded when that is longer (an API server slow for every cluster is not a hung cluster)."}
 	descPlansDetached = Desc{"pgloop_loop_plans_detached_total", "counter", nil,
 		"Plans that held a worker or a place of the hung lane for --slow-after and went on holding neither."}
 	descWorkerWaits = Desc{"pgloop_loop_worker_waits_total", "counter", []string{"lane"},
@@ -99,7 +101,7 @@ var (
 // the standard go_* and process_* metrics.
 func Descs() []Desc {
 	descs := []Desc{descLag, descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
-		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
+		descPlansHung, descPlansSlow, descHungClusters, descDetachAfter, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descEvents, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
 		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descLeader, descBuildInfo}
@@ -331,7 +333,7 @@ type loopCollector struct {
 var loopDescs = func() map[string]*prometheus.Desc {
 	out := map[string]*prometheus.Desc{}
 	for _, d := range []Desc{descInbox, descLoopClusters, descTimers, descPlansRunning, descPlansWaiting,
-		descPlansHung, descPlansSlow, descHungClusters, descPlansDetached, descWorkerWaits, descWorkerWait,
+		descPlansHung, descPlansSlow, descHungClusters, descDetachAfter, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics} {
 		out[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
@@ -365,6 +367,7 @@ func (c *loopCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descPlansHung, s.PlansHung)
 	gauge(descPlansSlow, s.PlansSlow)
 	gauge(descHungClusters, s.HungClusters)
+	ch <- prometheus.MustNewConstMetric(loopDescs[descDetachAfter.Name], prometheus.GaugeValue, s.DetachAfter.Seconds())
 	counter(descPlansDetached, s.PlansDetached)
 	for _, w := range []struct {
 		lane string

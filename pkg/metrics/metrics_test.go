@@ -61,7 +61,7 @@ func TestLoopStats(t *testing.T) {
 			InboxDepth: 3, Clusters: 5, Timers: 7, PlansRunning: 2, PlansWaiting: 1,
 			Dispatched: 100, Coalesced: 40, StaleTimers: 6, TimersDropped: 8,
 			PlansRun: 30, PlansFailed: 4, PlansSuperseded: 2, PlansCancelled: 1, Panics: 1,
-			PlansHung: 3, PlansSlow: 4, HungClusters: 9, PlansDetached: 11,
+			PlansHung: 3, PlansSlow: 4, HungClusters: 9, DetachAfter: 2500 * time.Millisecond, PlansDetached: 11,
 			WorkerWaits: 2, WorkerWait: 1500 * time.Millisecond, HungWaits: 5, HungWait: 20 * time.Second,
 		}
 	})
@@ -90,6 +90,9 @@ pgloop_loop_plans_slow 4
 # HELP pgloop_loop_hung_clusters Clusters with a step that failed after --slow-after (often at its deadline): their plans with that step run in the hung lane, off the workers, until it answers in time.
 # TYPE pgloop_loop_hung_clusters gauge
 pgloop_loop_hung_clusters 9
+# HELP pgloop_loop_detach_after_seconds How long a plan may hold a worker or a place of the hung lane before it goes on off them: --slow-after, or 4 times the median of the last steps that succeeded when that is longer (an API server slow for every cluster is not a hung cluster).
+# TYPE pgloop_loop_detach_after_seconds gauge
+pgloop_loop_detach_after_seconds 2.5
 # HELP pgloop_loop_plans_detached_total Plans that held a worker or a place of the hung lane for --slow-after and went on holding neither.
 # TYPE pgloop_loop_plans_detached_total counter
 pgloop_loop_plans_detached_total 11
