@@ -52,9 +52,11 @@ type job struct {
 	// the loop updates clusterState.slow with them when the job reports.
 	suspect, slow, quick []string
 	// slowAfter is the loop's detach threshold when the job was handed
-	// (Loop.detachAfter); took the durations of its steps that succeeded,
-	// which the loop's threshold follows (hung.go).
+	// (Loop.detachAfter); onWorker whether it was handed to a worker, and
+	// took the durations of its steps that succeeded then, which the
+	// loop's threshold follows (hung.go).
 	slowAfter time.Duration
+	onWorker  bool
 	took      []time.Duration
 }
 
@@ -166,7 +168,7 @@ func (l *Loop) rehand(rec *clusterState, j *job, s slot) job {
 		j.contended = &l.hungContended
 	}
 	j.suspect, j.slow, j.quick = rec.slow, nil, nil
-	j.slowAfter, j.took = l.detachAfter, nil
+	j.slowAfter, j.onWorker, j.took = l.detachAfter, s == onWorker, nil
 	return *j
 }
 
@@ -200,6 +202,10 @@ func (l *Loop) freed(rec *clusterState) {
 		l.hungInflight--
 	case detached:
 		l.detached--
+		if rec.fromWorker {
+			rec.fromWorker = false
+			l.workerDetached--
+		}
 	}
 	rec.slot = noSlot
 }

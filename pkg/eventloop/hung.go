@@ -32,32 +32,41 @@ import (
 // with its next plan with the step that hung, behind the other hung
 // clusters' plans, each of which holds one for SlowAfter at most (and the
 // machines' retries back off); that step answering in time puts it back
-// on the workers. Plans run detached at most (Workers+HungWorkers) per
-// SlowAfter, each for its step's deadline at most (a plan pauses between
-// steps while others wait): about (Workers+HungWorkers)*StepTimeout/
-// SlowAfter goroutines in the worst case, 320 with the defaults.
+// on the workers. Plans are detached at most (Workers+HungWorkers) per
+// SlowAfter, each running for its step's deadline at most (a plan pauses
+// between steps while others wait), and at most detachFactor*Workers of
+// them detached from workers at once (below).
 
 // When the whole API server is slow, not one cluster, detaching at
 // SlowAfter would only multiply the requests in flight: every plan of a
-// burst of creates ran past it (Service creates took seconds on the loaded
-// server), was detached, and its worker started another, until some 700
-// plans were in flight where the workers bound them to 16, and the
-// server timed out thousands of them (docs/scale.md, "The hung lane under
-// a burst"). So the threshold follows the API: it is SlowAfter, or
-// detachFactor times the median duration of the last steps that succeeded
-// (stepTimes, once minStepTimes are known), whichever is longer. A hung
-// step (it fails at its deadline) does not count: a few hung clusters
-// among healthy ones leave the threshold at SlowAfter, while a server slow
-// for everyone raises it, and the workers bound the requests in flight
-// again. The same threshold says which failed steps were slow.
+// burst of creates ran past it (Service creates took seconds, then their
+// whole deadline, on the loaded server), was detached, and its worker
+// started another, until some 700 plans were in flight where the workers
+// bound them to 16, and the server timed out thousands of requests
+// (docs/scale.md, "The hung lane under a burst"). Two bounds keep the
+// workers the bound of what is in flight:
+//
+//   - At most detachFactor times Workers plans detached from a worker run
+//     at once (64 with the defaults); past that, a slow plan keeps its
+//     worker until one of them ends. More clusters than that hanging at
+//     the same instant then hold workers for their deadline, as they did
+//     before the hung lane; their next plans, with the step that hung,
+//     run in the hung lane.
+//   - The threshold follows the API: SlowAfter, or detachFactor times the
+//     median time the last steps that succeeded on workers took
+//     (stepTimes, once minStepTimes are known), whichever is longer. A
+//     hung step fails at its deadline and does not count, so hung
+//     clusters, however many, leave it at SlowAfter; a server slow for
+//     everyone, whose steps succeed in seconds, raises it. The same
+//     threshold says which failed steps were slow.
 const (
 	detachFactor  = 4
 	stepTimesKept = 64
 	minStepTimes  = 16
 )
 
-// noteTimes records the durations of steps that succeeded, and sets the
-// detach threshold from them.
+// noteTimes records the durations of steps that succeeded on a worker,
+// and sets the detach threshold from them.
 func (l *Loop) noteTimes(took []time.Duration) {
 	if l.slowAfter <= 0 || len(took) == 0 {
 		return
@@ -162,11 +171,18 @@ func (l *Loop) watchJob(rec *clusterState) {
 }
 
 // nextDetach returns when the oldest plan holding a worker or a place is
-// to be detached, dropping the entries of plans that no longer hold one.
+// to be detached, dropping the entries of plans that no longer hold one;
+// none while that plan holds a worker and detachFactor*workers plans
+// detached from workers run.
 func (l *Loop) nextDetach() (time.Time, bool) {
 	for l.watch.len() > 0 {
 		w := l.watch.buf[l.watch.head]
 		if w.rec.job == w.seq && (w.rec.slot == onWorker || w.rec.slot == inHungLane) {
+			if w.rec.slot == onWorker && l.workerDetached >= detachFactor*l.workers {
+				// Its turn comes when a detached plan ends (the loop
+				// calls detachSlow after every batch of events).
+				return time.Time{}, false
+			}
 			return w.at.Add(l.detachAfter), true
 		}
 		l.watch.pop()
@@ -185,8 +201,12 @@ func (l *Loop) detachSlow(now time.Time) {
 			break
 		}
 		rec := l.watch.pop().rec
+		fromWorker := rec.slot == onWorker
 		l.freed(rec)
-		rec.slot = detached
+		rec.slot, rec.fromWorker = detached, fromWorker
+		if fromWorker {
+			l.workerDetached++
+		}
 		l.detached++
 		l.st.plansDetached.Add(1)
 		n++
@@ -199,9 +219,10 @@ func (l *Loop) detachSlow(now time.Time) {
 // timed notes that the job's step name ran for d and ended with err: slow
 // when it ran the job's threshold or longer and failed; quick, for a step
 // that was slow before, when it succeeded or ended sooner. The durations
-// of the steps that succeeded are kept for the loop's threshold.
+// of the steps that succeeded, of a job handed to a worker, are kept for
+// the loop's threshold.
 func (j *job) timed(name string, d time.Duration, err error) {
-	if err == nil && j.slowAfter > 0 {
+	if err == nil && j.onWorker && j.slowAfter > 0 {
 		j.took = append(j.took, d)
 	}
 	switch {

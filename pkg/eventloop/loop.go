@@ -147,9 +147,12 @@ type Loop struct {
 	// a worker included.
 	hungq        runQueue
 	hungInflight int
-	hungClusters int    // cluster states with slow steps
-	detached     int    // plans in flight that hold neither (hung.go)
-	rounds       uint64 // calls of schedule that ended (Loop.waited)
+	hungClusters int // cluster states with slow steps
+	detached     int // plans in flight that hold neither (hung.go)
+	// workerDetached counts those of detached that left a worker: at most
+	// detachFactor*workers (hung.go).
+	workerDetached int
+	rounds         uint64 // calls of schedule that ended (Loop.waited)
 	// watch holds the plans holding a worker or a place of the hung lane
 	// in the order they took it, to detach those older than slowAfter.
 	watch  ring[watched]
@@ -179,6 +182,9 @@ type clusterState struct {
 	// job is the sequence number of its job (Loop.watch).
 	slot slot
 	job  uint64
+	// fromWorker: the plan in flight, detached, left a worker
+	// (Loop.workerDetached counts it).
+	fromWorker bool
 	// background: the plan in flight, handed to a worker, is a background
 	// one (Loop.background counts it).
 	background bool
