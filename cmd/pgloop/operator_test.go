@@ -73,7 +73,7 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				"--health-addr=:9090", "--workers=64", "--step-timeout=1m", "--create-timeout=20m", "--update-timeout=30m",
 				"--loss-grace=30s", "--resync-period=1h", "--retry-base=1s", "--retry-max=10m", "--spilo-image=my/spilo:1",
 				"--max-rolling-clusters=3", "--kube-qps=200", "--kube-burst=400", "--cache-sync-timeout=5m",
-				"--log-format=json", "--log-level=debug",
+				"--log-format=json", "--log-level=debug", "--memory-limit=1Gi",
 			},
 			want: func(c *operator.Config) {
 				c.Kubeconfig, c.Namespaces, c.LeaderElect = "/k", []string{"a", "b", "c"}, false
@@ -86,6 +86,7 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				c.KubeQPS, c.KubeBurst, c.CacheSyncTimeout = 200, 400, 5*time.Minute
 				c.LogFormat, c.LogLevel = "json", "debug"
 				c.MaxRollingClusters = 3
+				c.MemoryLimit = 1 << 30
 			},
 		},
 		{
@@ -100,6 +101,16 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				c.KubeQPS, c.LogFormat, c.LeaseDuration = 20.5, "json", time.Minute
 				c.LossGrace, c.MaxRollingClusters = 0, 0
 			},
+		},
+		{
+			name: "the memory limit as the downward API gives the container's",
+			env:  map[string]string{"PGLOOP_MEMORY_LIMIT": "1073741824"},
+			want: func(c *operator.Config) { c.MemoryLimit = 1 << 30 },
+		},
+		{
+			name:    "a memory limit that is no quantity",
+			env:     map[string]string{"PGLOOP_MEMORY_LIMIT": "1 GB"},
+			wantErr: `invalid PGLOOP_MEMORY_LIMIT="1 GB"`,
 		},
 		{
 			name: "a flag wins over its variable",

@@ -296,6 +296,7 @@ func TestChartValues(t *testing.T) {
 		"--namespace=team-a,team-b", "--workers=32", "--spilo-image=spilo:x y"})
 	check("env", c["env"], []any{
 		map[string]any{"name": "POD_NAMESPACE", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}},
+		map[string]any{"name": "PGLOOP_MEMORY_LIMIT", "valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}},
 		map[string]any{"name": "PGLOOP_RESYNC_PERIOD", "value": "5m"},
 	})
 	// Helm merges maps of values with the defaults: the limit on CPU stays

@@ -78,19 +78,64 @@ func (c Change) String() string {
 // still run the old template: a rollout in progress is tracked per pod with
 // PodUpToDate.
 func Compare(current, desired *appsv1.StatefulSet) Change {
-	if ClaimTemplateClass(current) != ClaimTemplateClass(desired) ||
-		!apiequality.Semantic.DeepEqual(claimTemplateSelector(current), claimTemplateSelector(desired)) {
+	return CompareSummary(current, summarize(desired))
+}
+
+// StatefulSetSummary is what Compare reads of a desired StatefulSet: a few
+// hundred bytes, where the whole object takes some 8 KB (its pod template
+// most of it). The facts keep one per cluster to compare the cached
+// StatefulSet with (pkg/facts); the effects, which write the template,
+// build the whole object.
+type StatefulSetSummary struct {
+	claimClass          string
+	claimSelector       *metav1.LabelSelector
+	templateHash        string
+	replicas            int32
+	labels, annotations map[string]string
+	updateStrategy      appsv1.StatefulSetUpdateStrategyType
+	retention           appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy
+}
+
+// Summarize returns what Compare reads of desired, a copy that shares
+// nothing with it, so that desired can be dropped or changed.
+func Summarize(desired *appsv1.StatefulSet) StatefulSetSummary {
+	s := summarize(desired)
+	s.claimSelector = s.claimSelector.DeepCopy()
+	s.labels, s.annotations = maps.Clone(s.labels), maps.Clone(s.annotations)
+	return s
+}
+
+// summarize returns what Compare reads of desired, sharing its maps and
+// its claim template's selector: for a comparison at once.
+func summarize(desired *appsv1.StatefulSet) StatefulSetSummary {
+	return StatefulSetSummary{
+		claimClass:     ClaimTemplateClass(desired),
+		claimSelector:  claimTemplateSelector(desired),
+		templateHash:   PodTemplateHash(desired),
+		replicas:       ptr.Deref(desired.Spec.Replicas, 1),
+		labels:         desired.Labels,
+		annotations:    desired.Annotations,
+		updateStrategy: desired.Spec.UpdateStrategy.Type,
+		retention:      retention(desired),
+	}
+}
+
+// CompareSummary is Compare of current with the desired StatefulSet
+// desired summarizes.
+func CompareSummary(current *appsv1.StatefulSet, desired StatefulSetSummary) Change {
+	if ClaimTemplateClass(current) != desired.claimClass ||
+		!apiequality.Semantic.DeepEqual(claimTemplateSelector(current), desired.claimSelector) {
 		return Recreate
 	}
-	if h := PodTemplateHash(current); h == "" || h != PodTemplateHash(desired) {
+	if h := PodTemplateHash(current); h == "" || h != desired.templateHash {
 		return ReplacePods
 	}
 	switch {
-	case ptr.Deref(current.Spec.Replicas, 1) != ptr.Deref(desired.Spec.Replicas, 1),
-		!containsAll(current.Labels, desired.Labels),
-		!containsAll(current.Annotations, desired.Annotations),
-		current.Spec.UpdateStrategy.Type != desired.Spec.UpdateStrategy.Type,
-		retention(current) != retention(desired):
+	case ptr.Deref(current.Spec.Replicas, 1) != desired.replicas,
+		!containsAll(current.Labels, desired.labels),
+		!containsAll(current.Annotations, desired.annotations),
+		current.Spec.UpdateStrategy.Type != desired.updateStrategy,
+		retention(current) != desired.retention:
 		return UpdateInPlace
 	}
 	return NoChange

@@ -145,6 +145,26 @@ func TestCompare(t *testing.T) {
 			current: func(cur *appsv1.StatefulSet) { delete(cur.Spec.Template.Annotations, AnnotationPodTemplateHash) },
 			want:    ReplacePods,
 		},
+		{
+			name:    "another storage class",
+			desired: func(pg *v1.Postgresql) { pg.Spec.Volume.StorageClass = "fast" },
+			want:    Recreate,
+		},
+		{
+			name: "a volume selector",
+			desired: func(pg *v1.Postgresql) {
+				pg.Spec.Volume.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "db"}}
+			},
+			want: Recreate,
+		},
+		{
+			name: "another storage class and image: re-creating wins",
+			desired: func(pg *v1.Postgresql) {
+				pg.Spec.Volume.StorageClass = "fast"
+				pg.Spec.DockerImage = "example.com/spilo:2"
+			},
+			want: Recreate,
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -161,10 +181,22 @@ func TestCompare(t *testing.T) {
 			if got := Compare(current, desired); got != c.want {
 				t.Errorf("Compare = %v, want %v", got, c.want)
 			}
-			// Whatever the change, applying desired to current makes them
-			// equal in Compare's eyes.
-			if got := Compare(ApplyStatefulSet(current, desired), desired); got != NoChange {
+			// Whatever the change short of re-creating, applying desired
+			// to current makes them equal in Compare's eyes.
+			if got := Compare(ApplyStatefulSet(current, desired), desired); c.want != Recreate && got != NoChange {
 				t.Errorf("after ApplyStatefulSet, Compare = %v, want NoChange", got)
+			}
+			// The facts keep desired's summary and drop the rest: it says
+			// the same, whatever becomes of desired afterwards.
+			summary := Summarize(desired)
+			clear(desired.Labels)
+			clear(desired.Spec.Template.Annotations)
+			if sel := claimTemplateSelector(desired); sel != nil {
+				clear(sel.MatchLabels)
+			}
+			desired.Spec = appsv1.StatefulSetSpec{}
+			if got := CompareSummary(current, summary); got != c.want {
+				t.Errorf("CompareSummary = %v, want %v", got, c.want)
 			}
 		})
 	}

@@ -190,13 +190,19 @@ func spiloConfigurationJSON(pg *v1.Postgresql, opts Options, bootstrap bool) str
 	return mustJSON(cfg)
 }
 
+// SpiloConfigurationVar is the environment variable of the Spilo
+// container that holds SPILO_CONFIGURATION.
+const SpiloConfigurationVar = "SPILO_CONFIGURATION"
+
 // BootstrapConfig returns the dynamic configuration the StatefulSet's pod
 // template bootstraps a new cluster with (its SPILO_CONFIGURATION's
-// bootstrap.dcs), as JSON with sorted keys; "" when it has none.
+// bootstrap.dcs), as JSON with sorted keys; "" when it has none. It reads
+// only the containers' SpiloConfigurationVar, which is what the informers'
+// cache keeps of a template besides its hash (pkg/informers).
 func BootstrapConfig(sts *appsv1.StatefulSet) string {
 	for _, c := range sts.Spec.Template.Spec.Containers {
 		for _, e := range c.Env {
-			if e.Name != "SPILO_CONFIGURATION" {
+			if e.Name != SpiloConfigurationVar {
 				continue
 			}
 			var cfg struct {
@@ -253,7 +259,7 @@ func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
 		// role label, so nothing else may own its Endpoints. pgloop reads
 		// the leader lock from the ConfigMap only (patroni.go).
 		{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
-		{Name: "SPILO_CONFIGURATION", Value: SpiloConfiguration(pg)},
+		{Name: SpiloConfigurationVar, Value: SpiloConfiguration(pg)},
 	}
 }
 

@@ -427,7 +427,7 @@ func dataVolumeClaim(pg *v1.Postgresql) corev1.PersistentVolumeClaim {
 func setSpiloConfiguration(t *corev1.PodTemplateSpec, value string) {
 	for i := range t.Spec.Containers {
 		for j := range t.Spec.Containers[i].Env {
-			if e := &t.Spec.Containers[i].Env[j]; e.Name == "SPILO_CONFIGURATION" {
+			if e := &t.Spec.Containers[i].Env[j]; e.Name == SpiloConfigurationVar {
 				e.Value = value
 			}
 		}

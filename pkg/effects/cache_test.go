@@ -122,8 +122,15 @@ func (c *fakeCache) syncLocked() {
 			if app := o.GetLabels()[cluster.LabelApplication]; app != cluster.ApplicationSpilo && app != cluster.ApplicationPooler {
 				continue
 			}
-			if s, ok := o.(*corev1.Secret); ok {
-				s.Data, s.StringData = nil, nil
+			switch o := o.(type) {
+			case *corev1.Secret:
+				o.Data, o.StringData = nil, nil
+			case *appsv1.StatefulSet:
+				// Less than the informers keep of a template
+				// (pkg/informers, slimStatefulSet): an ensure
+				// that wrote this one back would be seen.
+				o.Spec.Template = corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{
+					Annotations: map[string]string{cluster.AnnotationPodTemplateHash: cluster.PodTemplateHash(o)}}}
 			}
 			byKey[o.GetNamespace()+"/"+o.GetName()] = o
 		}

@@ -228,9 +228,11 @@ func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql, sts *app
 			if change == cluster.ReplacePods && r.keepTemplate && cluster.PodTemplateHash(cur) != "" {
 				// The cluster waits for a rollout slot: the new
 				// template is written when the slot is its.
-				want = sts.DeepCopy()
-				want.Spec.Template = *cur.Spec.Template.DeepCopy()
-				change = cluster.Compare(cur, want)
+				kept, err := r.keptTemplate(ctx, cur, sts)
+				if err != nil {
+					return nil, false, err
+				}
+				want, change = kept, cluster.Compare(cur, kept)
 				r.log.WithField("change", change.String()).Debug("pod template kept until a rollout slot is the cluster's")
 			}
 			if change == cluster.NoChange {
@@ -239,6 +241,28 @@ func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql, sts *app
 			r.log.WithField("change", change.String()).Debug("statefulset differs")
 			return cluster.ApplyStatefulSet(cur, want), true, nil
 		})
+}
+
+// keptTemplate returns sts with the pod template of cur, the StatefulSet
+// in place: what the ensure writes while the cluster waits for a rollout
+// slot. Compare reads a template by its hash alone, which a cached cur
+// keeps; when something else differs (replicas, labels), the template is
+// written back, so it is read from the API: the informers' cache keeps
+// none (pkg/informers, slimStatefulSet). The update that follows carries
+// cur's resourceVersion, so a StatefulSet changed since cur was read fails
+// it with a conflict, and the ensure reads it again.
+func (r *run) keptTemplate(ctx context.Context, cur, sts *appsv1.StatefulSet) (*appsv1.StatefulSet, error) {
+	kept := sts.DeepCopy()
+	kept.Spec.Template = *cur.Spec.Template.DeepCopy()
+	if cluster.Compare(cur, kept) == cluster.NoChange {
+		return kept, nil
+	}
+	live, err := r.kube.AppsV1().StatefulSets(r.ns).Get(ctx, cur.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get statefulset %s for the pod template it keeps: %w", cur.Name, err)
+	}
+	kept.Spec.Template = live.Spec.Template
+	return kept, nil
 }
 
 // ensureService creates the Service s of pg, or brings what pgloop owns of

@@ -43,10 +43,11 @@ type derived struct {
 	uid        types.UID
 	generation int64
 	specError  string
-	// desired is the StatefulSet the spec asks for, built on first need;
-	// poolers are the connection poolers' Deployments it asks for, by
-	// name (poolersBuilt: built).
-	desired      *appsv1.StatefulSet
+	// desired is what cluster.Compare reads of the StatefulSet the spec
+	// asks for, built on first need (the whole object, its pod template
+	// most of it, is not kept); poolers are the connection poolers'
+	// Deployments it asks for, by name (poolersBuilt: built).
+	desired      *cluster.StatefulSetSummary
 	poolers      map[string]*appsv1.Deployment
 	poolersBuilt bool
 	// backup is the logical backup CronJob it asks for, nil when none
@@ -170,7 +171,7 @@ func (d *Deriver) compareObjects(f *fsm.Facts, spec *derived, objs observed.Clus
 	// StatefulSet's template.
 	change := cluster.NoChange
 	if f.SpecError == "" && sts != nil && f.Outdated == 0 && existing == f.Desired {
-		change = cluster.Compare(sts, d.desiredStatefulSet(spec, pg))
+		change = cluster.CompareSummary(sts, *d.desiredStatefulSet(spec, pg))
 	}
 	templateChanged = change == cluster.ReplacePods && f.Desired > 0 && f.Ready == f.Desired
 	current = f.SpecError == "" && sts != nil &&
@@ -222,13 +223,15 @@ func (d *Deriver) derive(pg *v1.Postgresql) *derived {
 	return s
 }
 
-// desiredStatefulSet returns the StatefulSet pg asks for; s must be pg's.
-// Building it hashes the pod template, so it is done once per generation.
-func (d *Deriver) desiredStatefulSet(s *derived, pg *v1.Postgresql) *appsv1.StatefulSet {
+// desiredStatefulSet returns what cluster.Compare reads of the
+// StatefulSet pg asks for; s must be pg's. Building it hashes the pod
+// template, so it is done once per generation.
+func (d *Deriver) desiredStatefulSet(s *derived, pg *v1.Postgresql) *cluster.StatefulSetSummary {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.desired == nil {
-		s.desired = cluster.StatefulSet(pg, d.build)
+		summary := cluster.Summarize(cluster.StatefulSet(pg, d.build))
+		s.desired = &summary
 	}
 	return s.desired
 }

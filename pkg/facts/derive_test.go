@@ -408,6 +408,49 @@ func TestDesiredWithBuildOptions(t *testing.T) {
 	}
 }
 
+// TestCompareWithSummary checks that the facts, which keep only a summary
+// of the desired StatefulSet (cluster.Summarize), say what cluster.Compare
+// of the cached StatefulSet with the whole desired one says, for each
+// change Compare tells apart: current for NoChange alone, a template
+// changed for ReplacePods alone.
+func TestCompareWithSummary(t *testing.T) {
+	pg := newPG("c1", 1)
+	tests := []struct {
+		name string
+		edit func(sts *appsv1.StatefulSet)
+		want cluster.Change
+	}{
+		{name: "as built", edit: func(*appsv1.StatefulSet) {}, want: cluster.NoChange},
+		{name: "a label of pgloop's changed", edit: func(sts *appsv1.StatefulSet) { sts.Labels[cluster.LabelManagedBy] = "helm" },
+			want: cluster.UpdateInPlace},
+		{name: "update strategy", edit: func(sts *appsv1.StatefulSet) {
+			sts.Spec.UpdateStrategy.Type = appsv1.RollingUpdateStatefulSetStrategyType
+		}, want: cluster.UpdateInPlace},
+		{name: "another template", edit: func(sts *appsv1.StatefulSet) {
+			sts.Spec.Template.Annotations[cluster.AnnotationPodTemplateHash] = "other"
+		}, want: cluster.ReplacePods},
+		{name: "another storage class", edit: func(sts *appsv1.StatefulSet) {
+			sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName = ptr.To("fast")
+		}, want: cluster.Recreate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sts := cluster.StatefulSet(pg, cluster.Options{})
+			tt.edit(sts)
+			sts.Generation, sts.Status.ObservedGeneration = 1, 1
+			if got := cluster.Compare(sts, cluster.StatefulSet(pg, cluster.Options{})); got != tt.want {
+				t.Fatalf("Compare with the whole desired StatefulSet = %v, want %v", got, tt.want)
+			}
+			p := pod(pg, 0, master)
+			p.Annotations[cluster.AnnotationPodTemplateHash] = cluster.PodTemplateHash(sts)
+			f := NewDeriver(cluster.Options{}, true).Facts(objects(pg, sts, lock(pg, "c1-0"), p), now)
+			if f.ObjectsCurrent != (tt.want == cluster.NoChange) || f.TemplateChanged != (tt.want == cluster.ReplacePods) {
+				t.Errorf("%v: ObjectsCurrent %v, TemplateChanged %v", tt.want, f.ObjectsCurrent, f.TemplateChanged)
+			}
+		})
+	}
+}
+
 func TestTruncate(t *testing.T) {
 	for _, s := range []string{"", "short", strings.Repeat("a", maxMessage), strings.Repeat("a", maxMessage+1), strings.Repeat("€", 200)} {
 		got := truncate(s)

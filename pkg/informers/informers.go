@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -433,10 +434,12 @@ func clusterKey(obj any) (string, bool) {
 // What each kind keeps is what its readers read (pkg/facts, the effects'
 // Cache, pkg/archiving), and what an effect that updates an object read
 // from the cache writes back (cluster.ApplyStatefulSet keeps a
-// StatefulSet's spec, cluster.ApplyService a Service's, the cleanup's
-// Update a Postgresql's metadata), so those keep all but managed fields:
+// StatefulSet's spec but its pod template, cluster.ApplyService a
+// Service's spec, the cleanup's Update a Postgresql's metadata), so those
+// keep all but managed fields:
 //   - every object: no managed fields (often the larger part of the
 //     metadata);
+//   - a StatefulSet: slimStatefulSet;
 //   - a Postgresql: no kubectl last-applied-configuration annotation, a
 //     copy of its spec kubectl keeps (the one Update of a cached
 //     Postgresql, the cleanup's removal of the finalizer, is its last
@@ -458,6 +461,8 @@ func slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Postgresql:
 		delete(o.Annotations, corev1.LastAppliedConfigAnnotation)
+	case *appsv1.StatefulSet:
+		slimStatefulSet(o)
 	case *corev1.Pod:
 		slimPod(o)
 	case *corev1.PersistentVolumeClaim:
@@ -475,6 +480,29 @@ func slim(obj any) (any, error) {
 		}
 	}
 	return obj, nil
+}
+
+// slimStatefulSet keeps of a StatefulSet all but its pod template (most
+// of it), and of the template what the facts read: its hash annotation
+// (cluster.Compare, cluster.PodUpToDate) and of each container its name
+// and SPILO_CONFIGURATION (cluster.BootstrapConfig). No effect writes the
+// cached template back: the ensure's update takes the template from the
+// spec (cluster.ApplyStatefulSet), or, while the cluster waits for a
+// rollout slot, reads the one to keep from the API.
+func slimStatefulSet(s *appsv1.StatefulSet) {
+	t := &s.Spec.Template
+	var annotations map[string]string
+	if h, ok := t.Annotations[cluster.AnnotationPodTemplateHash]; ok {
+		annotations = map[string]string{cluster.AnnotationPodTemplateHash: h}
+	}
+	containers := make([]corev1.Container, len(t.Spec.Containers))
+	for i, c := range t.Spec.Containers {
+		containers[i].Name = c.Name
+		if j := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cluster.SpiloConfigurationVar }); j >= 0 {
+			containers[i].Env = []corev1.EnvVar{c.Env[j]}
+		}
+	}
+	*t = corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}, Spec: corev1.PodSpec{Containers: containers}}
 }
 
 // slimPod keeps of a pod (pgloop's and its poolers') its metadata, managed

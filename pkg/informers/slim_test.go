@@ -2,6 +2,7 @@ package informers
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -48,6 +49,43 @@ func TestSlimPod(t *testing.T) {
 	}
 	if len(full.Spec.Containers[0].Env) == 0 || len(full.Spec.Volumes) == 0 || full.Status.ContainerStatuses[0].Image == "" {
 		t.Error("the full pod lacks what slim drops: the test shows nothing")
+	}
+}
+
+// TestSlimStatefulSet shows what the caches keep of a StatefulSet as the
+// API returns it: all but its pod template, of which the hash and the
+// containers' SPILO_CONFIGURATION; and that the ensure's update of the
+// slimmed one, outdated, writes the spec's template whole.
+func TestSlimStatefulSet(t *testing.T) {
+	c := newAPICluster("db", "c1", 3)
+	full := c.statefulSet
+	sts := full.DeepCopy()
+	if _, err := slim(sts); err != nil {
+		t.Fatal(err)
+	}
+	want := full.DeepCopy()
+	want.ManagedFields = nil
+	env := full.Spec.Template.Spec.Containers[0].Env
+	spilo := env[slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == cluster.SpiloConfigurationVar })]
+	want.Spec.Template = corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cluster.AnnotationPodTemplateHash: cluster.PodTemplateHash(full)}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: cluster.ContainerName, Env: []corev1.EnvVar{spilo}}}},
+	}
+	if !reflect.DeepEqual(sts, want) {
+		t.Errorf("slim statefulset\n got %+v\nwant %+v", sts, want)
+	}
+	if cluster.BootstrapConfig(sts) == "" || cluster.BootstrapConfig(sts) != cluster.BootstrapConfig(full) {
+		t.Errorf("bootstrap configuration %q, want %q", cluster.BootstrapConfig(sts), cluster.BootstrapConfig(full))
+	}
+
+	// A new image: the template pgloop writes is the spec's, whole.
+	c.pg.Spec.DockerImage = "example.com/spilo:next"
+	desired := cluster.StatefulSet(c.pg, cluster.Options{})
+	if got := cluster.Compare(sts, desired); got != cluster.ReplacePods {
+		t.Fatalf("Compare of the slimmed outdated StatefulSet = %v, want ReplacePods", got)
+	}
+	if got := cluster.ApplyStatefulSet(sts, desired); !reflect.DeepEqual(got.Spec.Template, desired.Spec.Template) {
+		t.Errorf("update of the slimmed StatefulSet writes template %+v, want the spec's", got.Spec.Template)
 	}
 }
 
@@ -169,6 +207,15 @@ func TestSlimKeepsFacts(t *testing.T) {
 			unscheduled(c.pods[2])
 			c.claims[2].Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}
 			c.claims[2].Spec.VolumeName = ""
+		}},
+		{"template changed, pods not replaced yet", func(c *apiCluster) {
+			c.statefulSet.Spec.Template.Annotations[cluster.AnnotationPodTemplateHash] = "0ld"
+			for _, p := range c.pods {
+				p.Annotations[cluster.AnnotationPodTemplateHash] = "0ld"
+			}
+		}},
+		{"a new bootstrap configuration (a shared parameter)", func(c *apiCluster) {
+			c.pg.Spec.PostgreSQL.Parameters = map[string]string{"work_mem": "8MB"}
 		}},
 		{"no leader", func(c *apiCluster) { delete(c.configMaps[0].Annotations, cluster.AnnotationLeader) }},
 		{"leader not promoted", func(c *apiCluster) {

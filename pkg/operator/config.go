@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -90,6 +91,11 @@ type Config struct {
 	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
 	// on HealthAddr too: CPU, heap, goroutines of a running operator.
 	Profiling bool
+	// MemoryLimit is the memory the operator may use, in bytes, as its
+	// container's limit says: Go's soft memory limit is set to
+	// MemoryLimitPercent of it unless GOMEMLIMIT is set (memory.go).
+	// 0: none.
+	MemoryLimit Bytes
 
 	// Workers bounds the plans of effects running at once; UrgentWorkers
 	// of them take only urgent plans (a user's action), so it never waits
@@ -304,6 +310,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthAddr == "" {
 		bad("health-addr must not be empty")
+	}
+	if c.MemoryLimit != 0 && c.MemoryLimit < MinMemoryLimit {
+		bad("memory-limit must be 0 (none) or at least %s, got %d bytes", resource.NewQuantity(MinMemoryLimit, resource.BinarySI), c.MemoryLimit)
 	}
 	if c.Workers < 1 {
 		bad("workers must be at least 1, got %d", c.Workers)

@@ -176,14 +176,22 @@ func TestDeployment(t *testing.T) {
 	if !slices.Contains(c.Args, "operator") || !slices.Contains(c.Args, "--leader-elect=true") {
 		t.Errorf("args %v: want the operator with leader election", c.Args)
 	}
-	podNamespace := false
+	podNamespace, memoryLimit := false, false
 	for _, e := range c.Env {
 		if e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace" {
 			podNamespace = true
 		}
+		// --memory-limit is the container's own (no containerName: this one).
+		if e.Name == "PGLOOP_MEMORY_LIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+			e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == "" {
+			memoryLimit = true
+		}
 	}
 	if !podNamespace {
 		t.Error("POD_NAMESPACE is not set from the downward API")
+	}
+	if !memoryLimit {
+		t.Error("PGLOOP_MEMORY_LIMIT is not set from the container's limits.memory")
 	}
 	port := func(p corev1.ProbeHandler) int32 {
 		if p.HTTPGet == nil {

@@ -92,6 +92,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	log := newLogger(&cfg)
+	setMemoryLimit(cfg.MemoryLimit, os.Getenv("GOMEMLIMIT"), log)
 
 	restCfg, err := restConfig(&cfg)
 	if err != nil {
