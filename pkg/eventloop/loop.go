@@ -220,6 +220,7 @@ func New(h Handler, opts Options) *Loop {
 		l.workers = DefaultWorkers
 	}
 	l.reserved = reservedWorkers(opts.UrgentWorkers, l.workers)
+	l.runq.holds.bound = flowWorkers(l.workers, l.reserved)
 	if l.stepTimeout <= 0 {
 		l.stepTimeout = DefaultStepTimeout
 	}
