@@ -262,9 +262,10 @@ func (l *lane) remove(rec *clusterState) {
 // under its bound in h, nil when there is none; that flow goes to the back
 // of the turns if it has more. The flows at their bound before it keep
 // their place, and take their turn first once under it; those with stale
-// entries only leave the turns. It costs O(flows) at worst: the flows at
-// their bound hold a worker each at least, so they are few, and what pop
-// moves past them it moves once.
+// entries only leave the turns. It costs O(flows) at worst: it looks at
+// each flow once, and each flow it takes out of the turns moves those at
+// their bound before it, two at most (flowWorkers: each holds half the
+// workers or more).
 func (l *lane) pop(h *flowHolds) *clusterState {
 	for i := 0; i < l.turns.len(); {
 		f := l.turns.at(i)
