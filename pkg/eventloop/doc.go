@@ -50,6 +50,13 @@
 //     row a waiting background plan goes first: a background plan at the
 //     head of its lane starts within five starts, however many urgent
 //     plans arrive. A plan that supersedes an urgent one is urgent.
+//     Turns order the starts, not the workers: the plans of one
+//     namespace hold at most all the workers but those kept for urgent
+//     plans (all but one when none is; at least one), so a step of
+//     another namespace finds a worker free at once even while a burst
+//     of one namespace's slow plans runs (200 creates in one namespace
+//     held all 16 workers for 2 to 10 s each). A worker may then stay
+//     free while plans of a namespace at its bound wait.
 //  9. A plan's steps run under a context marked with its priority
 //     (PriorityOf), so that the requests they send can be ordered by it
 //     where the loop no longer decides.

@@ -99,9 +99,11 @@ func (l *Loop) dropWaiting(rec *clusterState) {
 // schedule starts queued plans while places are free, in each run
 // queue's order: on the workers, with at most workers-reserved background
 // plans in flight (the last l.reserved workers are kept for urgent plans,
-// which may take any); in the hung lane, up to hungWorkers plans. At most
-// Workers plans hold a worker (counted until their PlanDone is dispatched,
-// or until they are detached: hung.go).
+// which may take any) and at most flowWorkers plans of one namespace; in
+// the hung lane, up to hungWorkers plans. At most Workers plans hold a
+// worker (counted until their PlanDone is dispatched, until they pause
+// between two steps, or until they are detached: hung.go). A worker may
+// stay free while plans wait: those of namespaces at their bound.
 func (l *Loop) schedule() {
 	defer func() {
 		l.contended.Store(l.runq.waiting() > 0)
@@ -182,6 +184,7 @@ func (l *Loop) handed(rec *clusterState, urgent bool, s slot) {
 		l.hungInflight++
 	} else {
 		l.inflight++
+		l.runq.hold(rec)
 		rec.background = !urgent
 		if !urgent {
 			l.background++
@@ -194,6 +197,7 @@ func (l *Loop) freed(rec *clusterState) {
 	switch rec.slot {
 	case onWorker:
 		l.inflight--
+		l.runq.release(rec)
 		if rec.background {
 			rec.background = false
 			l.background--

@@ -438,7 +438,7 @@ func TestUrgentWorkersDoNotStarveBackground(t *testing.T) {
 		return Outcome{}
 	})
 	l := startLoop(t, rec, Options{Workers: workers, UrgentWorkers: 1})
-	for _, key := range keys("u/", workers+2) {
+	for _, key := range keys("u", workers+2) { // flows of their own: one's plans never fill the pool
 		l.Notify(key, "urgent")
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(starts) }
@@ -467,6 +467,101 @@ func TestUrgentWorkersDoNotStarveBackground(t *testing.T) {
 	}
 	if ahead := at - queuedAt; ahead > maxUrgentStreak {
 		t.Errorf("%d urgent plans started ahead of the background one, want at most %d: %q", ahead, maxUrgentStreak, starts[queuedAt:at+1])
+	}
+}
+
+// One namespace's plans hold at most flowWorkers of the workers, 3 of 4
+// with one kept for urgent plans: while ten urgent plans of namespace a
+// hold their workers (a burst of creates), a plan of namespace b starts at
+// once on the fourth, at either priority, and the fourth worker stays free
+// for b while a's plans wait. A plan of a that ends, or is detached after
+// SlowAfter, lets the next of a's start.
+func TestFlowBoundLeavesWorkersToOtherNamespaces(t *testing.T) {
+	for _, bUrgent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("b urgent=%v", bUrgent), func(t *testing.T) {
+			const workers, bound = 4, 3
+			if got := flowWorkers(workers, reservedWorkers(0, workers)); got != bound {
+				t.Fatalf("flowWorkers(%d workers) = %d, want %d", workers, got, bound)
+			}
+			a := keys("a/c", 10)
+			release := map[string]chan struct{}{"b/c": make(chan struct{})}
+			for _, key := range a {
+				release[key] = make(chan struct{})
+			}
+			started := make(chan string, len(release))
+			rec := newRecorder(func(ev Event) Outcome {
+				if ev.Kind != Signal {
+					return Outcome{}
+				}
+				p := plan(1, step("hold", func(ctx context.Context) error {
+					started <- ev.Key
+					select {
+					case <-release[ev.Key]:
+					case <-ctx.Done(): // the loop stops
+					}
+					return nil
+				}))
+				p.Urgent = ev.Name == "urgent"
+				return Outcome{Plan: p}
+			})
+			// Exec runs each plan on a goroutine of its own, as the
+			// workers do, and lets WaitIdle return while plans hold.
+			l := startLoop(t, rec, Options{Workers: workers, Exec: func(_ string, work func()) { go work() }})
+			// expect receives the starts of keys, in any order: plans
+			// started together race to report.
+			expect := func(what string, keys ...string) {
+				t.Helper()
+				var got []string
+				for range keys {
+					got = append(got, recv(t, started, what))
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, keys) {
+					t.Fatalf("%q started, want %q", got, keys)
+				}
+			}
+			holding := func(running, waiting int, what string) {
+				t.Helper()
+				l.waitIdle(t)
+				if st := l.Stats(); st.PlansRunning != running || st.PlansWaiting != waiting {
+					t.Fatalf("%s: %d plans running, %d waiting; want %d and %d", what, st.PlansRunning, st.PlansWaiting, running, waiting)
+				}
+			}
+
+			for _, key := range a {
+				l.Notify(key, "urgent")
+			}
+			expect("a's plans to take their workers", a[:bound]...)
+			holding(bound, len(a)-bound, "a's burst")
+			signal := "background"
+			if bUrgent {
+				signal = "urgent"
+			}
+			l.Notify("b/c", signal)
+			expect("b's plan to start on the free worker", "b/c")
+			holding(bound+1, len(a)-bound, "b's plan beside a's")
+			if st := l.Stats(); st.WorkerWaits != 0 {
+				t.Errorf("%d plans waited for a worker, want none: b's found one free", st.WorkerWaits)
+			}
+
+			// b's plan ends: a's plans still wait, the worker is b's.
+			close(release["b/c"])
+			rec.waitUntil(t, "b's PlanDone", has(is("b/c", PlanDone)))
+			holding(bound, len(a)-bound, "b's plan done")
+			// One of a's ends: the next of a's takes its worker.
+			close(release[a[0]])
+			expect("a's next plan to start", a[bound])
+			holding(bound, len(a)-bound-1, "one of a's done")
+			// a's three plans run past SlowAfter: detached, they hold no
+			// worker, and the next three of a's start.
+			l.clock.Step(DefaultSlowAfter)
+			expect("a's next plans to start on the workers the detached ones left", a[bound+1:2*bound+1]...)
+			l.waitIdle(t)
+			if st := l.Stats(); st.PlansDetached != bound || st.PlansRunning != 2*bound || st.PlansWaiting != len(a)-2*bound-1 {
+				t.Errorf("after SlowAfter: %d detached, %d running, %d waiting; want %d, %d and %d",
+					st.PlansDetached, st.PlansRunning, st.PlansWaiting, bound, 2*bound, len(a)-2*bound-1)
+			}
+		})
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// hungWorld is a handler whose clusters of the namespace "stuck" hang in
+// hungWorld is a handler whose stuck clusters (stuck, isStuck) hang in
 // their step "call" (until its deadline) while hang is set; every other
 // step answers at once. Each Signal makes a plan of one step named by
 // the signal ("call" or another name).
@@ -33,7 +33,7 @@ func newHungWorld() *hungWorld {
 		}
 		key := ev.Key
 		return Outcome{Plan: plan(w.nextID.Add(1), step(ev.Name, func(ctx context.Context) error {
-			if !strings.HasPrefix(key, "stuck/") || ev.Name != "call" || !w.hang.Load() {
+			if !isStuck(key) || ev.Name != "call" || !w.hang.Load() {
 				return nil
 			}
 			w.entered <- key
@@ -53,18 +53,25 @@ func startHung(t *testing.T, w *hungWorld) *testLoop {
 		StepTimeout: 30 * time.Second, Exec: func(_ string, work func()) { go work() }})
 }
 
+// stuck is the key of the i-th stuck cluster, alone in its namespace, as
+// one namespace's plans hold all the workers but one at most
+// (flowWorkers): the stuck clusters fill the pool only as several.
+func stuck(i int) string { return fmt.Sprintf("stuck%d/h", i) }
+
+func isStuck(key string) bool { return strings.HasPrefix(key, "stuck") }
+
 func doneOf(key string) func([]Event) bool {
 	return func(evs []Event) bool { return len(only(evs, is(key, PlanDone))) > 0 }
 }
 
 func countDone(evs []Event, key string) int { return len(only(evs, is(key, PlanDone))) }
 
-// eachDone is a cond for waitUntil: clusters stuck/h0 to stuck/h<k-1>
+// eachDone is a cond for waitUntil: the stuck clusters 0 to k-1
 // have each seen n PlanDones.
 func eachDone(k, n int) func([]Event) bool {
 	return func(evs []Event) bool {
 		for i := range k {
-			if countDone(evs, fmt.Sprintf("stuck/h%d", i)) != n {
+			if countDone(evs, stuck(i)) != n {
 				return false
 			}
 		}
@@ -73,8 +80,9 @@ func eachDone(k, n int) func([]Event) bool {
 }
 
 // TestHungStepsLeaveTheWorkers: four clusters whose steps hang take both
-// workers and wait for them; a healthy cluster's plan starts once the
-// hung ones have held them for SlowAfter (not for their 30 s deadline).
+// workers and wait for them; a healthy cluster's plan queued after them
+// starts once the hung ones have each held a worker for SlowAfter (not
+// for their 30 s deadline).
 // Once their step has hung, the hung clusters' plans with it run in the
 // hung lane and a healthy plan starts at once; a cluster whose step
 // answers again is back on the workers.
@@ -82,7 +90,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	w := newHungWorld()
 	l := startHung(t, w)
 	for i := range 4 {
-		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+		l.Notify(stuck(i), "call")
 	}
 	for range 2 {
 		recv(t, w.entered, "a hung step to begin")
@@ -93,19 +101,21 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 		t.Fatalf("before SlowAfter: %d plans running, %d waiting; want 2 and 3", st.PlansRunning, st.PlansWaiting)
 	}
 	// SlowAfter: the two hung plans leave the workers, the next two
-	// plans start: stuck/h2 and ns/a, as the namespaces take turns.
+	// plans start: the stuck clusters 2 and 3, whose namespaces took
+	// their turns before ns's.
+	l.clock.Step(3 * time.Second)
+	for range 2 {
+		recv(t, w.entered, "a hung step to begin on a freed worker")
+	}
+	l.waitIdle(t)
+	// They too leave the workers after SlowAfter: ns/a's plan starts.
 	l.clock.Step(3 * time.Second)
 	w.waitUntil(t, "ns/a's plan is done", doneOf("ns/a"))
-	recv(t, w.entered, "a third hung step to begin")
-	l.waitIdle(t)
-	// Then stuck/h3 takes ns/a's worker and leaves it after SlowAfter.
-	recv(t, w.entered, "the fourth hung step to begin")
-	l.clock.Step(3 * time.Second)
 	l.waitIdle(t)
 	st := l.Stats()
-	// ns/a, stuck/h2 and stuck/h3 (on ns/a's worker) waited 3s each.
-	if st.WorkerWaits != 3 || st.WorkerWait != 9*time.Second || st.HungWaits != 0 {
-		t.Errorf("waits for a worker: %d, %v in all, %d for the hung lane; want 3, 9s and 0", st.WorkerWaits, st.WorkerWait, st.HungWaits)
+	// The stuck clusters 2 and 3 waited 3s each, ns/a 6s.
+	if st.WorkerWaits != 3 || st.WorkerWait != 12*time.Second || st.HungWaits != 0 {
+		t.Errorf("waits for a worker: %d, %v in all, %d for the hung lane; want 3, 12s and 0", st.WorkerWaits, st.WorkerWait, st.HungWaits)
 	}
 	if st.PlansDetached != 4 || st.PlansSlow != 4 || st.PlansRunning != 4 || st.HungClusters != 0 {
 		t.Fatalf("after the hung steps' SlowAfter: %d detached, %d slow, %d running, %d hung clusters; want 4, 4, 4 and 0",
@@ -129,7 +139,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	// places and wait for them; none takes a worker, and a healthy
 	// plan runs at once, the clock standing still.
 	for i := range 4 {
-		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+		l.Notify(stuck(i), "call")
 	}
 	for range 2 {
 		recv(t, w.entered, "a hung step to begin in the hung lane")
@@ -147,7 +157,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	w.hang.Store(false)
 	l.clock.Step(3 * time.Second)
 	w.waitUntil(t, "the two waiting plans are done", func(evs []Event) bool {
-		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && strings.HasPrefix(ev.Key, "stuck/") })) == 6
+		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && isStuck(ev.Key) })) == 6
 	})
 	l.waitIdle(t)
 	l.clock.Step(27 * time.Second)
@@ -158,7 +168,7 @@ func TestHungStepsLeaveTheWorkers(t *testing.T) {
 	}
 	// The other two answer in the hung lane, then run on the workers.
 	for i := range 4 {
-		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+		l.Notify(stuck(i), "call")
 	}
 	w.waitUntil(t, "the third round is done", eachDone(4, 3))
 	l.waitIdle(t)
@@ -180,7 +190,7 @@ func TestHungLaneAnyNumber(t *testing.T) {
 	l := startHung(t, w)
 	const k = 40
 	for i := range k {
-		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+		l.Notify(stuck(i), "call")
 	}
 	done := func() int {
 		return len(only(w.snapshot(), func(ev Event) bool { return ev.Kind == PlanDone }))
@@ -204,13 +214,13 @@ func TestHungLaneAnyNumber(t *testing.T) {
 		t.Fatalf("%d hung clusters, want %d", st.HungClusters, k)
 	}
 	for i := range k {
-		l.Notify(fmt.Sprintf("stuck/h%d", i), "call")
+		l.Notify(stuck(i), "call")
 	}
 	for i := range 10 {
 		l.NotifyUrgent(fmt.Sprintf("ns%d/a", i), "call")
 	}
 	w.waitUntil(t, "the healthy plans are done", func(evs []Event) bool {
-		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && !strings.HasPrefix(ev.Key, "stuck/") })) == 10
+		return len(only(evs, func(ev Event) bool { return ev.Kind == PlanDone && !isStuck(ev.Key) })) == 10
 	})
 	l.waitIdle(t)
 	if st := l.Stats(); st.PlansHung != 2 || st.PlansWaiting != k-2 {
@@ -224,7 +234,7 @@ func TestSlowAfterNever(t *testing.T) {
 	w := newHungWorld()
 	l := startLoop(t, w, Options{Workers: 1, SlowAfter: -1, StepTimeout: 30 * time.Second,
 		Exec: func(_ string, work func()) { go work() }})
-	l.Notify("stuck/h0", "call")
+	l.Notify(stuck(0), "call")
 	recv(t, w.entered, "the hung step to begin")
 	l.Notify("ns/a", "call")
 	l.waitIdle(t)

@@ -57,7 +57,8 @@ type Options struct {
 	// at most Workers-UrgentWorkers background plans (resyncs, retries, a
 	// rollout's steps) run at once, so a user's action finds a worker at
 	// once even while background work would fill the pool. Urgent plans
-	// may take every worker, and then the run queue's turns let background
+	// may take every worker (those of one namespace all but the kept
+	// ones: flowWorkers), and then the run queue's turns let background
 	// ones through (maxUrgentStreak). At most Workers/4 (a pool of fewer
 	// than 4 keeps none). Default (0): DefaultUrgentWorkers; negative:
 	// none.
@@ -231,6 +232,7 @@ func New(h Handler, opts Options) *Loop {
 		l.workers = DefaultWorkers
 	}
 	l.reserved = reservedWorkers(opts.UrgentWorkers, l.workers)
+	l.runq.holds.bound = flowWorkers(l.workers, l.reserved)
 	if l.stepTimeout <= 0 {
 		l.stepTimeout = DefaultStepTimeout
 	}

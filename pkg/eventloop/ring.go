@@ -29,6 +29,22 @@ func (r *ring[T]) pop() T {
 	return v
 }
 
+// at returns the i-th oldest element, which must exist.
+func (r *ring[T]) at(i int) T { return r.buf[(r.head+i)&(len(r.buf)-1)] }
+
+// take removes and returns the i-th oldest element, which must exist; the
+// older ones keep their order, each moved one place toward the newer
+// end. It costs O(i): the run queue takes from near the head.
+func (r *ring[T]) take(i int) T {
+	mask := len(r.buf) - 1
+	v := r.buf[(r.head+i)&mask]
+	for j := i; j > 0; j-- {
+		r.buf[(r.head+j)&mask] = r.buf[(r.head+j-1)&mask]
+	}
+	r.pop()
+	return v
+}
+
 func (r *ring[T]) grow() {
 	size := 2 * len(r.buf)
 	if size == 0 {

@@ -34,6 +34,15 @@ const (
 // out among its own clusters. Clusters of one namespace share its flow's
 // turns as they did the whole lane's before flows.
 //
+// Turns share out the order of starts, not the workers: a namespace whose
+// plans each hold a worker for seconds (200 creates at once, each Service
+// create waiting for a ClusterIP on a loaded API server) would still hold
+// every worker, and another namespace's cluster would wait for one to free
+// at each step. So the workers' run queue also bounds the workers one
+// flow's plans hold at once, in both lanes together (holds, flowWorkers):
+// a flow at its bound is skipped in its turns, keeping its place, and the
+// workers it leaves free start the other namespaces' steps at once.
+//
 // Invariants (TestRunQueue checks them after every operation):
 //  1. A cluster state is queued in at most one lane, the one rec.queued names,
 //     and has exactly one live entry there, the one whose seq is rec.seq,
@@ -41,21 +50,83 @@ const (
 //     a lane's live those of its flows.
 //  2. The flows map holds the flows with a live entry; each of them is in
 //     the turns ring exactly once. promote moves a cluster state from the
-//     background lane to the urgent one: a ring cannot remove from its
-//     middle, so the old entry stays, stale (its seq is not the cluster state's
-//     any more), and is skipped when popped. A flow left with stale
-//     entries only leaves the map at once, and the ring when its turn
-//     comes: a cluster state of its namespace queued meanwhile starts a new flow
-//     at the back of the turns, as if the old one were gone.
+//     background lane to the urgent one: a flow's ring of entries cannot
+//     remove from its middle, so the old entry stays, stale (its seq is
+//     not the cluster state's any more), and is skipped when popped. A
+//     flow left with stale entries only leaves the map at once, and the
+//     ring when a pop reaches it: a cluster state of its namespace queued
+//     meanwhile starts a new flow at the back of the turns, as if the old
+//     one were gone.
 //  3. A lane with no live entry holds no flow at all: stale entries never
 //     outlive the live ones.
 //  4. streak counts the cluster states taken in a row from the urgent lane while
 //     a background cluster state waited; it never exceeds maxUrgentStreak, at
-//     which the next pop takes from the background lane.
+//     which the next pop takes from the background lane if a flow there is
+//     under its bound.
+//  5. holds counts, by flow name, the plans holding a worker (none of the
+//     hung lane's), and no count is above its bound: pop takes no cluster
+//     state of a flow at it, and returns nil when every flow with a live
+//     entry is at it.
 type runQueue struct {
 	urgent, background lane
 	seq                uint64 // of the last entry pushed
 	streak             int
+	holds              flowHolds
+}
+
+// flowHolds counts the plans of each flow that hold a worker, to bound
+// them: the Loop counts a plan when it takes a worker (Loop.handed) and
+// when it gives it back, done, paused between two steps or detached
+// (Loop.freed). Counts are kept by flow name, not in the lanes' flows,
+// which exist only while a cluster state of theirs waits.
+type flowHolds struct {
+	n     map[string]int // no zero count
+	bound int            // 0: none (the hung lane's run queue)
+}
+
+// flowWorkers is how many of workers the plans of one flow may hold at
+// once, reserved of them being kept for urgent plans: all but the
+// reserved ones, or all but one when none is, and at least one.
+//
+// Why a bound that leaves workers idle, not only turns: a worker that
+// frees goes to the flow whose turn it is, but another namespace's step
+// still waits for one to free, and a plan of a burst holds its worker for
+// seconds (bench-scale's namespaces phase: 200 creates in one namespace
+// held all 16 workers, 2 to 10 s each, and a cluster of another namespace
+// waited 100 to 700 ms at each step). Only workers kept out of one
+// namespace's reach start another's step at once; one is enough for that,
+// as a step is short and its worker soon free again. Why the reserved
+// ones: they are already what the pool keeps from background work, so the
+// bound costs one namespace alone (the common operator, a single tenant)
+// none of its background capacity, and its urgent plans only the workers
+// kept for them; with more namespaces busy, the reserve is the other
+// namespaces' whatever their priority. A background plan of another
+// namespace still waits while background plans fill their share
+// (Options.UrgentWorkers): the bound is on flows, not on that share.
+func flowWorkers(workers, reserved int) int {
+	return max(1, workers-max(1, reserved))
+}
+
+// full reports whether the plans of flow name hold as many workers as
+// they may.
+func (h *flowHolds) full(name string) bool {
+	return h.bound > 0 && h.n[name] >= h.bound
+}
+
+// hold counts a plan of the cluster key that took a worker.
+func (h *flowHolds) hold(key string) {
+	if h.n == nil {
+		h.n = make(map[string]int)
+	}
+	h.n[flowOf(key)]++
+}
+
+// release counts back a plan of the cluster key that gave its worker back.
+func (h *flowHolds) release(key string) {
+	name := flowOf(key)
+	if h.n[name]--; h.n[name] == 0 {
+		delete(h.n, name)
+	}
 }
 
 // lane is one priority of the run queue: its flows, in the order they take
@@ -113,37 +184,52 @@ func (q *runQueue) promote(rec *clusterState) {
 	q.push(rec, true)
 }
 
-// pop takes the cluster state whose plan starts next, and says from which lane;
-// nil when both are empty. It takes from the urgent lane first, except
-// that after maxUrgentStreak urgent cluster states in a row it takes a background
-// one if one waits.
+// pop takes the cluster state whose plan starts next, and says from which
+// lane; nil when neither lane has a flow with a live entry under its
+// bound. It takes from the urgent lane first, except that after
+// maxUrgentStreak urgent cluster states in a row it takes a background one
+// if one may start. A lane whose every flow with a live entry is at its
+// bound is passed over for the other.
 func (q *runQueue) pop() (rec *clusterState, urgent bool) {
-	if q.background.live > 0 && (q.streak >= maxUrgentStreak || q.urgent.live == 0) {
-		q.streak = 0
-		return q.background.pop(), false
+	backgroundFirst := q.streak >= maxUrgentStreak || q.urgent.live == 0
+	if backgroundFirst {
+		if rec = q.background.pop(&q.holds); rec != nil {
+			q.streak = 0
+			return rec, false
+		}
 	}
-	if q.urgent.live == 0 {
-		return nil, false
+	if rec = q.urgent.pop(&q.holds); rec != nil {
+		// At maxUrgentStreak only when the background flows with a live
+		// entry are all at their bound: the streak stays there, so the
+		// next pop tries them first.
+		q.streak = min(q.streak+1, maxUrgentStreak)
+		if q.background.live == 0 {
+			q.streak = 0
+		}
+		return rec, true
 	}
-	rec = q.urgent.pop()
-	if q.background.live > 0 {
-		q.streak++
-	} else {
-		q.streak = 0
+	if !backgroundFirst {
+		if rec = q.background.pop(&q.holds); rec != nil {
+			q.streak = 0
+			return rec, false
+		}
 	}
-	return rec, true
+	return nil, false
 }
 
-// popUrgent takes the cluster state whose urgent plan starts next, nil when the
-// urgent lane is empty: what a worker kept for urgent plans takes
-// (Options.UrgentWorkers). A background plan could not have had that
-// worker, so the streak does not count it.
+// popUrgent takes the cluster state whose urgent plan starts next, nil when
+// no flow of the urgent lane with a live entry is under its bound: what a
+// worker kept for urgent plans takes (Options.UrgentWorkers). A
+// background plan could not have had that worker, so the streak does not
+// count it.
 func (q *runQueue) popUrgent() *clusterState {
-	if q.urgent.live == 0 {
-		return nil
-	}
-	return q.urgent.pop()
+	return q.urgent.pop(&q.holds)
 }
+
+// hold counts a plan of rec that took a worker; release counts it back
+// when it gives the worker back (flowHolds).
+func (q *runQueue) hold(rec *clusterState)    { q.holds.hold(rec.key) }
+func (q *runQueue) release(rec *clusterState) { q.holds.release(rec.key) }
 
 // push adds rec's entry at the end of its flow, and the flow at the end of
 // the turns if it had no live entry.
@@ -172,14 +258,26 @@ func (l *lane) remove(rec *clusterState) {
 	l.left()
 }
 
-// pop takes the first live entry of the flow whose turn it is, which must
-// exist (live > 0); the flow goes to the back of the turns if it has more.
-func (l *lane) pop() *clusterState {
-	for {
-		f := l.turns.pop()
-		if f.live == 0 {
-			continue // stale entries only (remove)
+// pop takes the first live entry of the first flow in the turns that is
+// under its bound in h, nil when there is none; that flow goes to the back
+// of the turns if it has more. The flows at their bound before it keep
+// their place, and take their turn first once under it; those with stale
+// entries only leave the turns. It costs O(flows) at worst: it looks at
+// each flow once, and each flow it takes out of the turns moves those at
+// their bound before it, two at most (flowWorkers: each holds half the
+// workers or more).
+func (l *lane) pop(h *flowHolds) *clusterState {
+	for i := 0; i < l.turns.len(); {
+		f := l.turns.at(i)
+		switch {
+		case f.live == 0:
+			l.turns.take(i) // stale entries only (remove)
+			continue
+		case h.full(f.name):
+			i++
+			continue
 		}
+		l.turns.take(i)
 		var e entry
 		for e = f.entries.pop(); e.seq != e.rec.seq; e = f.entries.pop() {
 		}
@@ -192,6 +290,7 @@ func (l *lane) pop() *clusterState {
 		l.left()
 		return e.rec
 	}
+	return nil
 }
 
 // left counts one live entry less, and drops the flows once no live entry

@@ -13,11 +13,14 @@ import (
 
 // The run queue against a model of it: for each lane, its flows in turn
 // order, each a list of its queued records, and the streak, with the stale
-// entries of promoted records left out. Random pushes, promotions and pops
-// of records of three namespaces (and keys without one, flows of their
-// own) must take the records in the model's order, and the invariants of
-// runQueue must hold after every operation.
+// entries of promoted records left out; the workers each flow's records
+// hold, at most flowBound. Random pushes, promotions, pops (each record
+// popped takes a worker) and releases of workers, of records of three
+// namespaces (and keys without one, flows of their own), must take the
+// records in the model's order, skipping the flows at their bound, and
+// the invariants of runQueue must hold after every operation.
 func TestRunQueue(t *testing.T) {
+	const flowBound = 2
 	rng := rand.New(rand.NewPCG(14, 0))
 	recs := make([]*clusterState, 16)
 	for i := range recs {
@@ -29,15 +32,18 @@ func TestRunQueue(t *testing.T) {
 		}
 	}
 	var (
-		q                  runQueue
+		q                  = runQueue{holds: flowHolds{bound: flowBound}}
 		urgent, background modelLane
 		streak             int
+		holding            []*clusterState // records holding a worker
+		held               = map[string]int{}
 	)
+	full := func(flow string) bool { return held[flow] >= flowBound }
 	for n := range 50000 {
 		rec := recs[rng.IntN(len(recs))]
 		var op string
-		switch r := rng.IntN(10); {
-		case r < 4 && rec.queued == notQueued:
+		switch r := rng.IntN(12); {
+		case r < 4 && rec.queued == notQueued && !slices.Contains(holding, rec):
 			u := rng.IntN(3) == 0
 			op = fmt.Sprintf("push %s urgent=%v", rec.key, u)
 			q.push(rec, u)
@@ -51,29 +57,56 @@ func TestRunQueue(t *testing.T) {
 			q.promote(rec)
 			background.remove(rec)
 			urgent.push(rec)
+		case r < 8 && len(holding) > 0:
+			rec = holding[rng.IntN(len(holding))]
+			op = "release " + rec.key
+			q.release(rec)
+			holding = slices.DeleteFunc(holding, func(r *clusterState) bool { return r == rec })
+			held[flowOf(rec.key)]--
+		case r < 9:
+			op = "popUrgent"
+			want := urgent.pop(full)
+			if got := q.popUrgent(); got != want {
+				t.Fatalf("op %d: popUrgent = %s, want %s", n, name(got), name(want))
+			}
+			holding, held = take(&q, want, holding, held)
 		default:
 			op = "pop"
 			var want *clusterState
 			wantUrgent := false
-			switch {
-			case background.len() > 0 && (streak >= maxUrgentStreak || urgent.len() == 0):
-				want, streak = background.pop(), 0
-			case urgent.len() > 0:
-				want, wantUrgent = urgent.pop(), true
-				if background.len() > 0 {
-					streak++
-				} else {
-					streak = 0
+			backgroundFirst := streak >= maxUrgentStreak || urgent.len() == 0
+			if backgroundFirst {
+				want = background.pop(full)
+			}
+			if want == nil {
+				if want = urgent.pop(full); want != nil {
+					wantUrgent = true
 				}
+			}
+			if want == nil && !backgroundFirst {
+				want = background.pop(full)
+			}
+			switch {
+			case wantUrgent && background.len() > 0:
+				streak = min(streak+1, maxUrgentStreak)
+			case want != nil:
+				streak = 0
 			}
 			got, gotUrgent := q.pop()
 			if got != want || gotUrgent != wantUrgent {
 				t.Fatalf("op %d: pop = %s urgent=%v, want %s urgent=%v", n, name(got), gotUrgent, name(want), wantUrgent)
 			}
+			holding, held = take(&q, want, holding, held)
 		}
 		if err := checkRunQueue(&q, recs); err != nil {
 			t.Fatalf("op %d (%s): %v", n, op, err)
 		}
+		if err := checkHolds(&q.holds, held); err != nil {
+			t.Fatalf("op %d (%s): %v", n, op, err)
+		}
+	}
+	for _, rec := range holding {
+		q.release(rec)
 	}
 	popped := 0
 	for rec, _ := q.pop(); rec != nil; rec, _ = q.pop() {
@@ -82,6 +115,132 @@ func TestRunQueue(t *testing.T) {
 	if want := urgent.len() + background.len(); popped != want || q.waiting() != 0 || q.urgent.turns.len()+q.background.turns.len() != 0 {
 		t.Errorf("popped %d records, want %d; %d waiting and %d flows after, want none", popped, want, q.waiting(),
 			q.urgent.turns.len()+q.background.turns.len())
+	}
+}
+
+// take makes rec, popped from q (nil: none), hold a worker, in q and in
+// the model.
+func take(q *runQueue, rec *clusterState, holding []*clusterState, held map[string]int) ([]*clusterState, map[string]int) {
+	if rec != nil {
+		q.hold(rec)
+		held[flowOf(rec.key)]++
+		holding = append(holding, rec)
+	}
+	return holding, held
+}
+
+// checkHolds checks invariant 5 of runQueue: h counts what the model
+// holds, no count is zero or above the bound.
+func checkHolds(h *flowHolds, held map[string]int) error {
+	for flow, n := range held {
+		if h.n[flow] != n {
+			return fmt.Errorf("flow %q holds %d workers, want %d", flow, h.n[flow], n)
+		}
+	}
+	for flow, n := range h.n {
+		if n <= 0 || n > h.bound {
+			return fmt.Errorf("flow %q counts %d workers, want 1 to %d", flow, n, h.bound)
+		}
+	}
+	return nil
+}
+
+// The bound on the workers of one flow, as scripts run on a run queue
+// with that bound: "push K" queues cluster K in the background lane,
+// "push! K" in the urgent one; "pop K" takes the next cluster state,
+// which must be K from the background lane ("pop! K": from the urgent
+// one; "pop -": none), and it holds a worker; "release K" gives K's
+// worker back. After every line, the invariants of runQueue hold.
+func TestRunQueueFlowBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		bound  int
+		script []string
+	}{{
+		name:  "a flow at its bound is skipped; when all are, nothing is taken",
+		bound: 2,
+		script: []string{
+			"push a/1", "push a/2", "push a/3", "push b/1", "push b/2",
+			"pop a/1", "pop b/1", "pop a/2",
+			"pop b/2", // a holds 2 workers, its bound
+			"pop -",   // only a's cluster waits
+			"release a/1",
+			"pop a/3",
+		},
+	}, {
+		name:  "a flow skipped keeps its place in the turns",
+		bound: 1,
+		script: []string{
+			"push a/1", "push a/2", "push b/1", "push b/2", "push c/1", "push c/2",
+			"pop a/1",                // turns: b c a
+			"pop b/1", "release b/1", // c a b
+			"pop c/1", "release c/1", // a b c
+			"pop b/2", // a, at its bound, keeps the head: a c
+			"release b/2", "release a/1",
+			"pop a/2", // ahead of c, as before b's turn
+			"pop c/2",
+		},
+	}, {
+		name:  "urgent flows at their bound let background ones start",
+		bound: 1,
+		script: []string{
+			"push! a/1", "push! a/2", "push b/1", "push! c/1",
+			"pop! a/1",
+			"pop! c/1", // a at its bound in the urgent lane
+			"pop b/1",  // every urgent flow with work is at its bound
+			"pop -",
+			"release a/1",
+			"pop! a/2",
+		},
+	}, {
+		name:  "the streak waits for a background flow under its bound",
+		bound: 1,
+		script: []string{
+			"push b/1", "push b/2",
+			"pop b/1", // b at its bound
+			"push! u1", "push! u2", "push! u3", "push! u4", "push! u5", "push! u6",
+			"pop! u1", "pop! u2", "pop! u3", "pop! u4",
+			"pop! u5", // after maxUrgentStreak, but b cannot start
+			"release b/1",
+			"pop b/2", // the streak stayed at its maximum
+			"pop! u6",
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := runQueue{holds: flowHolds{bound: tt.bound}}
+			recs := map[string]*clusterState{}
+			var all []*clusterState
+			recOf := func(key string) *clusterState {
+				if recs[key] == nil {
+					recs[key] = &clusterState{key: key}
+					all = append(all, recs[key])
+				}
+				return recs[key]
+			}
+			for i, line := range tt.script {
+				op, key, _ := strings.Cut(line, " ")
+				switch op {
+				case "push", "push!":
+					q.push(recOf(key), op == "push!")
+				case "pop", "pop!":
+					got, urgent := q.pop()
+					if got != nil {
+						q.hold(got)
+					}
+					if want := recs[key]; got != want || (got != nil && urgent != (op == "pop!")) {
+						t.Fatalf("line %d (%s): popped %s urgent=%v", i, line, name(got), urgent)
+					}
+				case "release":
+					q.release(recs[key])
+				default:
+					t.Fatalf("line %d: unknown op %q", i, line)
+				}
+				if err := checkRunQueue(&q, all); err != nil {
+					t.Fatalf("line %d (%s): %v", i, line, err)
+				}
+			}
+		})
 	}
 }
 
@@ -119,11 +278,17 @@ func (m *modelLane) remove(rec *clusterState) {
 	}
 }
 
-func (m *modelLane) pop() *clusterState {
-	f := m.order[0]
+// pop takes the first record of the first flow in turn order that is not
+// full, nil if none; the others keep their place.
+func (m *modelLane) pop(full func(flow string) bool) *clusterState {
+	i := slices.IndexFunc(m.order, func(f string) bool { return !full(f) })
+	if i < 0 {
+		return nil
+	}
+	f := m.order[i]
 	rec := m.flows[f][0]
 	m.flows[f] = m.flows[f][1:]
-	m.order = m.order[1:]
+	m.order = slices.Delete(m.order, i, i+1)
 	if len(m.flows[f]) > 0 {
 		m.order = append(m.order, f)
 	}
