@@ -334,8 +334,11 @@ func TestResumeFromStatus(t *testing.T) {
 }
 
 // TestHungEffectsDoNotDelayOtherClusters: cluster A's ensure hangs until
-// its deadline; B, created afterwards, reaches Running first, by the order
-// of what happened, not by wall time.
+// its deadline; B, created afterwards in another namespace, reaches
+// Running first, by the order of what happened, not by wall time. (With
+// the 2 workers here, one namespace's plans hold one at most: a cluster of
+// A's namespace would wait for A's plan to be detached, after SlowAfter,
+// on a clock this test does not move.)
 func TestHungEffectsDoNotDelayOtherClusters(t *testing.T) {
 	w := newWorld()
 	cfg := fsm.DefaultConfig()
@@ -348,13 +351,13 @@ func TestHungEffectsDoNotDelayOtherClusters(t *testing.T) {
 	}
 	w.set("ns/a", starting(1))
 	h.loop.Notify("ns/a", "spec")
-	w.set("ns/b", starting(1))
-	h.loop.Notify("ns/b", "spec")
-	h.loop.Notify("ns/b", "pods")
+	w.set("other/b", starting(1))
+	h.loop.Notify("other/b", "spec")
+	h.loop.Notify("other/b", "pods")
 	// B's pods become Ready while A's ensure still hangs.
-	w.set("ns/b", ready(1))
-	h.loop.Notify("ns/b", "pods")
-	for w.state("ns/b") != fsm.Running {
+	w.set("other/b", ready(1))
+	h.loop.Notify("other/b", "pods")
+	for w.state("other/b") != fsm.Running {
 		select {
 		case <-h.ctx.Done():
 			t.Fatalf("b never Running while a's effects hang")

@@ -80,6 +80,12 @@ type Options struct {
 	// HungWorkers bounds the plans of the hung lane running at once
 	// (each for SlowAfter at most). Default: Workers.
 	HungWorkers int
+	// NamespaceWorkers bounds the workers the plans of one namespace hold
+	// at once. Default (0): all but the workers kept for urgent plans, and
+	// at least one kept (flowWorkers); more than Workers: Workers;
+	// negative: no bound, as before the bound (test/sim's run of the
+	// executor without its defences).
+	NamespaceWorkers int
 	// Log receives the loop's entries, with the field cluster=<key>.
 	// Default: logrus.StandardLogger().
 	Log logrus.FieldLogger
@@ -232,7 +238,14 @@ func New(h Handler, opts Options) *Loop {
 		l.workers = DefaultWorkers
 	}
 	l.reserved = reservedWorkers(opts.UrgentWorkers, l.workers)
-	l.runq.holds.bound = flowWorkers(l.workers, l.reserved)
+	switch n := opts.NamespaceWorkers; {
+	case n < 0:
+		l.runq.holds.bound = 0 // none
+	case n > 0:
+		l.runq.holds.bound = min(n, l.workers)
+	default:
+		l.runq.holds.bound = flowWorkers(l.workers, l.reserved)
+	}
 	if l.stepTimeout <= 0 {
 		l.stepTimeout = DefaultStepTimeout
 	}

@@ -49,9 +49,10 @@ type Options struct {
 	// hung, when not 0, makes that many hung clusters in stuckNS in
 	// every seed (newStuck).
 	hung int
-	// noHungLane runs the executor without its hung lane (SlowAfter < 0):
-	// a hung step holds its worker until its deadline, as before issue
-	// 35 (TestIsolationRegressions).
+	// noHungLane runs the executor without its hung lane (SlowAfter < 0)
+	// nor its bound on one namespace's workers (NamespaceWorkers < 0): a
+	// hung step holds its worker until its deadline, as before issue 35
+	// (TestIsolationRegressions).
 	noHungLane bool
 	// handovers, when set, are the run's handovers instead of the
 	// seed's (TestHandover).
@@ -588,11 +589,15 @@ func (s *Sim) startOperator() {
 		workers = 1000
 	}
 	var slowAfter time.Duration // the operator's default
+	namespaceWorkers := 0       // the default bound
 	if s.opt.noHungLane {
-		slowAfter = -1
+		// The executor as it was before its defences: its stuck
+		// clusters, all of one namespace, would also be held off the
+		// last workers by the bound on one namespace's workers.
+		slowAfter, namespaceWorkers = -1, -1
 	}
 	loop := eventloop.New(&probe{s: s, ctrl: ctrl, inc: inc}, eventloop.Options{Clock: clk, Workers: workers,
-		StepTimeout: stepTimeout, SlowAfter: slowAfter, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
+		StepTimeout: stepTimeout, SlowAfter: slowAfter, NamespaceWorkers: namespaceWorkers, Log: entry, Exec: func(key string, work func()) { s.exec(inc, key, work) }})
 	ctrl.SetRolloutBudget(rolloutBudget, loop.Notify)
 	keys := v.keys("postgresqls")
 	ctrl.Resuming(keys)
