@@ -39,10 +39,7 @@ func (b *bench) atN(ctx context.Context, row *Row) (err error) {
 	}
 	row.Nodes = nodesFor(n+b.cfg.Probes+1, b.cfg.PodsPerNode)
 	b.logf("N=%d: labeller client at %g requests/s, burst %d", n, b.cfg.LabellerQPS, b.cfg.LabellerBurst)
-	if _, err := s.startOperator(); err != nil {
-		return err
-	}
-	if err := s.quiet("after its start"); err != nil {
+	if err := s.operatorUp(); err != nil {
 		return err
 	}
 	b.wall(&row.Walls, "plane and operator up", began)
@@ -602,10 +599,7 @@ func (b *bench) fairness(ctx context.Context, f *Fairness) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := s.startOperator(); err != nil {
-		return err
-	}
-	if err := s.quiet("after its start"); err != nil {
+	if err := s.operatorUp(); err != nil {
 		return err
 	}
 	b.wall(&f.Walls, "plane and operator up", began)

@@ -75,10 +75,7 @@ func (b *bench) namespaces(ctx context.Context, ns *Namespaces) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := s.startOperator(); err != nil {
-		return err
-	}
-	if err := s.quiet("after its start"); err != nil {
+	if err := s.operatorUp(); err != nil {
 		return err
 	}
 	b.wall(&ns.Walls, "plane and operator up", began)

@@ -209,6 +209,14 @@ func (s *stage) kill(term bool) error {
 	return nil
 }
 
+// operatorUp starts the operator and waits until it is quiet.
+func (s *stage) operatorUp() error {
+	if _, err := s.startOperator(); err != nil {
+		return err
+	}
+	return s.quiet("after its start")
+}
+
 // quiet waits until the operator is quiet, and says so, with the loop's
 // events while it waited: what keeps an operator that is not quiet busy.
 func (s *stage) quiet(what string) error {
