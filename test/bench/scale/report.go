@@ -337,6 +337,9 @@ func (r *Result) Verdicts() []Verdict {
 			writes := w.Requests.Writes()
 			out = append(out, judged(writes.Total(true) == 0, "N=%d: writes in %v idle: %d (%s); goal 0", n, benchkit.Ms(w.Took), writes.Total(true), writes))
 		}
+		if v, ok := row.rssVerdict(cfg); ok {
+			out = append(out, v)
+		}
 		if rs := row.Restart; rs != nil {
 			out = append(out, judged(rs.Restored <= cfg.MaxRestart, "N=%d: restart until every machine is back: %v; goal at most %v", n, benchkit.Ms(rs.Restored), cfg.MaxRestart))
 			writes := rs.Requests.Writes()
@@ -396,6 +399,23 @@ func (r *Result) Verdicts() []Verdict {
 			benchkit.Ms(own), benchkit.Ratio(own, idleOwn), benchkit.Ms(idleOwn)))
 	}
 	return append(out, r.Namespaces.verdicts(cfg.MaxNamespaceRatio)...)
+}
+
+// rssVerdict judges the operator's RSS with the row's clusters Running
+// against cfg.MaxRSS once the row has at least cfg.RSSGoalN clusters;
+// a smaller row reports what it projects to at RSSGoalN (its RSS with no
+// cluster plus RSSGoalN times its per-cluster RSS), not judged.
+func (r *Row) rssVerdict(cfg Config) (Verdict, bool) {
+	if r.Clusters == 0 || r.MemoryN.RSS == 0 || cfg.MaxRSS <= 0 || cfg.RSSGoalN <= 0 {
+		return Verdict{}, false
+	}
+	if r.N >= cfg.RSSGoalN {
+		return judged(r.MemoryN.RSS <= cfg.MaxRSS, "N=%d: operator RSS with %d clusters Running: %s (%d MB); goal at most %d MB with %d",
+			r.N, r.Clusters, mib(r.MemoryN.RSS), r.MemoryN.RSS/1_000_000, cfg.MaxRSS/1_000_000, cfg.RSSGoalN), true
+	}
+	projected := r.Memory0.RSS + r.PerCluster().RSS*int64(cfg.RSSGoalN)
+	return info("N=%d: operator RSS with %d clusters Running: %s; at its per-cluster figure %d clusters would take %d MB (goal %d MB, judged at N = %d)",
+		r.N, r.Clusters, mib(r.MemoryN.RSS), cfg.RSSGoalN, projected/1_000_000, cfg.MaxRSS/1_000_000, cfg.RSSGoalN), true
 }
 
 // Pass reports whether every judged goal was met.

@@ -137,6 +137,11 @@ type Config struct {
 	// while the fleet rolls out, against its idle share (issue 34).
 	MaxOwnRatio  float64
 	StatusWrites int
+	// MaxRSS is the goal for the operator's RSS with RSSGoalN clusters
+	// Running (issue 34: 10,000 in 500 MB); a row of fewer clusters
+	// reports what its per-cluster figure projects to at RSSGoalN.
+	MaxRSS   int64
+	RSSGoalN int
 	// BurstTimeout bounds a burst until all are Running or Ready (and the
 	// one more cluster created with it); ProbeTimeout one idle probe;
 	// QuietTimeout the wait for the operator to be quiet; RestoreTimeout
@@ -173,6 +178,8 @@ func DefaultConfig() Config {
 		MaxOneMoreRatio: 1.1,
 		MaxOwnRatio:     1.5,
 		StatusWrites:    3,
+		MaxRSS:          500_000_000,
+		RSSGoalN:        10_000,
 		BurstTimeout:    time.Hour,
 		ProbeTimeout:    5 * time.Minute,
 		QuietTimeout:    15 * time.Minute,

@@ -157,6 +157,7 @@ func TestVerdicts(t *testing.T) {
 	want := []string{
 		"PASS: N=1000: writes to create one cluster (idle operator, the most of 3): 6, Events apart (2 Events); beyond one write of each of its 10 objects and of its own postgresql, and 3 status writes: none; goal none",
 		"PASS: N=1000: writes in 10m0s idle: 0 (none); goal 0",
+		"INFO: N=1000: operator RSS with 1000 clusters Running: 180.0 MiB; at its per-cluster figure 10000 clusters would take 1132 MB (goal 500 MB, judged at N = 10000)",
 		"PASS: N=1000: restart until every machine is back: 12s; goal at most 30s",
 		"PASS: N=1000: writes of the restart (its first 1m0s after ready): 0 (none); goal 0",
 		"PASS: N=1000: one more cluster after the burst: 540ms, 1.08 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) = 560ms",
@@ -166,6 +167,7 @@ func TestVerdicts(t *testing.T) {
 		"INFO: N=1000: all N Running in 1m15s, 0.75 × what the client's rate limit lets their requests through in: N × 5.0 requests / 50 per second = 1m40s",
 		"FAIL: N=5000: writes to create one cluster (idle operator, the most of 2): 20, Events apart (2 Events); beyond one write of each of its 10 objects and of its own postgresql, and 3 status writes: 7 write postgresqls/status, 8 write secrets; goal none",
 		"FAIL: N=5000: writes in 10m0s idle: 3 (3 update postgresqls/status); goal 0",
+		"INFO: N=5000: operator RSS with 1000 clusters Running: 180.0 MiB; at its per-cluster figure 10000 clusters would take 1132 MB (goal 500 MB, judged at N = 10000)",
 		"FAIL: N=5000: restart until every machine is back: 45s; goal at most 30s",
 		"FAIL: N=5000: writes of the restart (its first 1m0s after ready): 38 (19 create roles (409), 19 patch roles); goal 0",
 		"PASS: N=5000: one more cluster after the burst: 1m12s, 144.00 × its idle median 500ms; goal at most 1.10 × idle + one API round trip (10ms) + what the plane alone adds to one more bare StatefulSet after its N (1m20s: 1m20.3s against 250ms idle) = 1m20.6s",
@@ -325,5 +327,33 @@ func TestLoopEventsOf(t *testing.T) {
 	}
 	if got := (LoopEvents{}).String(); got != "none" {
 		t.Errorf("no event = %q", got)
+	}
+}
+
+func TestRSSVerdict(t *testing.T) {
+	cfg := DefaultConfig()
+	for _, c := range []struct {
+		name string
+		row  Row
+		want string
+		ok   bool
+	}{
+		{name: "at the goal's N, within", ok: true,
+			row:  Row{N: 10000, Clusters: 10006, Memory0: Memory{RSS: 40_000_000}, MemoryN: Memory{RSS: 450_000_000}},
+			want: "PASS: N=10000: operator RSS with 10006 clusters Running: 429.2 MiB (450 MB); goal at most 500 MB with 10000"},
+		{name: "at the goal's N, beyond", ok: true,
+			row:  Row{N: 10000, Clusters: 10006, Memory0: Memory{RSS: 40_000_000}, MemoryN: Memory{RSS: 600_000_000}},
+			want: "FAIL: N=10000: operator RSS with 10006 clusters Running: 572.2 MiB (600 MB); goal at most 500 MB with 10000"},
+		{name: "below it, projected", ok: true,
+			row:  Row{N: 1000, Clusters: 1000, Memory0: Memory{RSS: 40_000_000}, MemoryN: Memory{RSS: 140_000_000}},
+			want: "INFO: N=1000: operator RSS with 1000 clusters Running: 133.5 MiB; at its per-cluster figure 10000 clusters would take 1040 MB (goal 500 MB, judged at N = 10000)"},
+		{name: "not measured", row: Row{N: 10000}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, ok := c.row.rssVerdict(cfg)
+			if ok != c.ok || (ok && v.String() != c.want) {
+				t.Errorf("rssVerdict = %q, %v\nwant       %q, %v", v.String(), ok, c.want, c.ok)
+			}
+		})
 	}
 }

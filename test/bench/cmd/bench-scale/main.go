@@ -54,6 +54,8 @@ func main() {
 	flag.DurationVar(&cfg.RestartWindow, "restart-window", cfg.RestartWindow, "how long after ready the restarted operator's writes are counted")
 	flag.DurationVar(&cfg.MaxRestart, "max-restart", cfg.MaxRestart, "goal: the longest restart until every machine is back")
 	flag.Float64Var(&cfg.MaxOwnRatio, "max-own-ratio", cfg.MaxOwnRatio, "goal: pgloop's share of a cluster created while the fleet rolls out (fairness phase, median) at most this times its idle share")
+	flag.Int64Var(&cfg.MaxRSS, "max-rss", cfg.MaxRSS, "goal: the operator's RSS in bytes with --rss-goal-n clusters Running (judged at N >= --rss-goal-n; a smaller N reports its projection)")
+	flag.IntVar(&cfg.RSSGoalN, "rss-goal-n", cfg.RSSGoalN, "clusters of the RSS goal")
 	flag.Float64Var(&cfg.MaxOneMoreRatio, "max-one-more-ratio", cfg.MaxOneMoreRatio, "goal: one more cluster at N at most this times its idle median, plus one API round trip")
 	flag.DurationVar(&cfg.BurstTimeout, "burst-timeout", cfg.BurstTimeout, "bound of a burst until all are Running (or Ready, for the plane baseline)")
 	flag.DurationVar(&cfg.ProbeTimeout, "probe-timeout", cfg.ProbeTimeout, "bound of one cluster on the idle operator")
