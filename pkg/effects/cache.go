@@ -1,6 +1,8 @@
 package effects
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -10,7 +12,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -147,14 +148,30 @@ func (m *sharedMemo) deleteAll(ns string) {
 // (by key and UID), as the apiserver stores it. pgloop is the status's only
 // writer, so that is the stored status; a cache that shows the status
 // wanted now may be older than the last write, which the memo tells.
+//
+// It keeps a digest of each status's stored form (its JSON encoding, what
+// the apiserver stores), not a copy: a status is about 1.2 KB, its digest
+// 32 bytes, and the memo holds one per cluster (docs/scale.md). Two
+// statuses of equal stored form are equal once stored, so the digest
+// tells what a copy would.
 type statusMemo struct {
 	mu sync.Mutex
 	m  map[string]writtenStatus
 }
 
 type writtenStatus struct {
-	uid    types.UID
-	status *v1.PostgresqlStatus
+	uid types.UID
+	sum [sha256.Size]byte
+}
+
+// statusSum is the digest of status's stored form; ok is false when it
+// cannot be encoded (then nothing is remembered of it).
+func statusSum(status *v1.PostgresqlStatus) (sum [sha256.Size]byte, ok bool) {
+	data, err := json.Marshal(status)
+	if err != nil {
+		return sum, false
+	}
+	return sha256.Sum256(data), true
 }
 
 // contradicts reports whether this process last wrote, for the resource
@@ -162,22 +179,31 @@ type writtenStatus struct {
 // want is stale and is not trusted.
 func (s *statusMemo) contradicts(key string, uid types.UID, want *v1.PostgresqlStatus) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	w, ok := s.m[key]
-	return ok && w.uid == uid && !equality.Semantic.DeepEqual(w.status, want)
+	s.mu.Unlock()
+	if !ok || w.uid != uid {
+		return false
+	}
+	sum, encoded := statusSum(want)
+	return !encoded || sum != w.sum
 }
 
 // remember notes that status (in stored form) was written; nil forgets: the
 // outcome of the last write is unknown, or the resource is gone.
 func (s *statusMemo) remember(key string, uid types.UID, status *v1.PostgresqlStatus) {
+	var sum [sha256.Size]byte
+	ok := status != nil
+	if ok {
+		sum, ok = statusSum(status)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if status == nil {
+	if !ok {
 		delete(s.m, key)
 		return
 	}
 	if s.m == nil {
 		s.m = map[string]writtenStatus{}
 	}
-	s.m[key] = writtenStatus{uid: uid, status: status}
+	s.m[key] = writtenStatus{uid: uid, sum: sum}
 }

@@ -41,7 +41,7 @@ func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) erro
 		switch {
 		case err == nil:
 			if r.cache != nil {
-				r.statuses.remember(r.key, pg.UID, want.DeepCopy())
+				r.statuses.remember(r.key, pg.UID, want)
 			}
 			r.log.WithField("state", status.State).Debug("status written")
 			return nil
