@@ -8,7 +8,7 @@ import (
 )
 
 // transform is what every cache keeps of an object: slim's part of it,
-// its strings shared.
+// its strings and label maps shared.
 func transform(obj any) (any, error) {
 	obj, err := slim(obj)
 	if err != nil {
@@ -19,16 +19,24 @@ func transform(obj any) (any, error) {
 }
 
 // share replaces every string of obj, a freshly decoded object, with the
-// canonical copy of its value (package unique), so that equal strings are
-// held once however many objects hold them: a watch decodes each object's
-// strings anew, while most of them are the same in every cluster (label
-// and annotation keys, label values, the pod template's images,
-// environment and paths, condition types, node names) or in every object
-// of one cluster (its name, namespace and UID in labels and owner
-// references). The canonical copies are weak: one no object holds any
-// more is collected. Only resourceVersion is left as it is: no two objects
-// share one, and it changes with every update. Unexported fields
+// canonical copy of its value (package unique), and its label maps with
+// the caches' map of their content (labelMaps), so that equal strings and
+// label maps are held once however many objects hold them: a watch
+// decodes each object's strings anew, while most of them are the same in
+// every cluster (label and annotation keys, label values, the pod
+// template's images, environment and paths, condition types, node names)
+// or in every object of one cluster (its name, namespace and UID in labels
+// and owner references). Only resourceVersion is left as it is: no two
+// objects share one, and it changes with every update. Unexported fields
 // (resource.Quantity's cache, time.Time's) are left too.
+//
+// Package unique forgets a canonical copy at the first collection after
+// its last handle is dropped, even while strings made from it live on, so
+// an object decoded after a collection may hold a copy of its own of a
+// string held before (at most one copy per collection, for the strings
+// every cluster has). Keeping the handles longer was measured and cost
+// more than it saved (BenchmarkCacheMemory, 2026-12-04: about 100 bytes
+// per distinct string, most of them a cluster's own).
 func share(obj any) {
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer || v.IsNil() {
@@ -46,7 +54,7 @@ func share(obj any) {
 	}
 }
 
-// shareValue shares the strings of v, which is settable.
+// shareValue shares the strings and label maps of v, which is settable.
 func shareValue(v reflect.Value) {
 	switch v.Kind() {
 	case reflect.String:
@@ -58,8 +66,14 @@ func shareValue(v reflect.Value) {
 			shareValue(v.Elem())
 		}
 	case reflect.Struct:
+		labels, hasLabels := labelMapFields[v.Type()]
 		for i := range v.NumField() {
-			if f := v.Field(i); f.CanSet() {
+			f := v.Field(i)
+			switch {
+			case !f.CanSet():
+			case hasLabels && v.Type().Field(i).Name == labels:
+				shareLabels(f)
+			default:
 				shareValue(f)
 			}
 		}
@@ -96,4 +110,19 @@ func shareMap(v reflect.Value) {
 		out.SetMapIndex(k, val)
 	}
 	v.Set(out)
+}
+
+// shareLabels makes v, a settable map[string]string of a labelMapFields
+// field, the table's map of its content (labelMaps), adding its shared
+// form when the table has none.
+func shareLabels(v reflect.Value) {
+	if v.IsNil() || v.Len() == 0 {
+		return
+	}
+	if c := labelMaps.lookup(v.Interface().(map[string]string)); c != nil {
+		v.Set(reflect.ValueOf(c))
+		return
+	}
+	shareMap(v)
+	labelMaps.add(v.Interface().(map[string]string))
 }

@@ -16,6 +16,16 @@ import (
 var env *Env
 
 func TestMain(m *testing.M) {
+	// The operators the suites start check that nothing modifies a
+	// cached object (client-go's cache mutation detector: the process
+	// panics when one differs from its copy taken as it entered the
+	// cache): the caches hand one label map to every object of a cluster
+	// that has it (pkg/informers, labelMaps), so a write into one would
+	// change them all. The variable is read when client-go starts, so
+	// this process's own clients are left as they are.
+	if _, set := os.LookupEnv("KUBE_CACHE_MUTATION_DETECTOR"); !set {
+		_ = os.Setenv("KUBE_CACHE_MUTATION_DETECTOR", "true")
+	}
 	// The process node runs OperatorImage's containers with the operator
 	// binary built from this tree, copied here by DeployOperator
 	// (deployment.go) before its first pod starts.
