@@ -91,8 +91,9 @@ type Burst struct {
 	// MaxInbox and MaxWaiting are the most events in the inbox, and plans
 	// waiting, seen (/metrics read every second).
 	MaxInbox, MaxWaiting int
-	// Degraded counts the transitions into Degraded during the burst:
-	// clusters whose create timeout passed before their turn.
+	// Degraded counts the transitions into Degraded from another state
+	// during the burst (a create timeout that passed before the cluster's
+	// turn, a failed effect of a Running cluster), not the retries in it.
 	Degraded int
 	// Requests are the operator's during the burst.
 	Requests Requests
@@ -581,7 +582,7 @@ func (r *Result) WriteDetails(w io.Writer) {
 				row.N, r.Config.Workers, benchkit.Ms(o.Created), benchkit.Ms(o.AllRunning), writes.Total(true), float64(writes.Total(true))/float64(row.N), writes)
 		}
 		if b := row.Burst; b != nil {
-			fmt.Fprintf(w, "- Burst: %d clusters created in %v (%.0f/s), all Running %v after the first Create; %d transitions into Degraded (create timeout passed before their turn); loop lag p99 %s; at most %d events in the inbox and %d plans waiting.\n",
+			fmt.Fprintf(w, "- Burst: %d clusters created in %v (%.0f/s), all Running %v after the first Create; %d transitions into Degraded from another state (the operator's log says why); loop lag p99 %s; at most %d events in the inbox and %d plans waiting.\n",
 				row.N, benchkit.Ms(b.Created), float64(row.N)/b.Created.Seconds(), benchkit.Ms(b.AllRunning), b.Degraded, seconds(b.LagP99), b.MaxInbox, b.MaxWaiting)
 			fmt.Fprintf(w, "- The burst's %d clusters, segments median / p99:", row.N)
 			for i, name := range benchkit.SegmentNames {
