@@ -261,19 +261,21 @@ func TestPlanUrgency(t *testing.T) {
 	for _, step := range []struct {
 		what   string
 		facts  fsm.Facts
-		failed bool // the latest plan fails, rather than a spec signal
+		done   bool  // the latest plan reports, rather than a spec signal
+		err    error // its error
 		urgent bool
 	}{
 		{what: "created", facts: starting(1), urgent: true},
-		{what: "pods Ready: the create's end", facts: ready(1), urgent: true},
+		{what: "pods Ready while the create's ensure runs", facts: ready(1), urgent: false},
+		{what: "the create's ensure done: the create's end", facts: ready(1), done: true, urgent: true},
 		{what: "spec edited", facts: ready(2), urgent: true},
-		{what: "the edit's ensure failed", facts: ready(2), failed: true, urgent: false},
+		{what: "the edit's ensure failed", facts: ready(2), done: true, err: errors.New("forbidden"), urgent: false},
 		{what: "deleted", facts: deleting, urgent: true},
 	} {
 		w.set("ns/a", step.facts)
 		ev := eventloop.Event{Key: "ns/a", Kind: eventloop.Signal, Name: "spec", At: t0}
-		if step.failed {
-			ev = eventloop.Event{Key: "ns/a", Kind: eventloop.PlanDone, PlanID: last, Err: errors.New("forbidden"), At: t0}
+		if step.done {
+			ev = eventloop.Event{Key: "ns/a", Kind: eventloop.PlanDone, PlanID: last, Err: step.err, At: t0}
 		}
 		out := c.Handle(ev)
 		if out.Plan == nil {

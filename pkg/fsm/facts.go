@@ -264,13 +264,14 @@ type Memory struct {
 	// it is still the primary.
 	Restarted    []string
 	SwitchedFrom string
-	// EnsurePending: the ensure effects asked for (a spec edit, a
-	// retry) have not reported success yet, or wait to be asked again.
-	// The facts compare only the StatefulSet, the poolers and the
-	// CronJob with the spec: an edit's update of a Service or a
-	// PodDisruptionBudget is seen here, so Updating does not end before
-	// it is done. (In Creating the Services are written before the
-	// StatefulSet the facts see.)
+	// EnsurePending: the ensure effects asked for (a create, a spec
+	// edit, a retry) have not reported success yet, or wait to be asked
+	// again. The facts compare only the StatefulSet, the poolers and the
+	// CronJob with the spec: a create or an update of a Service or a
+	// PodDisruptionBudget is seen here, so neither Creating nor Updating
+	// ends before it is done. (The ensure writes the Services beside the
+	// StatefulSet: pods may be Ready while a Service's create still
+	// waits on a slow API server.)
 	EnsurePending bool
 }
 

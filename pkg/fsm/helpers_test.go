@@ -67,3 +67,14 @@ func firedEvents(fired []Fired) []string {
 	}
 	return out
 }
+
+// settle hands m a Signal with f at now and reports the plans that follow
+// as succeeded, as an executor that finishes everything would: the
+// machine ends where f leads it once its effects are done.
+func settle(m *Machine, f Facts, now time.Time) Result {
+	res := m.Handle(Input{Kind: Signal}, f, now)
+	for i := 0; res.Plan != nil && i < 10; i++ {
+		res = m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, f, now)
+	}
+	return res
+}

@@ -57,7 +57,7 @@ func TestEpochAndTimersOnStateChange(t *testing.T) {
 func TestStatusProjection(t *testing.T) {
 	cfg := writeAtOnce()
 	m := NewEngine(cfg).New(nil)
-	m.Handle(Input{Kind: Signal}, unschedulable(1), t0)
+	settle(m, unschedulable(1), t0)
 	st := m.Status()
 	if st.Ready != "0/2" || st.DesiredInstances != 2 {
 		t.Errorf("ready %q desired %d", st.Ready, st.DesiredInstances)
@@ -127,8 +127,8 @@ func TestHistoryIsBounded(t *testing.T) {
 	now := t0
 	for i := 0; i < 3*v1.MaxHistory; i++ {
 		now = now.Add(time.Second)
-		m.Handle(Input{Kind: Signal}, ready(1), now)
-		m.Handle(Input{Kind: Signal}, with(ready(1), func(f *Facts) { f.Ready = 1 }), now)
+		settle(m, ready(1), now)
+		settle(m, with(ready(1), func(f *Facts) { f.Ready = 1 }), now)
 	}
 	h := m.Status().History
 	if len(h) != v1.MaxHistory {

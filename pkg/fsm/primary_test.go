@@ -16,7 +16,7 @@ func TestNoPrimaryReason(t *testing.T) {
 			cfg := writeAtOnce()
 			cfg.LossGrace = grace
 			m := NewEngine(cfg).New(nil)
-			m.Handle(Input{Kind: Signal}, ready(1), t0)
+			settle(m, ready(1), t0)
 			m.Handle(Input{Kind: Signal}, noPrimary, t0.Add(time.Second))
 			if grace > 0 {
 				m.Handle(Input{Kind: TimerFired, Timer: TimerLossGrace, Epoch: m.Status().Epoch}, noPrimary, t0.Add(time.Second+grace))

@@ -91,9 +91,9 @@ var Table = []Transition{
 		When: "configuration applied, a member pending a restart, all pods Ready, in a maintenance window"},
 	{Event: EventPodsReady, From: []string{Creating, Updating, Degraded}, To: Running,
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
-			return f.converged() && applied(st, f) && !mem.Troubled && (st.State != Updating || !mem.EnsurePending)
+			return f.converged() && applied(st, f) && !mem.Troubled && !mem.EnsurePending
 		},
-		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready, last ensure succeeded (in Updating: the edit's ensure done)"},
+		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready, the last ensure done and succeeded"},
 	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
 	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,

@@ -211,14 +211,17 @@ var handoverBugs = []struct {
 	// good. Seed 42 found it before the executor's hung lane (issue 35)
 	// changed its order.
 	{903, "is not its machine's"},
-	// The leader that lost its Lease wrote its status (Degraded, epoch
-	// 11) over the one the new leader had resumed from (Running, epoch
-	// 8); the new leader's next write (Deleting, epoch 9, a user's
-	// delete) went over it: the stored epoch went back. Seeds 62 (after
-	// a Conflict) and 891 (after a 429) found the same before the
-	// executor kept workers for urgent plans, and before its hung lane,
-	// each of which changed its order.
-	{1098, "status.epoch went back from 11 to 9"},
+	// The leader that lost its Lease, its retry's ensure hung, wrote
+	// its status (Degraded, epoch 7) after a Conflict over the one the
+	// new leader had written 3 s before (Running, epoch 8): the stored
+	// epoch went back. Until Creating and Degraded waited for their
+	// ensure to report too (fsm, podsReady), the same seed found
+	// Degraded epoch 11 written over Running epoch 8, then the new
+	// leader's Deleting epoch 9 over it. Seeds 62 (after a Conflict)
+	// and 891 (after a 429) found the same before the executor kept
+	// workers for urgent plans, and before its hung lane, each of which
+	// changed its order.
+	{1098, "status.epoch went back from 8 to 7"},
 	// The same, shortly after the handover (within the 7 s the defaults
 	// allowed a leader in good health): the old leader's status write,
 	// retried after a Conflict, went over the new leader's. Found as

@@ -198,11 +198,7 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 			return err
 		}
 	}
-	ca, err := newCA("pgloop test bed object store CA")
-	if err != nil {
-		return err
-	}
-	certPEM, keyPEM, err := ca.issueServer("127.0.0.1")
+	caPEM, certPEM, keyPEM, err := ServingCert("pgloop test bed object store")
 	if err != nil {
 		return err
 	}
@@ -212,7 +208,7 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 		path string
 		data []byte
 		mode os.FileMode
-	}{{caFile, ca.certPEM, 0o644}, {certFile, certPEM, 0o644}, {keyFile, keyPEM, 0o600}} {
+	}{{caFile, caPEM, 0o644}, {certFile, certPEM, 0o644}, {keyFile, keyPEM, 0o600}} {
 		if err := os.WriteFile(f.path, f.data, f.mode); err != nil {
 			return err
 		}

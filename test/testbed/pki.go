@@ -211,3 +211,20 @@ func (ca *certAuthority) issueServer(name string) (certPEM, keyPEM []byte, err e
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
+
+// ServingCert returns a new CA named after name and a serving certificate
+// for 127.0.0.1 it signed (issueServer), with the certificate's key, all
+// PEM encoded: for the object store, and for a test's own server that the
+// plane's API server calls (an admission webhook, trusting the CA through
+// its caBundle).
+func ServingCert(name string) (caPEM, certPEM, keyPEM []byte, err error) {
+	ca, err := newCA(name + " CA")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	certPEM, keyPEM, err = ca.issueServer("127.0.0.1")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ca.certPEM, certPEM, keyPEM, nil
+}
