@@ -61,8 +61,9 @@
 //     (PriorityOf), so that the requests they send can be ordered by it
 //     where the loop no longer decides.
 //  10. A plan holds a worker (or a place of the hung lane) for at most
-//     Options.SlowAfter; then it goes on, detached, holding neither, and
-//     still reports one PlanDone. A cluster whose step of a name failed
+//     Options.SlowAfter, unless 4 times the workers (the places) are
+//     detached from them already; then it goes on, detached, holding
+//     neither, and still reports one PlanDone. A cluster whose step of a name failed
 //     after SlowAfter or longer runs its plans with a step of that name
 //     in the hung lane (Options.HungWorkers places, the same turns as
 //     the workers'), never on a worker, until a step of that name

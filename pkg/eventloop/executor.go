@@ -206,10 +206,7 @@ func (l *Loop) freed(rec *clusterState) {
 		l.hungInflight--
 	case detached:
 		l.detached--
-		if rec.fromWorker {
-			rec.fromWorker = false
-			l.workerDetached--
-		}
+		l.detachedFrom[rec.from]--
 	}
 	rec.slot = noSlot
 }

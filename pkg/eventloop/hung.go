@@ -34,8 +34,8 @@ import (
 // machines' retries back off); that step answering in time puts it back
 // on the workers. Plans are detached at most (Workers+HungWorkers) per
 // SlowAfter, each running for its step's deadline at most (a plan pauses
-// between steps while others wait), and at most detachFactor*Workers of
-// them detached from workers at once (below).
+// between steps while others wait), and at most detachFactor times the
+// places of each lane detached from it at once (below).
 
 // When the whole API server is slow, not one cluster, detaching at
 // SlowAfter would only multiply the requests in flight: every plan of a
@@ -44,14 +44,22 @@ import (
 // started another, until some 700 plans were in flight where the workers
 // bound them to 16, and the server timed out thousands of requests
 // (docs/scale.md, "The hung lane under a burst"). Two bounds keep the
-// workers the bound of what is in flight:
+// workers and the hung lane's places the bound of what is in flight:
 //
 //   - At most detachFactor times Workers plans detached from a worker run
-//     at once (64 with the defaults); past that, a slow plan keeps its
-//     worker until one of them ends. More clusters than that hanging at
-//     the same instant then hold workers for their deadline, as they did
-//     before the hung lane; their next plans, with the step that hung,
-//     run in the hung lane.
+//     at once (64 with the defaults), and at most detachFactor times
+//     HungWorkers detached from the hung lane; past that, a slow plan
+//     keeps its worker, or its place, until one detached from the same
+//     ends. More clusters than that hanging at the same instant then hold
+//     workers for their deadline, as they did before the hung lane; their
+//     next plans, with the step that hung, run in the hung lane, whose
+//     places they hold for their deadline in turn. The lanes wait apart:
+//     a hung lane at its bound never keeps a worker's slow plan from
+//     being detached. (At 10,000 clusters, before the hung lane's bound,
+//     549 plans ran at once beside 16 workers, 534 of them detached: the
+//     clusters whose Service creates the API server ended after 60 s went
+//     to the hung lane, and each of its places started a new plan every
+//     SlowAfter.)
 //   - The threshold follows the API: SlowAfter, or detachFactor times the
 //     median time the last steps that succeeded on workers took
 //     (stepTimes, once minStepTimes are known), whichever is longer. A
@@ -163,31 +171,56 @@ func (l *Loop) hangs(rec *clusterState) bool {
 	return false
 }
 
+// laneOf is the index of what a plan holds in Loop.watch and
+// Loop.detachedFrom: 0 a worker, 1 a place of the hung lane.
+func laneOf(s slot) int {
+	if s == inHungLane {
+		return 1
+	}
+	return 0
+}
+
+// places is the number of places of lane i: the workers, or the hung
+// lane's.
+func (l *Loop) places(i int) int {
+	if i == 1 {
+		return l.hungWorkers
+	}
+	return l.workers
+}
+
 // watchJob notes that the cluster's job took a worker or a place now.
 func (l *Loop) watchJob(rec *clusterState) {
 	if l.slowAfter > 0 {
-		l.watch.push(watched{rec: rec, seq: rec.job, at: l.clock.Now()})
+		l.watch[laneOf(rec.slot)].push(watched{rec: rec, seq: rec.job, at: l.clock.Now()})
 	}
 }
 
-// nextDetach returns when the oldest plan holding a worker or a place is
-// to be detached, dropping the entries of plans that no longer hold one;
-// none while that plan holds a worker and detachFactor*workers plans
-// detached from workers run.
-func (l *Loop) nextDetach() (time.Time, bool) {
-	for l.watch.len() > 0 {
-		w := l.watch.buf[l.watch.head]
-		if w.rec.job == w.seq && (w.rec.slot == onWorker || w.rec.slot == inHungLane) {
-			if w.rec.slot == onWorker && l.workerDetached >= detachFactor*l.workers {
-				// Its turn comes when a detached plan ends (the loop
-				// calls detachSlow after every batch of events).
-				return time.Time{}, false
+// nextDetach returns when the oldest plan holding a worker, or a place of
+// the hung lane, is to be detached, whichever comes first, and the index
+// of its lane, dropping the entries of plans that no longer hold one. A
+// lane whose detached plans are at their bound (detachFactor times its
+// places) has none: its turn comes when one of them ends (the loop calls
+// detachSlow after every batch of events).
+func (l *Loop) nextDetach() (time.Time, int, bool) {
+	var next time.Time
+	found := -1
+	for i := range l.watch {
+		w := &l.watch[i]
+		for w.len() > 0 {
+			if head := w.at(0); head.rec.job == head.seq && (head.rec.slot == onWorker || head.rec.slot == inHungLane) {
+				break
 			}
-			return w.at.Add(l.detachAfter), true
+			w.pop()
 		}
-		l.watch.pop()
+		if w.len() == 0 || l.detachedFrom[i] >= detachFactor*l.places(i) {
+			continue
+		}
+		if due := w.at(0).at.Add(l.detachAfter); found < 0 || due.Before(next) {
+			next, found = due, i
+		}
 	}
-	return time.Time{}, false
+	return next, found, found >= 0
 }
 
 // detachSlow detaches the plans that have held a worker or a place for
@@ -196,17 +229,14 @@ func (l *Loop) nextDetach() (time.Time, bool) {
 func (l *Loop) detachSlow(now time.Time) {
 	n := 0
 	for {
-		at, ok := l.nextDetach()
+		at, i, ok := l.nextDetach()
 		if !ok || at.After(now) {
 			break
 		}
-		rec := l.watch.pop().rec
-		fromWorker := rec.slot == onWorker
+		rec := l.watch[i].pop().rec
 		l.freed(rec)
-		rec.slot, rec.fromWorker = detached, fromWorker
-		if fromWorker {
-			l.workerDetached++
-		}
+		rec.slot, rec.from = detached, i
+		l.detachedFrom[i]++
 		l.detached++
 		l.st.plansDetached.Add(1)
 		n++

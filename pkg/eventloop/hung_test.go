@@ -192,20 +192,7 @@ func TestHungLaneAnyNumber(t *testing.T) {
 	for i := range k {
 		l.Notify(stuck(i), "call")
 	}
-	done := func() int {
-		return len(only(w.snapshot(), func(ev Event) bool { return ev.Kind == PlanDone }))
-	}
-	most := 0
-	for i := 0; done() < k; i++ {
-		if i > 300 {
-			t.Fatalf("%d of %d hung plans done after %d steps of SlowAfter", done(), k, i)
-		}
-		l.waitIdle(t)
-		st := l.Stats()
-		most = max(most, st.PlansSlow)
-		l.clock.Step(3 * time.Second)
-		time.Sleep(time.Millisecond) // the plans' goroutines see their deadline
-	}
+	most := drainHung(t, l, w, k, nil)
 	if most != detachFactor*2 {
 		t.Errorf("at most %d plans detached at once, want %d (detachFactor × Workers)", most, detachFactor*2)
 	}
@@ -225,6 +212,75 @@ func TestHungLaneAnyNumber(t *testing.T) {
 	l.waitIdle(t)
 	if st := l.Stats(); st.PlansHung != 2 || st.PlansWaiting != k-2 {
 		t.Fatalf("%d plans in the hung lane, %d waiting; want 2 and %d", st.PlansHung, st.PlansWaiting, k-2)
+	}
+}
+
+// drainHung steps the clock of l by SlowAfter (3s) until w has seen n
+// plans done in all, and returns the most plans detached at once; each
+// step, with the loop idle, calls each (when not nil) with the loop's
+// stats.
+func drainHung(t *testing.T, l *testLoop, w *hungWorld, n int, each func(Stats)) (most int) {
+	t.Helper()
+	done := func() int {
+		return len(only(w.snapshot(), func(ev Event) bool { return ev.Kind == PlanDone }))
+	}
+	for i := 0; done() < n; i++ {
+		if i > 300 {
+			t.Fatalf("%d of %d plans done after %d steps of SlowAfter", done(), n, i)
+		}
+		l.waitIdle(t)
+		st := l.Stats()
+		most = max(most, st.PlansSlow)
+		if each != nil {
+			each(st)
+		}
+		l.clock.Step(3 * time.Second)
+		time.Sleep(time.Millisecond) // the plans' goroutines see their deadline
+	}
+	return most
+}
+
+// TestHungLaneDetachBound: the plans of clusters known to hang, in the
+// hung lane, are detached from its places at most
+// detachFactor*HungWorkers at a time too (8 here), the others holding
+// their place until a detached one ends: however many clusters hang,
+// what pgloop has in flight stays bounded by its lanes' places (at
+// 10,000 clusters, 534 plans ran detached beside 16 workers before this
+// bound). The lanes wait apart: with the hung lane at its bound, a plan
+// that hangs on a worker is still detached from it at SlowAfter.
+func TestHungLaneDetachBound(t *testing.T) {
+	w := newHungWorld()
+	l := startHung(t, w)
+	const k = 40
+	for i := range k {
+		l.Notify(stuck(i), "call")
+	}
+	drainHung(t, l, w, k, nil)
+	l.waitIdle(t)
+	if st := l.Stats(); st.HungClusters != k {
+		t.Fatalf("%d hung clusters, want %d", st.HungClusters, k)
+	}
+	for i := range k {
+		l.Notify(stuck(i), "call")
+	}
+	const fresh = "stuck-fresh/h" // hangs, not known to: its plan takes a worker
+	notified := false
+	most := drainHung(t, l, w, 2*k+1, func(st Stats) {
+		if st.PlansHung > 2 {
+			t.Errorf("%d plans in the hung lane's 2 places", st.PlansHung)
+		}
+		if !notified && st.PlansSlow == detachFactor*2 {
+			// The hung lane is at its bound: a plan that hangs on a
+			// worker must not wait for it.
+			l.Notify(fresh, "call")
+			notified = true
+		}
+	})
+	if !notified {
+		t.Fatalf("the hung lane never had %d plans detached", detachFactor*2)
+	}
+	if most != detachFactor*2+1 {
+		t.Errorf("at most %d plans detached at once, want %d: detachFactor × HungWorkers from the hung lane, and the worker's hung plan beside them", most, detachFactor*2+1)
 	}
 }
 

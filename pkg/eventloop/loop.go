@@ -156,13 +156,15 @@ type Loop struct {
 	hungInflight int
 	hungClusters int // cluster states with slow steps
 	detached     int // plans in flight that hold neither (hung.go)
-	// workerDetached counts those of detached that left a worker: at most
-	// detachFactor*workers (hung.go).
-	workerDetached int
-	rounds         uint64 // calls of schedule that ended (Loop.waited)
-	// watch holds the plans holding a worker or a place of the hung lane
-	// in the order they took it, to detach those older than slowAfter.
-	watch  ring[watched]
+	// detachedFrom counts those of detached that left a worker (0) and
+	// a place of the hung lane (1): at most detachFactor times the places
+	// of each (hung.go).
+	detachedFrom [2]int
+	rounds       uint64 // calls of schedule that ended (Loop.waited)
+	// watch holds the plans holding a worker (0) or a place of the hung
+	// lane (1) in the order they took it, to detach those older than the
+	// threshold (hung.go).
+	watch  [2]ring[watched]
 	jobSeq uint64
 	// contended: clusters wait for a worker, hungContended for a place
 	// of the hung lane (schedule sets them, on the loop goroutine); the
@@ -189,9 +191,9 @@ type clusterState struct {
 	// job is the sequence number of its job (Loop.watch).
 	slot slot
 	job  uint64
-	// fromWorker: the plan in flight, detached, left a worker
-	// (Loop.workerDetached counts it).
-	fromWorker bool
+	// from: the lane the plan in flight, detached, left (laneOf; counted
+	// by Loop.detachedFrom).
+	from int
 	// background: the plan in flight, handed to a worker, is a background
 	// one (Loop.background counts it).
 	background bool

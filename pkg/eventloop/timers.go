@@ -141,7 +141,7 @@ func (l *Loop) nextDue() (next time.Time, ok bool) {
 	if len(l.timers) > 0 {
 		next, ok = l.timers[0].deadline, true
 	}
-	if d, dok := l.nextDetach(); dok && (!ok || d.Before(next)) {
+	if d, _, dok := l.nextDetach(); dok && (!ok || d.Before(next)) {
 		next, ok = d, true
 	}
 	return next, ok
