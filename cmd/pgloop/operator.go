@@ -94,7 +94,7 @@ the loop runs, and also while this replica stands by for the leader.`,
 	f.BoolVar(&cfg.Profiling, "profiling", cfg.Profiling,
 		"serve Go's profiles (CPU, heap, goroutines; net/http/pprof) under /debug/pprof/ on --health-addr too; off by default, as they cost CPU while taken and show the operator's internals to whoever reaches the address")
 	f.Var(&cfg.MemoryLimit, "memory-limit",
-		"memory the operator may use, in bytes or as a quantity (512Mi, 2Gi; 0 or at least 64Mi): Go's soft memory limit is set to 90% of it, so the collector runs as the heap nears it rather than only when the heap has doubled; the Deployment sets it from its container's limits.memory; 0: none; GOMEMLIMIT in the environment wins over it")
+		"memory the operator may use, in bytes or as a quantity (512Mi, 2Gi; 0 or at least 64Mi): Go's soft memory limit is set to 95% of it less the resident pages of the binary (RssFile, read again every 15s), so the collector runs as the heap nears it rather than only when the heap has doubled; the Deployment sets it from its container's limits.memory; 0: none; GOMEMLIMIT in the environment wins over it")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers,
 		"effect executor size: plans of effects running at once across all clusters")
 	f.IntVar(&cfg.UrgentWorkers, "urgent-workers", cfg.UrgentWorkers,

@@ -93,7 +93,8 @@ type Config struct {
 	Profiling bool
 	// MemoryLimit is the memory the operator may use, in bytes, as its
 	// container's limit says: Go's soft memory limit is set to
-	// MemoryLimitPercent of it unless GOMEMLIMIT is set (memory.go).
+	// MemoryLimitPercent of it less the resident file-backed memory,
+	// unless GOMEMLIMIT is set (memory.go).
 	// 0: none.
 	MemoryLimit Bytes
 

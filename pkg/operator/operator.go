@@ -92,7 +92,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	log := newLogger(&cfg)
-	setMemoryLimit(cfg.MemoryLimit, os.Getenv("GOMEMLIMIT"), log)
+	if setMemoryLimit(cfg.MemoryLimit, os.Getenv("GOMEMLIMIT"), log) {
+		memCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go keepMemoryLimit(memCtx, cfg.MemoryLimit, fileCheck, residentFile, log)
+	}
 
 	restCfg, err := restConfig(&cfg)
 	if err != nil {
