@@ -104,7 +104,7 @@ func Descs() []Desc {
 		descPlansHung, descPlansSlow, descHungClusters, descDetachAfter, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descEvents, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descWriteWindow, descLeader, descBuildInfo}
 	return append(append(descs, backupDescs...), eventDescs...)
 }
 
@@ -130,6 +130,7 @@ type Metrics struct {
 	apiRequests  *prometheus.CounterVec
 	held         prometheus.Counter
 	window       prometheus.Gauge
+	writeWindow  *prometheus.GaugeVec
 	heldSeconds  prometheus.Counter
 	leader       prometheus.Gauge
 	loop         *loopCollector
@@ -171,6 +172,7 @@ func New() *Metrics {
 		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
 		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
 		window:       prometheus.NewGauge(opts(descWindow)),
+		writeWindow:  prometheus.NewGaugeVec(opts(descWriteWindow), descWriteWindow.Labels),
 		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
 		leader:       prometheus.NewGauge(opts(descLeader)),
 		loopEvents:   prometheus.NewCounterVec(prometheus.CounterOpts(opts(descEvents)), descEvents.Labels),
@@ -191,7 +193,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.window, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.window, m.writeWindow, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
 		m.events.dropped, m.events.written,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -122,6 +122,9 @@ type Config struct {
 	// when a write is answered slowly, and grows back by one per window
 	// answered at the baseline latency.
 	PaceBackground bool
+	// FairWrites bounds the writes of each kind in flight by their
+	// latency, and lets those waiting go by namespace in turns (fair.go).
+	FairWrites bool
 	// EventWorkers is how many Kubernetes Events are written at once
 	// (pkg/events: one object's at a time each, as background requests).
 	EventWorkers int
@@ -238,6 +241,7 @@ func DefaultConfig() Config {
 		SlowAfter:               eventloop.DefaultSlowAfter,
 		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
 		PaceBackground:          true,
+		FairWrites:              true,
 		StepTimeout:             eventloop.DefaultStepTimeout,
 		Config:                  f,
 		SpiloImage:              cluster.DefaultImage,

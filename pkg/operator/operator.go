@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Every client made from restCfg counts its requests.
 	m := metrics.New()
 	restCfg.Wrap(m.InstrumentTransport)
-	cl, err := newClients(restCfg, &cfg, gateObservers{held: m.ObserveHeld, window: m.BackgroundWindow})
+	cl, err := newClients(restCfg, &cfg, gateObservers{held: m.ObserveHeld, window: m.BackgroundWindow, writeWindow: m.WriteWindow})
 	if err != nil {
 		return err
 	}
@@ -144,12 +144,18 @@ func restConfig(cfg *Config) (*rest.Config, error) {
 type gateObservers struct {
 	held   func(time.Duration)
 	window func(float64)
+	// writeWindow is told a kind's write window when it changes.
+	writeWindow func(verb, resource string, window float64)
 }
 
 func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error) {
 	fence := &writeFence{}
 	wc := rest.CopyConfig(rc)
 	wc.Wrap(fence.wrap)
+	if cfg.FairWrites {
+		// Inside the gate: a background write it holds takes no place.
+		wc.Wrap(newWriteWindows(nil, obs.writeWindow).wrap)
+	}
 	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 || cfg.PaceBackground {
 		// Outside the fence: a request held a while is fenced when it goes.
 		g := newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, DefaultMaxHeld, nil, obs.held)

@@ -74,6 +74,10 @@ func (p *pacer) baseline() time.Duration {
 	return min(p.minPrev, p.minCur)
 }
 
+// slow is the latency above which a write is slow: paceSlowFactor times
+// the baseline plus paceSlowSlack.
+func (p *pacer) slow() time.Duration { return paceSlowFactor*p.baseline() + paceSlowSlack }
+
 // observe records a write sent at sent and answered took later, at now;
 // background says whether it was background work's.
 func (p *pacer) observe(sent, now time.Time, took time.Duration, background bool) {
@@ -81,14 +85,13 @@ func (p *pacer) observe(sent, now time.Time, took time.Duration, background bool
 	if now.Sub(p.epoch) >= paceBaselineEpoch {
 		p.minPrev, p.minCur, p.epoch = p.minCur, 0, now
 	}
-	base := p.baseline()
+	base, slow := p.baseline(), p.slow()
 	if p.minCur == 0 || took < p.minCur {
 		p.minCur = took
 	}
 	if base == 0 || sent.Before(p.cutAt) {
 		return
 	}
-	slow := paceSlowFactor*base + paceSlowSlack
 	if took <= slow && background {
 		p.window = min(paceMaxWindow, p.window+1/p.window)
 	}

@@ -1,0 +1,296 @@
+package operator
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/metrics"
+)
+
+// writeDetachAfter is how long a write may hold its kind's window at
+// least: past it (or past writeDetachFactor times its kind's slow latency,
+// if longer), it goes on without holding a place, so a write that hangs
+// (an admission webhook that holds one namespace's creates, a request the
+// API server never answers) never stops other clusters' writes of its
+// kind for longer.
+const (
+	writeDetachAfter  = time.Second
+	writeDetachFactor = 20
+)
+
+// writeWindows bounds the writes of each kind (verb and resource, as
+// pgloop_api_requests_total counts them: create services, update
+// postgresqls/status) that pgloop has in flight, by a window that follows
+// their latency as the pacer does (pace.go): halved when the median of a
+// round of writes is more than twice their least latency seen lately,
+// grown by one per window answered in time, never below one. The writes
+// waiting for a place are let go by namespace in turns, a user's action's
+// (urgent plans) before background work's, so a namespace's burst does
+// not delay another namespace's write by more than one write of the kind.
+//
+// Why: the API server serves some kinds one at a time, or nearly. Service
+// creates allocate a ClusterIP each (an IPAddress object written through
+// the server's own client): on this machine's plane, 146 a second from one
+// client, 216 from two, and no more from 64, each of those then waiting
+// 230 ms. Without a bound, a burst of 200 creates in one namespace put a
+// hundred Service creates in flight, each answered 3 s later, and another
+// namespace's cluster waited as long for its Services, so for Running
+// (docs/scale.md, "Fair writes"). Nothing is tuned to a machine: the
+// window of each kind finds how many of its writes the server answers at
+// about their least latency, and keeps about that many in flight; more
+// would only wait in the server, where pgloop can no longer order them.
+//
+// Only writes of a plan (eventloop.PriorityOf: urgent or background) and
+// Event writes are bounded; reads, watches, leader election are not.
+// Its methods lock mu; the pacers' are called with it held.
+type writeWindows struct {
+	clock clock.WithDelayedExecution
+	// onWindow, if set, is told a kind's window when it changes.
+	onWindow func(verb, resource string, window float64)
+
+	mu    sync.Mutex
+	kinds map[string]*kindWindow
+}
+
+// kindWindow is the window of one kind of write and the writes waiting
+// for it, by priority.
+type kindWindow struct {
+	verb     string
+	resource string
+	pace     *pacer
+	inFlight int // writes holding a place
+	urgent   nsQueue
+	rest     nsQueue
+}
+
+// nsQueue holds waiting writes by namespace; the namespaces take turns,
+// one write each, in the order they came.
+type nsQueue struct {
+	turns []string
+	byNS  map[string][]*writeWaiter
+}
+
+// writeWaiter is a write waiting for a place: closing ch lets it go.
+type writeWaiter struct {
+	ch chan struct{}
+	ns string
+}
+
+// writeSlot is a place a write holds until done or detached.
+type writeSlot struct {
+	k     *kindWindow
+	sent  time.Time
+	held  bool // holds its place (false once detached or done)
+	timer clock.Timer
+}
+
+func newWriteWindows(clk clock.WithDelayedExecution, onWindow func(verb, resource string, window float64)) *writeWindows {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &writeWindows{clock: clk, onWindow: onWindow, kinds: make(map[string]*kindWindow)}
+}
+
+// wrap is a rest.Config WrapTransport.
+func (w *writeWindows) wrap(rt http.RoundTripper) http.RoundTripper {
+	return windowedTransport{next: rt, w: w}
+}
+
+type windowedTransport struct {
+	next http.RoundTripper
+	w    *writeWindows
+}
+
+func (t windowedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	p := requestPriority(req)
+	if p == eventloop.Unmarked || req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return t.next.RoundTrip(req)
+	}
+	verb, resource := metrics.RequestVerb(req.Method, req.URL.Path, "")
+	s, err := t.w.acquire(req.Context(), verb, resource, requestNamespace(req.URL.Path), p == eventloop.Urgent)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.next.RoundTrip(req)
+	t.w.done(s)
+	return resp, err
+}
+
+// requestNamespace is the namespace a request's path names, "" for none.
+func requestNamespace(path string) string {
+	_, rest, ok := strings.Cut(path, "/namespaces/")
+	if !ok {
+		return ""
+	}
+	ns, _, _ := strings.Cut(rest, "/")
+	return ns
+}
+
+// acquire takes a place in the window of its kind (verb and resource) for
+// a write of namespace ns, waiting its turn when the window is full or
+// others wait; it gives up when ctx ends.
+func (w *writeWindows) acquire(ctx context.Context, verb, resource, ns string, urgent bool) (*writeSlot, error) {
+	w.mu.Lock()
+	kind := verb + " " + resource
+	k := w.kinds[kind]
+	if k == nil {
+		k = &kindWindow{verb: verb, resource: resource, pace: newPacer()}
+		w.kinds[kind] = k
+	}
+	if k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight) {
+		s := w.take(k)
+		w.mu.Unlock()
+		return s, nil
+	}
+	wt := &writeWaiter{ch: make(chan struct{}), ns: ns}
+	q := &k.rest
+	if urgent {
+		q = &k.urgent
+	}
+	q.push(wt)
+	w.mu.Unlock()
+
+	select {
+	case <-wt.ch:
+		return w.granted(k), nil
+	case <-ctx.Done():
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		select {
+		case <-wt.ch: // granted meanwhile: hand the place on
+			k.inFlight--
+			w.dispatch(k)
+		default:
+			q.remove(wt)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// take counts a place of k taken now and arms its detach. w.mu is held.
+func (w *writeWindows) take(k *kindWindow) *writeSlot {
+	k.inFlight++
+	s := &writeSlot{k: k, sent: w.clock.Now(), held: true}
+	after := max(writeDetachAfter, writeDetachFactor*k.pace.slow())
+	s.timer = w.clock.AfterFunc(after, func() { w.detach(s) })
+	return s
+}
+
+// granted is take for a waiter that dispatch let go: dispatch counted
+// its place already.
+func (w *writeWindows) granted(k *kindWindow) *writeSlot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k.inFlight--
+	return w.take(k)
+}
+
+// detach lets s go on without its place, which the next waiter takes.
+func (w *writeWindows) detach(s *writeSlot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !s.held {
+		return
+	}
+	s.held = false
+	s.k.inFlight--
+	w.dispatch(s.k)
+}
+
+// done tells the window of s that its write was answered: the pacer
+// learns its latency, and its place, if it still held one, goes to the
+// next waiter.
+func (w *writeWindows) done(s *writeSlot) {
+	s.timer.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.clock.Now()
+	k := s.k
+	before := k.pace.window
+	k.pace.observe(s.sent, now, now.Sub(s.sent), true)
+	if k.pace.window != before && w.onWindow != nil {
+		w.onWindow(k.verb, k.resource, k.pace.window)
+	}
+	if s.held {
+		s.held = false
+		k.inFlight--
+	}
+	w.dispatch(k)
+}
+
+// dispatch lets waiting writes of k go while its window allows: urgent
+// ones first, each queue's namespaces in turns. w.mu is held.
+func (w *writeWindows) dispatch(k *kindWindow) {
+	for k.pace.allows(k.inFlight) {
+		wt := k.urgent.pop()
+		if wt == nil {
+			wt = k.rest.pop()
+		}
+		if wt == nil {
+			return
+		}
+		k.inFlight++ // counted again by granted, which takes it
+		close(wt.ch)
+	}
+}
+
+func (q *nsQueue) empty() bool { return len(q.turns) == 0 }
+
+// push queues wt at the end of its namespace's writes, and the namespace
+// at the end of the turns if it had none waiting.
+func (q *nsQueue) push(wt *writeWaiter) {
+	if q.byNS == nil {
+		q.byNS = make(map[string][]*writeWaiter)
+	}
+	if len(q.byNS[wt.ns]) == 0 {
+		q.turns = append(q.turns, wt.ns)
+	}
+	q.byNS[wt.ns] = append(q.byNS[wt.ns], wt)
+}
+
+// pop takes the first write of the namespace whose turn it is, nil when
+// none waits; the namespace goes to the back of the turns if it has more.
+func (q *nsQueue) pop() *writeWaiter {
+	if len(q.turns) == 0 {
+		return nil
+	}
+	ns := q.turns[0]
+	q.turns = q.turns[1:]
+	ws := q.byNS[ns]
+	wt := ws[0]
+	if len(ws) == 1 {
+		delete(q.byNS, ns)
+	} else {
+		q.byNS[ns] = ws[1:]
+		q.turns = append(q.turns, ns)
+	}
+	return wt
+}
+
+// remove drops wt, which gave up waiting.
+func (q *nsQueue) remove(wt *writeWaiter) {
+	ws := q.byNS[wt.ns]
+	for i, x := range ws {
+		if x == wt {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) > 0 {
+		q.byNS[wt.ns] = ws
+		return
+	}
+	delete(q.byNS, wt.ns)
+	for i, ns := range q.turns {
+		if ns == wt.ns {
+			q.turns = append(q.turns[:i], q.turns[i+1:]...)
+			break
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pgloop/pgloop/pkg/eventloop"
+)
+
+// windowRig sends writes through writeWindows to a heldTransport, each on
+// its own goroutine (gateRig's send, wait and arrived).
+type windowRig struct {
+	*gateRig
+	w       *writeWindows
+	windows map[string]float64
+}
+
+func newWindowRig(t *testing.T) *windowRig {
+	g := newGateRig(t, 0)
+	r := &windowRig{gateRig: g, windows: map[string]float64{}}
+	r.w = newWriteWindows(g.clk, func(verb, resource string, w float64) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		r.windows[verb+" "+resource] = w
+	})
+	g.rt = r.w.wrap(g.inner)
+	return r
+}
+
+// setWindow makes the window of a kind n writes, and keeps it so: the
+// pacer takes no write sent before its last cut into account, and the
+// rig's cut is an hour ahead of its clock.
+func (r *windowRig) setWindow(verb, resource string, n float64) {
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	kind := verb + " " + resource
+	if r.w.kinds[kind] == nil {
+		r.w.kinds[kind] = &kindWindow{verb: verb, resource: resource, pace: newPacer()}
+	}
+	p := r.w.kinds[kind].pace
+	p.window, p.cutAt = n, r.clk.Now().Add(time.Hour)
+}
+
+// waiting waits until n writes of the kind wait for a place.
+func (r *windowRig) waiting(kind string, n int) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.w.mu.Lock()
+		got := 0
+		if k := r.w.kinds[kind]; k != nil {
+			for _, q := range []*nsQueue{&k.urgent, &k.rest} {
+				for _, ws := range q.byNS {
+					got += len(ws)
+				}
+			}
+		}
+		r.w.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d writes of %s wait, want %d", got, kind, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func svcPath(ns string) string { return "/api/v1/namespaces/" + ns + "/services" }
+
+// finish ends request name and checks it returned without error.
+func (r *windowRig) finish(name string) {
+	r.t.Helper()
+	r.inner.end(name)
+	if err := r.wait(name); err != nil {
+		r.t.Errorf("%s: %v", name, err)
+	}
+}
+
+// A full window holds the writes of its kind, and no other kind's; the
+// writes that wait go by namespace in turns, not in the order they came:
+// another namespace's write waits for one write of a burst, not for the
+// burst.
+func TestWriteWindowsTurnsByNamespace(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	for i, name := range []string{"a1", "a2", "a3"} {
+		r.send(context.Background(), name, eventloop.Urgent, http.MethodPost, svcPath("a"))
+		r.waiting("create services", i+1)
+	}
+	r.send(context.Background(), "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.waiting("create services", 4)
+	// Another kind, and reads, are not held by this one's window.
+	r.send(context.Background(), "secret", eventloop.Urgent, http.MethodPost, "/api/v1/namespaces/a/secrets")
+	r.send(context.Background(), "get", eventloop.Urgent, http.MethodGet, "/api/v1/namespaces/a/services/x")
+	r.arrived("a0", "secret", "get")
+	r.finish("secret")
+	r.finish("get")
+
+	r.finish("a0")
+	r.arrived("a0", "secret", "get", "a1")
+	r.finish("a1")
+	r.arrived("a0", "secret", "get", "a1", "b0")
+	r.finish("b0")
+	r.arrived("a0", "secret", "get", "a1", "b0", "a2")
+	r.finish("a2")
+	r.arrived("a0", "secret", "get", "a1", "b0", "a2", "a3")
+	r.finish("a3")
+	got := r.inner.got()
+	if want := []string{"a1", "b0", "a2", "a3"}; !equalTail(got, want) {
+		t.Errorf("order at the server %v, want it to end %v", got, want)
+	}
+}
+
+func equalTail(got, want []string) bool {
+	if len(got) < len(want) {
+		return false
+	}
+	got = got[len(got)-len(want):]
+	for i := range want {
+		if got[i] != want[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A user's action's writes go ahead of background work's waiting for the
+// same window.
+func TestWriteWindowsUrgentFirst(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("update", "postgresqls/status", 1)
+	r.send(context.Background(), "first", eventloop.Background, http.MethodPut, statusPath)
+	r.arrived("first")
+	r.send(context.Background(), "bg", eventloop.Background, http.MethodPut, statusPath)
+	r.waiting("update postgresqls/status", 1)
+	r.send(context.Background(), "urgent", eventloop.Urgent, http.MethodPut, statusPath)
+	r.waiting("update postgresqls/status", 2)
+	r.finish("first")
+	r.arrived("first", "urgent")
+	r.finish("urgent")
+	r.arrived("first", "urgent", "bg")
+	r.finish("bg")
+}
+
+// A write that holds its place for writeDetachAfter goes on without it:
+// one hung write (a webhook holding a namespace's creates) does not stop
+// the others of its kind.
+func TestWriteWindowsDetachHung(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	r.send(context.Background(), "hung", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("hung")
+	r.send(context.Background(), "next", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.waiting("create services", 1)
+	r.clk.Step(writeDetachAfter - time.Millisecond)
+	r.stays("hung")
+	r.clk.Step(time.Millisecond)
+	r.arrived("hung", "next")
+	r.finish("next")
+	r.finish("hung")
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if k := r.w.kinds["create services"]; k.inFlight != 0 {
+		t.Errorf("%d places held with nothing in flight, want 0", k.inFlight)
+	}
+}
+
+// A write that gives up waiting (its context ends) leaves its place in the
+// queue, and the next waiter goes when a place frees.
+func TestWriteWindowsCancelledWaiter(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	ctx, cancel := context.WithCancel(context.Background())
+	r.send(ctx, "gone", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.waiting("create services", 2)
+	cancel()
+	if err := r.wait("gone"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled waiter: %v, want context.Canceled", err)
+	}
+	r.waiting("create services", 1)
+	r.finish("a0")
+	r.arrived("a0", "b0")
+	r.finish("b0")
+}
+
+// Writes of no plan (leader election) and writes of Events' priority are
+// told apart: the first are never held, Events are (background).
+func TestWriteWindowsUnmarked(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("update", "leases", 1)
+	r.send(context.Background(), "l1", eventloop.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
+	r.send(context.Background(), "l2", eventloop.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
+	r.arrived("l1", "l2")
+	r.finish("l1")
+	r.finish("l2")
+	r.setWindow("create", "events", 1)
+	r.send(context.Background(), "e1", eventloop.Unmarked, http.MethodPost, eventsPath)
+	r.arrived("l1", "l2", "e1")
+	r.send(context.Background(), "e2", eventloop.Unmarked, http.MethodPost, eventsPath)
+	r.waiting("create events", 1)
+	r.finish("e1")
+	r.arrived("l1", "l2", "e1", "e2")
+	r.finish("e2")
+}
+
+// The window of a kind follows its latency: writes answered far slower
+// than the least seen halve it, each round, down to one; it is reported.
+func TestWriteWindowsFollowLatency(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	var got []float64
+	w := newWriteWindows(clk, func(verb, resource string, win float64) {
+		if verb != "create" || resource != "services" {
+			t.Errorf("window of %s %s, want create services", verb, resource)
+		}
+		got = append(got, win)
+	})
+	write := func(took time.Duration) {
+		s, err := w.acquire(context.Background(), "create", "services", "a", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(took)
+		w.done(s)
+	}
+	write(time.Millisecond) // the baseline
+	for range 8 * 10 {
+		write(100 * time.Millisecond)
+	}
+	if len(got) == 0 || got[len(got)-1] != 1 {
+		t.Fatalf("windows reported %v, want them to end at 1", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] != max(1, got[i-1]/2) {
+			t.Errorf("window went from %v to %v, want halved", got[i-1], got[i])
+		}
+	}
+	// Answered in time again, it grows back.
+	for range 8 {
+		write(time.Millisecond)
+	}
+	if last := got[len(got)-1]; last <= 1 {
+		t.Errorf("window %v after writes in time, want above 1", last)
+	}
+}
+
+func TestRequestNamespace(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/team-a/services":                    "team-a",
+		"/apis/pgloop.dev/v1/namespaces/b/postgresqls/c/status": "b",
+		"/api/v1/namespaces":                                    "",
+		"/apis/storage.k8s.io/v1/storageclasses":                "",
+	} {
+		if got := requestNamespace(path); got != want {
+			t.Errorf("requestNamespace(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
