@@ -121,7 +121,7 @@ func (c *Controller) Handle(ev eventloop.Event) eventloop.Outcome {
 	}
 	out.Timers = timerOps(out.Timers, res.Timers)
 	if res.Plan != nil {
-		out.Plan = &eventloop.Plan{ID: res.Plan.ID, Urgent: res.Plan.Urgent, Steps: c.eff.Steps(ev.Key, res.Plan)}
+		out.Plan = &eventloop.Plan{ID: res.Plan.ID, Urgent: res.Plan.Urgent, Continues: res.Plan.Continues, Steps: c.eff.Steps(ev.Key, res.Plan)}
 	}
 	if len(res.Fired) > 0 && c.OnTransition != nil {
 		c.OnTransition(ev.Key, &res)

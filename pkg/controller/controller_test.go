@@ -251,7 +251,8 @@ func TestLifecycle(t *testing.T) {
 }
 
 // The plans of a user's actions, and of the rest of a create, reach the
-// loop urgent, the others as background work.
+// loop urgent, the others as background work; the rest of a create also
+// continues begun work (eventloop.Plan.Continues).
 func TestPlanUrgency(t *testing.T) {
 	w := newWorld()
 	c := New(fsm.DefaultConfig(), w, w, clocktesting.NewFakeClock(t0), quiet())
@@ -264,10 +265,11 @@ func TestPlanUrgency(t *testing.T) {
 		done   bool  // the latest plan reports, rather than a spec signal
 		err    error // its error
 		urgent bool
+		cont   bool
 	}{
 		{what: "created", facts: starting(1), urgent: true},
 		{what: "pods Ready while the create's ensure runs", facts: ready(1), urgent: false},
-		{what: "the create's ensure done: the create's end", facts: ready(1), done: true, urgent: true},
+		{what: "the create's ensure done: the create's end", facts: ready(1), done: true, urgent: true, cont: true},
 		{what: "spec edited", facts: ready(2), urgent: true},
 		{what: "the edit's ensure failed", facts: ready(2), done: true, err: errors.New("forbidden"), urgent: false},
 		{what: "deleted", facts: deleting, urgent: true},
@@ -282,8 +284,8 @@ func TestPlanUrgency(t *testing.T) {
 			t.Fatalf("%s: no plan", step.what)
 		}
 		last = out.Plan.ID
-		if out.Plan.Urgent != step.urgent {
-			t.Errorf("%s: plan urgent %v, want %v", step.what, out.Plan.Urgent, step.urgent)
+		if out.Plan.Urgent != step.urgent || out.Plan.Continues != step.cont {
+			t.Errorf("%s: plan urgent %v, continues %v; want %v, %v", step.what, out.Plan.Urgent, out.Plan.Continues, step.urgent, step.cont)
 		}
 	}
 }

@@ -63,16 +63,20 @@ type job struct {
 // submit makes p the cluster's next plan, superseding the one waiting, and
 // starts it if the cluster has none in flight and a worker is free. It never
 // blocks. A plan that supersedes an urgent one is urgent: it carries what
-// that one did. A cluster queued keeps its turn, or moves to the urgent lane
-// when its plan becomes urgent.
+// that one did, and so is one that supersedes a plan that continues begun
+// work (Plan.Continues). A cluster queued keeps its turn, moves to the
+// urgent lane when its plan becomes urgent, or ahead in its flow when its
+// plan now continues begun work.
 func (l *Loop) submit(rec *clusterState, p *Plan) {
-	urgent := p.Urgent
+	urgent, continues := p.Urgent, p.Continues
 	if rec.waiting != nil {
 		l.st.plansSuperseded.Add(1)
 		l.nWaiting--
 		urgent = urgent || rec.urgent
+		continues = continues || rec.continues
 	}
-	rec.waiting, rec.urgent = p, urgent
+	moveAhead := continues && !begun(rec)
+	rec.waiting, rec.urgent, rec.continues = p, urgent, continues
 	l.nWaiting++
 	switch {
 	case rec.running:
@@ -81,6 +85,8 @@ func (l *Loop) submit(rec *clusterState, p *Plan) {
 		l.enqueue(rec, urgent)
 	case rec.queued == inBackground && urgent:
 		l.queueOf(rec).promote(rec)
+	case moveAhead:
+		l.queueOf(rec).requeue(rec)
 	}
 	l.schedule()
 }
@@ -91,7 +97,7 @@ func (l *Loop) dropWaiting(rec *clusterState) {
 	if rec.waiting == nil {
 		return
 	}
-	rec.waiting, rec.urgent = nil, false
+	rec.waiting, rec.urgent, rec.continues = nil, false, false
 	l.nWaiting--
 	l.st.plansCancelled.Add(1)
 }
@@ -148,7 +154,7 @@ func (l *Loop) begin(rec *clusterState, urgent bool, s slot) {
 		l.gc(rec)
 		return
 	}
-	rec.waiting, rec.urgent = nil, false
+	rec.waiting, rec.urgent, rec.continues = nil, false, false
 	l.nWaiting--
 	l.waited(rec, s)
 	if urgent {

@@ -207,9 +207,12 @@ type clusterState struct {
 	// when a background plan supersedes an urgent one, which carries what
 	// the urgent one did; it is cleared when the plan starts or is dropped.
 	urgent bool
-	queued queue  // the lane of the run queue holding the cluster state
-	seq    uint64 // of its live entry there (runQueue)
-	forget bool   // drop the cluster state once no plan is in flight
+	// continues: the waiting plan continues begun work (Plan.Continues,
+	// kept as urgent is); it is queued ahead in its flow (runq.go, begun).
+	continues bool
+	queued    queue  // the lane of the run queue holding the cluster state
+	seq       uint64 // of its live entry there (runQueue)
+	forget    bool   // drop the cluster state once no plan is in flight
 	// inHung: the cluster state is queued in the hung lane (Loop.hungq), since
 	// queuedAt, before the schedule round queuedRound (Loop.waited).
 	inHung      bool

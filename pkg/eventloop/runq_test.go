@@ -45,7 +45,8 @@ func TestRunQueue(t *testing.T) {
 		switch r := rng.IntN(12); {
 		case r < 4 && rec.queued == notQueued && !slices.Contains(holding, rec):
 			u := rng.IntN(3) == 0
-			op = fmt.Sprintf("push %s urgent=%v", rec.key, u)
+			rec.continues = rng.IntN(4) == 0
+			op = fmt.Sprintf("push %s urgent=%v continues=%v", rec.key, u, rec.continues)
 			q.push(rec, u)
 			if u {
 				urgent.push(rec)
@@ -63,7 +64,17 @@ func TestRunQueue(t *testing.T) {
 			q.release(rec)
 			holding = slices.DeleteFunc(holding, func(r *clusterState) bool { return r == rec })
 			held[flowOf(rec.key)]--
-		case r < 9:
+		case r < 9 && rec.queued != notQueued && !begun(rec):
+			op = "requeue " + rec.key
+			rec.continues = true
+			q.requeue(rec)
+			m := &background
+			if rec.queued == inUrgent {
+				m = &urgent
+			}
+			m.remove(rec)
+			m.push(rec)
+		case r < 10:
 			op = "popUrgent"
 			want := urgent.pop(full)
 			if got := q.popUrgent(); got != want {
@@ -145,12 +156,15 @@ func checkHolds(h *flowHolds, held map[string]int) error {
 	return nil
 }
 
-// The bound on the workers of one flow, as scripts run on a run queue
-// with that bound: "push K" queues cluster K in the background lane,
-// "push! K" in the urgent one; "pop K" takes the next cluster state,
-// which must be K from the background lane ("pop! K": from the urgent
-// one; "pop -": none), and it holds a worker; "release K" gives K's
-// worker back. After every line, the invariants of runQueue hold.
+// The bound on the workers of one flow, and begun work ahead in its flow,
+// as scripts run on a run queue with that bound: "push K" queues cluster K
+// in the background lane, "push! K" in the urgent one, "push+ K" and
+// "push!+ K" the same for a cluster whose work has begun (begun);
+// "continue K" says K's work has begun while it is queued
+// (runQueue.requeue); "pop K" takes the next cluster state, which must be
+// K from the background lane ("pop! K": from the urgent one; "pop -":
+// none), and it holds a worker; "release K" gives K's worker back. After
+// every line, the invariants of runQueue hold.
 func TestRunQueueFlowBound(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -205,6 +219,28 @@ func TestRunQueueFlowBound(t *testing.T) {
 			"pop b/2", // the streak stayed at its maximum
 			"pop! u6",
 		},
+	}, {
+		name:  "begun work goes ahead in its flow, in the order it came, not in other flows",
+		bound: 10,
+		script: []string{
+			"push! a/1", "push! a/2", "push! b/1", "push!+ a/3", "push!+ a/4", "push!+ b/2",
+			"pop! a/3", // a's begun work first
+			"pop! b/2", // b's turn: its begun work first too
+			"pop! a/4",
+			"pop! b/1",
+			"pop! a/1",
+			"pop! a/2",
+			"pop -",
+		},
+	}, {
+		name:  "work that begins while queued moves ahead of its flow",
+		bound: 10,
+		script: []string{
+			"push a/1", "push a/2", "push a/3",
+			"continue a/3",
+			"pop a/3",
+			"pop a/1",
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -221,8 +257,13 @@ func TestRunQueueFlowBound(t *testing.T) {
 			for i, line := range tt.script {
 				op, key, _ := strings.Cut(line, " ")
 				switch op {
-				case "push", "push!":
-					q.push(recOf(key), op == "push!")
+				case "push", "push!", "push+", "push!+":
+					rec := recOf(key)
+					rec.continues = strings.HasSuffix(op, "+")
+					q.push(rec, strings.HasPrefix(op, "push!"))
+				case "continue":
+					recs[key].continues = true
+					q.requeue(recs[key])
 				case "pop", "pop!":
 					got, urgent := q.pop()
 					if got != nil {
@@ -248,7 +289,7 @@ func TestRunQueueFlowBound(t *testing.T) {
 // names of the flows with a queued record, in turn order, and their records.
 type modelLane struct {
 	order []string
-	flows map[string][]*clusterState
+	flows map[string][]*clusterState // each flow's records, begun ones first
 }
 
 func (m *modelLane) len() int {
@@ -259,6 +300,8 @@ func (m *modelLane) len() int {
 	return n
 }
 
+// push adds rec at the end of its flow, or, when its work has begun, at
+// the end of the flow's begun records.
 func (m *modelLane) push(rec *clusterState) {
 	if m.flows == nil {
 		m.flows = map[string][]*clusterState{}
@@ -267,7 +310,15 @@ func (m *modelLane) push(rec *clusterState) {
 	if len(m.flows[f]) == 0 {
 		m.order = append(m.order, f)
 	}
-	m.flows[f] = append(m.flows[f], rec)
+	recs := m.flows[f]
+	i := len(recs)
+	if begun(rec) {
+		i = slices.IndexFunc(recs, func(r *clusterState) bool { return !begun(r) })
+		if i < 0 {
+			i = len(recs)
+		}
+	}
+	m.flows[f] = slices.Insert(recs, i, rec)
 }
 
 func (m *modelLane) remove(rec *clusterState) {
@@ -331,11 +382,13 @@ func checkLane(l *lane, which queue, recs []*clusterState, errs []string) []stri
 				which, f.name, name, f.live, inTurns[f]))
 		}
 		fLive := 0
-		for i := range f.entries.n {
-			e := f.entries.buf[(f.entries.head+i)&(len(f.entries.buf)-1)]
-			if e.seq == e.rec.seq && e.rec.queued == which && flowOf(e.rec.key) == name {
-				liveEntries[e.rec]++
-				fLive++
+		for _, r := range []*ring[entry]{&f.ahead, &f.entries} {
+			for i := range r.n {
+				e := r.at(i)
+				if e.seq == e.rec.seq && e.rec.queued == which && flowOf(e.rec.key) == name {
+					liveEntries[e.rec]++
+					fLive++
+				}
 			}
 		}
 		if fLive != f.live {
@@ -373,7 +426,8 @@ func b2i(b bool) int {
 
 // queueTest is a loop with one worker, which the cluster "busy" holds until
 // release is called, so that plans queue in a known order. A signal "bg"
-// makes a background plan, "urgent" an urgent one; then (if set) makes the
+// makes a background plan, "urgent" an urgent one, "continues" an urgent
+// one that continues begun work (Plan.Continues); then (if set) makes the
 // next plan of a cluster whose plan is done, and during (if set) runs in
 // every plan's step. Every plan logs its start as "<cluster>#<plan ID>":
 // with one worker, the log is the run queue's order.
@@ -410,7 +464,9 @@ func (q *queueTest) start(t *testing.T) *queueTest {
 func (q *queueTest) handle(ev Event) Outcome {
 	switch {
 	case ev.Kind == Signal:
-		return Outcome{Plan: q.plan(ev.Key, ev.Name == "urgent")}
+		p := q.plan(ev.Key, ev.Name == "urgent" || ev.Name == "continues")
+		p.Continues = ev.Name == "continues"
+		return Outcome{Plan: p}
 	case ev.Kind == PlanDone && q.then != nil:
 		if next, urgent := q.then(ev.Key); next {
 			return Outcome{Plan: q.plan(ev.Key, urgent)}
@@ -690,6 +746,22 @@ func TestRunQueueSupersede(t *testing.T) {
 				t.Errorf("stats %+v, want 1 superseded, %d urgent, 4 run, no state left", st, tt.urgent)
 			}
 		})
+	}
+}
+
+// A plan that continues begun work (the rest of a create) starts ahead of
+// its namespace's plans that begin work, in the order such plans came,
+// also when it supersedes a plan already queued; other namespaces keep
+// their turns.
+func TestContinuesGoesAheadInItsNamespace(t *testing.T) {
+	q := (&queueTest{}).start(t)
+	q.queue(t, "urgent", "ns/c0", "ns/c1", "ns/c2")
+	q.queue(t, "urgent", "other/o0")
+	q.queue(t, "continues", "ns/c2")
+	q.queue(t, "continues", "ns/c3")
+	want := []string{"ns/c2#6", "other/o0#5", "ns/c3#7", "ns/c0#2", "ns/c1#3"}
+	if got := q.release(t); !slices.Equal(got, want) {
+		t.Errorf("plans started in order %q, want %q", got, want)
 	}
 }
 

@@ -112,6 +112,12 @@ type Plan struct {
 	// retries and rollout steps. After four urgent plans in a row, one
 	// background plan goes, so background work is never starved.
 	Urgent bool
+	// Continues says the plan continues what the cluster's earlier plans
+	// began (a create whose pods are Ready, told Running): within its
+	// namespace it starts ahead of the clusters whose work has not begun,
+	// as a plan paused between two steps does, so a burst's clusters are
+	// finished one by one rather than all together at its end.
+	Continues bool
 	// Steps run one after another. The first error stops the plan, except
 	// that steps marked Always still run; the plan's error is the first one.
 	Steps []Step

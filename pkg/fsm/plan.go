@@ -55,6 +55,12 @@ type Plan struct {
 	// ahead of other clusters' background plans: those of timers (retry,
 	// resync), rollout steps, nudges and status writes.
 	Urgent bool
+	// Continues says the plan takes on a create the cluster's earlier
+	// plans began (createSteps fired in Creating): the executor starts it
+	// ahead of the clusters of its namespace whose work has not begun
+	// (eventloop.Plan.Continues), so a burst's clusters become Running one
+	// by one, not all at its end.
+	Continues bool
 	// Status, when not nil, is the status to write: a snapshot that shares
 	// its slices with other snapshots, so it must not be modified (DeepCopy
 	// it first).
@@ -231,9 +237,15 @@ func (m *Machine) finish(epoch int64) Result {
 	// in a burst of creates, the clusters whose pods are Ready would wait
 	// to be told Running behind every create of the burst (5,000 at once:
 	// 125 Running while 2,840 had their pods Ready, in make bench-scale).
-	p.Urgent = p.Cleanup || slices.ContainsFunc(res.Fired, func(f Fired) bool {
-		return slices.Contains(userActions, f.Event) || f.From == Creating && slices.Contains(createSteps, f.Event)
+	continues := slices.ContainsFunc(res.Fired, func(f Fired) bool {
+		return f.From == Creating && slices.Contains(createSteps, f.Event)
 	})
+	p.Urgent = p.Cleanup || continues || slices.ContainsFunc(res.Fired, func(f Fired) bool {
+		return slices.Contains(userActions, f.Event)
+	})
+	// The rest of a create also goes ahead of its namespace's creates not
+	// begun yet (Plan.Continues).
+	p.Continues = continues
 	res.Plan = p
 	return res
 }
