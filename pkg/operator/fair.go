@@ -28,8 +28,7 @@ const (
 // pgloop_api_requests_total counts them: create services, update
 // postgresqls/status) that pgloop has in flight, by a window that follows
 // their latency as the pacer does (pace.go): halved when the median of a
-// round of writes is more than twice the least median of a round seen
-// lately (a kind's writes differ in cost: pacer.roundBase),
+// round of writes is more than twice their least latency seen lately,
 // grown by one per window answered in time, never below one. The writes
 // waiting for a place are let go by namespace in turns, a user's action's
 // (urgent plans) before background work's, so a namespace's burst does
@@ -141,7 +140,7 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, ns string, u
 	kind := verb + " " + resource
 	k := w.kinds[kind]
 	if k == nil {
-		k = &kindWindow{verb: verb, resource: resource, pace: newRoundPacer()}
+		k = &kindWindow{verb: verb, resource: resource, pace: newPacer()}
 		w.kinds[kind] = k
 	}
 	if k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight) {

@@ -52,22 +52,11 @@ type pacer struct {
 	epoch   time.Time // when the current epoch of minCur began
 	cutAt   time.Time // the last decrease
 	round   []time.Duration
-	// roundBase makes the baseline the least median of a round seen
-	// lately, not the least latency of one write: for writes of one kind
-	// whose cost differs by object (fair.go: a headless Service's create
-	// allocates no ClusterIP, and took 20 ms where the others took 180 ms
-	// at N = 10,000), so the quick ones do not make every typical write
-	// look slow and pin the window at one.
-	roundBase bool
 	// cuts counts the decreases, for metrics and tests.
 	cuts int
 }
 
 func newPacer() *pacer { return &pacer{window: paceMaxWindow} }
-
-// newRoundPacer is a pacer whose baseline is the least median of a
-// round (pacer.roundBase).
-func newRoundPacer() *pacer { return &pacer{window: paceMaxWindow, roundBase: true} }
 
 // allows reports whether one more background request may go, with
 // inFlight already in flight.
@@ -97,13 +86,13 @@ func (p *pacer) observe(sent, now time.Time, took time.Duration, background bool
 		p.minPrev, p.minCur, p.epoch = p.minCur, 0, now
 	}
 	base, slow := p.baseline(), p.slow()
-	if !p.roundBase && (p.minCur == 0 || took < p.minCur) {
+	if p.minCur == 0 || took < p.minCur {
 		p.minCur = took
 	}
-	if base == 0 && !p.roundBase || sent.Before(p.cutAt) {
+	if base == 0 || sent.Before(p.cutAt) {
 		return
 	}
-	if base != 0 && took <= slow && background {
+	if took <= slow && background {
 		p.window = min(paceMaxWindow, p.window+1/p.window)
 	}
 	p.round = append(p.round, took)
@@ -113,10 +102,7 @@ func (p *pacer) observe(sent, now time.Time, took time.Duration, background bool
 	slices.Sort(p.round)
 	median := p.round[len(p.round)/2]
 	p.round = p.round[:0]
-	if p.roundBase && (p.minCur == 0 || median < p.minCur) {
-		p.minCur = median
-	}
-	if base != 0 && median > slow {
+	if median > slow {
 		p.window = max(1, p.window/2)
 		p.cutAt = now
 		p.cuts++
