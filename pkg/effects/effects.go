@@ -32,6 +32,10 @@ import (
 // those of users and other controllers. (A delete has no field manager.)
 const FieldManager = "pgloop"
 
+// HeadlessClass is the write class (eventloop.WithWriteClass) of a
+// headless Service's writes.
+const HeadlessClass = "headless"
+
 // maxAttempts bounds the fresh-read-and-retry rounds of one write that meets
 // a conflict. Retries are immediate: a conflict means another writer got
 // there first, and a new read is all it takes; ctx's deadline bounds the

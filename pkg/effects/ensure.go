@@ -21,6 +21,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/eventloop"
 )
 
 // objectClient is what the ensure effect needs of a typed client-go client
@@ -266,9 +267,10 @@ func (r *run) keptTemplate(ctx context.Context, cur, sts *appsv1.StatefulSet) (*
 }
 
 // ensureService creates the Service s of pg, or brings what pgloop owns of
-// it in line (cluster.ServiceNeedsUpdate).
+// it in line (cluster.ServiceNeedsUpdate). A headless Service's writes
+// are marked as a class of their own: they allocate no ClusterIP.
 func (r *run) ensureService(ctx context.Context, pg *v1.Postgresql, s *corev1.Service) error {
-	return ensureObject(ctx, r, r.kube.CoreV1().Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
+	return ensureObject(serviceContext(ctx, s), r, r.kube.CoreV1().Services(r.ns), "service", s, cached(r, s.Name, Cache.Service),
 		func(cur *corev1.Service) (*corev1.Service, bool, error) {
 			if err := controlled(cur, pg, "service"); err != nil {
 				return nil, false, err
@@ -278,6 +280,15 @@ func (r *run) ensureService(ctx context.Context, pg *v1.Postgresql, s *corev1.Se
 			}
 			return cluster.ApplyService(cur, s), true, nil
 		})
+}
+
+// serviceContext is ctx for the writes of Service s: marked with
+// HeadlessClass when s has no ClusterIP.
+func serviceContext(ctx context.Context, s *corev1.Service) context.Context {
+	if s.Spec.ClusterIP == corev1.ClusterIPNone {
+		return eventloop.WithWriteClass(ctx, HeadlessClass)
+	}
+	return ctx
 }
 
 // ensurePodDisruptionBudget creates the PodDisruptionBudget pdb of pg, or

@@ -23,6 +23,7 @@ import (
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/eventloop"
 )
 
 func TestEnsureCreatesEverything(t *testing.T) {
@@ -684,5 +685,27 @@ func TestEnsureStatefulSetBesideServices(t *testing.T) {
 				t.Errorf("StatefulSet created %v (%v), want %v", got, err, tc.sts)
 			}
 		})
+	}
+}
+
+// The writes of a cluster's headless Service are marked as a class of
+// their own for the operator's write windows; those of a Service with a
+// ClusterIP are not.
+func TestServiceContextMarksHeadless(t *testing.T) {
+	pg := testCluster(t)
+	headless := 0
+	for _, s := range cluster.Services(pg, cluster.Options{}) {
+		got := eventloop.WriteClassOf(serviceContext(context.Background(), s))
+		want := ""
+		if s.Spec.ClusterIP == corev1.ClusterIPNone {
+			want = HeadlessClass
+			headless++
+		}
+		if got != want {
+			t.Errorf("service %s (clusterIP %q): write class %q, want %q", s.Name, s.Spec.ClusterIP, got, want)
+		}
+	}
+	if headless == 0 {
+		t.Errorf("no headless Service among %d, want the config one", len(cluster.Services(pg, cluster.Options{})))
 	}
 }

@@ -41,3 +41,22 @@ func PriorityOf(ctx context.Context) Priority {
 	p, _ := ctx.Value(priorityKey{}).(Priority)
 	return p
 }
+
+type writeClassKey struct{}
+
+// WithWriteClass marks ctx's writes as class c of their kind (verb and
+// resource): writes of a kind that the API server serves at a cost of
+// their own. A Service without a ClusterIP allocates no address, and is
+// created in a tenth of the time of one with it; the operator's write
+// windows keep a window for each class, so the cheap ones do not make the
+// costly ones look slow (pkg/operator, writeWindows).
+func WithWriteClass(ctx context.Context, c string) context.Context {
+	return context.WithValue(ctx, writeClassKey{}, c)
+}
+
+// WriteClassOf returns the class ctx's writes were marked with, "" for
+// none.
+func WriteClassOf(ctx context.Context) string {
+	c, _ := ctx.Value(writeClassKey{}).(string)
+	return c
+}

@@ -30,12 +30,12 @@ var descWindow = Desc{"pgloop_api_background_window", "gauge", nil,
 
 // descWriteWindow is the windows of the operator's writes by kind
 // (--fair-writes).
-var descWriteWindow = Desc{"pgloop_api_write_window", "gauge", []string{"verb", "resource"},
-	"Writes of one kind (verb and resource, as in pgloop_api_requests_total) the operator lets be in flight at once (--fair-writes), the others waiting by namespace in turns: halved when the median of 8 is more than twice the least latency seen lately, grown by one per window answered in time, at least 1, at most 64; a kind appears once written."}
+var descWriteWindow = Desc{"pgloop_api_write_window", "gauge", []string{"verb", "resource", "class"},
+	"Writes of one kind (verb and resource, as in pgloop_api_requests_total, and class: headless for a Service without a ClusterIP, else empty) the operator lets be in flight at once (--fair-writes), the others waiting by namespace in turns: halved when the median of 8 is more than twice the least latency seen lately, grown by one per window answered in time, at least 1, at most 64; a kind appears once written."}
 
 // WriteWindow sets the window of the writes of one kind.
-func (m *Metrics) WriteWindow(verb, resource string, w float64) {
-	m.writeWindow.WithLabelValues(verb, resource).Set(w)
+func (m *Metrics) WriteWindow(verb, resource, class string, w float64) {
+	m.writeWindow.WithLabelValues(verb, resource, class).Set(w)
 }
 
 // BackgroundWindow sets the pacer's window.

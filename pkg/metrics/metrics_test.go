@@ -249,7 +249,7 @@ func TestDescs(t *testing.T) {
 	m.ObservePatroni("config", "timeout")
 	m.ObserveArchiveCheck("failing")
 	m.apiRequests.WithLabelValues("get", "pods", "200").Inc()
-	m.WriteWindow("create", "services", 4)
+	m.WriteWindow("create", "services", "", 4)
 	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
 	m.ClusterState("ns/a", fsm.Creating)
 	m.StepObserver("s")(time.Millisecond, true)

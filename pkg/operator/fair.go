@@ -52,17 +52,22 @@ const (
 type writeWindows struct {
 	clock clock.WithDelayedExecution
 	// onWindow, if set, is told a kind's window when it changes.
-	onWindow func(verb, resource string, window float64)
+	onWindow func(verb, resource, class string, window float64)
 
 	mu    sync.Mutex
 	kinds map[string]*kindWindow
 }
 
 // kindWindow is the window of one kind of write and the writes waiting
-// for it, by priority.
+// for it, by priority. A kind is a verb and resource, and the class its
+// writes were marked with (eventloop.WithWriteClass), if any: a headless
+// Service's create allocates no ClusterIP, and in the window of the
+// others its latency, a tenth of theirs, would be taken as the API
+// server's idle one, and every other create as slow.
 type kindWindow struct {
 	verb     string
 	resource string
+	class    string
 	pace     *pacer
 	inFlight int // writes holding a place
 	urgent   nsQueue
@@ -90,7 +95,7 @@ type writeSlot struct {
 	timer clock.Timer
 }
 
-func newWriteWindows(clk clock.WithDelayedExecution, onWindow func(verb, resource string, window float64)) *writeWindows {
+func newWriteWindows(clk clock.WithDelayedExecution, onWindow func(verb, resource, class string, window float64)) *writeWindows {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -113,7 +118,8 @@ func (t windowedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.next.RoundTrip(req)
 	}
 	verb, resource := metrics.RequestVerb(req.Method, req.URL.Path, "")
-	s, err := t.w.acquire(req.Context(), verb, resource, requestNamespace(req.URL.Path), p == eventloop.Urgent)
+	ctx := req.Context()
+	s, err := t.w.acquire(ctx, verb, resource, eventloop.WriteClassOf(ctx), requestNamespace(req.URL.Path), p == eventloop.Urgent)
 	if err != nil {
 		return nil, err
 	}
@@ -132,17 +138,12 @@ func requestNamespace(path string) string {
 	return ns
 }
 
-// acquire takes a place in the window of its kind (verb and resource) for
-// a write of namespace ns, waiting its turn when the window is full or
-// others wait; it gives up when ctx ends.
-func (w *writeWindows) acquire(ctx context.Context, verb, resource, ns string, urgent bool) (*writeSlot, error) {
+// acquire takes a place in the window of its kind (verb, resource and
+// class) for a write of namespace ns, waiting its turn when the window is
+// full or others wait; it gives up when ctx ends.
+func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
 	w.mu.Lock()
-	kind := verb + " " + resource
-	k := w.kinds[kind]
-	if k == nil {
-		k = &kindWindow{verb: verb, resource: resource, pace: newPacer()}
-		w.kinds[kind] = k
-	}
+	k := w.kind(verb, resource, class)
 	if k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight) {
 		s := w.take(k)
 		w.mu.Unlock()
@@ -171,6 +172,26 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, ns string, u
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// kind returns the window of a kind, made at its first write. w.mu is
+// held.
+func (w *writeWindows) kind(verb, resource, class string) *kindWindow {
+	key := kindKey(verb, resource, class)
+	k := w.kinds[key]
+	if k == nil {
+		k = &kindWindow{verb: verb, resource: resource, class: class, pace: newPacer()}
+		w.kinds[key] = k
+	}
+	return k
+}
+
+// kindKey names a kind: "create services", "create services headless".
+func kindKey(verb, resource, class string) string {
+	if class == "" {
+		return verb + " " + resource
+	}
+	return verb + " " + resource + " " + class
 }
 
 // take counts a place of k taken now and arms its detach. w.mu is held.
@@ -215,7 +236,7 @@ func (w *writeWindows) done(s *writeSlot) {
 	before := k.pace.window
 	k.pace.observe(s.sent, now, now.Sub(s.sent), true)
 	if k.pace.window != before && w.onWindow != nil {
-		w.onWindow(k.verb, k.resource, k.pace.window)
+		w.onWindow(k.verb, k.resource, k.class, k.pace.window)
 	}
 	if s.held {
 		s.held = false

@@ -23,10 +23,10 @@ type windowRig struct {
 func newWindowRig(t *testing.T) *windowRig {
 	g := newGateRig(t, 0)
 	r := &windowRig{gateRig: g, windows: map[string]float64{}}
-	r.w = newWriteWindows(g.clk, func(verb, resource string, w float64) {
+	r.w = newWriteWindows(g.clk, func(verb, resource, class string, w float64) {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		r.windows[verb+" "+resource] = w
+		r.windows[kindKey(verb, resource, class)] = w
 	})
 	g.rt = r.w.wrap(g.inner)
 	return r
@@ -38,11 +38,7 @@ func newWindowRig(t *testing.T) *windowRig {
 func (r *windowRig) setWindow(verb, resource string, n float64) {
 	r.w.mu.Lock()
 	defer r.w.mu.Unlock()
-	kind := verb + " " + resource
-	if r.w.kinds[kind] == nil {
-		r.w.kinds[kind] = &kindWindow{verb: verb, resource: resource, pace: newPacer()}
-	}
-	p := r.w.kinds[kind].pace
+	p := r.w.kind(verb, resource, "").pace
 	p.window, p.cutAt = n, r.clk.Now().Add(time.Hour)
 }
 
@@ -219,14 +215,14 @@ func TestWriteWindowsUnmarked(t *testing.T) {
 func TestWriteWindowsFollowLatency(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	var got []float64
-	w := newWriteWindows(clk, func(verb, resource string, win float64) {
-		if verb != "create" || resource != "services" {
+	w := newWriteWindows(clk, func(verb, resource, class string, win float64) {
+		if verb != "create" || resource != "services" || class != "" {
 			t.Errorf("window of %s %s, want create services", verb, resource)
 		}
 		got = append(got, win)
 	})
 	write := func(took time.Duration) {
-		s, err := w.acquire(context.Background(), "create", "services", "a", true)
+		s, err := w.acquire(context.Background(), "create", "services", "", "a", true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,5 +260,51 @@ func TestRequestNamespace(t *testing.T) {
 		if got := requestNamespace(path); got != want {
 			t.Errorf("requestNamespace(%q) = %q, want %q", path, got, want)
 		}
+	}
+}
+
+// A write marked with a class (eventloop.WithWriteClass: a headless
+// Service's) has a window of its own: it is not held by its kind's
+// full window, and its latency, far below the others', does not make
+// them look slow.
+func TestWriteWindowsClasses(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	headless := eventloop.WithWriteClass(context.Background(), "headless")
+	r.send(headless, "h0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0", "h0")
+	r.finish("h0")
+	r.finish("a0")
+
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	w := newWriteWindows(clk, nil)
+	write := func(class string, took time.Duration) {
+		s, err := w.acquire(context.Background(), "create", "services", class, "a", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(took)
+		w.done(s)
+	}
+	for range 8 * 10 {
+		write("headless", 20*time.Millisecond)
+		write("", 200*time.Millisecond)
+	}
+	for _, class := range []string{"", "headless"} {
+		if k := w.kinds[kindKey("create", "services", class)]; k.pace.window != paceMaxWindow || k.pace.cuts != 0 {
+			t.Errorf("class %q: window %v after %d cuts, want %d and none: each class has its own baseline",
+				class, k.pace.window, k.pace.cuts, paceMaxWindow)
+		}
+	}
+	// One window for both, the ClusterIP creates would have cut it.
+	w = newWriteWindows(clk, nil)
+	for range 8 * 10 {
+		write("", 20*time.Millisecond)
+		write("", 200*time.Millisecond)
+	}
+	if k := w.kinds[kindKey("create", "services", "")]; k.pace.cuts == 0 || k.pace.window > 4 {
+		t.Errorf("one window for both: %v after %d cuts, want it cut to 4 or less", k.pace.window, k.pace.cuts)
 	}
 }

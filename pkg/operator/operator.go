@@ -145,7 +145,7 @@ type gateObservers struct {
 	held   func(time.Duration)
 	window func(float64)
 	// writeWindow is told a kind's write window when it changes.
-	writeWindow func(verb, resource string, window float64)
+	writeWindow func(verb, resource, class string, window float64)
 }
 
 func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error) {
