@@ -24,17 +24,6 @@ const (
 	writeDetachFactor = 20
 )
 
-// writeProbeEvery is how often a kind's window lets one write go alone, no
-// other of its kind in flight: its latency is the API server's for the
-// kind without pgloop's own queue, which the window's baseline needs.
-// Under a burst no write of a kind goes alone otherwise, and the least
-// latency seen then creeps up with the window: a window of 4 makes 4
-// writes wait on each other in the server, their latency becomes the
-// baseline, the window grows to 8, and so on to 64 (TCP's BBR drains its
-// queue for the same reason, its ProbeRTT). Half the baseline's epoch, so
-// every epoch has a probe in it.
-const writeProbeEvery = paceBaselineEpoch / 2
-
 // writeWindows bounds the writes of each kind (verb and resource, as
 // pgloop_api_requests_total counts them: create services, update
 // postgresqls/status) that pgloop has in flight, by a window that follows
@@ -83,10 +72,6 @@ type kindWindow struct {
 	inFlight int // writes holding a place
 	urgent   nsQueue
 	rest     nsQueue
-	// probeAt is when the next probe is due (writeProbeEvery): from then
-	// no write of the kind goes until none is in flight, and the next goes
-	// alone.
-	probeAt time.Time
 }
 
 // nsQueue holds waiting writes by namespace; the namespaces take turns,
@@ -107,7 +92,6 @@ type writeSlot struct {
 	k     *kindWindow
 	sent  time.Time
 	held  bool // holds its place (false once detached or done)
-	probe bool // went alone, the kind's probe
 	timer clock.Timer
 }
 
@@ -160,7 +144,7 @@ func requestNamespace(path string) string {
 func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
 	w.mu.Lock()
 	k := w.kind(verb, resource, class)
-	if k.urgent.empty() && k.rest.empty() && admits(k, w.clock.Now()) {
+	if k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight) {
 		s := w.take(k)
 		w.mu.Unlock()
 		return s, nil
@@ -182,7 +166,7 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 		select {
 		case <-wt.ch: // granted meanwhile: hand the place on
 			k.inFlight--
-			w.dispatch(k, w.clock.Now())
+			w.dispatch(k)
 		default:
 			q.remove(wt)
 		}
@@ -210,22 +194,12 @@ func kindKey(verb, resource, class string) string {
 	return verb + " " + resource + " " + class
 }
 
-// admits reports whether one more write of k may go at now: its window
-// allows it, or, when its probe is due, none is in flight. w.mu is held.
-func admits(k *kindWindow, now time.Time) bool {
-	if !now.Before(k.probeAt) {
-		return k.inFlight == 0
-	}
-	return k.pace.allows(k.inFlight)
-}
-
 // take counts a place of k taken now and arms its detach. w.mu is held.
 func (w *writeWindows) take(k *kindWindow) *writeSlot {
-	now := w.clock.Now()
-	s := &writeSlot{k: k, sent: now, held: true, probe: k.inFlight == 0 && !now.Before(k.probeAt)}
 	k.inFlight++
+	s := &writeSlot{k: k, sent: w.clock.Now(), held: true}
 	after := max(writeDetachAfter, writeDetachFactor*k.pace.slow())
-	s.timer = w.clock.AfterFunc(after, func() { w.detach(s, now.Add(after)) })
+	s.timer = w.clock.AfterFunc(after, func() { w.detach(s) })
 	return s
 }
 
@@ -238,10 +212,8 @@ func (w *writeWindows) granted(k *kindWindow) *writeSlot {
 	return w.take(k)
 }
 
-// detach lets s go on without its place, which the next waiter takes; now
-// is when its timer was due (the clock is not read from its callback: a
-// fake clock holds its lock through them).
-func (w *writeWindows) detach(s *writeSlot, now time.Time) {
+// detach lets s go on without its place, which the next waiter takes.
+func (w *writeWindows) detach(s *writeSlot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !s.held {
@@ -249,10 +221,7 @@ func (w *writeWindows) detach(s *writeSlot, now time.Time) {
 	}
 	s.held = false
 	s.k.inFlight--
-	if s.probe { // a hung probe measures nothing: the next is due later
-		s.k.probeAt = now.Add(writeProbeEvery)
-	}
-	w.dispatch(s.k, now)
+	w.dispatch(s.k)
 }
 
 // done tells the window of s that its write was answered: the pacer
@@ -272,17 +241,14 @@ func (w *writeWindows) done(s *writeSlot) {
 	if s.held {
 		s.held = false
 		k.inFlight--
-		if s.probe {
-			k.probeAt = now.Add(writeProbeEvery)
-		}
 	}
-	w.dispatch(k, now)
+	w.dispatch(k)
 }
 
 // dispatch lets waiting writes of k go while its window allows: urgent
 // ones first, each queue's namespaces in turns. w.mu is held.
-func (w *writeWindows) dispatch(k *kindWindow, now time.Time) {
-	for admits(k, now) {
+func (w *writeWindows) dispatch(k *kindWindow) {
+	for k.pace.allows(k.inFlight) {
 		wt := k.urgent.pop()
 		if wt == nil {
 			wt = k.rest.pop()

@@ -308,38 +308,3 @@ func TestWriteWindowsClasses(t *testing.T) {
 		t.Errorf("one window for both: %v after %d cuts, want it cut to 4 or less", k.pace.window, k.pace.cuts)
 	}
 }
-
-// Every writeProbeEvery a kind's window drains: no write goes until none
-// is in flight, then one goes alone (the probe), and the window opens
-// again once it is answered. The first write of a kind is a probe too.
-func TestWriteWindowsProbe(t *testing.T) {
-	r := newWindowRig(t)
-	r.setWindow("create", "services", 4)
-	r.send(context.Background(), "p0", eventloop.Urgent, http.MethodPost, svcPath("a"))
-	r.arrived("p0")
-	for i, name := range []string{"a1", "a2", "a3"} {
-		r.send(context.Background(), name, eventloop.Urgent, http.MethodPost, svcPath("a"))
-		r.waiting("create services", i+1)
-	}
-	// p0 answered in 900 ms: the writes that follow detach after 20 times
-	// the slow latency, 2 × 900 + 5 ms, far later than the next probe.
-	r.clk.Step(900 * time.Millisecond)
-	r.finish("p0")
-	r.arrived("p0", "a1", "a2", "a3")
-
-	r.clk.Step(writeProbeEvery)
-	r.send(context.Background(), "p1", eventloop.Background, http.MethodPost, svcPath("b"))
-	r.waiting("create services", 1)
-	r.finish("a1")
-	r.finish("a2")
-	r.stays("p0", "a1", "a2", "a3")
-	r.finish("a3")
-	r.arrived("p0", "a1", "a2", "a3", "p1")
-	r.send(context.Background(), "b1", eventloop.Urgent, http.MethodPost, svcPath("b"))
-	r.send(context.Background(), "b2", eventloop.Urgent, http.MethodPost, svcPath("b"))
-	r.waiting("create services", 2)
-	r.finish("p1")
-	r.arrived("p0", "a1", "a2", "a3", "p1", "b1", "b2")
-	r.finish("b1")
-	r.finish("b2")
-}
