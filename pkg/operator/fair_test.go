@@ -308,3 +308,38 @@ func TestWriteWindowsClasses(t *testing.T) {
 		t.Errorf("one window for both: %v after %d cuts, want it cut to 4 or less", k.pace.window, k.pace.cuts)
 	}
 }
+
+// A write that has waited for a place half of what its deadline left goes
+// on without one, and the place it never took is not given back: the
+// next waiter still waits for the write holding it.
+func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	// A baseline of a minute: a0 holds its place 40 minutes before it
+	// detaches, past the half hour "late" waits.
+	r.w.mu.Lock()
+	r.w.kind("create", "services", "").pace.minCur = time.Minute
+	r.w.mu.Unlock()
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	r.send(ctx, "late", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.send(context.Background(), "c0", eventloop.Urgent, http.MethodPost, svcPath("c"))
+	r.waiting("create services", 2)
+	r.clk.Step(29 * time.Minute)
+	r.stays("a0")
+	r.clk.Step(time.Minute)
+	r.arrived("a0", "late")
+	r.waiting("create services", 1)
+	r.finish("late")
+	r.stays("a0", "late")
+	r.finish("a0")
+	r.arrived("a0", "late", "c0")
+	r.finish("c0")
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if k := r.w.kinds["create services"]; k.inFlight != 0 {
+		t.Errorf("%d places held with nothing in flight, want 0", k.inFlight)
+	}
+}
