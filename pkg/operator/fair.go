@@ -166,7 +166,8 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 	w.mu.Unlock()
 
 	// A write that has waited half of what its deadline left goes on
-	// without a place: pgloop's own queue never fails a step.
+	// without a place: pgloop's own queue never fails a step. The
+	// deadline is the wall clock's (time.Until), the wait w.clock's.
 	var leave <-chan time.Time
 	if dl, ok := ctx.Deadline(); ok {
 		t := w.clock.NewTimer(time.Until(dl) / 2)

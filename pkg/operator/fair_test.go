@@ -217,7 +217,7 @@ func TestWriteWindowsFollowLatency(t *testing.T) {
 	var got []float64
 	w := newWriteWindows(clk, func(verb, resource, class string, win float64) {
 		if verb != "create" || resource != "services" || class != "" {
-			t.Errorf("window of %s %s, want create services", verb, resource)
+			t.Errorf("window of %s %s (class %q), want create services of no class", verb, resource, class)
 		}
 		got = append(got, win)
 	})
