@@ -331,7 +331,44 @@ func (e *Env) explainStuck(t testing.TB, namespace, name string) {
 			lastLines(node.Log, 25, func(l string) bool { return strings.Contains(l, key) }))
 		t.Logf("--- Patroni of pod %s (last lines) ---\n%s", pod.Name,
 			lastLines(filepath.Join(PodDir(node, &pod), "patroni.log"), 25, nil))
+		// What the kubelet asked a stop that hangs for (test/kubelet's
+		// slowstop.go): Patroni's threads' stacks.
+		if stacks, err := os.ReadFile(filepath.Join(PodDir(node, &pod), "patroni-stacks.txt")); err == nil && len(stacks) > 0 {
+			t.Logf("--- Patroni's threads' stacks of pod %s ---\n%s", pod.Name, stacks)
+		}
+		if logs := e.postgresLogs(ctx, node, &pod); len(logs) > 0 {
+			t.Logf("--- PostgreSQL of pod %s (last lines of %s) ---\n%s", pod.Name, logs[len(logs)-1],
+				lastLines(logs[len(logs)-1], 25, nil))
+		}
 	}
+}
+
+// postgresLogs returns the log files PostgreSQL of pod on a process node
+// wrote (Spilo's pg_log beside the data directory, in the volume of the
+// pod's data claim), the most recently written last.
+func (e *Env) postgresLogs(ctx context.Context, node testbed.ProcessNode, pod *corev1.Pod) []string {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name != cluster.DataVolumeName || v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc, err := e.Kube.CoreV1().PersistentVolumeClaims(pod.Namespace).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil || pvc.Spec.VolumeName == "" {
+			return nil
+		}
+		logs, _ := filepath.Glob(filepath.Join(node.Root, "pv", pvc.Spec.VolumeName, "pgroot", "pg_log", "postgresql-*"))
+		slices.SortFunc(logs, func(a, b string) int { return modTime(a).Compare(modTime(b)) })
+		return logs
+	}
+	return nil
+}
+
+// modTime is when path was last written, the zero time if unknown.
+func modTime(path string) time.Time {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
 
 // lastLines returns the last n lines of file path that keep accepts (all

@@ -405,6 +405,10 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
 		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
 	}
+	stacksPath := filepath.Join(p.podDir, stacksFile)
+	if err := createOwned(stacksPath, in.k.uid, in.k.gid); err != nil {
+		return spawnSpec{}, waiting(ReasonStartError, "while creating %s: %w", stacksPath, err)
+	}
 	// A crashed predecessor may have left a postmaster (it was killed, but
 	// make sure before another one starts on the same data).
 	in.killPostmasters()
@@ -417,11 +421,12 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 		"USER=" + postgresUser,
 	}, extraEnv)
 	return spawnSpec{
-		argv:    []string{in.k.opts.Python, in.k.opts.Patroni, configPath},
+		argv:    patroniArgv(in.k.opts.Python, in.k.opts.Patroni, stacksPath, configPath),
 		env:     processEnv,
 		dir:     p.podDir,
 		logPath: filepath.Join(p.podDir, logFile),
 		uid:     in.k.uid, gid: in.k.gid,
+		stacks: stacksSignal,
 	}, nil
 }
 
@@ -697,11 +702,25 @@ func (in *instance) stop(grace time.Duration) {
 			in.thaw("stopping a frozen instance")
 			_ = syscall.Kill(in.proc.pid, syscall.SIGTERM)
 			timer := time.NewTimer(grace)
-			select {
-			case ex := <-in.proc.exits:
-				in.exited(ex)
-			case <-timer.C:
-				in.log.WithField("grace", grace).Warn(in.program() + " did not stop within the grace period: killing it")
+			var slow <-chan time.Time
+			if grace > slowStop {
+				t := time.NewTimer(slowStop)
+				defer t.Stop()
+				slow = t.C
+			}
+		wait:
+			for {
+				select {
+				case ex := <-in.proc.exits:
+					in.exited(ex)
+					break wait
+				case <-slow:
+					in.reportSlowStop(time.Since(began))
+					slow = nil
+				case <-timer.C:
+					in.log.WithField("grace", grace).Warn(in.program() + " did not stop within the grace period: killing it")
+					break wait
+				}
 			}
 			timer.Stop()
 		}

@@ -38,6 +38,9 @@ const (
 	configFile = "patroni.yml"
 	kubeconfig = "kubeconfig"
 	logFile    = "patroni.log"
+	// stacksFile is where Patroni dumps its threads' stacks on
+	// stacksSignal (slowstop.go).
+	stacksFile = "patroni-stacks.txt"
 	// environFile is the container's resolved environment (Environ).
 	environFile = "environ"
 	homeDir     = "home"

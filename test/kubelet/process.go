@@ -183,6 +183,8 @@ type process struct {
 	started time.Time
 	// exits receives its exit status, once.
 	exits chan exitStatus
+	// stacks: see spawnSpec.
+	stacks syscall.Signal
 }
 
 // spawnSpec is what spawn starts.
@@ -195,6 +197,9 @@ type spawnSpec struct {
 	// unshare: namespaces the child gets of its own (CLONE_NEW*), before
 	// its exec; Go makes the mounts of a new mount namespace private.
 	unshare uintptr
+	// stacks is the signal on which the program writes its threads'
+	// stacks and goes on (slowstop.go); 0 when it has none.
+	stacks syscall.Signal
 }
 
 // spawn starts a process as uid/gid in its own process group, with stdin
@@ -223,7 +228,7 @@ func spawn(l *launcher, r *reaper, s spawnSpec) (*process, error) {
 			Unshareflags: s.unshare,
 		},
 	}
-	p := &process{exits: make(chan exitStatus, 1)}
+	p := &process{exits: make(chan exitStatus, 1), stacks: s.stacks}
 	l.Do(func() {
 		p.pid, err = r.start(func() (int, error) { return syscall.ForkExec(s.argv[0], s.argv, attr) }, p.exits)
 	})
