@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -357,14 +358,8 @@ func (l *Loop) runStep(parent context.Context, s *Step) (err error) {
 	if timeout <= 0 {
 		timeout = l.stepTimeout
 	}
-	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
-	sc := &stepCtx{Context: ctx, deadline: l.clock.Now().Add(timeout)}
-	if d, ok := parent.Deadline(); ok && d.Before(sc.deadline) {
-		sc.deadline = d
-	}
-	stop := l.afterFunc(timeout, func() { cancel(context.DeadlineExceeded) })
-	defer stop()
+	sc := newStepCtx(parent, l.clock, l.afterFunc, timeout)
+	defer sc.release()
 
 	defer func() {
 		if r := recover(); r != nil {
@@ -384,13 +379,65 @@ func (l *Loop) runStep(parent context.Context, s *Step) (err error) {
 // stepCtx is a step's context: cancelled when the step's deadline passes on
 // the loop's clock, and then reporting context.DeadlineExceeded like a
 // context made by context.WithDeadline. It exists because WithDeadline
-// follows the wall clock, which a fake clock cannot move.
+// follows the wall clock, which a fake clock cannot move, and because the
+// step's own deadline can be paused (PauseDeadline).
 type stepCtx struct {
 	context.Context
-	deadline time.Time
+	clock     clock.Clock
+	afterFunc func(time.Duration, func()) func()
+	expire    func() // cancels the step for its deadline
+	cancel    context.CancelCauseFunc
+
+	mu       sync.Mutex
+	own      time.Time     // the step's own deadline, while it runs
+	paused   int           // PauseDeadline calls not resumed yet
+	left     time.Duration // of the own deadline, when paused
+	stop     func()        // releases the armed deadline
+	released bool          // the step ended
 }
 
-func (c *stepCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+type stepKey struct{}
+
+// newStepCtx arms a step's deadline, timeout from now on clk.
+func newStepCtx(parent context.Context, clk clock.Clock, afterFunc func(time.Duration, func()) func(), timeout time.Duration) *stepCtx {
+	ctx, cancel := context.WithCancelCause(parent)
+	sc := &stepCtx{Context: ctx, clock: clk, afterFunc: afterFunc, own: clk.Now().Add(timeout), cancel: cancel}
+	sc.expire = func() { cancel(context.DeadlineExceeded) }
+	sc.stop = afterFunc(timeout, sc.expire)
+	return sc
+}
+
+// WithStepDeadline returns a context that ends timeout from now on clk,
+// reporting context.DeadlineExceeded, whose deadline PauseDeadline can
+// pause, and the function that releases it: what the executor runs each
+// step under, for tests of what pauses it.
+func WithStepDeadline(parent context.Context, clk clock.WithTicker, timeout time.Duration) (context.Context, func()) {
+	sc := newStepCtx(parent, clk, newAfterFunc(clk), timeout)
+	return sc, sc.release
+}
+
+// Value answers stepKey with the step's context, for PauseDeadline.
+func (c *stepCtx) Value(key any) any {
+	if key == (stepKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// Deadline is the step's own deadline, or the plan's if earlier. While
+// the step's is paused, it is as if it resumed now.
+func (c *stepCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	d := c.own
+	if c.paused > 0 {
+		d = c.clock.Now().Add(c.left)
+	}
+	c.mu.Unlock()
+	if p, ok := c.Context.Deadline(); ok && p.Before(d) {
+		return p, true
+	}
+	return d, true
+}
 
 func (c *stepCtx) Err() error {
 	err := c.Context.Err()
@@ -407,6 +454,66 @@ func (c *stepCtx) expired() bool {
 	return c.Context.Err() != nil && errors.Is(context.Cause(c.Context), context.DeadlineExceeded)
 }
 
+// release disarms the deadline and cancels the context as the step ends.
+func (c *stepCtx) release() {
+	c.mu.Lock()
+	c.released = true
+	c.stop()
+	c.stop = func() {}
+	c.mu.Unlock()
+	c.cancel(nil)
+}
+
+// pause stops the clock of the step's own deadline until the returned
+// function is called (once; later calls do nothing). Pauses nest: the
+// clock runs again when the last is resumed, with what was left of the
+// deadline when the first began.
+func (c *stepCtx) pause() (resume func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released || c.Context.Err() != nil {
+		return func() {}
+	}
+	if c.paused == 0 {
+		c.stop()
+		c.left = max(0, c.own.Sub(c.clock.Now()))
+	}
+	c.paused++
+	var once sync.Once
+	return func() { once.Do(c.resume) }
+}
+
+func (c *stepCtx) resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.paused--
+	if c.paused > 0 || c.released {
+		return
+	}
+	c.own = c.clock.Now().Add(c.left)
+	c.stop = c.afterFunc(c.left, c.expire)
+}
+
+// PauseDeadline stops the clock of the deadline of the step ctx belongs to
+// until resume is called: time a step's request waits in pgloop's own
+// queue, behind other clusters' (the operator's write windows), is not the
+// step's to spend, and a step never fails for it. The plan's cancellation
+// still ends the wait. ok is false, and resume does nothing, when ctx
+// belongs to no step, or has a deadline of its own earlier than the
+// step's (a context.WithTimeout made in the step), which no pause moves.
+func PauseDeadline(ctx context.Context) (resume func(), ok bool) {
+	c, _ := ctx.Value(stepKey{}).(*stepCtx)
+	if c == nil {
+		return func() {}, false
+	}
+	if d, has := ctx.Deadline(); has {
+		if sd, _ := c.Deadline(); d.Before(sd) {
+			return func() {}, false
+		}
+	}
+	return c.pause(), true
+}
+
 // newAfterFunc returns how the executor schedules step deadlines on c: its
 // AfterFunc when it has one (the real and the fake clock do), else a timer
 // watched by a goroutine. The returned stop function releases the deadline.
@@ -420,14 +527,29 @@ func newAfterFunc(c clock.WithTicker) func(d time.Duration, f func()) (stop func
 	return func(d time.Duration, f func()) func() {
 		t := c.NewTimer(d)
 		done := make(chan struct{})
+		// Once stop returns, f does not run: a step's deadline paused just
+		// before the timer fired must not end it (PauseDeadline).
+		var mu sync.Mutex
+		stopped := false
 		go func() {
 			select {
 			case <-t.C():
-				f()
+				mu.Lock()
+				if !stopped {
+					f()
+				}
+				mu.Unlock()
 			case <-done:
 				t.Stop()
 			}
 		}()
-		return func() { close(done) }
+		return func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !stopped {
+				stopped = true
+				close(done)
+			}
+		}
 	}
 }

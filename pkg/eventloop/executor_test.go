@@ -598,3 +598,84 @@ func TestPlanContextPriority(t *testing.T) {
 		t.Errorf("PriorityOf(context.Background()) = %v, want Unmarked", p)
 	}
 }
+
+// A step's deadline stands still while paused (a write waiting in the
+// operator's queue), pauses nest, and the clock goes on with what was
+// left once the last is resumed.
+func TestPauseDeadline(t *testing.T) {
+	if _, ok := PauseDeadline(context.Background()); ok {
+		t.Error("paused the deadline of a context that belongs to no step")
+	}
+	for _, clk := range []struct {
+		name string
+		wrap func(*testingclock.FakeClock) clock.WithTicker
+	}{
+		{"AfterFunc", func(fc *testingclock.FakeClock) clock.WithTicker { return fc }},
+		{"timer", func(fc *testingclock.FakeClock) clock.WithTicker { return plainClock{fc} }},
+	} {
+		t.Run(clk.name, func(t *testing.T) {
+			fc := testingclock.NewFakeClock(t0)
+			l := New(newRecorder(nil), Options{Clock: clk.wrap(fc), StepTimeout: 10 * time.Second, Log: quietLogger()})
+			var errs []string
+			check := func(ctx context.Context, what string, want error, deadline time.Duration) {
+				if want != nil { // the timer fallback cancels from a goroutine
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * time.Second):
+					}
+				}
+				if err := ctx.Err(); !errors.Is(err, want) && err != want {
+					errs = append(errs, fmt.Sprintf("%s: err %v, want %v", what, err, want))
+				}
+				if d, _ := ctx.Deadline(); want == nil && !d.Equal(t0.Add(deadline)) {
+					errs = append(errs, fmt.Sprintf("%s: deadline t0+%v, want t0+%v", what, d.Sub(t0), deadline))
+				}
+			}
+			p := plan(1, step("paused", func(ctx context.Context) error {
+				fc.Step(4 * time.Second)
+				outer, ok := PauseDeadline(ctx)
+				if !ok {
+					return errors.New("not paused")
+				}
+				inner, _ := PauseDeadline(WithWriteClass(ctx, "x")) // a derived context pauses the same step
+				fc.Step(time.Minute)
+				check(ctx, "paused a minute", nil, 64*time.Second+6*time.Second)
+				outer()
+				outer() // a second call does nothing
+				fc.Step(time.Minute)
+				check(ctx, "one pause of two resumed", nil, 124*time.Second+6*time.Second)
+				inner()
+				fc.Step(5 * time.Second)
+				check(ctx, "resumed, 1 s left", nil, 130*time.Second)
+				if _, ok := PauseDeadline(ctx); !ok {
+					return errors.New("a second pause refused")
+				}
+				fc.Step(time.Hour)
+				return nil // ends paused: the step's end releases it all
+			}), step("tighter", func(ctx context.Context) error {
+				tight, cancel := context.WithDeadline(ctx, fc.Now().Add(time.Second))
+				defer cancel()
+				if _, ok := PauseDeadline(tight); ok {
+					errs = append(errs, "paused a context with an earlier deadline of its own")
+				}
+				return nil
+			}), step("runs out", func(ctx context.Context) error {
+				resume, _ := PauseDeadline(ctx)
+				fc.Step(time.Minute)
+				resume()
+				fc.Step(10 * time.Second)
+				check(ctx, "resumed and run out", context.DeadlineExceeded, 0)
+				return nil
+			}))
+			if err := runAll(t, l, context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range errs {
+				t.Error(e)
+			}
+			if n := fc.Waiters(); n != 0 && clk.name == "AfterFunc" {
+				t.Errorf("%d step deadlines left armed, want 0", n)
+			}
+		})
+	}
+}

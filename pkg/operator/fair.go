@@ -46,12 +46,15 @@ const (
 // about their least latency, and keeps about that many in flight; more
 // would only wait in the server, where pgloop can no longer order them.
 //
-// A write never fails for its wait in pgloop's queue: one that has waited
-// half of what its context's deadline left goes on without a place. At N
-// = 10,000 (100 namespaces in turns, the ClusterIP Services' window at 1,
-// each create 250 ms) a Service create waited for its turn longer than
-// its step's deadline, and 898 failed (docs/scale.md, "Write classes and
-// a probe").
+// A write never fails for its wait in pgloop's queue: its step's deadline
+// stands still while it waits (eventloop.PauseDeadline), so only the API
+// server's time counts; a write with no step's deadline to pause goes on
+// without a place once it has waited half of what its deadline left. At
+// N = 10,000 (100 namespaces in turns, the ClusterIP Services' window at
+// 1, each create 250 ms) a Service create waited for its turn longer than
+// its step's deadline, and 898 failed; leaving the queue at half the
+// deadline only moved the failures into the server's queue (docs/scale.md,
+// "Write classes and a probe").
 //
 // Only writes of a plan (eventloop.PriorityOf: urgent or background) and
 // Event writes are bounded; reads, watches, leader election are not.
@@ -150,9 +153,21 @@ func requestNamespace(path string) string {
 // class) for a write of namespace ns, waiting its turn when the window is
 // full or others wait; it gives up when ctx ends.
 func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
+	if s := w.takeIfFree(verb, resource, class); s != nil {
+		return s, nil
+	}
+	// pgloop's own queue never fails a step: the step's deadline stands
+	// still while its write waits here, paused before it queues (and
+	// never under w.mu: the clock's callbacks take it). A write whose
+	// deadline cannot be paused (no step's, or an earlier one of its
+	// own) goes on without a place once it has waited half of what its
+	// deadline left. That deadline is the wall clock's (time.Until), the
+	// wait w.clock's.
+	resume, paused := eventloop.PauseDeadline(ctx)
+	defer resume()
 	w.mu.Lock()
 	k := w.kind(verb, resource, class)
-	if k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight) {
+	if k.free() { // a place was freed meanwhile
 		s := w.take(k)
 		w.mu.Unlock()
 		return s, nil
@@ -165,11 +180,8 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 	q.push(wt)
 	w.mu.Unlock()
 
-	// A write that has waited half of what its deadline left goes on
-	// without a place: pgloop's own queue never fails a step. The
-	// deadline is the wall clock's (time.Until), the wait w.clock's.
 	var leave <-chan time.Time
-	if dl, ok := ctx.Deadline(); ok {
+	if dl, ok := ctx.Deadline(); ok && !paused {
 		t := w.clock.NewTimer(time.Until(dl) / 2)
 		defer t.Stop()
 		leave = t.C()
@@ -200,6 +212,23 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 		}
 		return nil, ctx.Err()
 	}
+}
+
+// takeIfFree takes a place in the window of its kind if one is free and
+// no write waits, nil otherwise.
+func (w *writeWindows) takeIfFree(verb, resource, class string) *writeSlot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if k := w.kind(verb, resource, class); k.free() {
+		return w.take(k)
+	}
+	return nil
+}
+
+// free reports whether a write of k may go now: a place is free and no
+// write waits for one. w.mu is held.
+func (k *kindWindow) free() bool {
+	return k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight)
 }
 
 // kind returns the window of a kind, made at its first write. w.mu is

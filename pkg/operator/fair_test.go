@@ -343,3 +343,37 @@ func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
 		t.Errorf("%d places held with nothing in flight, want 0", k.inFlight)
 	}
 }
+
+// A write of a step waits for its place as long as it takes: its step's
+// deadline stands still meanwhile, and runs again, with what was left,
+// once the write goes.
+func TestWriteWindowsWaitPausesStepDeadline(t *testing.T) {
+	r := newWindowRig(t)
+	r.setWindow("create", "services", 1)
+	// A baseline of a minute: a0 holds its place 40 minutes.
+	r.w.mu.Lock()
+	r.w.kind("create", "services", "").pace.minCur = time.Minute
+	r.w.mu.Unlock()
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	step, release := eventloop.WithStepDeadline(context.Background(), r.clk, 30*time.Second)
+	defer release()
+	r.clk.Step(10 * time.Second)
+	r.send(step, "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.waiting("create services", 1)
+	r.clk.Step(30 * time.Minute)
+	r.stays("a0")
+	if err := step.Err(); err != nil {
+		t.Fatalf("the step ended while its write waited: %v", err)
+	}
+	r.finish("a0")
+	r.arrived("a0", "b0")
+	if d, _ := step.Deadline(); !d.Equal(r.clk.Now().Add(20 * time.Second)) {
+		t.Errorf("deadline %v once the write went, want the 20 s left from now (%v)", d, r.clk.Now().Add(20*time.Second))
+	}
+	r.clk.Step(20 * time.Second)
+	if err := step.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the step's deadline did not run again: err %v", err)
+	}
+	r.finish("b0")
+}
