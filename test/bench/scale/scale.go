@@ -96,6 +96,9 @@ type Config struct {
 	// idle operator, for the idle baseline of one more cluster and the
 	// requests of one create.
 	Probes int
+	// OneMore is how many clusters are created at once right after the
+	// burst's Creates returned: the one more is their median.
+	OneMore int
 	// PerNamespace is how many of the N clusters share a namespace (and
 	// its ServiceAccount, Role and RoleBinding, which every cluster of the
 	// namespace owns).
@@ -164,6 +167,7 @@ func DefaultConfig() Config {
 		Idle:            10 * time.Minute,
 		Busy:            1000,
 		Probes:          5,
+		OneMore:         5,
 		PerNamespace:    100,
 		PodsPerNode:     110,
 		Workers:         32,
