@@ -198,10 +198,20 @@ func (g *requestGate) admits(now, since time.Time) (ok, overdue bool) {
 // acquire takes a slot for a background request, waiting for one while
 // urgent traffic goes on, in the order the requests came.
 func (g *requestGate) acquire(req *http.Request) error {
+	if g.admitNow() {
+		return nil
+	}
+	// A held request's step does not spend its deadline in the gate
+	// (eventloop.PauseDeadline; paused before it queues, never under
+	// g.mu: the clock's callbacks take it). Under a burst of creates the
+	// gate lets background requests go one every hold: a retry's status
+	// write waited past its step's deadline there, 445 of them at N =
+	// 10,000.
+	resume, _ := eventloop.PauseDeadline(req.Context())
+	defer resume()
 	g.mu.Lock()
 	now := g.clock.Now()
-	if ok, _ := g.admits(now, now); ok && len(g.waiters) == 0 {
-		g.background++
+	if g.admitLocked(now) { // a slot was freed meanwhile
 		g.mu.Unlock()
 		return nil
 	}
@@ -233,6 +243,23 @@ func (g *requestGate) acquire(req *http.Request) error {
 		}
 		return req.Context().Err()
 	}
+}
+
+// admitNow counts a background request in flight if the gate admits it
+// now with none waiting before it.
+func (g *requestGate) admitNow() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.admitLocked(g.clock.Now())
+}
+
+// admitLocked is admitNow with g.mu held.
+func (g *requestGate) admitLocked(now time.Time) bool {
+	if ok, _ := g.admits(now, now); ok && len(g.waiters) == 0 {
+		g.background++
+		return true
+	}
+	return false
 }
 
 // release frees a background request's slot.

@@ -314,6 +314,31 @@ func TestGateMaxHeld(t *testing.T) {
 }
 
 // A held request whose context ends returns its error and takes no slot;
+
+// A background request held in the gate longer than its step's deadline
+// does not fail for it: the deadline stands still while it is held.
+func TestGateHoldPausesStepDeadline(t *testing.T) {
+	r := newGateRig(t, 0)
+	r.send(context.Background(), "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.arrived("u1")
+	step, release := eventloop.WithStepDeadline(context.Background(), r.clk, DefaultMaxHeld/4)
+	defer release()
+	r.send(step, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.waiters(1)
+	r.clk.Step(DefaultMaxHeld / 2)
+	r.stays("u1")
+	if err := step.Err(); err != nil {
+		t.Fatalf("the step ended while its request was held: %v", err)
+	}
+	r.clk.Step(DefaultMaxHeld / 2)
+	r.arrived("u1", "bg1")
+	if d, _ := step.Deadline(); !d.Equal(r.clk.Now().Add(DefaultMaxHeld / 4)) {
+		t.Errorf("deadline %v once let go, want all of its %v from now", d, DefaultMaxHeld/4)
+	}
+	r.inner.end("u1")
+	r.inner.end("bg1")
+}
+
 // a slot granted as its context ended passes on to the next waiter.
 func TestGateHeldRequestCancelled(t *testing.T) {
 	r := newGateRig(t, 1)
