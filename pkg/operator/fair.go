@@ -79,7 +79,8 @@ type kindWindow struct {
 	resource string
 	class    string
 	pace     *pacer
-	inFlight int // writes holding a place
+	rate     rateFloor // a floor under pace's window (ratefloor.go)
+	inFlight int       // writes holding a place
 	urgent   nsQueue
 	rest     nsQueue
 }
@@ -228,8 +229,16 @@ func (w *writeWindows) takeIfFree(verb, resource, class string) *writeSlot {
 // free reports whether a write of k may go now: a place is free and no
 // write waits for one. w.mu is held.
 func (k *kindWindow) free() bool {
-	return k.urgent.empty() && k.rest.empty() && k.pace.allows(k.inFlight)
+	return k.urgent.empty() && k.rest.empty() && k.allows(k.inFlight)
 }
+
+// window is how many writes of k may be in flight: the pacer's window,
+// or the rate floor's if larger. w.mu is held.
+func (k *kindWindow) window() int { return max(int(k.pace.window), k.rate.floor()) }
+
+// allows reports whether one more write of k may go with inFlight in
+// flight. w.mu is held.
+func (k *kindWindow) allows(inFlight int) bool { return inFlight < k.window() }
 
 // kind returns the window of a kind, made at its first write. w.mu is
 // held.
@@ -292,10 +301,11 @@ func (w *writeWindows) done(s *writeSlot) {
 	defer w.mu.Unlock()
 	now := w.clock.Now()
 	k := s.k
-	before := k.pace.window
+	before := k.window()
 	k.pace.observe(s.sent, now, now.Sub(s.sent), true)
-	if k.pace.window != before && w.onWindow != nil {
-		w.onWindow(k.verb, k.resource, k.class, k.pace.window)
+	k.rate.observe(now, before, !k.urgent.empty() || !k.rest.empty())
+	if after := k.window(); after != before && w.onWindow != nil {
+		w.onWindow(k.verb, k.resource, k.class, float64(after))
 	}
 	if s.held {
 		s.held = false
@@ -307,7 +317,7 @@ func (w *writeWindows) done(s *writeSlot) {
 // dispatch lets waiting writes of k go while its window allows: urgent
 // ones first, each queue's namespaces in turns. w.mu is held.
 func (w *writeWindows) dispatch(k *kindWindow) {
-	for k.pace.allows(k.inFlight) {
+	for k.allows(k.inFlight) {
 		wt := k.urgent.pop()
 		if wt == nil {
 			wt = k.rest.pop()
