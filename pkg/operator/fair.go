@@ -79,7 +79,7 @@ type kindWindow struct {
 	resource string
 	class    string
 	pace     *pacer
-	rate     rateFloor // a floor under pace's window (ratefloor.go)
+	rate     rateWindow // the window while writes wait (ratewindow.go)
 	inFlight int       // writes holding a place
 	urgent   nsQueue
 	rest     nsQueue
@@ -232,9 +232,9 @@ func (k *kindWindow) free() bool {
 	return k.urgent.empty() && k.rest.empty() && k.allows(k.inFlight)
 }
 
-// window is how many writes of k may be in flight: the pacer's window,
-// or the rate floor's if larger. w.mu is held.
-func (k *kindWindow) window() int { return max(int(k.pace.window), k.rate.floor()) }
+// window is how many writes of k may be in flight: the rate window's
+// while writes wait, else the pacer's. w.mu is held.
+func (k *kindWindow) window() int { return k.rate.size(k.pace.window) }
 
 // allows reports whether one more write of k may go with inFlight in
 // flight. w.mu is held.
