@@ -80,7 +80,7 @@ type kindWindow struct {
 	class    string
 	pace     *pacer
 	rate     rateWindow // the window while writes wait (ratewindow.go)
-	inFlight int       // writes holding a place
+	inFlight int        // writes holding a place
 	urgent   nsQueue
 	rest     nsQueue
 }
