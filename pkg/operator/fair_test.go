@@ -309,19 +309,26 @@ func TestWriteWindowsClasses(t *testing.T) {
 	}
 }
 
-// A write that has waited for a place half of what its deadline left goes
-// on without one, and the place it never took is not given back: the
-// next waiter still waits for the write holding it.
-func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
+// newHeldServicesRig is a rig whose Service creates' window is 1, held
+// by a0, an urgent create of namespace a: with a baseline of a minute, a0
+// holds its place 40 minutes before it detaches.
+func newHeldServicesRig(t *testing.T) *windowRig {
 	r := newWindowRig(t)
 	r.setWindow("create", "services", 1)
-	// A baseline of a minute: a0 holds its place 40 minutes before it
-	// detaches, past the half hour "late" waits.
 	r.w.mu.Lock()
 	r.w.kind("create", "services", "").pace.minCur = time.Minute
 	r.w.mu.Unlock()
 	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
+	return r
+}
+
+// A write that has waited for a place half of what its deadline left goes
+// on without one, and the place it never took is not given back: the
+// next waiter still waits for the write holding it.
+func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
+	// a0 holds its place 40 minutes, past the half hour "late" waits.
+	r := newHeldServicesRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	r.send(ctx, "late", eventloop.Urgent, http.MethodPost, svcPath("b"))
@@ -348,14 +355,7 @@ func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
 // deadline stands still meanwhile, and runs again, with what was left,
 // once the write goes.
 func TestWriteWindowsWaitPausesStepDeadline(t *testing.T) {
-	r := newWindowRig(t)
-	r.setWindow("create", "services", 1)
-	// A baseline of a minute: a0 holds its place 40 minutes.
-	r.w.mu.Lock()
-	r.w.kind("create", "services", "").pace.minCur = time.Minute
-	r.w.mu.Unlock()
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
-	r.arrived("a0")
+	r := newHeldServicesRig(t)
 	step, release := eventloop.WithStepDeadline(context.Background(), r.clk, 30*time.Second)
 	defer release()
 	r.clk.Step(10 * time.Second)
