@@ -106,7 +106,7 @@ the loop runs, and also while this replica stands by for the leader.`,
 	f.BoolVar(&cfg.PaceBackground, "pace-background", cfg.PaceBackground,
 		"pace API requests of background work by the API server's latency: at most a window of them in flight, halved when the median of 8 writes is more than twice the least latency seen lately, grown by one per window answered in time, never below one (pgloop_api_background_window)")
 	f.BoolVar(&cfg.FairWrites, "fair-writes", cfg.FairWrites,
-		"bound the writes of each kind (create services, update postgresqls/status) in flight by the API server's latency, as --pace-background does, and let those waiting go by namespace in turns, a user's action's first, so one namespace's burst does not fill the API server's queue ahead of another's writes (pgloop_api_write_window); a write holding its place 1s goes on without it")
+		"bound the writes of each kind (create services, update postgresqls/status) in flight: while writes of the kind wait, by what the API server answers a second (the smallest window that gets about the most done), else by its latency as --pace-background does; those waiting go by namespace in turns, a user's action's first, so one namespace's burst does not fill the API server's queue ahead of another's writes (pgloop_api_write_window); a write holding its place 1s goes on without it, and a step's deadline does not run while its write waits")
 	f.IntVar(&cfg.EventWorkers, "event-workers", cfg.EventWorkers,
 		"Kubernetes Events written at once (each a background request, one object's at a time); during a burst the Events of clusters' transitions are kept and others dropped first (pgloop_events_dropped_total)")
 	f.DurationVar(&cfg.StepTimeout, "step-timeout", cfg.StepTimeout,

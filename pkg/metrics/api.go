@@ -31,7 +31,7 @@ var descWindow = Desc{"pgloop_api_background_window", "gauge", nil,
 // descWriteWindow is the windows of the operator's writes by kind
 // (--fair-writes).
 var descWriteWindow = Desc{"pgloop_api_write_window", "gauge", []string{"verb", "resource", "class"},
-	"Writes of one kind (verb and resource, as in pgloop_api_requests_total, and class: headless for a Service without a ClusterIP, else empty) the operator lets be in flight at once (--fair-writes), the others waiting by namespace in turns: halved when the median of 8 is more than twice the least latency seen lately, grown by one per window answered in time, at least 1, at most 64; a kind appears once written."}
+	"Writes of one kind (verb and resource, as in pgloop_api_requests_total, and class: headless for a Service without a ClusterIP, else empty) the operator lets be in flight at once (--fair-writes), the others waiting by namespace in turns. While writes wait, the window that got the most answered a second lately (a larger one must get 10 % more, a smaller one within 10 % takes over; every other round tries a quarter more or less); else halved when the median of 8 is more than twice the least latency seen lately, grown by one per window answered in time; at least 1, at most 64; a kind appears once written."}
 
 // WriteWindow sets the window of the writes of one kind.
 func (m *Metrics) WriteWindow(verb, resource, class string, w float64) {

@@ -86,7 +86,8 @@ func (f *rateWindow) rate(w int, r float64) {
 }
 
 // size is the window: the pacer's (pace) with no best yet, else the best
-// or, every other round, a quarter more or less than it.
+// or, every other round, a quarter more or less than it; at most
+// paceMaxWindow.
 func (f *rateWindow) size(pace float64) int {
 	if f.best == 0 {
 		return max(1, int(pace))
@@ -94,7 +95,7 @@ func (f *rateWindow) size(pace float64) int {
 	step := max(1, f.best/4)
 	switch f.phase {
 	case 1:
-		return f.best + step
+		return min(paceMaxWindow, f.best+step)
 	case 3:
 		return max(1, f.best-step)
 	}

@@ -68,6 +68,12 @@ func TestRateWindow(t *testing.T) {
 			t.Errorf("round %d (%v/s, waiting %v): window %d, best %d after it; want %d, %d", i, s.rate, s.saturated, w, r.f.best, s.window, s.best)
 		}
 	}
+	// The largest window tried is paceMaxWindow.
+	r.f.best, r.f.phase = paceMaxWindow, 1
+	if got := r.f.size(1); got != paceMaxWindow {
+		t.Errorf("window %d a quarter above a best of %d, want at most %d", got, paceMaxWindow, paceMaxWindow)
+	}
+	r.f.best, r.f.phase = 8, 0
 	// Two epochs with no round: the pacer's window again.
 	r.now = r.now.Add(paceBaselineEpoch)
 	r.f.observe(r.now, 8, false)
