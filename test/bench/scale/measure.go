@@ -310,10 +310,11 @@ func (s *stage) burst(n int) (*Burst, *benchkit.Probe, error) {
 	return bu, &one[len(one)/2], nil
 }
 
-// oneMore creates Config.OneMore clusters at once, right after the
-// burst's Creates returned, and returns their probes by create → Running:
-// a single one is a noisy sample (833 ms to 12 s in runs of the same
-// code), the median of a few that met the same moment is not.
+// oneMore creates Config.OneMore clusters at once in the probes'
+// namespace, right after the burst's Creates returned, and returns their
+// probes by create → Running. A single one is a noisy sample (833 ms to
+// 12 s in runs of the same code); several in one namespace take turns
+// among themselves in the write windows (docs/scale.md).
 func (s *stage) oneMore(ctx context.Context) ([]benchkit.Probe, error) {
 	k := max(1, s.b.cfg.OneMore)
 	probes := make([]benchkit.Probe, k)

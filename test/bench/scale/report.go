@@ -769,9 +769,9 @@ the claims' volumes in place of kwok's one-at-a-time volume stages (` + "`--volu
   pgloop's own state machine (the statuses), builders (the objects) and recorder (the two
   Events), the Running status once the labeller labelled its pod master; from the first Create
   until every Running write returned. The goal: all N Running within 1.2 × it.
-- **one more**: clusters created at once right after the N's Creates returned (five by default,
-  flag --one-more): the median of their create → Running (a single one was a noisy sample: 833 ms
-  to 12 s in runs of the same code), against the median of the same created one after another on
+- **one more**: a cluster created right after the N's Creates returned (flag --one-more: the
+  median of that many created at once in the probes' namespace, which then take turns among
+  themselves), its create → Running, against the median of the same created one after another on
   the idle operator before the burst; the details split it into pgloop's share (create →
   StatefulSet, and master label → Running) and the rest (the plane, the labeller).
 - **RSS / cluster, Go heap / cluster**: (value with every cluster Running − value with none) /

@@ -97,7 +97,10 @@ type Config struct {
 	// requests of one create.
 	Probes int
 	// OneMore is how many clusters are created at once right after the
-	// burst's Creates returned: the one more is their median.
+	// burst's Creates returned: the one more is their median. They share
+	// the probes' namespace, whose writes go one per turn of the write
+	// windows' namespaces: more than one measures a burst of them in one
+	// namespace, not one more cluster (so 1 by default).
 	OneMore int
 	// PerNamespace is how many of the N clusters share a namespace (and
 	// its ServiceAccount, Role and RoleBinding, which every cluster of the
@@ -167,7 +170,7 @@ func DefaultConfig() Config {
 		Idle:            10 * time.Minute,
 		Busy:            1000,
 		Probes:          5,
-		OneMore:         5,
+		OneMore:         1,
 		PerNamespace:    100,
 		PodsPerNode:     110,
 		Workers:         32,

@@ -41,7 +41,7 @@ func main() {
 	flag.IntVar(&cfg.NamespaceRounds, "namespace-rounds", cfg.NamespaceRounds, "rounds of the namespaces phase")
 	flag.Float64Var(&cfg.MaxNamespaceRatio, "max-namespace-ratio", cfg.MaxNamespaceRatio, "goal: another namespace's cluster's pgloop stages after a burst at most this times their idle medians (median of the rounds)")
 	flag.IntVar(&cfg.Probes, "probes", cfg.Probes, "clusters created one after another on the idle operator: the one-more baseline and the requests of one create")
-	flag.IntVar(&cfg.OneMore, "one-more", cfg.OneMore, "clusters created at once right after the burst's Creates returned: the one more is their median")
+	flag.IntVar(&cfg.OneMore, "one-more", cfg.OneMore, "clusters created at once right after the burst's Creates returned, in the probes' namespace: the one more is their median (more than one is a burst of them in one namespace, whose writes take turns with the burst's namespaces)")
 	flag.IntVar(&cfg.PerNamespace, "per-namespace", cfg.PerNamespace, "clusters per namespace")
 	flag.IntVar(&cfg.PodsPerNode, "pods-per-node", cfg.PodsPerNode, "pod capacity of each KWOK node (the plane has as many nodes as needed)")
 	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "the bench's Creates in flight during a burst")
