@@ -42,6 +42,17 @@ func (r *windowRig) setWindow(verb, resource string, n float64) {
 	p.window, p.cutAt = n, r.clk.Now().Add(time.Hour)
 }
 
+// noPlacesHeld checks that no write of kind holds a place, once every
+// write has returned.
+func (r *windowRig) noPlacesHeld(kind string) {
+	r.t.Helper()
+	r.w.mu.Lock()
+	defer r.w.mu.Unlock()
+	if k := r.w.kinds[kind]; k.inFlight != 0 {
+		r.t.Errorf("%d places of %s held with nothing in flight, want 0", k.inFlight, kind)
+	}
+}
+
 // waiting waits until n writes of the kind wait for a place.
 func (r *windowRig) waiting(kind string, n int) {
 	r.t.Helper()
@@ -162,11 +173,7 @@ func TestWriteWindowsDetachHung(t *testing.T) {
 	r.arrived("hung", "next")
 	r.finish("next")
 	r.finish("hung")
-	r.w.mu.Lock()
-	defer r.w.mu.Unlock()
-	if k := r.w.kinds["create services"]; k.inFlight != 0 {
-		t.Errorf("%d places held with nothing in flight, want 0", k.inFlight)
-	}
+	r.noPlacesHeld("create services")
 }
 
 // A write that gives up waiting (its context ends) leaves its place in the
@@ -344,11 +351,7 @@ func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
 	r.finish("a0")
 	r.arrived("a0", "late", "c0")
 	r.finish("c0")
-	r.w.mu.Lock()
-	defer r.w.mu.Unlock()
-	if k := r.w.kinds["create services"]; k.inFlight != 0 {
-		t.Errorf("%d places held with nothing in flight, want 0", k.inFlight)
-	}
+	r.noPlacesHeld("create services")
 }
 
 // A write of a step waits for its place as long as it takes: its step's
