@@ -344,6 +344,25 @@ func (r *run) checkpoint(ctx context.Context, primary *member, superuser []strin
 	r.log.WithError(err).Warn("checkpoint before the switchover failed; switching over anyway")
 }
 
+// restartStillPending asks the member's Patroni (GET /patroni) whether a
+// restart is still pending before its pooler is paused for one. The member
+// data the plan was made from are Patroni's last publication, a loop
+// behind: a plan made just after the restart reads it pending still, and
+// pausing the pooler for nothing stalls its clients. When Patroni does not
+// answer, the restart goes on: POST /restart asks for what is pending only.
+func (r *run) restartStillPending(ctx context.Context, m *member) bool {
+	base, err := m.APIBase()
+	if err != nil {
+		return true
+	}
+	st, err := r.patroni.Status(ctx, base)
+	if err != nil || st.PendingRestart {
+		return true
+	}
+	r.log.WithField("pod", m.pod.Name).Info("nothing pending a restart any more")
+	return false
+}
+
 // restartPrimary restarts the primary's PostgreSQL (restartMember) with
 // the primary pooler's pods paused around it when the status records that
 // pause (from and to the primary: pkg/fsm/pause.go): PAUSE, the restart
@@ -352,6 +371,9 @@ func (r *run) checkpoint(ctx context.Context, primary *member, superuser []strin
 // RouteTimeout), RESUME, which also follows a failure.
 func (r *run) restartPrimary(ctx context.Context, pg *v1.Postgresql, primary *member) (err error) {
 	name := primary.pod.Name
+	if !r.restartStillPending(ctx, primary) {
+		return nil
+	}
 	began := time.Now()
 	paused := r.pausePoolers(ctx, name, name)
 	if len(paused) == 0 {

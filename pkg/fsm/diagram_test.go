@@ -48,7 +48,7 @@ func TestMermaidMarksCurrentState(t *testing.T) {
 	if !strings.HasPrefix(d, "stateDiagram-v2\n") || !strings.Contains(d, "class Degraded current") {
 		t.Errorf("diagram:\n%s", d)
 	}
-	if !strings.Contains(d, "Creating --> Running: podsReady [all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready, the last ensure done and succeeded]") {
+	if !strings.Contains(d, "Creating --> Running: podsReady [all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready and none paused by pgloop (status.poolerPause), the last ensure done and succeeded]") {
 		t.Errorf("diagram lacks the podsReady edge:\n%s", d)
 	}
 	if strings.Contains(Mermaid(""), "class ") {

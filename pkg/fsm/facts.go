@@ -290,9 +290,11 @@ func ConfigDue(st *v1.PostgresqlStatus, f *Facts) bool {
 
 // applied is what "in effect" adds to converged pods: roles, databases and
 // configuration applied, no member pending a restart, every volume of the
-// spec's size, every connection pooler ready.
+// spec's size, every connection pooler ready and none paused by pgloop (a
+// pause on record may still hold its clients: pause.go).
 func applied(st *v1.PostgresqlStatus, f *Facts) bool {
-	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0 && f.Pooler == ""
+	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0 && f.Pooler == "" &&
+		st.PoolerPause == nil
 }
 
 // volumesStatus is status.volumes for f: nil once every claim has the size.

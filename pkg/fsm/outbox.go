@@ -138,8 +138,13 @@ func (o *outbox) restartPod(ref *PodRef) {
 
 // keep forgets the members asked to restart whose Patroni no longer
 // reports a restart pending (pending), and the switchover asked once the
-// primary is another pod.
+// primary is another pod. A restart the next plans would carry again is
+// dropped too once its member reports nothing pending: carried again, it
+// would pause the primary's pooler for nothing (pause.go).
 func (o *outbox) keep(pending []string, primary string) {
+	if len(o.restart) > 0 && !slices.ContainsFunc(o.restart, func(r PodRef) bool { return slices.Contains(pending, r.Name) }) {
+		o.restart = nil
+	}
 	if len(o.restarted) > 0 {
 		var restarted []string
 		for _, name := range o.restarted {

@@ -77,3 +77,11 @@ func (m *Machine) resumed() {
 	m.st.PoolerPause = nil
 	m.out.changed()
 }
+
+// pauseCause names what the pause p was recorded for.
+func pauseCause(p *v1.PoolerPause) string {
+	if p.From == p.To {
+		return "the restart of " + p.From
+	}
+	return "the switchover from " + p.From + " to " + p.To
+}

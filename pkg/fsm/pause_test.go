@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +170,45 @@ func TestRestartOfThePrimaryPausesPoolers(t *testing.T) {
 	m.Handle(Input{Kind: PlanDone, PlanID: res.Plan.ID}, ready(1), t0.Add(3*time.Second))
 	if m.st.PoolerPause != nil {
 		t.Errorf("resumed: pause %+v still on record", m.st.PoolerPause)
+	}
+}
+
+// Patroni may publish a restart of the primary done before the plan that
+// asked for it reports (its member data change while PostgreSQL starts
+// again). The plans made meanwhile do not carry the restart again, which
+// would pause the pooler once more for nothing; they ask for the resume.
+// The cluster is not Running while the pause is on record: its pooler's
+// clients may still wait.
+func TestRestartPublishedBeforeItsPlanReports(t *testing.T) {
+	f := with(ready(1), func(f *Facts) {
+		f.PendingRestart = []string{"c-0"}
+		f.Restart = &PodRef{Name: "c-0"}
+		f.PausePooler = true
+	})
+	m := newMachine(NewEngine(writeAtOnce()), statusIn(Updating))
+	res := m.Handle(Input{Kind: Signal}, f, t0)
+	p := res.Plan
+	if p == nil || len(p.Restart) != 1 || m.st.PoolerPause == nil {
+		t.Fatalf("plan %+v, pause %+v: want the primary's restart with its pause on record", p, m.st.PoolerPause)
+	}
+	done := with(ready(1), func(f *Facts) { f.PausePooler = true })
+	res = m.Handle(Input{Kind: Signal, InFlight: p.ID}, done, t0.Add(time.Second))
+	q := res.Plan
+	if q == nil || len(q.Restart) != 0 || !q.ResumePoolers {
+		t.Fatalf("restart published while its plan runs: plan %+v, want the resume and no restart", q)
+	}
+	if m.st.State == Running {
+		t.Fatalf("Running with the pause %+v on record", m.st.PoolerPause)
+	}
+	if !strings.Contains(m.st.Message, "pooler to resume (paused for the restart of c-0)") {
+		t.Errorf("message %q, want the pause named", m.st.Message)
+	}
+	m.Handle(Input{Kind: PlanDone, PlanID: p.ID}, done, t0.Add(2*time.Second))
+	res = m.Handle(Input{Kind: PlanDone, PlanID: q.ID}, done, t0.Add(3*time.Second))
+	if m.st.PoolerPause != nil || m.st.State != Running {
+		t.Fatalf("resumed: state %s, pause %+v; want Running without a pause on record", m.st.State, m.st.PoolerPause)
+	}
+	if r := res.Plan; r != nil && (len(r.Restart) != 0 || r.ResumePoolers) {
+		t.Errorf("resumed: plan %+v, want neither a restart nor a resume", r)
 	}
 }

@@ -87,6 +87,9 @@ func (m *Machine) outOfSync() string {
 	if f.Pooler != "" {
 		what = append(what, f.Pooler)
 	}
+	if p := st.PoolerPause; p != nil {
+		what = append(what, "the primary's connection pooler to resume (paused for "+pauseCause(p)+")")
+	}
 	msg := strings.Join(what, "; ")
 	if f.NoTarget != "" {
 		msg += " (waiting: " + f.NoTarget + ")"

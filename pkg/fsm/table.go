@@ -77,7 +77,7 @@ var Table = []Transition{
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, _ Memory) bool {
 			return f.serving() && (!f.ObjectsCurrent || !applied(st, f))
 		},
-		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, a restart pending, volumes to grow, or a connection pooler not ready"},
+		When: "all pods Ready; objects or pods to update, roles, databases or configuration to apply, a restart pending, volumes to grow, or a connection pooler not ready or paused by pgloop"},
 	// A rollout hands the primary's role over before replacing its pod.
 	{Event: EventSwitchover, From: []string{Creating, Updating, Degraded},
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
@@ -93,7 +93,7 @@ var Table = []Transition{
 		Guard: func(st *v1.PostgresqlStatus, f *Facts, mem Memory) bool {
 			return f.converged() && applied(st, f) && !mem.Troubled && !mem.EnsurePending
 		},
-		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready, the last ensure done and succeeded"},
+		When: "all pods Ready, primary elected, objects converged, roles and configuration applied, volumes grown, connection poolers ready and none paused by pgloop (status.poolerPause), the last ensure done and succeeded"},
 	// A loss in Running first arms the lossGrace timer (Machine.graceLoss);
 	// podsLost fires when it ran out, or at once with a concrete cause.
 	{Event: EventPodsLost, From: []string{Running}, To: Degraded,
