@@ -33,6 +33,27 @@ var descWindow = Desc{"pgloop_api_background_window", "gauge", nil,
 var descWriteWindow = Desc{"pgloop_api_write_window", "gauge", []string{"verb", "resource", "class"},
 	"Writes of one kind (verb and resource, as in pgloop_api_requests_total, and class: headless for a Service without a ClusterIP, else empty) the operator lets be in flight at once (--fair-writes), the others waiting by namespace in turns. While writes wait, the window that got the most answered a second lately (a larger one must get 10 % more, a smaller one within 10 % takes over; every other round tries a quarter more or less); else halved when the median of 8 is more than twice the least latency seen lately, grown by one per window answered in time; at least 1, at most 64; a kind appears once written."}
 
+// descWindowedWrites and descWriteWait tell how long the writes of each
+// kind waited in the operator for a place in their window (--fair-writes):
+// the mean wait is their quotient.
+var (
+	descWindowedWrites = Desc{"pgloop_api_windowed_writes_total", "counter", []string{"verb", "resource", "class", "priority"},
+		"Writes that went through the operator's write windows (--fair-writes), by kind (as in pgloop_api_write_window) and priority (urgent: a user's action; background: retries, resyncs, rollouts, Events)."}
+	descWriteWait = Desc{"pgloop_api_write_wait_seconds_total", "counter", []string{"verb", "resource", "class", "priority"},
+		"Time the writes of pgloop_api_windowed_writes_total waited for a place in their window, summed (0 for a write that found one free): divided by that count, the mean wait of a kind's write in the operator."}
+)
+
+// ObserveWriteWait counts one write of a kind through its window, which
+// waited d for its place.
+func (m *Metrics) ObserveWriteWait(verb, resource, class string, urgent bool, d time.Duration) {
+	priority := "background"
+	if urgent {
+		priority = "urgent"
+	}
+	m.windowedWrites.WithLabelValues(verb, resource, class, priority).Inc()
+	m.writeWait.WithLabelValues(verb, resource, class, priority).Add(d.Seconds())
+}
+
 // WriteWindow sets the window of the writes of one kind.
 func (m *Metrics) WriteWindow(verb, resource, class string, w float64) {
 	m.writeWindow.WithLabelValues(verb, resource, class).Set(w)

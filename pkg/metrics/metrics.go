@@ -104,7 +104,7 @@ func Descs() []Desc {
 		descPlansHung, descPlansSlow, descHungClusters, descDetachAfter, descPlansDetached, descWorkerWaits, descWorkerWait,
 		descDispatched, descEvents, descCoalesced, descStaleTimers, descTimersDropped, descPlans, descPlansFailed,
 		descPlansSuperseded, descPlansCancelled, descPanics, descClusters, descTransitions,
-		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descWriteWindow, descLeader, descBuildInfo}
+		descRolloutsActive, descRolloutsWaiting, descStepDuration, descStepFailures, descSQL, descPatroni, descArchiveChecks, descAPIRequests, descHeld, descHeldSeconds, descWindow, descWriteWindow, descWindowedWrites, descWriteWait, descLeader, descBuildInfo}
 	return append(append(descs, backupDescs...), eventDescs...)
 }
 
@@ -131,11 +131,14 @@ type Metrics struct {
 	held         prometheus.Counter
 	window       prometheus.Gauge
 	writeWindow  *prometheus.GaugeVec
-	heldSeconds  prometheus.Counter
-	leader       prometheus.Gauge
-	loop         *loopCollector
-	backups      *backupCollector
-	events       eventCounters
+	// windowedWrites and writeWait by kind and priority.
+	windowedWrites *prometheus.CounterVec
+	writeWait      *prometheus.CounterVec
+	heldSeconds    prometheus.Counter
+	leader         prometheus.Gauge
+	loop           *loopCollector
+	backups        *backupCollector
+	events         eventCounters
 
 	// states is the last state reported for each cluster, so that the
 	// per-state gauge moves a cluster from its old state to its new one
@@ -165,22 +168,24 @@ func New() *Metrics {
 			// are tens of seconds.
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
 		}, descStepDuration.Labels),
-		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
-		sql:          prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
-		patroni:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
-		archive:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descArchiveChecks)), descArchiveChecks.Labels),
-		apiRequests:  prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
-		held:         prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
-		window:       prometheus.NewGauge(opts(descWindow)),
-		writeWindow:  prometheus.NewGaugeVec(opts(descWriteWindow), descWriteWindow.Labels),
-		heldSeconds:  prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
-		leader:       prometheus.NewGauge(opts(descLeader)),
-		loopEvents:   prometheus.NewCounterVec(prometheus.CounterOpts(opts(descEvents)), descEvents.Labels),
-		eventsByName: map[eventName]prometheus.Counter{},
-		loop:         &loopCollector{},
-		backups:      newBackupCollector(),
-		events:       newEventCounters(),
-		states:       map[string]string{},
+		stepFailures:   prometheus.NewCounterVec(prometheus.CounterOpts(opts(descStepFailures)), descStepFailures.Labels),
+		sql:            prometheus.NewCounterVec(prometheus.CounterOpts(opts(descSQL)), descSQL.Labels),
+		patroni:        prometheus.NewCounterVec(prometheus.CounterOpts(opts(descPatroni)), descPatroni.Labels),
+		archive:        prometheus.NewCounterVec(prometheus.CounterOpts(opts(descArchiveChecks)), descArchiveChecks.Labels),
+		apiRequests:    prometheus.NewCounterVec(prometheus.CounterOpts(opts(descAPIRequests)), descAPIRequests.Labels),
+		held:           prometheus.NewCounter(prometheus.CounterOpts(opts(descHeld))),
+		window:         prometheus.NewGauge(opts(descWindow)),
+		writeWindow:    prometheus.NewGaugeVec(opts(descWriteWindow), descWriteWindow.Labels),
+		windowedWrites: prometheus.NewCounterVec(prometheus.CounterOpts(opts(descWindowedWrites)), descWindowedWrites.Labels),
+		writeWait:      prometheus.NewCounterVec(prometheus.CounterOpts(opts(descWriteWait)), descWriteWait.Labels),
+		heldSeconds:    prometheus.NewCounter(prometheus.CounterOpts(opts(descHeldSeconds))),
+		leader:         prometheus.NewGauge(opts(descLeader)),
+		loopEvents:     prometheus.NewCounterVec(prometheus.CounterOpts(opts(descEvents)), descEvents.Labels),
+		eventsByName:   map[eventName]prometheus.Counter{},
+		loop:           &loopCollector{},
+		backups:        newBackupCollector(),
+		events:         newEventCounters(),
+		states:         map[string]string{},
 	}
 	for k := range m.lagByKind {
 		m.lagByKind[k] = m.lag.WithLabelValues(eventloop.Kind(k).String())
@@ -193,7 +198,7 @@ func New() *Metrics {
 	buildInfo := prometheus.NewGaugeVec(opts(descBuildInfo), descBuildInfo.Labels)
 	buildInfo.WithLabelValues(version.Version, version.Revision(), runtime.Version()).Set(1)
 	m.Registry.MustRegister(m.lag, m.clusters, m.transitions, m.rolling, m.waiting, m.stepDuration, m.stepFailures,
-		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.window, m.writeWindow, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
+		m.sql, m.patroni, m.archive, m.apiRequests, m.held, m.heldSeconds, m.window, m.writeWindow, m.windowedWrites, m.writeWait, m.leader, m.loopEvents, buildInfo, m.loop, m.backups,
 		m.events.dropped, m.events.written,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

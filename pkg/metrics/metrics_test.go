@@ -250,6 +250,7 @@ func TestDescs(t *testing.T) {
 	m.ObserveArchiveCheck("failing")
 	m.apiRequests.WithLabelValues("get", "pods", "200").Inc()
 	m.WriteWindow("create", "services", "", 4)
+	m.ObserveWriteWait("create", "services", "", true, time.Second)
 	m.Transition(fsm.Pending, fsm.Creating, fsm.EventCreate)
 	m.ClusterState("ns/a", fsm.Creating)
 	m.StepObserver("s")(time.Millisecond, true)
@@ -381,5 +382,28 @@ pgloop_backups{cluster="ns/a"} 2
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "pgloop_backup_last_duration_seconds",
 		"pgloop_archive_waiting_segments", "pgloop_archive_failing", "pgloop_backups"); err != nil {
 		t.Error(err)
+	}
+}
+
+// ObserveWriteWait counts each windowed write by kind and priority and
+// sums its wait.
+func TestObserveWriteWait(t *testing.T) {
+	m := New()
+	m.ObserveWriteWait("create", "services", "", true, 0)
+	m.ObserveWriteWait("create", "services", "", true, 1500*time.Millisecond)
+	m.ObserveWriteWait("update", "postgresqls/status", "", false, 250*time.Millisecond)
+	for _, c := range []struct {
+		labels      []string
+		n, waitSecs float64
+	}{
+		{[]string{"create", "services", "", "urgent"}, 2, 1.5},
+		{[]string{"update", "postgresqls/status", "", "background"}, 1, 0.25},
+	} {
+		if n := testutil.ToFloat64(m.windowedWrites.WithLabelValues(c.labels...)); n != c.n {
+			t.Errorf("%v: %v writes, want %v", c.labels, n, c.n)
+		}
+		if s := testutil.ToFloat64(m.writeWait.WithLabelValues(c.labels...)); s != c.waitSecs {
+			t.Errorf("%v: %v s waited, want %v", c.labels, s, c.waitSecs)
+		}
 	}
 }

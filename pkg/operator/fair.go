@@ -63,6 +63,10 @@ type writeWindows struct {
 	clock clock.WithDelayedExecution
 	// onWindow, if set, is told a kind's window when it changes.
 	onWindow func(verb, resource, class string, window float64)
+	// onWait, if set, is told of every write that went through a window:
+	// its kind, whether it was urgent, and how long it waited for its
+	// place (0 when one was free). Called without w.mu.
+	onWait func(verb, resource, class string, urgent bool, waited time.Duration)
 
 	mu    sync.Mutex
 	kinds map[string]*kindWindow
@@ -155,8 +159,10 @@ func requestNamespace(path string) string {
 // full or others wait; it gives up when ctx ends.
 func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
 	if s := w.takeIfFree(verb, resource, class); s != nil {
+		w.waited(s.k, urgent, 0)
 		return s, nil
 	}
+	queued := w.clock.Now()
 	// pgloop's own queue never fails a step: the step's deadline stands
 	// still while its write waits here, paused before it queues (and
 	// never under w.mu: the clock's callbacks take it). A write whose
@@ -171,6 +177,7 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 	if k.free() { // a place was freed meanwhile
 		s := w.take(k)
 		w.mu.Unlock()
+		w.waited(k, urgent, s.sent.Sub(queued))
 		return s, nil
 	}
 	wt := &writeWaiter{ch: make(chan struct{}), ns: ns}
@@ -189,18 +196,20 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 	}
 	select {
 	case <-wt.ch:
-		return w.granted(k), nil
+		return w.grantedAfter(k, urgent, queued), nil
 	case <-leave:
 		w.mu.Lock()
 		select {
 		case <-wt.ch: // granted meanwhile
 			w.mu.Unlock()
-			return w.granted(k), nil
+			return w.grantedAfter(k, urgent, queued), nil
 		default:
 			q.remove(wt)
 		}
 		w.mu.Unlock()
-		return &writeSlot{k: k, sent: w.clock.Now()}, nil
+		s := &writeSlot{k: k, sent: w.clock.Now()}
+		w.waited(k, urgent, s.sent.Sub(queued))
+		return s, nil
 	case <-ctx.Done():
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -276,6 +285,22 @@ func (w *writeWindows) granted(k *kindWindow) *writeSlot {
 	defer w.mu.Unlock()
 	k.inFlight--
 	return w.take(k)
+}
+
+// grantedAfter is granted for a write that queued at queued, told to
+// onWait.
+func (w *writeWindows) grantedAfter(k *kindWindow, urgent bool, queued time.Time) *writeSlot {
+	s := w.granted(k)
+	w.waited(k, urgent, s.sent.Sub(queued))
+	return s
+}
+
+// waited tells onWait that a write of k waited d for its place. w.mu is
+// not held.
+func (w *writeWindows) waited(k *kindWindow, urgent bool, d time.Duration) {
+	if w.onWait != nil {
+		w.onWait(k.verb, k.resource, k.class, urgent, d)
+	}
 }
 
 // detach lets s go on without its place, which the next waiter takes.

@@ -380,3 +380,36 @@ func TestWriteWindowsWaitPausesStepDeadline(t *testing.T) {
 	}
 	r.finish("b0")
 }
+
+// Every windowed write is told to onWait with its kind and priority: 0
+// for one that found a place free, else how long it waited for one (the
+// operator's pgloop_api_write_wait_seconds_total).
+func TestWriteWindowsTellWaits(t *testing.T) {
+	r := newWindowRig(t)
+	type wait struct {
+		kind   string
+		urgent bool
+		d      time.Duration
+	}
+	var waits []wait
+	r.w.onWait = func(verb, resource, class string, urgent bool, d time.Duration) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		waits = append(waits, wait{kindKey(verb, resource, class), urgent, d})
+	}
+	r.setWindow("create", "services", 1)
+	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.arrived("a0")
+	r.send(context.Background(), "b0", eventloop.Background, http.MethodPost, svcPath("b"))
+	r.waiting("create services", 1)
+	r.clk.Step(2 * time.Second)
+	r.finish("a0")
+	r.arrived("a0", "b0")
+	r.finish("b0")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := []wait{{"create services", true, 0}, {"create services", false, 2 * time.Second}}
+	if len(waits) != len(want) || waits[0] != want[0] || waits[1] != want[1] {
+		t.Errorf("waits told %+v, want %+v", waits, want)
+	}
+}

@@ -106,7 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Every client made from restCfg counts its requests.
 	m := metrics.New()
 	restCfg.Wrap(m.InstrumentTransport)
-	cl, err := newClients(restCfg, &cfg, gateObservers{held: m.ObserveHeld, window: m.BackgroundWindow, writeWindow: m.WriteWindow})
+	cl, err := newClients(restCfg, &cfg, gateObservers{held: m.ObserveHeld, window: m.BackgroundWindow, writeWindow: m.WriteWindow, writeWait: m.ObserveWriteWait})
 	if err != nil {
 		return err
 	}
@@ -146,6 +146,8 @@ type gateObservers struct {
 	window func(float64)
 	// writeWindow is told a kind's write window when it changes.
 	writeWindow func(verb, resource, class string, window float64)
+	// writeWait is told how long each windowed write waited for its place.
+	writeWait func(verb, resource, class string, urgent bool, waited time.Duration)
 }
 
 func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error) {
@@ -154,7 +156,9 @@ func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error
 	wc.Wrap(fence.wrap)
 	if cfg.FairWrites {
 		// Inside the gate: a background write it holds takes no place.
-		wc.Wrap(newWriteWindows(nil, obs.writeWindow).wrap)
+		ww := newWriteWindows(nil, obs.writeWindow)
+		ww.onWait = obs.writeWait
+		wc.Wrap(ww.wrap)
 	}
 	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 || cfg.PaceBackground {
 		// Outside the fence: a request held a while is fenced when it goes.
