@@ -464,4 +464,28 @@ func TestWithContentType(t *testing.T) {
 	if got := DefaultConfig().KubeContentType; got != ContentTypeProtobuf {
 		t.Errorf("default content type %q, want protobuf", got)
 	}
+
+	// The operator's clients: the kube one asks for protobuf, the
+	// Postgresql one for JSON.
+	accepts := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		accepts <- r.URL.Path + " " + r.Header.Get("Accept")
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	cfg := DefaultConfig()
+	cl, err := newClients(&rest.Config{Host: srv.URL}, &cfg, gateObservers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = cl.kube.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+	_, _ = cl.pg.PgloopV1().Postgresqls("ns").Get(context.Background(), "c", metav1.GetOptions{})
+	for _, want := range []string{
+		"/api/v1/namespaces/ns/pods/p application/vnd.kubernetes.protobuf,application/json",
+		"/apis/pgloop.dev/v1/namespaces/ns/postgresqls/c application/json, */*",
+	} {
+		if got := <-accepts; got != want {
+			t.Errorf("request %q, want %q", got, want)
+		}
+	}
 }
