@@ -215,8 +215,6 @@ the loop runs, and also while this replica stands by for the leader.`,
 		"client-side limit of queries per second to the Kubernetes API, shared by all clusters; 0: none when the API server has Priority and Fairness (it protects itself; at most --workers steps call it at once), 50 otherwise; -1: none")
 	f.IntVar(&cfg.KubeBurst, "kube-burst", cfg.KubeBurst,
 		"burst of queries to the Kubernetes API above kube-qps (when a limit applies)")
-	f.StringVar(&cfg.KubeContentType, "kube-api-content-type", cfg.KubeContentType,
-		"how pods, StatefulSets, Services and the other built-in kinds travel to and from the Kubernetes API: "+operator.ContentTypeProtobuf+" (less CPU on both ends, kube-controller-manager's default) or "+operator.ContentTypeJSON+"; the Postgresql resources are always JSON")
 	f.DurationVar(&cfg.CacheSyncTimeout, "cache-sync-timeout", cfg.CacheSyncTimeout,
 		"how long to wait for the API's first answers and the informers' initial lists before failing")
 	f.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat,

@@ -72,7 +72,7 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				"--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=5s",
 				"--health-addr=:9090", "--workers=64", "--step-timeout=1m", "--create-timeout=20m", "--update-timeout=30m",
 				"--loss-grace=30s", "--resync-period=1h", "--retry-base=1s", "--retry-max=10m", "--spilo-image=my/spilo:1",
-				"--max-rolling-clusters=3", "--kube-qps=200", "--kube-burst=400", "--kube-api-content-type=application/json", "--cache-sync-timeout=5m",
+				"--max-rolling-clusters=3", "--kube-qps=200", "--kube-burst=400", "--cache-sync-timeout=5m",
 				"--log-format=json", "--log-level=debug", "--memory-limit=1Gi",
 			},
 			want: func(c *operator.Config) {
@@ -84,7 +84,6 @@ func TestOperatorFlagsAndEnv(t *testing.T) {
 				c.LossGrace = 30 * time.Second
 				c.RetryBase, c.RetryMax, c.SpiloImage = time.Second, 10*time.Minute, "my/spilo:1"
 				c.KubeQPS, c.KubeBurst, c.CacheSyncTimeout = 200, 400, 5*time.Minute
-				c.KubeContentType = "application/json"
 				c.LogFormat, c.LogLevel = "json", "debug"
 				c.MaxRollingClusters = 3
 				c.MemoryLimit = 1 << 30

@@ -12,9 +12,10 @@ import (
 
 // BenchmarkDecodeList measures what pgloop's client spends decoding the
 // initial lists of a restart (and, object by object, the watch events of a
-// burst), by kind and content type (--kube-api-content-type): one op is
-// one list of 100 clusters' objects as the API server sends them. The
-// API server's encoding is not measured here; its cost goes the same way.
+// burst), by kind and content type: JSON, or protobuf, which client-go's
+// typed clients ask for by default (TestClientsAskForProtobuf in
+// pkg/operator). One op is one list of 100 clusters' objects as the API
+// server sends them. The API server's encoding is not measured here.
 //
 //	go test ./pkg/informers -run '^$' -bench DecodeList -benchmem
 func BenchmarkDecodeList(b *testing.B) {

@@ -45,14 +45,6 @@ const (
 	// a few hundred clusters' resyncs queue behind each other.
 	DefaultKubeQPS   = 50
 	DefaultKubeBurst = 100
-	// ContentTypeProtobuf and ContentTypeJSON are the values of
-	// --kube-api-content-type. Protobuf costs both ends less CPU to encode
-	// and decode than JSON: the initial lists of a restart at 10,000
-	// clusters (tens of thousands of pods, Services, StatefulSets) and the
-	// watch events of a burst are decoded by pgloop and encoded by an API
-	// server that may share its machine.
-	ContentTypeProtobuf = "application/vnd.kubernetes.protobuf"
-	ContentTypeJSON     = "application/json"
 	// DefaultCacheSyncTimeout bounds the wait for the informers' initial
 	// lists; a healthy API server lists thousands of objects in seconds.
 	DefaultCacheSyncTimeout = 2 * time.Minute
@@ -216,12 +208,6 @@ type Config struct {
 	// (ratelimit.go).
 	KubeQPS   float32
 	KubeBurst int
-	// KubeContentType is how the built-in kinds (pods, StatefulSets,
-	// Services, ...) travel between pgloop and the API server:
-	// ContentTypeProtobuf (as kube-controller-manager's default) or
-	// ContentTypeJSON. The Postgresql resources are always JSON (a custom
-	// resource has no protobuf).
-	KubeContentType string
 	// CacheSyncTimeout bounds the check that the API answers and the
 	// wait for the informers' initial lists.
 	CacheSyncTimeout time.Duration
@@ -287,7 +273,6 @@ func DefaultConfig() Config {
 		VolumeRetention:      string(v1.RetainVolumes),
 		KubeQPS:              KubeQPSAuto,
 		KubeBurst:            DefaultKubeBurst,
-		KubeContentType:      ContentTypeProtobuf,
 		CacheSyncTimeout:     DefaultCacheSyncTimeout,
 		LogFormat:            LogFormatText,
 		LogLevel:             logrus.InfoLevel.String(),
@@ -448,9 +433,6 @@ func (c *Config) Validate() error {
 	}
 	if c.KubeBurst < 1 {
 		bad("kube-burst must be at least 1, got %d", c.KubeBurst)
-	}
-	if c.KubeContentType != ContentTypeProtobuf && c.KubeContentType != ContentTypeJSON {
-		bad("kube-api-content-type must be %q or %q, got %q", ContentTypeProtobuf, ContentTypeJSON, c.KubeContentType)
 	}
 	if c.LogFormat != LogFormatText && c.LogFormat != LogFormatJSON {
 		bad("log-format must be %q or %q, got %q", LogFormatText, LogFormatJSON, c.LogFormat)

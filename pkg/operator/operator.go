@@ -168,7 +168,7 @@ func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error
 		}
 		wc.Wrap(g.wrap)
 	}
-	kube, err := kubernetes.NewForConfig(withContentType(wc, cfg.KubeContentType))
+	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
 		return clients{}, fmt.Errorf("create kubernetes client: %w", err)
 	}
@@ -185,20 +185,6 @@ func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error
 		return clients{}, fmt.Errorf("create leader election client: %w", err)
 	}
 	return clients{kube: kube, pg: pg, election: election, fence: fence}, nil
-}
-
-// withContentType returns a copy of rc that sends the built-in kinds as
-// contentType and accepts them so, JSON besides (what the API server
-// answers for a kind with no protobuf, such as a discovery document or a
-// custom resource read through the same client).
-func withContentType(rc *rest.Config, contentType string) *rest.Config {
-	c := rest.CopyConfig(rc)
-	c.ContentType = contentType
-	c.AcceptContentTypes = contentType
-	if contentType != ContentTypeJSON {
-		c.AcceptContentTypes += "," + ContentTypeJSON
-	}
-	return c
 }
 
 // run is Run once the clients and the metrics exist.
