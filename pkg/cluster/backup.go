@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -228,9 +226,8 @@ func LogicalBackupCronJob(pg *v1.Postgresql, opts Options) *batchv1.CronJob {
 			},
 		},
 	}
-	sum := sha256.Sum256([]byte(mustJSON(template)))
 	meta := objectMeta(pg, LogicalBackupJobName(pg.Name))
-	meta.Annotations = map[string]string{AnnotationPodTemplateHash: hex.EncodeToString(sum[:8])}
+	meta.Annotations = map[string]string{AnnotationPodTemplateHash: jsonHash(template)}
 	return &batchv1.CronJob{
 		TypeMeta:   metav1.TypeMeta{APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "CronJob"},
 		ObjectMeta: meta,

@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -126,11 +124,10 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 	// none of the newer fields keeps the hash it had before them, and its
 	// cluster is not configured again.
 	set := withoutNil(settings)
-	sum := sha256.Sum256([]byte(mustJSON(set)))
 	return DynamicConfig{
 		Settings:   settings,
 		Parameters: names,
-		Hash:       hex.EncodeToString(sum[:8]),
+		Hash:       jsonHash(set),
 		Bootstrap: len(shared) == 0 && ttl == v1.DefaultPatroniTTL && loopWait == v1.DefaultPatroniLoopWait &&
 			retryTimeout == v1.DefaultPatroniRetryTimeout && lag == v1.DefaultPatroniMaximumLagOnFailover && !syncMode &&
 			len(set) == 5, // the five keys above, nothing else

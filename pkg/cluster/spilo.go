@@ -1,12 +1,13 @@
 package cluster
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
-
-	appsv1 "k8s.io/api/apps/v1"
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -259,7 +260,9 @@ func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
 		// role label, so nothing else may own its Endpoints. pgloop reads
 		// the leader lock from the ConfigMap only (patroni.go).
 		{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
-		{Name: SpiloConfigurationVar, Value: SpiloConfiguration(pg)},
+		// Its value is set by StatefulSet: one without the bootstrap
+		// section for the hash, then the whole.
+		{Name: SpiloConfigurationVar},
 	}
 }
 
@@ -272,6 +275,17 @@ func passwordRef(secret string) *corev1.EnvVarSource {
 		LocalObjectReference: corev1.LocalObjectReference{Name: secret},
 		Key:                  SecretPasswordKey,
 	}}
+}
+
+// jsonHash is the hash pgloop names a built value by: the first 8 bytes
+// of the SHA-256 of its JSON encoding (see mustJSON), in hex.
+func jsonHash(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("cluster: encode " + strconv.Quote(err.Error()))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // mustJSON encodes v, which is built here from strings, numbers, booleans,

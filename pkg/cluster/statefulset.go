@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"maps"
 	"slices"
 	"time"
@@ -437,10 +435,7 @@ func setSpiloConfiguration(t *corev1.PodTemplateSpec, value string) {
 // podTemplateHash hashes the template as pgloop built it. JSON encoding of
 // the API types is deterministic (struct fields in order, map keys sorted),
 // so equal templates always give equal hashes.
-func podTemplateHash(t corev1.PodTemplateSpec) string {
-	sum := sha256.Sum256([]byte(mustJSON(t)))
-	return hex.EncodeToString(sum[:8])
-}
+func podTemplateHash(t corev1.PodTemplateSpec) string { return jsonHash(t) }
 
 // PodTemplateHash returns the pod template hash an object carries: the
 // desired one on a StatefulSet built here, the one a pod was created with

@@ -328,3 +328,14 @@ func TestSidecarsAndInitContainers(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStatefulSet is what building a cluster's desired StatefulSet
+// costs: the facts build it once per generation of each cluster, so a
+// restarted operator pays it once per cluster (docs/scale.md).
+func BenchmarkStatefulSet(b *testing.B) {
+	pg := loadSample(b, "minimal")
+	b.ReportAllocs()
+	for b.Loop() {
+		StatefulSet(pg, Options{})
+	}
+}
