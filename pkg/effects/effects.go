@@ -89,6 +89,11 @@ type Options struct {
 	// the clusters: the informers' caches. Nil means every read is a GET
 	// or LIST from the API.
 	Cache Cache
+	// Desired tells, where it is known already, what the StatefulSet of
+	// a resource's spec is (the facts build it once per generation): an
+	// ensure that finds the cached StatefulSet matching it builds none.
+	// Nil means every ensure builds it. It must build with Build.
+	Desired DesiredStatefulSets
 	// SQL bounds the connections and statements to PostgreSQL.
 	SQL pgsql.Options
 	// ObserveSQL, when set, counts SQL statements by cluster key and
@@ -115,6 +120,13 @@ type Options struct {
 	VolumeRetention v1.VolumeRetention
 }
 
+// DesiredStatefulSets tells what cluster.Compare reads of the StatefulSet
+// a resource's spec asks for, when that is known without building it
+// (facts.Deriver.KnownStatefulSet).
+type DesiredStatefulSets interface {
+	KnownStatefulSet(pg *v1.Postgresql) (cluster.StatefulSetSummary, bool)
+}
+
 // Effects are the calls that carry out the state machine's plans (to the
 // Kubernetes API, over SQL, to Patroni), one method per effect, each for
 // the cluster key ("namespace/name"). The effects that bring something to
@@ -134,6 +146,7 @@ type Effects struct {
 	// cache is nil when every read goes to the API; shared and statuses
 	// are used only with a cache.
 	cache    Cache
+	desired  DesiredStatefulSets
 	shared   sharedMemo
 	statuses statusMemo
 	now      func() time.Time
@@ -167,7 +180,7 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 		now = time.Now
 	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, now: now, serial: opts.Serial, retain: opts.VolumeRetention,
+		cache: opts.Cache, desired: opts.Desired, now: now, serial: opts.Serial, retain: opts.VolumeRetention,
 		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
 }
 

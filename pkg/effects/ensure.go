@@ -81,7 +81,9 @@ func (r *run) ensure(ctx context.Context) error {
 			return err
 		}
 	}
-	objs, err := cluster.Build(pg, r.build, r.random)
+	// The StatefulSet is built apart, only when it is to be written
+	// (desiredStatefulSet).
+	objs, err := cluster.BuildAllButStatefulSet(pg, r.build, r.random)
 	if err != nil {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
 	}
@@ -123,7 +125,7 @@ func (r *run) ensure(ctx context.Context) error {
 		others = append(others, func() error { return r.ensureService(ctx, pg, s) })
 	}
 	others = append(others, func() error { return r.ensurePodDisruptionBudget(ctx, pg, objs.PodDisruptionBudget) })
-	sts := func() error { return r.ensureStatefulSet(ctx, pg, objs.StatefulSet) }
+	sts := func() error { return r.ensureStatefulSet(ctx, pg) }
 	if r.serial {
 		// One after another (the simulator), the StatefulSet last: the
 		// order the simulator's seeds were found with.
@@ -158,11 +160,7 @@ func (r *run) ensure(ctx context.Context) error {
 			// StatefulSet, the costliest object to get wrong (its
 			// claim templates cannot change), is built from it. The
 			// rest follow at the ensure the newer spec's event plans.
-			newer, err := cluster.Build(finalized, r.build, r.random)
-			if err != nil {
-				return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
-			}
-			return r.ensureStatefulSet(ctx, finalized, newer.StatefulSet)
+			return r.ensureStatefulSet(ctx, finalized)
 		}
 		// The finalizer's error first: it explains the rest.
 		if err := r.together(slices.Concat([]func() error{finalizer}, others, []func() error{statefulSet})); err != nil {
@@ -208,10 +206,15 @@ func (r *run) secretOfEarlier(pg *v1.Postgresql, name string) error {
 		name, r.key, ref.UID, ErrWaiting)
 }
 
-// ensureStatefulSet creates the StatefulSet sts of pg, or updates it. The
+// ensureStatefulSet creates the StatefulSet of pg, or updates it. The
 // update strategy is OnDelete: updating the pod template restarts no pod;
-// the state machine replaces them.
-func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
+// the state machine replaces them. It builds the StatefulSet only when the
+// cache does not show it current already (statefulSetCurrent).
+func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql) error {
+	if r.statefulSetCurrent(pg) {
+		return nil
+	}
+	sts := cluster.StatefulSet(pg, r.build)
 	return ensureObject(ctx, r, r.kube.AppsV1().StatefulSets(r.ns), "statefulset", sts,
 		cached(r, sts.Name, Cache.StatefulSet),
 		func(cur *appsv1.StatefulSet) (*appsv1.StatefulSet, bool, error) {
@@ -242,6 +245,24 @@ func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql, sts *app
 			r.log.WithField("change", change.String()).Debug("statefulset differs")
 			return cluster.ApplyStatefulSet(cur, want), true, nil
 		})
+}
+
+// statefulSetCurrent reports whether the cache's StatefulSet of pg is
+// known, without building one, to be what ensureStatefulSet would leave as
+// it is: controlled by pg, not being deleted, and matching the summary of
+// the desired one that r.desired knows for pg's generation. False sends
+// the ensure the long way, which builds the StatefulSet and tells why.
+func (r *run) statefulSetCurrent(pg *v1.Postgresql) bool {
+	if r.cache == nil || r.desired == nil {
+		return false
+	}
+	want, ok := r.desired.KnownStatefulSet(pg)
+	if !ok {
+		return false
+	}
+	cur, ok := r.cache.StatefulSet(r.ns, cluster.StatefulSetName(pg.Name))
+	return ok && cur.DeletionTimestamp == nil && controlled(cur, pg, "statefulset") == nil &&
+		cluster.CompareSummary(cur, want) == cluster.NoChange
 }
 
 // keptTemplate returns sts with the pod template of cur, the StatefulSet

@@ -709,3 +709,76 @@ func TestServiceContextMarksHeadless(t *testing.T) {
 		t.Errorf("no headless Service among %d, want the config one", len(cluster.Services(pg, cluster.Options{})))
 	}
 }
+
+// knownFunc is a DesiredStatefulSets.
+type knownFunc func(pg *v1.Postgresql) (cluster.StatefulSetSummary, bool)
+
+func (f knownFunc) KnownStatefulSet(pg *v1.Postgresql) (cluster.StatefulSetSummary, bool) {
+	return f(pg)
+}
+
+// TestEnsureTrustsKnownStatefulSet checks the ensure of a cluster whose
+// desired StatefulSet Options.Desired knows (the facts built it for the
+// resource's generation): it compares the cached StatefulSet with what is
+// known and builds none. Someone put another value in a label of pgloop's
+// on the StatefulSet. Told that the label's new value is the desired one,
+// the ensure writes nothing, although a build would differ (so it built
+// none to compare). Told the summary of the StatefulSet as built, or told
+// nothing, or told for another generation only, it writes the label back.
+func TestEnsureTrustsKnownStatefulSet(t *testing.T) {
+	tests := []struct {
+		name string
+		// known is what Desired says of pg, given the StatefulSet as
+		// built and as edited.
+		known     func(pg *v1.Postgresql, built, edited *appsv1.StatefulSet) (cluster.StatefulSetSummary, bool)
+		wantWrite bool
+	}{
+		{name: "the edit known as desired", known: func(_ *v1.Postgresql, _, edited *appsv1.StatefulSet) (cluster.StatefulSetSummary, bool) {
+			return cluster.Summarize(edited), true
+		}},
+		{name: "the build known", wantWrite: true, known: func(_ *v1.Postgresql, built, _ *appsv1.StatefulSet) (cluster.StatefulSetSummary, bool) {
+			return cluster.Summarize(built), true
+		}},
+		{name: "nothing known", wantWrite: true, known: func(*v1.Postgresql, *appsv1.StatefulSet, *appsv1.StatefulSet) (cluster.StatefulSetSummary, bool) {
+			return cluster.StatefulSetSummary{}, false
+		}},
+		{name: "known for another generation", wantWrite: true, known: func(pg *v1.Postgresql, _, edited *appsv1.StatefulSet) (cluster.StatefulSetSummary, bool) {
+			return cluster.Summarize(edited), pg.Generation == 1000
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pg, h := ensured(t, newCachedHarness)
+			built := buildAll(t, pg).StatefulSet
+			edited := getObject(t, h, built).(*appsv1.StatefulSet).DeepCopy()
+			edited.Labels[cluster.LabelManagedBy] = "helm"
+			if _, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Update(context.Background(), edited,
+				metav1.UpdateOptions{FieldManager: someoneElse}); err != nil {
+				t.Fatal(err)
+			}
+			h.kubeWrites()
+			asked := 0
+			h.eff = New(h.kube, h.pgc, h.rec, Options{Random: seeded(7), Log: h.eff.log, Cache: h.effectsCache(),
+				Desired: knownFunc(func(got *v1.Postgresql) (cluster.StatefulSetSummary, bool) {
+					asked++
+					if got.UID != pg.UID || got.Generation != pg.Generation {
+						t.Errorf("asked of %s generation %d", got.UID, got.Generation)
+					}
+					return tt.known(got, built, edited)
+				})})
+			if err := h.ensure(t, pg); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			if tt.wantWrite {
+				want = []string{"update statefulsets " + built.Name}
+			}
+			if got := h.kubeWrites(); !slices.Equal(got, want) {
+				t.Errorf("writes %v, want %v", got, want)
+			}
+			if asked != 1 {
+				t.Errorf("Desired asked %d times, want once", asked)
+			}
+		})
+	}
+}

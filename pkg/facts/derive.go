@@ -223,6 +223,20 @@ func (d *Deriver) derive(pg *v1.Postgresql) *derived {
 	return s
 }
 
+// KnownStatefulSet returns what cluster.Compare reads of the StatefulSet
+// pg asks for, when the facts of pg's generation have already built it;
+// false when they have not (nothing is built here). The effects' ensure
+// reads it to spare a build of its own (effects.Options.Desired).
+func (d *Deriver) KnownStatefulSet(pg *v1.Postgresql) (cluster.StatefulSetSummary, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.memo[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}]
+	if s == nil || s.uid != pg.UID || s.generation != pg.Generation || s.desired == nil {
+		return cluster.StatefulSetSummary{}, false
+	}
+	return *s.desired, true
+}
+
 // desiredStatefulSet returns what cluster.Compare reads of the
 // StatefulSet pg asks for; s must be pg's. Building it hashes the pod
 // template, so it is done once per generation.

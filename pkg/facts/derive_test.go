@@ -408,6 +408,55 @@ func TestDesiredWithBuildOptions(t *testing.T) {
 	}
 }
 
+// TestKnownStatefulSet checks what the Deriver tells the effects of a
+// desired StatefulSet: nothing until the facts of that generation built
+// it, then the summary of the one the effects would build with the same
+// options, and nothing again for another generation or UID, or once the
+// cluster is forgotten.
+func TestKnownStatefulSet(t *testing.T) {
+	build := cluster.Options{Image: "registry.example/spilo:custom"}
+	pg := newPG("c1", 1)
+	d := NewDeriver(build, true)
+	if _, ok := d.KnownStatefulSet(pg); ok {
+		t.Fatal("known before any facts")
+	}
+	// No pod yet: the facts build no desired StatefulSet.
+	d.Facts(objects(pg), now)
+	if _, ok := d.KnownStatefulSet(pg); ok {
+		t.Fatal("known after facts that did not build it")
+	}
+	sts := cluster.StatefulSet(pg, build)
+	sts.Generation, sts.Status.ObservedGeneration = 1, 1
+	p := pod(pg, 0, master)
+	p.Annotations[cluster.AnnotationPodTemplateHash] = cluster.PodTemplateHash(sts)
+	if f := d.Facts(objects(pg, sts, lock(pg, "c1-0"), p), now); !f.ObjectsCurrent {
+		t.Fatalf("not current: %+v", f)
+	}
+	got, ok := d.KnownStatefulSet(pg)
+	if !ok {
+		t.Fatal("not known after the facts built it")
+	}
+	if want := cluster.Summarize(cluster.StatefulSet(pg, build)); !reflect.DeepEqual(got, want) {
+		t.Errorf("known summary differs from the effects' build")
+	}
+	if cluster.CompareSummary(sts, got) != cluster.NoChange {
+		t.Errorf("the StatefulSet as built does not match the known summary")
+	}
+	next := pg.DeepCopy()
+	next.Generation = 2
+	recreated := pg.DeepCopy()
+	recreated.UID = "new"
+	for name, other := range map[string]*v1.Postgresql{"generation 2": next, "new UID": recreated} {
+		if _, ok := d.KnownStatefulSet(other); ok {
+			t.Errorf("%s: known from the first generation's facts", name)
+		}
+	}
+	d.Forget("db/c1")
+	if _, ok := d.KnownStatefulSet(pg); ok {
+		t.Error("known once forgotten")
+	}
+}
+
 // TestCompareWithSummary checks that the facts, which keep only a summary
 // of the desired StatefulSet (cluster.Summarize), say what cluster.Compare
 // of the cached StatefulSet with the whole desired one says, for each

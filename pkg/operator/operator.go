@@ -454,9 +454,10 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 		SQL:   pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
 		Build: build, Verify: cfg.BackupVerify, Log: log, Observe: m.ObserveArchiveCheck, ObserveSQL: m.ObserveSQL,
 	})
-	obs := facts.NewObserver(arch, facts.NewDeriver(build, cfg.Switchover), clk.Now)
+	deriver := facts.NewDeriver(build, cfg.Switchover)
+	obs := facts.NewObserver(arch, deriver, clk.Now)
 	// The effects read the informers' caches and only write to the API.
-	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf,
+	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf, Desired: deriver,
 		SQL:             pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
 		ObserveSQL:      m.ObserveSQL,
 		Patroni:         &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},

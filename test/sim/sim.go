@@ -578,10 +578,12 @@ func (s *Sim) startOperator() {
 	var seed [32]byte
 	binary.LittleEndian.PutUint64(seed[:], uint64(s.seed))
 	binary.LittleEndian.PutUint64(seed[8:], uint64(s.inc))
+	// As the operator wires them: the effects read what the facts know.
+	deriver := facts.NewDeriver(build, true)
 	eff := effects.New(s.kube, s.pg, &record.FakeRecorder{}, effects.Options{Build: build, Log: entry, Cache: v,
-		Random: rand.NewChaCha8(seed), Now: clk.Now, Serial: true})
+		Desired: deriver, Random: rand.NewChaCha8(seed), Now: clk.Now, Serial: true})
 	steps := controller.NewStepBuilder(&actor{s: s, real: eff}, controller.Timeouts{})
-	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, facts.NewDeriver(build, true), clk.Now),
+	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, deriver, clk.Now),
 		steps, clk, entry)
 	inc := s.inc
 	workers := s.sw.workers
