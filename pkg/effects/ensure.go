@@ -82,7 +82,7 @@ func (r *run) ensure(ctx context.Context) error {
 		}
 	}
 	// The StatefulSet is built apart, only when it is to be written
-	// (desiredStatefulSet).
+	// (ensureStatefulSet).
 	objs, err := cluster.BuildAllButStatefulSet(pg, r.build, r.random)
 	if err != nil {
 		return fmt.Errorf("build objects of postgresql %s: %w", r.key, err)
