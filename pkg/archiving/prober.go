@@ -2,19 +2,19 @@ package archiving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/indb"
 	"github.com/pgloop/pgloop/pkg/observed"
-	"github.com/pgloop/pgloop/pkg/patroni"
 	"github.com/pgloop/pgloop/pkg/pgsql"
 )
 
@@ -41,11 +41,6 @@ type Options struct {
 	// Workers bounds the checks running at once; Timeout each check.
 	Workers int
 	Timeout time.Duration
-	// SQL bounds the connection and the statements.
-	SQL pgsql.Options
-	// Verify runs pgBackRest's verify of the repository after each
-	// backup that succeeded.
-	Verify bool
 	// Build are the builders' options: the default repository.
 	Build cluster.Options
 	// Log, Now: logger and clock; defaults are logrus's and time.Now.
@@ -54,9 +49,6 @@ type Options struct {
 	// Observe, when set, is told each check's outcome: "ok", "failing"
 	// (archiving fails) or "error" (the primary could not be asked).
 	Observe func(outcome string)
-	// ObserveSQL, when set, is told the outcome of each SQL statement
-	// of a check, with the cluster's key (the effects' SQL metric).
-	ObserveSQL func(key, outcome string)
 }
 
 func (o Options) withDefaults() Options {
@@ -88,8 +80,19 @@ type Source interface {
 	Objects(key string) (observed.Cluster, bool)
 }
 
-// SecretGetter reads a Secret from the API (the caches hold no data).
-type SecretGetter func(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+// Primaries reads what only a cluster's primary can tell, as the caches
+// show the cluster: pkg/indb's Actor, the one way pgloop reaches a primary.
+// Its errors wrap indb.ErrNoPrimary when no pod publishes as the primary.
+type Primaries interface {
+	// Archiver reads the primary's archiver and the error files
+	// pgBackRest left in dirs.
+	Archiver(ctx context.Context, objs observed.Cluster, dirs []string) (*pgsql.Archiver, error)
+	// ReadBackup reads how a base backup run goes there; it starts
+	// nothing.
+	ReadBackup(ctx context.Context, objs observed.Cluster, run *v1.BackupRun, now time.Time) (*v1.BackupReport, error)
+	// Forget drops what it remembers of a cluster.
+	Forget(key string)
+}
 
 // Notifier wakes the loop for a cluster whose report was published.
 type Notifier interface{ Notify(key, signal string) }
@@ -99,36 +102,29 @@ type Notifier interface{ Notify(key, signal string) }
 // facts.Reader, the Source's objects with the cluster's last published
 // report. See the package comment.
 type Prober struct {
-	src    Source
-	secret SecretGetter
-	notify Notifier
-	opts   Options
+	src       Source
+	primaries Primaries
+	notify    Notifier
+	opts      Options
 
 	mu        sync.Mutex
 	published map[string]*v1.ArchivingStatus
 	backups   map[string]*v1.BackupReport // the last report of each cluster's running backup
 	started   map[string]time.Time        // when the last check of a cluster started
 	running   map[string]bool
-	passwords map[string]password // superuser passwords, by cluster
 	slots     chan struct{}
 }
 
-// password is a Secret's password at a resource version.
-type password struct {
-	version string
-	value   []string
-}
-
-// New returns a Prober; Run starts its checks.
-func New(src Source, secret SecretGetter, notify Notifier, opts Options) *Prober {
+// New returns a Prober that asks the primaries through primaries; Run
+// starts its checks.
+func New(src Source, primaries Primaries, notify Notifier, opts Options) *Prober {
 	opts = opts.withDefaults()
 	return &Prober{
-		src: src, secret: secret, notify: notify, opts: opts,
+		src: src, primaries: primaries, notify: notify, opts: opts,
 		published: map[string]*v1.ArchivingStatus{},
 		backups:   map[string]*v1.BackupReport{},
 		started:   map[string]time.Time{},
 		running:   map[string]bool{},
-		passwords: map[string]password{},
 		slots:     make(chan struct{}, opts.Workers),
 	}
 }
@@ -178,7 +174,7 @@ func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		archiving[key] = true
 		p.mu.Lock()
-		due := !p.running[key] && (now.Sub(p.started[key]) >= p.opts.Period || p.backupDue(key, running(pg)))
+		due := !p.running[key] && (now.Sub(p.started[key]) >= p.opts.Period || p.backupDue(key, running(pg), now))
 		p.mu.Unlock()
 		if !due {
 			continue
@@ -200,14 +196,18 @@ func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
 		}()
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var gone []string
 	for key := range p.started {
 		if !archiving[key] && !p.running[key] {
 			delete(p.started, key)
 			delete(p.published, key)
 			delete(p.backups, key)
-			delete(p.passwords, key)
+			gone = append(gone, key)
 		}
+	}
+	p.mu.Unlock()
+	for _, key := range gone {
+		p.primaries.Forget(key)
 	}
 }
 
@@ -266,69 +266,55 @@ func worthPublishing(prev, report *v1.ArchivingStatus, period time.Duration) boo
 }
 
 // ask reads the primary's archiver and, when status.backup.running names
-// a base backup, starts it there or reads how it goes; false when there is
-// nothing to ask yet (no primary publishes where it listens, the cluster
-// is gone).
+// a base backup not seen ended yet, how it goes there (pkg/indb); false
+// when there is nothing to ask yet (no primary publishes where it listens,
+// the cluster is gone). It starts nothing: the state machine starts a run
+// with a plan step, and again when a report says the primary shows no
+// trace of it (a new primary).
 func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
 	objs, ok := p.src.Objects(key)
 	if !ok {
 		return nil, nil, false
 	}
 	pg := objs.Postgresql
-	var primary *patroni.Member
-	for _, pod := range objs.Pods {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		if m, ok := patroni.MemberOf(pod.Annotations); ok && m.IsLeaderRole() {
-			primary = &m
-		}
-	}
-	if primary == nil {
-		return nil, nil, false
-	}
 	now := p.opts.Now()
 	run := running(pg)
-	failed := func(err error) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
-		var b *v1.BackupReport
-		if run != nil {
-			b = &v1.BackupReport{CheckedAt: metav1.NewTime(now), ID: run.ID, Message: "could not ask the primary: " + err.Error()}
+	unasked := func(err error) *v1.BackupReport {
+		if run == nil {
+			return nil
 		}
-		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, b, true
+		return &v1.BackupReport{CheckedAt: metav1.NewTime(now), ID: run.ID, Message: "could not ask the primary: " + err.Error()}
 	}
-	host, port, err := primary.PostgresHostPort()
-	if err != nil {
-		return failed(err)
-	}
-	passwords, err := p.superuser(ctx, key, objs)
-	if err != nil {
-		return failed(err)
-	}
-	ep := pgsql.Endpoint{Label: "primary", Host: host, Port: port, User: cluster.SuperuserName, Passwords: passwords}
-	sqlOpts := p.opts.SQL
-	if observe := p.opts.ObserveSQL; observe != nil {
-		sqlOpts.Observe = func(outcome string) { observe(key, outcome) }
-	}
-	a, err := pgsql.ArchiveStatus(ctx, ep, ErrorDirs(pg), sqlOpts)
-	if err != nil {
-		return failed(err)
+	a, err := p.primaries.Archiver(ctx, objs, ErrorDirs(pg))
+	switch {
+	case errors.Is(err, indb.ErrNoPrimary):
+		return nil, nil, false
+	case err != nil:
+		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, unasked(err), true
 	}
 	var b *v1.BackupReport
 	if run != nil && !p.backupDone(key, run) {
-		b = p.baseBackup(ctx, pg, run, ep, sqlOpts, now)
+		if b, err = p.primaries.ReadBackup(ctx, objs, run, now); err != nil {
+			b = unasked(err)
+		}
 	}
 	return report(a, now), b, true
 }
 
+// notStartedRecheck is how soon a run that the last report saw not
+// started is read again: the machine's step that starts it runs a moment
+// after status names it.
+const notStartedRecheck = 5 * time.Second
+
 // backupDue says whether cluster key's running backup run must be checked
-// before its period is up: it was not seen started yet. Called with mu
-// held.
-func (p *Prober) backupDue(key string, run *v1.BackupRun) bool {
+// before its period is up: it was not checked yet, or was not started on
+// the primary notStartedRecheck ago. Called with mu held.
+func (p *Prober) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
 	if run == nil {
 		return false
 	}
 	last := p.backups[key]
-	return last == nil || last.ID != run.ID
+	return last == nil || last.ID != run.ID || last.NotStarted && now.Sub(last.CheckedAt.Time) >= notStartedRecheck
 }
 
 // backupDone says whether the report of run already says it ended.
@@ -356,7 +342,9 @@ func (p *Prober) noteBackup(key string, b *v1.BackupReport) bool {
 		return false // or it ended, and its report stays until the run leaves status
 	}
 	p.backups[key] = b
-	return !sameBackupReport(prev, b)
+	// A run not started is news each time: the machine asks again for it
+	// to be started (a start that failed, a primary that changed).
+	return b.NotStarted || !sameBackupReport(prev, b)
 }
 
 // ErrorDirs are where the archiver's error files are, relative to the
@@ -407,32 +395,19 @@ func report(a *pgsql.Archiver, now time.Time) *v1.ArchivingStatus {
 	return r
 }
 
-// superuser returns the superuser's passwords, read from its Secret when
-// the cache shows a version not read yet.
-func (p *Prober) superuser(ctx context.Context, key string, objs observed.Cluster) ([]string, error) {
-	name := cluster.SecretName(cluster.SuperuserName, objs.Postgresql.Name)
-	version := ""
-	for _, s := range objs.Secrets {
-		if s.Name == name {
-			version = s.ResourceVersion
-		}
+// running is the base backup status.backup.running names, nil when none.
+func running(pg *v1.Postgresql) *v1.BackupRun {
+	if pg.Status.Backup == nil {
+		return nil
 	}
-	p.mu.Lock()
-	cached, ok := p.passwords[key]
-	p.mu.Unlock()
-	if ok && version != "" && cached.version == version {
-		return cached.value, nil
+	return pg.Status.Backup.Running
+}
+
+// sameBackupReport says whether two reports tell the same.
+func sameBackupReport(a, b *v1.BackupReport) bool {
+	if a == nil || b == nil {
+		return a == b
 	}
-	s, err := p.secret(ctx, objs.Postgresql.Namespace, name)
-	if err != nil {
-		return nil, fmt.Errorf("read secret %s: %w", name, err)
-	}
-	value := []string{string(s.Data[cluster.SecretPasswordKey])}
-	if next, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
-		value = append(value, string(next))
-	}
-	p.mu.Lock()
-	p.passwords[key] = password{version: s.ResourceVersion, value: value}
-	p.mu.Unlock()
-	return value, nil
+	return a.ID == b.ID && a.NotStarted == b.NotStarted && a.Done == b.Done && a.Failed == b.Failed && a.Message == b.Message &&
+		len(a.Backups) == len(b.Backups)
 }

@@ -9,9 +9,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/indb"
 	"github.com/pgloop/pgloop/pkg/observed"
 	"github.com/pgloop/pgloop/pkg/patroni"
 	"github.com/pgloop/pgloop/pkg/pgsql"
@@ -96,21 +100,25 @@ func TestProberRounds(t *testing.T) {
 	offCluster.Postgresql.Spec.Backup = &v1.Backup{Enabled: new(bool)}
 	src.clusters["ns/off"] = offCluster
 
+	// The primaries are reached through pkg/indb, which reads the
+	// superuser's Secret from the API.
 	var reads []string
 	var readsMu sync.Mutex
-	getSecret := func(_ context.Context, ns, name string) (*corev1.Secret, error) {
+	kube := fake.NewClientset()
+	kube.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		readsMu.Lock()
 		defer readsMu.Unlock()
-		reads = append(reads, ns+"/"+name)
+		get := a.(k8stesting.GetAction)
+		reads = append(reads, get.GetNamespace()+"/"+get.GetName())
 		s := src.clusters["ns/a"].Secrets[0].DeepCopy()
 		s.Data = map[string][]byte{cluster.SecretPasswordKey: []byte("pw")}
-		return s, nil
-	}
+		return true, s, nil
+	})
+	primaries := indb.New(kube, nil, indb.Options{SQL: pgsql.Options{ConnectTimeout: time.Second}})
 	n := &notifier{calls: map[string]int{}}
-	p := New(src, getSecret, n, Options{
+	p := New(src, primaries, n, Options{
 		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
 		Now:   clock, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
-		SQL: pgsql.Options{ConnectTimeout: time.Second},
 	})
 	round := func() {
 		var wg sync.WaitGroup

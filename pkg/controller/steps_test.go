@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/fsm"
@@ -31,7 +32,7 @@ func (a *actor) WriteStatus(_ context.Context, key string, status *v1.Postgresql
 func (a *actor) Ensure(_ context.Context, key string, opts effects.EnsureOptions) error {
 	return a.call("ensure", key, opts)
 }
-func (a *actor) ReplacePods(_ context.Context, key string, pods []effects.Pod) error {
+func (a *actor) ReplacePods(_ context.Context, key string, pods []act.Pod) error {
 	return a.call("replacePods", key, pods)
 }
 func (a *actor) Nudge(_ context.Context, key, version string) error {
@@ -51,7 +52,10 @@ func (a *actor) RestartMembers(_ context.Context, key string, pods []string) err
 func (a *actor) ResumePoolers(_ context.Context, key string) error {
 	return a.call("resume", key, "")
 }
-func (a *actor) RecordEvents(_ context.Context, key string, events []effects.Record) error {
+func (a *actor) StartBackup(_ context.Context, key string, b act.BackupStart) error {
+	return a.call("startBackup", key, b)
+}
+func (a *actor) RecordEvents(_ context.Context, key string, events []act.Record) error {
 	return a.call("events", key, events)
 }
 
@@ -63,14 +67,15 @@ func TestStepsOrder(t *testing.T) {
 		Records:    []fsm.Record{{Warning: true, Reason: "Running", Message: "m"}},
 		InDatabase: &fsm.InDatabase{Sync: "s1", Config: "c1", RemoveParameters: []string{"work_mem"}},
 		Switchover: &fsm.Switchover{From: "p-0", To: "p-1"}, ResumePoolers: true,
-		Restart: []fsm.PodRef{{Name: "p-1", UID: "u1"}},
+		Restart:     []fsm.PodRef{{Name: "p-1", UID: "u1"}},
+		StartBackup: &fsm.BackupStart{ID: "20261130-120000-full", Verify: true},
 	}
 	var got []string
 	timeouts := Timeouts{InDatabase: 30 * time.Second, Restart: time.Minute, Switchover: 20 * time.Second}
-	for _, s := range NewStepBuilder(a, timeouts).Steps("db/acid", plan) {
+	for _, s := range NewStepBuilder(a, a, timeouts).Steps("db/acid", plan) {
 		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
 		if want := map[string]time.Duration{StepSyncRoles: 30 * time.Second, StepConfigure: 30 * time.Second,
-			StepRestart: time.Minute, StepSwitchover: 20 * time.Second}[s.Name]; s.Timeout != want {
+			StepRestart: time.Minute, StepSwitchover: 20 * time.Second, StepBackup: 30 * time.Second}[s.Name]; s.Timeout != want {
 			t.Errorf("%s: timeout %v, want %v", s.Name, s.Timeout, want)
 		}
 		if err := s.Run(context.Background()); err != nil {
@@ -78,7 +83,7 @@ func TestStepsOrder(t *testing.T) {
 		}
 	}
 	want := []string{"status:true", "ensure:false", "syncRoles:false", "configure:false", "replacePod:false",
-		"switchover:false", "resumePoolers:false", "restartMember:false", "nudge:false", "cleanup:false", "events:true"}
+		"switchover:false", "resumePoolers:false", "restartMember:false", "nudge:false", "startBackup:false", "cleanup:false", "events:true"}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
 	}
@@ -92,20 +97,21 @@ func TestStepsOrder(t *testing.T) {
 		"resume db/acid ",
 		"restart db/acid [p-1]",
 		"nudge db/acid q1",
+		"startBackup db/acid {20261130-120000-full true false}",
 		"cleanup db/acid ",
 		"events db/acid [{true Running m}]",
 	}
 	if !slices.Equal(a.calls, wantCalls) {
 		t.Errorf("calls:\n got %q\nwant %q", a.calls, wantCalls)
 	}
-	if n := len(NewStepBuilder(a, Timeouts{}).Steps("db/acid", &fsm.Plan{})); n != 0 {
+	if n := len(NewStepBuilder(a, a, Timeouts{}).Steps("db/acid", &fsm.Plan{})); n != 0 {
 		t.Errorf("empty plan: %d steps, want none", n)
 	}
 }
 
-// TestStepsErrors: an effect that waits (effects.ErrWaiting) waits for the
-// state machine too (fsm.ErrWaiting), with its message; other errors pass
-// as they are.
+// TestStepsErrors: the actors' errors reach the state machine as they are:
+// an effect that waits (act.ErrWaiting) waits for it too (fsm.ErrWaiting is
+// the same error), with its message.
 func TestStepsErrors(t *testing.T) {
 	failed := errors.New("boom")
 	terminating := fmt.Errorf("%w: 2 of postgresql db/acid", effects.ErrPodsTerminating)
@@ -121,7 +127,7 @@ func TestStepsErrors(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &actor{fail: map[string]error{"cleanup": tt.err}}
-			steps := NewStepBuilder(a, Timeouts{}).Steps("db/acid", &fsm.Plan{Cleanup: true})
+			steps := NewStepBuilder(a, a, Timeouts{}).Steps("db/acid", &fsm.Plan{Cleanup: true})
 			err := steps[0].Run(context.Background())
 			if tt.err == nil {
 				if err != nil {
@@ -135,9 +141,6 @@ func TestStepsErrors(t *testing.T) {
 			if got := errors.Is(err, fsm.ErrWaiting); got != tt.wantWaiting {
 				t.Errorf("errors.Is(err, fsm.ErrWaiting) = %v, want %v", got, tt.wantWaiting)
 			}
-			if got := errors.Is(err, effects.ErrWaiting); got != tt.wantWaiting {
-				t.Errorf("errors.Is(err, effects.ErrWaiting) = %v, want %v", got, tt.wantWaiting)
-			}
 			if errors.Is(err, context.Canceled) != errors.Is(tt.err, context.Canceled) {
 				t.Errorf("context.Canceled lost or added: %v", err)
 			}
@@ -145,20 +148,18 @@ func TestStepsErrors(t *testing.T) {
 	}
 }
 
-// TestMachineErrorPart: an in-database failure reaches the machine as an
+// TestPartErrorPasses: an in-database failure reaches the machine as an
 // fsm.PartError of the same part, a wait still a wait.
-func TestMachineErrorPart(t *testing.T) {
-	waiting := fmt.Errorf("pod x has not reloaded (%w)", effects.ErrWaiting)
-	err := machineError(&effects.PartError{Part: effects.PartConfig, Err: waiting})
+func TestPartErrorPasses(t *testing.T) {
+	waiting := fmt.Errorf("pod x has not reloaded (%w)", act.ErrWaiting)
+	a := &actor{fail: map[string]error{"configure": &act.PartError{Part: act.PartConfig, Err: waiting}}}
+	steps := NewStepBuilder(a, a, Timeouts{}).Steps("db/acid", &fsm.Plan{Ensure: true, InDatabase: &fsm.InDatabase{Config: "c1"}})
+	err := steps[len(steps)-1].Run(context.Background())
 	var part *fsm.PartError
 	if !errors.As(err, &part) || part.Part != fsm.PartConfig || !errors.Is(err, fsm.ErrWaiting) {
 		t.Errorf("%v: part %+v, fsm.ErrWaiting %v", err, part, errors.Is(err, fsm.ErrWaiting))
 	}
 	if err.Error() != waiting.Error() {
 		t.Errorf("message %q, want %q", err, waiting)
-	}
-	err = machineError(&effects.PartError{Part: effects.PartRoles, Err: errors.New("role app: permission denied")})
-	if !errors.As(err, &part) || part.Part != fsm.PartRoles || errors.Is(err, fsm.ErrWaiting) {
-		t.Errorf("%v: part %+v", err, part)
 	}
 }

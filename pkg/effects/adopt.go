@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
@@ -148,26 +149,26 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	}
 	if refusal != nil {
 		r.log.WithError(refusal).Warn("adoption refused: nothing touched")
-		r.recordEvents(ctx, []Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
+		r.recordEvents(ctx, []act.Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
 		return refusal
 	}
 
 	// 1: the passwords.
 	for _, s := range secrets {
 		if update[s.Name] {
-			if _, err := core.Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+			if _, err := core.Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: act.FieldManager}); err != nil {
 				return fmt.Errorf("adopt: give secret %s the zalando secret's password: %w", s.Name, err)
 			}
 			r.log.WithField("secret", s.Name).Info("adopt: secret given the zalando secret's password")
 			continue
 		}
-		_, err := core.Secrets(r.ns).Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager})
+		_, err := core.Secrets(r.ns).Create(ctx, s, metav1.CreateOptions{FieldManager: act.FieldManager})
 		switch {
 		case err == nil:
 			r.log.WithField("secret", s.Name).Info("adopt: secret created with the zalando secret's password")
 		case apierrors.IsAlreadyExists(err):
 			// Made since the read: the next ensure compares it.
-			return fmt.Errorf("adopt: secret %s made meanwhile (%w)", s.Name, ErrWaiting)
+			return fmt.Errorf("adopt: secret %s made meanwhile (%w)", s.Name, act.ErrWaiting)
 		default:
 			return fmt.Errorf("adopt: create secret %s: %w", s.Name, err)
 		}
@@ -187,7 +188,7 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 			continue
 		}
 		if _, err := core.Pods(r.ns).Patch(ctx, p.Name, types.MergePatchType, []byte(patch),
-			metav1.PatchOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+			metav1.PatchOptions{FieldManager: act.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("adopt: annotate pod %s with the pod template hash: %w", p.Name, err)
 		}
 		r.log.WithFields(map[string]any{"pod": p.Name, "hash": hash}).Info("adopt: pod counts as up to date")
@@ -203,8 +204,8 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	msg := fmt.Sprintf("took over statefulset %s with %d pods, %d services or budgets and %d passwords of the zalando cluster; no pod restarted",
 		sts.Name, len(pods.Items), len(owned), len(secrets))
 	r.log.Info("adopt: " + msg)
-	r.recordEvents(ctx, []Record{{Reason: ReasonAdopted, Message: msg}})
-	return fmt.Errorf("adopted the zalando cluster's objects, waiting for the informers to show them (%w)", ErrWaiting)
+	r.recordEvents(ctx, []act.Record{{Reason: ReasonAdopted, Message: msg}})
+	return fmt.Errorf("adopted the zalando cluster's objects, waiting for the informers to show them (%w)", act.ErrWaiting)
 }
 
 // nothingToAdopt is the adoption of a cluster without a StatefulSet: done
@@ -227,7 +228,7 @@ func (r *run) nothingToAdopt(ctx context.Context, pg *v1.Postgresql) error {
 		"remove the annotation %s to create a new cluster (on the claims that are left, if any) instead (docs/migrating.md, Adopt in place)",
 		cluster.ErrAdoptionRefused, cluster.StatefulSetName(pg.Name), v1.AnnotationAdopt)
 	r.log.WithError(refusal).Warn("adoption refused: nothing touched")
-	r.recordEvents(ctx, []Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
+	r.recordEvents(ctx, []act.Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
 	return refusal
 }
 
@@ -257,7 +258,7 @@ func takeOver[T cluster.Object](ctx context.Context, r *run, pg *v1.Postgresql, 
 	}
 	out := obj.DeepCopyObject().(T)
 	out.SetOwnerReferences(refs)
-	if _, err := update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := update(ctx, out, metav1.UpdateOptions{FieldManager: act.FieldManager}); err != nil {
 		return fmt.Errorf("adopt: take over %s %s: %w", kind, obj.GetName(), err)
 	}
 	r.log.WithFields(map[string]any{"kind": kind, "name": obj.GetName()}).Info("adopt: taken over")

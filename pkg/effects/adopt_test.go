@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	pgsamples "github.com/pgloop/pgloop/pkg/internal/samples"
@@ -59,8 +60,8 @@ func TestEnsureAdopts(t *testing.T) {
 		pg := adopting(testCluster(t))
 		h := newHarness(t, []*v1.Postgresql{pg}, zalandoObjects(pg)...)
 		err := h.ensure(t, pg)
-		if !errors.Is(err, ErrWaiting) {
-			t.Fatalf("first ensure: %v, want the adoption's ErrWaiting", err)
+		if !errors.Is(err, act.ErrWaiting) {
+			t.Fatalf("first ensure: %v, want the adoption's act.ErrWaiting", err)
 		}
 		want := []string{
 			"create secrets foo-user.acid-minimal-cluster.credentials.postgresql.pgloop.dev",
@@ -211,8 +212,8 @@ func TestEnsureAdoptsAfterAPlainApply(t *testing.T) {
 		if h.cache != nil {
 			h.cache.sync()
 		}
-		if err := h.ensure(t, pg); !errors.Is(err, ErrWaiting) {
-			t.Fatalf("ensure with the annotation: %v, want the adoption's ErrWaiting", err)
+		if err := h.ensure(t, pg); !errors.Is(err, act.ErrWaiting) {
+			t.Fatalf("ensure with the annotation: %v, want the adoption's act.ErrWaiting", err)
 		}
 		s, err := h.kube.CoreV1().Secrets(pg.Namespace).Get(context.Background(), cluster.SecretName(cluster.SuperuserName, pg.Name), metav1.GetOptions{})
 		if err != nil || string(s.Data[cluster.SecretPasswordKey]) != "zalando-postgres" {

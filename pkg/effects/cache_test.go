@@ -28,6 +28,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
@@ -457,7 +458,7 @@ func TestCacheResyncMakesNoCalls(t *testing.T) {
 			if err := h.eff.Ensure(ctx, key, EnsureOptions{}); err != nil {
 				t.Fatalf("ensure: %v", err)
 			}
-			if err := h.eff.RecordEvents(ctx, key, []Record{{Reason: "Resync"}}); err != nil {
+			if err := h.eff.RecordEvents(ctx, key, []act.Record{{Reason: "Resync"}}); err != nil {
 				t.Fatalf("events: %v", err)
 			}
 			if calls := h.kubeCalls(); len(calls) != 0 {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
@@ -156,7 +157,7 @@ func (r *run) keepSecrets(ctx context.Context, pg *v1.Postgresql) error {
 			continue
 		}
 		s.OwnerReferences = refs
-		if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: act.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("keep secret %s of postgresql %s: %w", s.Name, r.key, err)
 		}
 		r.log.WithFields(logrus.Fields{"kind": "secret", "name": s.Name}).Info("kept (volume retention Retain)")
@@ -431,7 +432,7 @@ func dropOwner[T cluster.Object](ctx context.Context, r *run, c sharedClient[T],
 			return nil
 		}
 		out, _, _ := withoutClusterOwners(cur)
-		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: act.FieldManager})
 		switch {
 		case err == nil:
 			r.log.WithFields(logrus.Fields{"kind": kind, "name": name}).Info("owner references of clusters removed")
@@ -457,7 +458,7 @@ func (r *run) removeFinalizer(ctx context.Context, pg *v1.Postgresql) error {
 		}
 		upd := pg.DeepCopy()
 		upd.Finalizers = slices.DeleteFunc(upd.Finalizers, func(f string) bool { return f == cluster.Finalizer })
-		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err := r.postgresqls().Update(ctx, upd, metav1.UpdateOptions{FieldManager: act.FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer removed")

@@ -15,22 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
-	"github.com/pgloop/pgloop/pkg/patroni"
-	"github.com/pgloop/pgloop/pkg/pgsql"
 )
-
-// FieldManager names pgloop in the managedFields of what it writes: every
-// create, update and patch (status included) carries it, so
-// `kubectl get --show-managed-fields` tells the fields pgloop owns from
-// those of users and other controllers. (A delete has no field manager.)
-const FieldManager = "pgloop"
 
 // HeadlessClass is the write class (eventloop.WithWriteClass) of a
 // headless Service's writes.
@@ -42,12 +34,6 @@ const HeadlessClass = "headless"
 // whole.
 const maxAttempts = 5
 
-// ErrWaiting is wrapped by the errors of effects that mean "not yet"
-// rather than "failed": the effect waits for something the cluster's
-// watches will report (pods terminating, a StatefulSet being deleted), and
-// is to be asked for again then, not backed off from.
-var ErrWaiting = errors.New("waiting")
-
 // ErrNotControlled is returned, wrapped, when the StatefulSet, a Service or
 // the PodDisruptionBudget of a cluster already exists and is not controlled
 // by that cluster: pgloop never takes over an object someone else made. (A
@@ -57,23 +43,8 @@ var ErrNotControlled = errors.New("exists and is not controlled by postgresql")
 // ErrPodsTerminating is returned, wrapped, by Cleanup while pods of the
 // cluster still exist. Patroni re-creates its ConfigMaps as long as it
 // runs, so they are deleted, and the finalizer removed, only once the pods
-// are gone; until then the cleanup is retried. It wraps ErrWaiting.
-var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", ErrWaiting)
-
-// Pod is a pod to replace, with its UID, and the data volume claim to
-// delete with it when Claim is set (a claim that never bound, so the
-// StatefulSet controller re-creates it from its current template).
-type Pod struct {
-	Name, UID       string
-	Claim, ClaimUID string
-}
-
-// Record is a Kubernetes Event to record on a cluster's resource.
-type Record struct {
-	Warning bool
-	Reason  string
-	Message string
-}
+// are gone; until then the cleanup is retried. It wraps act.ErrWaiting.
+var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", act.ErrWaiting)
 
 // Options configure Effects.
 type Options struct {
@@ -94,17 +65,6 @@ type Options struct {
 	// ensure that finds the cached StatefulSet matching it builds none.
 	// Nil means every ensure builds it. It must build with Build.
 	Desired DesiredStatefulSets
-	// SQL bounds the connections and statements to PostgreSQL.
-	SQL pgsql.Options
-	// ObserveSQL, when set, counts SQL statements by cluster key and
-	// outcome (ok, error, timeout).
-	ObserveSQL func(key, outcome string)
-	// Patroni is the client of Patroni's REST API; nil means one with
-	// the default timeout.
-	Patroni *patroni.Client
-	// RestartTimeout bounds a member's restart (Patroni waits for
-	// PostgreSQL to come back up that long).
-	RestartTimeout time.Duration
 	// Now tells the time the memo of the shared objects ages by; nil
 	// means time.Now. The simulation (test/sim) passes its clock, on which
 	// hours pass in a second.
@@ -127,14 +87,13 @@ type DesiredStatefulSets interface {
 	KnownStatefulSet(pg *v1.Postgresql) (cluster.StatefulSetSummary, bool)
 }
 
-// Effects are the calls that carry out the state machine's plans (to the
-// Kubernetes API, over SQL, to Patroni), one method per effect, each for
+// Effects are the calls that carry out the state machine's plans in the
+// Kubernetes API, one method per effect, each for
 // the cluster key ("namespace/name"). The effects that bring something to
 // the spec write only what differs, so that a periodic resync of a cluster
 // that did not change writes nothing; with a Cache they read nothing from
-// the API either, as long as the cache is current. RecordEvents,
-// RestartMembers and Switchover act rather than converge (see the package
-// comment). It is safe for concurrent use: plans of different clusters run
+// the API either, as long as the cache is current. RecordEvents acts
+// rather than converges (see the package comment). It is safe for concurrent use: plans of different clusters run
 // at once.
 type Effects struct {
 	kube   kubernetes.Interface
@@ -153,11 +112,6 @@ type Effects struct {
 	serial   bool
 	// retain is Options.VolumeRetention.
 	retain v1.VolumeRetention
-
-	sql            pgsql.Options
-	observeSQL     func(key, outcome string)
-	patroni        *patroni.Client
-	restartTimeout time.Duration
 }
 
 // New returns the Effects that act through kube (built-in objects),
@@ -171,17 +125,12 @@ func New(kube kubernetes.Interface, pg pgclient.Interface, rec record.EventRecor
 	if opts.Random != nil {
 		random = &lockedReader{r: opts.Random}
 	}
-	pc := opts.Patroni
-	if pc == nil {
-		pc = &patroni.Client{}
-	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	return &Effects{kube: kube, pg: pg, rec: rec, build: opts.Build, random: random, log: log,
-		cache: opts.Cache, desired: opts.Desired, now: now, serial: opts.Serial, retain: opts.VolumeRetention,
-		sql: opts.SQL, observeSQL: opts.ObserveSQL, patroni: pc, restartTimeout: opts.RestartTimeout}
+		cache: opts.Cache, desired: opts.Desired, now: now, serial: opts.Serial, retain: opts.VolumeRetention}
 }
 
 // lockedReader serialises the reads of a random source shared by the
@@ -231,7 +180,7 @@ func (e *Effects) Ensure(ctx context.Context, key string, opts EnsureOptions) er
 // ReplacePods deletes pods of the cluster, each with its claim when one is
 // named, for the StatefulSet controller to re-create them from the current
 // template.
-func (e *Effects) ReplacePods(ctx context.Context, key string, pods []Pod) error {
+func (e *Effects) ReplacePods(ctx context.Context, key string, pods []act.Pod) error {
 	r, err := e.run(key)
 	if err != nil {
 		return err
@@ -262,7 +211,7 @@ func (e *Effects) Cleanup(ctx context.Context, key string) error {
 // RecordEvents records events on the cluster's resource. Recording never
 // fails, even with ctx done: it fails only for a key that is not
 // "namespace/name".
-func (e *Effects) RecordEvents(ctx context.Context, key string, events []Record) error {
+func (e *Effects) RecordEvents(ctx context.Context, key string, events []act.Record) error {
 	r, err := e.run(key)
 	if err != nil {
 		return err
@@ -273,12 +222,9 @@ func (e *Effects) RecordEvents(ctx context.Context, key string, events []Record)
 
 // run returns the run of one effect on the cluster key.
 func (e *Effects) run(key string) (*run, error) {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err == nil && (ns == "" || name == "") {
-		err = errors.New("want namespace/name")
-	}
+	ns, name, err := act.SplitKey(key)
 	if err != nil {
-		return nil, fmt.Errorf("cluster key %q: %w", key, err)
+		return nil, err
 	}
 	return &run{Effects: e, key: key, ns: ns, name: name, log: e.log.WithField("cluster", key)}, nil
 }
@@ -330,7 +276,7 @@ func (r *run) getCluster(ctx context.Context, fresh bool) (*v1.Postgresql, error
 // replacePods deletes pods so the StatefulSet controller re-creates them
 // from the current template, each with the claim named with it (one that
 // never bound). Every pod is tried; the first error is returned.
-func (r *run) replacePods(ctx context.Context, pods []Pod) error {
+func (r *run) replacePods(ctx context.Context, pods []act.Pod) error {
 	var first error
 	for _, pod := range pods {
 		if err := r.replacePod(ctx, pod); err != nil && first == nil {
@@ -346,7 +292,7 @@ func (r *run) replacePods(ctx context.Context, pods []Pod) error {
 // (Conflict), the work is done. The claim's deletion completes once the
 // pod is gone (the apiserver's claim protection); the StatefulSet
 // controller waits for it before it creates the claim anew.
-func (r *run) replacePod(ctx context.Context, pod Pod) error {
+func (r *run) replacePod(ctx context.Context, pod act.Pod) error {
 	core := r.kube.CoreV1()
 	if err := r.deleteObject(ctx, "pod", pod.Name, core.Pods(r.ns).Delete, withUID(pod.UID)); err != nil {
 		return err
@@ -369,7 +315,7 @@ func (r *run) nudge(ctx context.Context, version string) error {
 	name := cluster.StatefulSetName(r.name)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, cluster.AnnotationQuotaSeen, version)
 	_, err := r.kube.AppsV1().StatefulSets(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch),
-		metav1.PatchOptions{FieldManager: FieldManager})
+		metav1.PatchOptions{FieldManager: act.FieldManager})
 	switch {
 	case err == nil:
 		r.log.WithField("quotas", version).Info("nudged the statefulset: the namespace's quotas changed")
@@ -385,7 +331,7 @@ func (r *run) nudge(ctx context.Context, version string) error {
 // are facts of transitions already made, so they are recorded even when
 // the plan was cancelled. The resource's UID lets `kubectl describe` find
 // them: one read (of the cache, when there is one) is tried for it.
-func (r *run) recordEvents(ctx context.Context, events []Record) {
+func (r *run) recordEvents(ctx context.Context, events []act.Record) {
 	if r.uid == "" && ctx.Err() == nil {
 		if _, err := r.getCluster(ctx, false); err != nil {
 			r.log.WithError(err).Debug("events recorded without the resource's UID")

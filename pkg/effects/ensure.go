@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
@@ -203,7 +204,7 @@ func (r *run) secretOfEarlier(pg *v1.Postgresql, name string) error {
 		return nil
 	}
 	return fmt.Errorf("secret %s belongs to an earlier postgresql %s (uid %s), deleted: waiting for the garbage collector (%w)",
-		name, r.key, ref.UID, ErrWaiting)
+		name, r.key, ref.UID, act.ErrWaiting)
 }
 
 // ensureStatefulSet creates the StatefulSet of pg, or updates it. The
@@ -222,7 +223,7 @@ func (r *run) ensureStatefulSet(ctx context.Context, pg *v1.Postgresql) error {
 				return nil, false, err
 			}
 			if cur.DeletionTimestamp != nil {
-				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, ErrWaiting)
+				return nil, false, fmt.Errorf("statefulset %s is being re-created (%w)", cur.Name, act.ErrWaiting)
 			}
 			want := sts
 			change := cluster.Compare(cur, want)
@@ -374,7 +375,7 @@ func (r *run) recreateStatefulSet(ctx context.Context, cur *appsv1.StatefulSet, 
 	}
 	r.log.WithFields(logrus.Fields{"statefulset": cur.Name, "storageClass": class}).
 		Info("deleted the statefulset, its pods orphaned, to re-create it with a new volume claim template")
-	return fmt.Errorf("statefulset %s is being re-created for its volume claim template (storage class %s) (%w)", cur.Name, class, ErrWaiting)
+	return fmt.Errorf("statefulset %s is being re-created for its volume claim template (storage class %s) (%w)", cur.Name, class, act.ErrWaiting)
 }
 
 // ensureShared ensures the ServiceAccount, Role and RoleBinding that the
@@ -508,7 +509,7 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 			return err
 		}
 		if !found {
-			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: FieldManager})
+			_, err := c.Create(ctx, desired, metav1.CreateOptions{FieldManager: act.FieldManager})
 			switch {
 			case err == nil:
 				log.Info("created")
@@ -528,7 +529,7 @@ func ensureObject[T cluster.Object](ctx context.Context, r *run, c objectClient[
 		if err != nil || !write {
 			return err
 		}
-		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = c.Update(ctx, out, metav1.UpdateOptions{FieldManager: act.FieldManager})
 		if err == nil {
 			log.Info("updated")
 			return nil
@@ -595,7 +596,7 @@ func (r *run) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1.Postgres
 		if err != nil {
 			return nil, fmt.Errorf("add finalizer to postgresql %s: %w", r.key, err)
 		}
-		out, err := r.postgresqls().Patch(ctx, r.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		out, err := r.postgresqls().Patch(ctx, r.name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: act.FieldManager})
 		switch {
 		case err == nil:
 			r.log.Info("finalizer added")
@@ -691,7 +692,7 @@ func (r *run) growVolumes(ctx context.Context, pg *v1.Postgresql) error {
 			return err
 		}
 		patch := fmt.Sprintf(`{"spec":{"resources":{"requests":{%q:%q}}}}`, corev1.ResourceStorage, want.String())
-		_, err := claims.Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+		_, err := claims.Patch(ctx, pvc.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: act.FieldManager})
 		if err != nil {
 			return fmt.Errorf("resize persistentvolumeclaim %s from %s to %s: %w", pvc.Name, have.String(), want.String(), err)
 		}

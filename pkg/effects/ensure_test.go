@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/eventloop"
@@ -252,7 +253,7 @@ func TestEnsureSecretOfEarlierCluster(t *testing.T) {
 		Labels: cluster.Labels(pg), OwnerReferences: []metav1.OwnerReference{cluster.OwnerReference(earlier)}}}
 	h := newCachedHarness(t, []*v1.Postgresql{pg}, existing)
 	err := h.ensure(t, pg)
-	if !errors.Is(err, ErrWaiting) || !strings.Contains(err.Error(), "earlier postgresql") {
+	if !errors.Is(err, act.ErrWaiting) || !strings.Contains(err.Error(), "earlier postgresql") {
 		t.Fatalf("ensure: %v, want a wait for the garbage collector", err)
 	}
 	_, err = h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), cluster.StatefulSetName(pg.Name), metav1.GetOptions{})
@@ -572,7 +573,7 @@ func TestEnsureStorageClassChange(t *testing.T) {
 		})
 		h.kube.ClearActions()
 		err = h.ensure(t, fixed)
-		if !errors.Is(err, ErrWaiting) || !strings.Contains(err.Error(), `storage class fast`) {
+		if !errors.Is(err, act.ErrWaiting) || !strings.Contains(err.Error(), `storage class fast`) {
 			t.Fatalf("ensure = %v, want a wait for the StatefulSet's re-creation", err)
 		}
 		if deleteOpts == nil || deleteOpts.PropagationPolicy == nil || *deleteOpts.PropagationPolicy != metav1.DeletePropagationOrphan ||

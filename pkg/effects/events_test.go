@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -31,7 +32,7 @@ func (r *uidRecorder) Event(obj runtime.Object, typ, reason, msg string) {
 func TestEvents(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := testCluster(t)
-		events := []Record{
+		events := []act.Record{
 			{Reason: "Running", Message: "Creating -> Running on podsReady"},
 			{Warning: true, Reason: "Degraded", Message: "Running -> Degraded: 50% of pods lost"},
 		}

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	pgfake "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/fake"
@@ -122,8 +123,8 @@ func wantFieldManager(t *testing.T) k8stesting.ReactionFunc {
 		default:
 			return false, nil, nil
 		}
-		if got != FieldManager && got != someoneElse {
-			t.Errorf("%s %s %s: field manager %q, want %q", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), got, FieldManager)
+		if got != act.FieldManager && got != someoneElse {
+			t.Errorf("%s %s %s: field manager %q, want %q", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), got, act.FieldManager)
 		}
 		return false, nil, nil
 	}
@@ -209,12 +210,12 @@ func effectsOf(eff *Effects, status *v1.PostgresqlStatus) map[string]func(contex
 		"status": func(ctx context.Context, key string) error { return eff.WriteStatus(ctx, key, status) },
 		"ensure": func(ctx context.Context, key string) error { return eff.Ensure(ctx, key, EnsureOptions{}) },
 		"replacePods": func(ctx context.Context, key string) error {
-			return eff.ReplacePods(ctx, key, []Pod{{Name: "acid-minimal-cluster-0", UID: "u"}})
+			return eff.ReplacePods(ctx, key, []act.Pod{{Name: "acid-minimal-cluster-0", UID: "u"}})
 		},
 		"nudge":   func(ctx context.Context, key string) error { return eff.Nudge(ctx, key, "q1") },
 		"cleanup": eff.Cleanup,
 		"events": func(ctx context.Context, key string) error {
-			return eff.RecordEvents(ctx, key, []Record{{Reason: "Running"}})
+			return eff.RecordEvents(ctx, key, []act.Record{{Reason: "Running"}})
 		},
 	}
 }

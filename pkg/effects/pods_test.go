@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
@@ -29,21 +30,21 @@ func TestReplacePod(t *testing.T) {
 		tests := []struct {
 			name     string
 			existing []runtime.Object
-			replace  []Pod
+			replace  []act.Pod
 			// wantGone and wantKept name the objects deleted and left.
 			wantGone, wantKept []string
 		}{
 			{name: "deletes the pod", existing: []runtime.Object{pod(p1, "u1")},
-				replace: []Pod{{Name: p1, UID: "u1"}}, wantGone: []string{p1}},
+				replace: []act.Pod{{Name: p1, UID: "u1"}}, wantGone: []string{p1}},
 			{name: "stale UID: already replaced", existing: []runtime.Object{pod(p1, "u2")},
-				replace: []Pod{{Name: p1, UID: "u1"}}, wantKept: []string{p1}},
-			{name: "pod gone", replace: []Pod{{Name: p1, UID: "u1"}}},
+				replace: []act.Pod{{Name: p1, UID: "u1"}}, wantKept: []string{p1}},
+			{name: "pod gone", replace: []act.Pod{{Name: p1, UID: "u1"}}},
 			{name: "several pods at once", existing: []runtime.Object{pod(p0, "u0"), pod(p1, "u1")},
-				replace: []Pod{{Name: p0, UID: "u0"}, {Name: p1, UID: "u1"}}, wantGone: []string{p0, p1}},
+				replace: []act.Pod{{Name: p0, UID: "u0"}, {Name: p1, UID: "u1"}}, wantGone: []string{p0, p1}},
 			{name: "a pod and its claim", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c1")},
-				replace: []Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1, c1}},
+				replace: []act.Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1, c1}},
 			{name: "a claim already replaced is left", existing: []runtime.Object{pod(p1, "u1"), claim(c1, "c2")},
-				replace: []Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1}, wantKept: []string{c1}},
+				replace: []act.Pod{{Name: p1, UID: "u1", Claim: c1, ClaimUID: "c1"}}, wantGone: []string{p1}, wantKept: []string{c1}},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -37,7 +38,7 @@ func (r *run) writeStatus(ctx context.Context, status *v1.PostgresqlStatus) erro
 		}
 		// pg is this call's own copy.
 		pg.Status = *status.DeepCopy()
-		_, err = r.postgresqls().UpdateStatus(ctx, pg, metav1.UpdateOptions{FieldManager: FieldManager})
+		_, err = r.postgresqls().UpdateStatus(ctx, pg, metav1.UpdateOptions{FieldManager: act.FieldManager})
 		switch {
 		case err == nil:
 			if r.cache != nil {

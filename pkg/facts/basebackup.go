@@ -34,6 +34,7 @@ func (d *Deriver) backupFacts(s *derived, pg *v1.Postgresql, objs observed.Clust
 			f.RequestType = t
 		}
 	}
+	f.Drill = pg.Spec.Backup != nil && pg.Spec.Backup.RestoreDrill
 	f.Report = objs.Backup
 	return f
 }

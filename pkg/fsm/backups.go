@@ -41,15 +41,19 @@ const firstBackupRetry = time.Hour
 
 // backups runs the cluster's base backups (docs/backups.md): it starts one
 // when the schedule, a request (the pgloop.dev/backup-requested-at
-// annotation) or a repository with no backup asks, by writing it to
-// status.backup.running, where the archive checks (pkg/archiving) find it
-// and start it on the primary, off the loop; it records how it ended from
-// their report, or gives up at its deadline. It runs after archiving,
-// which keeps status.backup's repository and archiving.
+// annotation) or a repository with no backup asks: it records the run in
+// status.backup.running and asks the plan to start it on the primary
+// (Plan.StartBackup, a step that returns once the run is under way). The
+// archive checks (pkg/archiving) read how it goes there and report it; a
+// report that the primary shows no trace of the run (its start failed, or
+// the primary changed since) asks for its start again. It records how the
+// run ended from their report, or gives up at its deadline. It runs after
+// archiving, which keeps status.backup's repository and archiving.
 func (m *Machine) backups() {
 	st, c := &m.st, &m.eng.call
 	f := &c.facts
 	if st.Backup == nil || f.Repository == "" {
+		m.out.backup = nil
 		m.cancelTimer(TimerBackup)
 		m.cancelTimer(TimerBackupDeadline)
 		if meta.FindStatusCondition(st.Conditions, v1.ConditionLastBackupSucceeded) != nil {
@@ -70,10 +74,18 @@ func (m *Machine) backups() {
 			m.backupEnded(&b, rep)
 		case !now.Before(r.Deadline.Time):
 			msg := fmt.Sprintf("did not end within %s of its start", r.Deadline.Sub(r.StartedAt.Time).Round(time.Second))
-			if rep != nil && rep.ID == r.ID && rep.Message != "" {
+			switch {
+			case rep != nil && rep.ID == r.ID && rep.Message != "":
 				msg += ": " + rep.Message
+			case m.out.backupErr != "":
+				msg += ": it could not be started: " + m.out.backupErr
 			}
 			m.backupEnded(&b, &v1.BackupReport{ID: r.ID, Done: true, Failed: true, Message: msg})
+		case rep != nil && rep.ID == r.ID && rep.NotStarted && !rep.CheckedAt.Time.Equal(m.out.backupSeen):
+			// The primary shows no trace of it: its start failed, or
+			// another pod leads now. Once per report.
+			m.out.backupSeen = rep.CheckedAt.Time
+			m.startBackup(r)
 		}
 	}
 
@@ -99,7 +111,18 @@ func (m *Machine) backups() {
 				StartedAt: metav1.NewTime(now), Deadline: metav1.NewTime(ceilSecond(now.Add(timeout)))}
 			c.records = append(c.records, Record{Reason: ReasonBackupStarted,
 				Message: fmt.Sprintf("%s backup %s started (%s)", typ, b.Running.ID, reason)})
+			m.startBackup(b.Running)
 		}
+	}
+	// A start carried on the plans is for the run status names, until a
+	// report shows that run under way on the primary.
+	switch r, rep := b.Running, f.Backup.Report; {
+	case r == nil:
+		m.out.backup, m.out.backupErr = nil, ""
+	case m.out.backup != nil && m.out.backup.ID != r.ID:
+		m.out.backup = nil
+	case rep != nil && rep.ID == r.ID && !rep.NotStarted && rep.Message == "":
+		m.out.backup, m.out.backupErr = nil, ""
 	}
 
 	// The schedule: a backup due while another runs is skipped.
@@ -107,11 +130,19 @@ func (m *Machine) backups() {
 
 	if !backupEqual(&b, st.Backup) {
 		st.Backup = &b
-		// At once: the archive checks start a backup once status shows it.
+		// At once: the plan that starts a run writes it first, and the
+		// archive checks read a run once status shows it.
 		m.out.changed()
 	}
 	m.armBackupTimer(TimerBackup, b.NextScheduled != nil, func() time.Time { return b.NextScheduled.Time.Time })
 	m.armBackupTimer(TimerBackupDeadline, b.Running != nil, func() time.Time { return b.Running.Deadline.Time })
+}
+
+// startBackup asks the next plans to start run on the primary, with what
+// the same run does after the backup: verify (the operator's
+// --backup-verify) and the restore drill (the spec's).
+func (m *Machine) startBackup(run *v1.BackupRun) {
+	m.out.backup = &BackupStart{ID: run.ID, Verify: m.cfg.BackupVerify, Drill: m.eng.call.facts.Backup.Drill}
 }
 
 // backupEnded records how the running backup ended, from rep.

@@ -28,6 +28,9 @@ type Config struct {
 	// BackupTimeout is how long a base backup may run before pgloop
 	// gives up on it. 0 means 6 hours.
 	BackupTimeout time.Duration
+	// BackupVerify has every base backup run verify the repository with
+	// pgBackRest after a backup that succeeded (Plan.StartBackup.Verify).
+	BackupVerify bool
 	// PasswordRotation rotates, on schedule, the passwords of every user
 	// of spec.users and of the prepared databases' default users, as
 	// zalando's enable_password_rotation; the spec's lists rotate theirs
@@ -53,6 +56,7 @@ func DefaultConfig() Config {
 		LossGrace:     10 * time.Second,
 		StatusDelay:   time.Second,
 		BackupTimeout: 6 * time.Hour,
+		BackupVerify:  true,
 
 		PasswordRotationInterval:      90 * 24 * time.Hour,
 		PasswordRotationUserRetention: 180 * 24 * time.Hour,

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -187,18 +188,9 @@ type Switchover struct {
 	From, To string
 }
 
-// PodRef names one pod; the UID makes its deletion a precondition on that
-// very pod, not a successor with the same name.
-type PodRef struct {
-	Name string
-	UID  string
-	// Claim and ClaimUID, when set, name the pod's data volume claim, to
-	// be deleted with it: a claim that never bound (it holds no data) and
-	// asks for another StorageClass than the StatefulSet's, so the
-	// StatefulSet controller re-creates it from its current template.
-	Claim    string
-	ClaimUID string
-}
+// PodRef names one pod, its UID a precondition on that very pod
+// (act.Pod, shared with the actors).
+type PodRef = act.Pod
 
 // toReplace returns the pods of f.Replace the machine has not asked to
 // replace yet (Memory.Replaced).
@@ -315,6 +307,9 @@ type BackupFacts struct {
 	// when unset; RequestType the type it asks for (full unless the
 	// pgloop.dev/backup-type annotation says otherwise).
 	Request, RequestType string
+	// Drill asks for a restore drill after each backup that succeeded
+	// (spec.backup.restoreDrill).
+	Drill bool
 	// Report is what the archive checks found of status.backup.running,
 	// nil until they looked.
 	Report *v1.BackupReport

@@ -12,11 +12,11 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// adoptBootstrap records as applied what Patroni's bootstrap makes, when
+// acceptBootstrap records as applied what Patroni's bootstrap makes, when
 // nothing was ever applied (Facts.Want.Bootstrap): no users nor databases,
 // and, while Creating, the configuration the StatefulSet bootstraps with.
 // Such a cluster needs no SQL or Patroni call.
-func (m *Machine) adoptBootstrap() {
+func (m *Machine) acceptBootstrap() {
 	st, f := &m.st, &m.eng.call.facts
 	switch st.State {
 	case Creating, Running, Updating, Degraded:

@@ -141,55 +141,36 @@ func (m *Machine) Handle(in Input, f Facts, now time.Time) Result {
 	case Signal:
 		m.out.signalled(m.work())
 	}
-	// Then, in this order (each step reads what the ones before wrote):
-	// forget the restarts and the switchover the facts show done (outbox.go);
-	m.out.keep(c.facts.PendingRestart, c.facts.Primary)
-	// take what Patroni's bootstrap made as applied, so that the guards of
-	// fireObserved see a fresh cluster in sync (indatabase.go);
-	m.adoptBootstrap()
-	// follow the primary Patroni names (primary.go);
-	m.notePrimary()
-	// fire the fact-driven events whose guards hold (Pending → Creating →
-	// Running at most);
-	m.fireObserved()
-	// again: fireObserved may have entered a state where the bootstrap is
-	// adopted (Pending → Creating);
-	m.adoptBootstrap()
-	// ask for the StatefulSet's nudge when the namespace's quotas changed;
-	m.noteNudge()
-	// resume the poolers a switchover paused, once it reported (pause.go);
-	m.notePause()
-	// plan the roles' and the configuration's sync, or record it done
-	// (indatabase.go);
-	m.noteInDatabase()
-	// give a Running cluster that lost a Ready pod or its primary its grace
-	// before Degraded, or end it (grace.go);
-	m.graceLoss()
-	// take, keep or give back a slot of the rollout budget (rollout.go);
-	m.noteRollout()
-	// wait for the maintenance window, or stop waiting (rollout.go);
-	m.noteWindow()
-	// write the conditions, reason and message status shows (project.go);
-	m.project()
-	// and make the plan: status write, effects, timers, urgency (plan.go).
+	// Then the input steps, in order (pipeline.go), and the plan:
+	// status write, effects, timers, urgency (plan.go).
+	for _, step := range inputSteps {
+		step.run(m)
+	}
 	return m.finish(epoch)
 }
 
 // planDone accounts for a plan's result. It reports false when the result
 // is stale: a newer plan carries everything this one did.
 func (m *Machine) planDone(id uint64, err error) bool {
+	var part *PartError
+	if errors.As(err, &part) && part.Part == PartBackup {
+		// A backup's start is the plan's last effect: every other one
+		// succeeded, and its failure fails none of them. The archive
+		// checks' next report that the primary shows no trace of the
+		// run asks for it again; its deadline ends it (backups.go).
+		m.out.backupErr, err, part = part.Err.Error(), nil, nil
+	}
 	r := m.out.report(id, err)
 	if r.stale {
 		return false
 	}
-	if r.resumed {
-		m.resumed()
+	if r.poolersResumed {
+		m.poolersResumed()
 	}
 	if r.written && m.st.State == Invalid {
 		// Invalid retries nothing but the status write.
 		m.resetRetry()
 	}
-	var part *PartError
 	if r.outcome == waiting || r.outcome == failed {
 		errors.As(err, &part)
 		// The roles are synced before the configuration is applied: a

@@ -3,6 +3,7 @@ package fsm
 import (
 	"errors"
 	"slices"
+	"time"
 )
 
 // The outbox is what a Machine remembers of its plans between inputs, beside
@@ -42,7 +43,8 @@ import (
 //     While it is set and the retry timer is pending, no plan is made for
 //     the status alone; the status is not lost meanwhile: held implies dirty
 //     or in flight.
-//  6. replace and nudge ride on every plan until the latest plan reports:
+//  6. replace and nudge (and restart, switchover, resume and backup) ride
+//     on every plan until the latest plan reports:
 //     succeeded, they are done; failed, they are dropped, and the facts ask
 //     for them again later: replaced is forgotten when the next input
 //     begins (forget), so the failing input does not ask again; nudged
@@ -78,6 +80,13 @@ type outbox struct {
 	// resume rides on every plan like switchover while status records a
 	// pause of the poolers and no switchover is asked (pause.go).
 	resume bool
+	// backup rides on every plan like switchover: the base backup run to
+	// start on the primary (backups.go). backupSeen is the time of the
+	// last report that the primary shows no trace of the run, which asked
+	// for it again; backupErr why its last start failed, until it ends.
+	backup     *BackupStart
+	backupSeen time.Time
+	backupErr  string
 	// inDatabase is the in-database work of the latest plan carrying
 	// effects, until it reports: succeeded, it is applied.
 	inDatabase *InDatabase
@@ -253,7 +262,7 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	status = o.dirty || o.statusPlan != 0 || o.deferred
 	o.seq++
 	p = &Plan{ID: o.seq, Ensure: want == ensureWork, Cleanup: want == cleanupWork, ReplacePods: o.replace, Nudge: o.nudge,
-		Restart: o.restart, Switchover: o.switchover, ResumePoolers: o.resume}
+		Restart: o.restart, Switchover: o.switchover, ResumePoolers: o.resume, StartBackup: o.backup}
 	if status {
 		o.statusPlan, o.dirty, o.deferred = p.ID, false, false
 	}
@@ -264,9 +273,10 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 }
 
 // carries reports whether there is a replacement, a nudge, a restart, a
-// switchover or a resume of the poolers to carry on the next plans.
+// switchover, a resume of the poolers or a backup's start to carry on the
+// next plans.
 func (o *outbox) carries() bool {
-	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil || o.resume
+	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil || o.resume || o.backup != nil
 }
 
 // receipt is what the result of a plan means to the machine.
@@ -281,8 +291,8 @@ type receipt struct {
 	// all of it applied when they succeeded, the part before the one
 	// that failed or waits otherwise (PartError).
 	inDatabase *InDatabase
-	// resumed: the plan carried the resume of the poolers and succeeded.
-	resumed bool
+	// poolersResumed: the plan carried the resume of the poolers and succeeded.
+	poolersResumed bool
 }
 
 type outcome uint8
@@ -312,8 +322,8 @@ func (o *outbox) report(id uint64, err error) receipt {
 		if err != nil {
 			o.forget = true
 		}
-		r.resumed = o.resume && err == nil
-		o.replace, o.nudge, o.restart, o.switchover, o.resume = nil, "", nil, nil, false
+		r.poolersResumed = o.resume && err == nil
+		o.replace, o.nudge, o.restart, o.switchover, o.resume, o.backup = nil, "", nil, nil, false, nil
 	}
 	accounted := latest
 	if o.statusPlan != 0 && id == o.statusPlan {

@@ -68,9 +68,9 @@ func (m *Machine) notePause() {
 	m.out.resume = m.st.PoolerPause != nil && !m.pausing()
 }
 
-// resumed removes the record of the pause: a plan carrying the resume
+// poolersResumed removes the record of the pause: a plan carrying the resume
 // succeeded, and nothing that pauses them was asked since.
-func (m *Machine) resumed() {
+func (m *Machine) poolersResumed() {
 	if m.st.PoolerPause == nil || m.pausing() {
 		return
 	}

@@ -1,10 +1,10 @@
 package fsm
 
 import (
-	"errors"
 	"slices"
 	"time"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -36,10 +36,8 @@ type Input struct {
 }
 
 // ErrWaiting is wrapped by effect errors that mean "not yet" rather than
-// "failed" (pods still terminating before a cleanup can finish). The
-// machine then plans the effects again on the next observation, with a
-// retry timer as a safety net, instead of backing off as for a failure.
-var ErrWaiting = errors.New("waiting")
+// "failed" (act.ErrWaiting, shared with the actors).
+var ErrWaiting = act.ErrWaiting
 
 // Plan is the batch of effects a transition asks for. The caller turns it
 // into API calls and runs them off the loop: the status first, then the
@@ -99,6 +97,11 @@ type Plan struct {
 	// resume (PgBouncer RESUME): a switchover paused them
 	// (status.poolerPause, pause.go).
 	ResumePoolers bool
+	// StartBackup asks for the base backup run status.backup.running
+	// names to be started on the primary, with what follows it (verify,
+	// the restore drill): the step starts it detached and returns at
+	// once; the archive checks read how it goes (backups.go).
+	StartBackup *BackupStart
 	// Records are the Kubernetes Events to record on the resource.
 	Records []Record
 }
@@ -117,28 +120,24 @@ type InDatabase struct {
 }
 
 // PartError is an effect failure inside PostgreSQL or Patroni: Part says
-// which (PartRoles or PartConfig), so the machine reports it on that
-// condition.
-type PartError struct {
-	Part string
-	Err  error
-}
+// which (PartRoles, PartConfig or PartBackup), so the machine reports it
+// where it belongs (act.PartError, shared with the actors).
+type PartError = act.PartError
 
 // Parts of the in-database work.
 const (
-	PartRoles  = "roles"
-	PartConfig = "config"
+	PartRoles  = act.PartRoles
+	PartConfig = act.PartConfig
+	PartBackup = act.PartBackup
 )
 
-func (e *PartError) Error() string { return e.Err.Error() }
-func (e *PartError) Unwrap() error { return e.Err }
+// Record is a Kubernetes Event to record on the custom resource
+// (act.Record).
+type Record = act.Record
 
-// Record is a Kubernetes Event to record on the custom resource.
-type Record struct {
-	Warning bool
-	Reason  string
-	Message string
-}
+// BackupStart is a base backup run to start on the primary
+// (act.BackupStart).
+type BackupStart = act.BackupStart
 
 // TimerOp sets or cancels one of the cluster's timers.
 type TimerOp struct {

@@ -38,8 +38,11 @@ func (m *Machine) say(reason, message string) {
 	}
 }
 
-// project copies the observed counts into status and keeps the conditions in
-// line with the state.
+// project copies the observed counts into status and keeps the conditions,
+// the reason and the message in line with the state and the facts; it
+// shows how the backup repository's archiving goes (archiving.go). It
+// decides nothing: what starts work (a backup, a rotation) is a step of its
+// own (pipeline.go).
 func (m *Machine) project() {
 	if m.st.State == Deleted {
 		return
@@ -62,11 +65,9 @@ func (m *Machine) project() {
 	if st.State == Creating || st.State == Updating {
 		m.showCause()
 	}
-	if st.State != Pending && st.State != Invalid && st.State != Deleting {
+	if m.serving() {
 		m.inDatabaseConditions()
 		m.archiving()
-		m.backups()
-		m.passwordRotation()
 		if v := volumesStatus(f); (v != nil || st.Volumes != nil) && !apiequality.Semantic.DeepEqual(v, st.Volumes) {
 			st.Volumes = v
 			m.deferWrite()

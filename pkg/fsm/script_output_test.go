@@ -66,6 +66,19 @@ func (r *runner) output() []string {
 		if sw := p.Switchover; sw != nil {
 			parts = append(parts, "switchover "+sw.From+"->"+sw.To)
 		}
+		if p.ResumePoolers {
+			parts = append(parts, "resume-poolers")
+		}
+		if b := p.StartBackup; b != nil {
+			w := "start-backup " + b.ID
+			if b.Verify {
+				w += " verify"
+			}
+			if b.Drill {
+				w += " drill"
+			}
+			parts = append(parts, w)
+		}
 		if p.Urgent {
 			parts = append(parts, "urgent")
 		}

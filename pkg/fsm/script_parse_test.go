@@ -215,6 +215,18 @@ func parseFacts(words []string) (Facts, error) {
 			f.Backup.Report = r
 		case "backup-running":
 			f.Backup.Report = &v1.BackupReport{ID: v}
+		case "backup-not-started":
+			// ID@checked: the primary shows no trace of run ID, as
+			// the archive checks found at checked (a duration since
+			// the script's start).
+			id, at, _ := strings.Cut(v, "@")
+			d, err := time.ParseDuration(at)
+			if err != nil {
+				return f, fmt.Errorf("backup-not-started=%s: want ID@duration: %w", v, err)
+			}
+			f.Backup.Report = &v1.BackupReport{ID: id, NotStarted: true, CheckedAt: metav1.NewTime(t0.Add(d))}
+		case "backup-drill":
+			f.Backup.Drill = v == "true"
 		case "archive-blocked":
 			f.ArchiveBlocked = v
 		case "archiving":

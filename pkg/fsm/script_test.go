@@ -35,7 +35,7 @@ import (
 //	observe [facts]
 //	fire TIMER [epoch=N] [facts]
 //	    The timer fires, in the current epoch unless given.
-//	done [plan=N] [error="..." | waiting="..."] [part=roles|config] [facts]
+//	done [plan=N] [error="..." | waiting="..."] [part=roles|config|backup] [facts]
 //	    The plan (by default the latest) reports: ok, failed, or waiting
 //	    (an error wrapping ErrWaiting); with part, the error is a
 //	    PartError of the in-database work.
@@ -174,7 +174,7 @@ func (r *runner) run(line string) ([]string, error) {
 	for _, w := range words[1:] {
 		k, v, _ := strings.Cut(w, "=")
 		switch k {
-		case "state", "loss-grace", "status-delay", "inflight", "epoch", "plan", "error", "waiting", "at", "part", "applied-sync", "applied-config":
+		case "state", "loss-grace", "status-delay", "inflight", "epoch", "plan", "error", "waiting", "at", "part", "applied-sync", "applied-config", "backup-verify":
 			args[k] = v
 		default:
 			rest = append(rest, w)
@@ -255,6 +255,7 @@ func (r *runner) start(args map[string]string, rest []string) ([]string, error) 
 	}
 	r.cfg = DefaultConfig()
 	r.cfg.StatusDelay = 0
+	r.cfg.BackupVerify = args["backup-verify"] == "true"
 	for name, d := range map[string]*time.Duration{"loss-grace": &r.cfg.LossGrace, "status-delay": &r.cfg.StatusDelay} {
 		if v, ok := args[name]; ok {
 			var err error

@@ -169,9 +169,6 @@ type Config struct {
 	// spec.backup.retention keep.
 	BackupSchedule      string
 	BackupRetentionFull int32
-	// BackupVerify runs pgBackRest's verify of the repository after each
-	// base backup that succeeded.
-	BackupVerify bool
 	// BackupScheduleSpread spreads the backups of BackupSchedule over
 	// this long, each cluster at its own offset.
 	BackupScheduleSpread time.Duration
@@ -260,7 +257,6 @@ func DefaultConfig() Config {
 		ArchiveStatusPeriod:  archiving.DefaultStatusPeriod,
 		BackupSchedule:       cluster.DefaultBackupSchedule,
 		BackupRetentionFull:  cluster.DefaultBackupRetentionFull,
-		BackupVerify:         true,
 		BackupScheduleSpread: cluster.DefaultBackupScheduleSpread,
 		SQLConnectTimeout:    DefaultSQLConnectTimeout,
 		SQLStatementTimeout:  DefaultSQLStatementTimeout,

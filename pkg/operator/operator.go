@@ -37,6 +37,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
 	pgscheme "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/scheme"
+	"github.com/pgloop/pgloop/pkg/indb"
 	"github.com/pgloop/pgloop/pkg/informers"
 	"github.com/pgloop/pgloop/pkg/metrics"
 	"github.com/pgloop/pgloop/pkg/patroni"
@@ -445,26 +446,27 @@ func runLeader(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, 
 	// One builder configuration for the facts and the effects: the facts
 	// compare the StatefulSet with the one the effects would build.
 	build := cfg.clusterOptions()
-	// The archive checks read the caches and publish what they find to
-	// the facts (pkg/archiving).
-	arch := archiving.New(inf, func(ctx context.Context, ns, name string) (*corev1.Secret, error) {
-		return cl.kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
-	}, notifier, archiving.Options{
+	// The one way into the clusters' PostgreSQL, Patroni and PgBouncer:
+	// the plans' steps there, and the archive checks' reads (pkg/indb).
+	db := indb.New(cl.kube, cl.pg, indb.Options{Build: build, Log: log, Cache: inf,
+		SQL:            pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
+		ObserveSQL:     m.ObserveSQL,
+		Patroni:        &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},
+		RestartTimeout: cfg.RestartTimeout,
+	})
+	// The archive checks read the caches and the primaries, and publish
+	// what they find to the facts (pkg/archiving).
+	arch := archiving.New(inf, db, notifier, archiving.Options{
 		Period: cfg.ArchiveCheckPeriod, StatusPeriod: cfg.ArchiveStatusPeriod, Timeout: cfg.InDatabaseTimeout,
-		SQL:   pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
-		Build: build, Verify: cfg.BackupVerify, Log: log, Observe: m.ObserveArchiveCheck, ObserveSQL: m.ObserveSQL,
+		Build: build, Log: log, Observe: m.ObserveArchiveCheck,
 	})
 	deriver := facts.NewDeriver(build, cfg.Switchover)
 	obs := facts.NewObserver(arch, deriver, clk.Now)
 	// The effects read the informers' caches and only write to the API.
 	eff := effects.New(cl.kube, cl.pg, rec, effects.Options{Build: build, Log: log, Cache: inf, Desired: deriver,
-		SQL:             pgsql.Options{ConnectTimeout: cfg.SQLConnectTimeout, StatementTimeout: cfg.SQLStatementTimeout},
-		ObserveSQL:      m.ObserveSQL,
-		Patroni:         &patroni.Client{Timeout: cfg.PatroniTimeout, Observe: m.ObservePatroni},
-		RestartTimeout:  cfg.RestartTimeout,
 		VolumeRetention: v1.VolumeRetention(cfg.VolumeRetention),
 	})
-	steps := controller.NewStepBuilder(eff, controller.Timeouts{
+	steps := controller.NewStepBuilder(eff, db, controller.Timeouts{
 		InDatabase: cfg.InDatabaseTimeout,
 		// Patroni answers a restart once PostgreSQL is up again, within
 		// its own timeout; the step allows a little more for the call.

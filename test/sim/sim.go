@@ -18,6 +18,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/controller"
@@ -582,7 +583,7 @@ func (s *Sim) startOperator() {
 	deriver := facts.NewDeriver(build, true)
 	eff := effects.New(s.kube, s.pg, &record.FakeRecorder{}, effects.Options{Build: build, Log: entry, Cache: v,
 		Desired: deriver, Random: rand.NewChaCha8(seed), Now: clk.Now, Serial: true})
-	steps := controller.NewStepBuilder(&actor{s: s, real: eff}, controller.Timeouts{})
+	steps := controller.NewStepBuilder(&actor{s: s, real: eff}, &actor{s: s, real: eff}, controller.Timeouts{})
 	ctrl := controller.New(fsm.DefaultConfig(), facts.NewObserver(v, deriver, clk.Now),
 		steps, clk, entry)
 	inc := s.inc
@@ -850,7 +851,7 @@ func (a *actor) Ensure(ctx context.Context, key string, opts effects.EnsureOptio
 	return a.real.Ensure(ctx, key, opts)
 }
 
-func (a *actor) ReplacePods(ctx context.Context, key string, pods []effects.Pod) error {
+func (a *actor) ReplacePods(ctx context.Context, key string, pods []act.Pod) error {
 	if err := a.enter(ctx); err != nil {
 		return err
 	}
@@ -893,6 +894,12 @@ func (a *actor) RestartMembers(ctx context.Context, _ string, _ []string) error 
 // PgBouncer.
 func (a *actor) ResumePoolers(ctx context.Context, _ string) error { return a.enter(ctx) }
 
+// StartBackup has no backup to start: the simulated clusters have no
+// repository.
+func (a *actor) StartBackup(ctx context.Context, _ string, _ act.BackupStart) error {
+	return a.enter(ctx)
+}
+
 func (a *actor) Cleanup(ctx context.Context, key string) error {
 	if err := a.enter(ctx); err != nil {
 		return err
@@ -900,7 +907,7 @@ func (a *actor) Cleanup(ctx context.Context, key string) error {
 	return a.real.Cleanup(ctx, key)
 }
 
-func (a *actor) RecordEvents(ctx context.Context, key string, events []effects.Record) error {
+func (a *actor) RecordEvents(ctx context.Context, key string, events []act.Record) error {
 	if err := a.enter(ctx); err != nil {
 		return err
 	}

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/effects"
 	"github.com/pgloop/pgloop/pkg/events"
 	"github.com/pgloop/pgloop/pkg/fsm"
 	pgclient "github.com/pgloop/pgloop/pkg/generated/clientset/versioned"
@@ -278,7 +278,7 @@ func (w *objectWriter) run(ctx context.Context, c *creation, in fsm.Input) error
 func (w *objectWriter) writeStatus(ctx context.Context, c *creation, status *v1.PostgresqlStatus) error {
 	pg := c.pg.DeepCopy()
 	pg.Status = *status.DeepCopy()
-	out, err := w.pg.PgloopV1().Postgresqls(pg.Namespace).UpdateStatus(ctx, pg, metav1.UpdateOptions{FieldManager: effects.FieldManager})
+	out, err := w.pg.PgloopV1().Postgresqls(pg.Namespace).UpdateStatus(ctx, pg, metav1.UpdateOptions{FieldManager: act.FieldManager})
 	if err != nil {
 		return fmt.Errorf("update status of postgresql %s: %w", c.key, err)
 	}
@@ -342,7 +342,7 @@ func (w *objectWriter) ensure(ctx context.Context, c *creation) error {
 }
 
 // createOptions are pgloop's options of a create.
-var createOptions = metav1.CreateOptions{FieldManager: effects.FieldManager}
+var createOptions = metav1.CreateOptions{FieldManager: act.FieldManager}
 
 // errOf is the error of a write, its object apart.
 func errOf[T any](_ T, err error) error { return err }
@@ -384,7 +384,7 @@ func (w *objectWriter) addFinalizer(ctx context.Context, pg *v1.Postgresql) (*v1
 	if err != nil {
 		return nil, err
 	}
-	out, err := w.pg.PgloopV1().Postgresqls(pg.Namespace).Patch(ctx, pg.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: effects.FieldManager})
+	out, err := w.pg.PgloopV1().Postgresqls(pg.Namespace).Patch(ctx, pg.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: act.FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("add finalizer to postgresql %s/%s: %w", pg.Namespace, pg.Name, err)
 	}

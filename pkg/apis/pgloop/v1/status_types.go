@@ -495,6 +495,10 @@ type BackupReport struct {
 	CheckedAt metav1.Time `json:"checkedAt"`
 	// ID is the run the report is about.
 	ID string `json:"id"`
+	// NotStarted says the primary shows no trace of the run: it was not
+	// started there yet (or on the former primary only), and the state
+	// machine asks for it to be started (again).
+	NotStarted bool `json:"notStarted,omitempty"`
 	// Done says it ended; Failed that it failed (or could not start),
 	// with Message saying why in pgBackRest's words.
 	Done    bool   `json:"done,omitempty"`

@@ -1,4 +1,4 @@
-package archiving
+package indb
 
 import (
 	"strings"

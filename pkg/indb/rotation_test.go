@@ -1,4 +1,4 @@
-package effects
+package indb
 
 import (
 	"context"
@@ -64,7 +64,7 @@ func TestScheduledRotationSecret(t *testing.T) {
 	sec := secretOf("app", "p0", nil)
 	sec.Name, sec.Namespace = name, pg.Namespace
 	h := newHarness(t, []*v1.Postgresql{pg}, sec)
-	r, err := h.eff.run(keyOf(pg))
+	r, err := h.a.run(keyOf(pg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,7 @@
-package effects
+package indb
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,8 +52,8 @@ func TestSwitchoverUnderWay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, []*v1.Postgresql{pg}, tt.pods...)
-			err := h.eff.Switchover(context.Background(), keyOf(pg), pg.Name+"-0", pg.Name+"-1")
-			if tt.waits != errors.Is(err, ErrWaiting) || !tt.waits && err != nil {
+			err := h.a.Switchover(context.Background(), keyOf(pg), pg.Name+"-0", pg.Name+"-1")
+			if tt.waits != isWaiting(err) || !tt.waits && err != nil {
 				t.Errorf("switchover: %v, want waiting %v", err, tt.waits)
 			}
 		})

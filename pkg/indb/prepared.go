@@ -1,6 +1,9 @@
-package effects
+package indb
 
 import (
+	"maps"
+	"slices"
+
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/pgsql"
 )
@@ -40,7 +43,7 @@ func prepared(spec *v1.PostgresqlSpec) (roles []preparedRole, dbs []pgsql.Databa
 			out.Schemas = append(out.Schemas, pgsql.PreparedSchema{Name: s, Owner: p.SchemaOwner(db, s),
 				Privileges: privileges(p.SchemaPrivileges(db, s))})
 		}
-		for _, e := range sortedKeys(p.Extensions) {
+		for _, e := range slices.Sorted(maps.Keys(p.Extensions)) {
 			out.Extensions = append(out.Extensions, pgsql.Extension{Name: e, Schema: string(p.Extensions[e])})
 		}
 		dbs = append(dbs, pgsql.Database{Name: db, Owner: db + v1.PreparedOwnerSuffix})

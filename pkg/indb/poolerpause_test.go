@@ -1,4 +1,4 @@
-package effects
+package indb
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func TestRoutesTo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, []*v1.Postgresql{pg}, tc.objs...)
-			r, err := h.eff.run("ns/db")
+			r, err := h.a.run("ns/db")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestResumePoolersNothingToResume(t *testing.T) {
 	for name, objs := range map[string][]runtime.Object{"no pod": nil, "a pod without IP": {starting}} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, []*v1.Postgresql{pg}, objs...)
-			if err := h.eff.ResumePoolers(context.Background(), "ns/db"); err != nil {
+			if err := h.a.ResumePoolers(context.Background(), "ns/db"); err != nil {
 				t.Errorf("ResumePoolers: %v", err)
 			}
 		})

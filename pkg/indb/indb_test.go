@@ -1,7 +1,6 @@
-package effects
+package indb
 
 import (
-	"errors"
 	"slices"
 	"testing"
 
@@ -39,15 +38,5 @@ func TestPasswords(t *testing.T) {
 	s.Data[cluster.SecretNextPasswordKey] = []byte("new")
 	if got := passwords(s); !slices.Equal(got, []string{"old", "new"}) {
 		t.Errorf("passwords during a rotation = %q", got)
-	}
-}
-
-// TestPartError: the in-database errors say which part failed and keep
-// what they wrap (a wait stays a wait).
-func TestPartError(t *testing.T) {
-	err := error(&PartError{Part: PartConfig, Err: errors.Join(errors.New("pod x: work_mem is 4MB, want 8MB"), ErrWaiting)})
-	var part *PartError
-	if !errors.As(err, &part) || part.Part != PartConfig || !errors.Is(err, ErrWaiting) {
-		t.Errorf("%v: part %+v, waiting %v", err, part, errors.Is(err, ErrWaiting))
 	}
 }

@@ -1,4 +1,4 @@
-package effects
+package indb
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package effects
+package indb
 
 import (
 	"context"
@@ -190,8 +190,8 @@ func (r *run) resumePoolers(ctx context.Context, admins []poolerAdmin, paused ti
 // the machine asks for it after a switchover that paused them
 // (status.poolerPause), until it succeeds. It is idempotent: RESUME of a
 // pooler that is not paused succeeds.
-func (e *Effects) ResumePoolers(ctx context.Context, key string) error {
-	r, err := e.run(key)
+func (a *Actor) ResumePoolers(ctx context.Context, key string) error {
+	r, err := a.run(key)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (e *Effects) ResumePoolers(ctx context.Context, key string) error {
 	}
 	admins, err := r.poolerAdmins(ctx, pg)
 	if err != nil {
-		if errors.Is(err, ErrWaiting) {
+		if isWaiting(err) {
 			// No Secret: no pooler ran with it, none is paused.
 			return nil
 		}
@@ -387,14 +387,14 @@ func (r *run) restartPrimary(ctx context.Context, pg *v1.Postgresql, primary *me
 	if err := r.restartMember(ctx, primary); err != nil {
 		return err
 	}
-	super, err := r.secret(ctx, pg, cluster.SuperuserName)
+	super, err := r.superuser(ctx, pg, "")
 	if err != nil {
 		r.log.WithError(err).Warn("resuming the pooler without checking the restarted primary")
 		return nil
 	}
 	wait, cancel := context.WithTimeout(ctx, RouteTimeout)
 	defer cancel()
-	if err := r.awaitRoute(wait, pg, primary, passwords(super)); err != nil {
+	if err := r.awaitRoute(wait, pg, primary, super); err != nil {
 		r.log.WithError(err).Warn("resuming the pooler anyway")
 	}
 	return nil

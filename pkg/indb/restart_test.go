@@ -1,4 +1,4 @@
-package effects
+package indb
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestRestartOfThePrimaryAsksPatroniFirst(t *testing.T) {
 				Annotations: map[string]string{patroni.StatusAnnotation: `{"conn_url":"postgres://127.0.0.1:1/postgres","api_url":"` +
 					srv.URL + `/patroni","state":"running","role":"master","pending_restart":true}`}}}
 			h := newHarness(t, []*v1.Postgresql{pg}, pod)
-			if err := h.eff.RestartMembers(context.Background(), keyOf(pg), []string{pod.Name}); err != nil {
+			if err := h.a.RestartMembers(context.Background(), keyOf(pg), []string{pod.Name}); err != nil {
 				t.Fatalf("restart: %v", err)
 			}
 			if statuses.Load() != 1 {

@@ -1,0 +1,62 @@
+package fsm
+
+// inputStep is one step every input takes after its own (a timer, a plan's
+// result, a panic, a signal), in Handle: each reads what the ones before
+// wrote. docs/fsm.md lists them (Markdown), so what a reader finds there is
+// what runs.
+type inputStep struct {
+	name string
+	// doc says what the step does, for docs/fsm.md; file is where.
+	doc, file string
+	run       func(m *Machine)
+}
+
+// inputSteps are the steps of every input, in order.
+var inputSteps = []inputStep{
+	{"keep", "forget the restarts and the switchover the facts show done", "outbox.go",
+		func(m *Machine) { m.out.keep(m.eng.call.facts.PendingRestart, m.eng.call.facts.Primary) }},
+	{"acceptBootstrap", "take what Patroni's bootstrap made as applied, so the guards of the fact-driven events see a fresh cluster in sync", "indatabase.go",
+		(*Machine).acceptBootstrap},
+	{"notePrimary", "follow the primary Patroni names (`primaryChanged`)", "primary.go",
+		(*Machine).notePrimary},
+	{"fireObserved", "fire the fact-driven events whose guards hold (Pending → Creating → Running at most)", "machine.go",
+		(*Machine).fireObserved},
+	{"acceptBootstrap", "again: the events may have entered a state where the bootstrap is accepted (Pending → Creating)", "indatabase.go",
+		(*Machine).acceptBootstrap},
+	{"noteNudge", "ask for the StatefulSet's nudge when the namespace's quotas changed", "machine.go",
+		(*Machine).noteNudge},
+	{"notePause", "resume the poolers a switchover or a restart paused, once it reported", "pause.go",
+		(*Machine).notePause},
+	{"noteInDatabase", "plan the sync of roles and databases and the configuration's apply, or record them done", "indatabase.go",
+		(*Machine).noteInDatabase},
+	{"graceLoss", "give a Running cluster that lost a Ready pod or its primary its grace before Degraded, or end it", "grace.go",
+		(*Machine).graceLoss},
+	{"noteRollout", "take, keep or give back a slot of the fleet's rollout budget", "rollout.go",
+		(*Machine).noteRollout},
+	{"noteWindow", "wait for the maintenance window, or stop waiting", "rollout.go",
+		(*Machine).noteWindow},
+	{"project", "show the counts, the conditions, the reason and the message in status, and how the backup repository's archiving goes (status.backup, ContinuousArchiving); it decides nothing", "project.go, archiving.go",
+		(*Machine).project},
+	{"backups", "while the cluster serves: start a base backup the schedule, a request or an empty repository asks for (status.backup.running, and the plan's `startBackup` step, with verify and the restore drill when asked for), ask for its start again when the archive checks find no trace of it on the primary, and record how it ended or give up at its deadline", "backups.go",
+		func(m *Machine) {
+			if m.serving() {
+				m.backups()
+			}
+		}},
+	{"passwordRotation", "while the cluster serves: keep the password rotation's schedule, start a rotation due in Running (status.passwordRotation; the sync the plan carries does it) and record it done", "rotation.go",
+		func(m *Machine) {
+			if m.serving() {
+				m.passwordRotation()
+			}
+		}},
+}
+
+// serving says whether the cluster's state is one where it has, or is
+// getting, pods that serve: not Pending, Invalid, Deleting or Deleted.
+func (m *Machine) serving() bool {
+	switch m.st.State {
+	case Pending, Invalid, Deleting, Deleted:
+		return false
+	}
+	return true
+}
