@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,7 +96,7 @@ func Secrets(pg *v1.Postgresql, random io.Reader) ([]*corev1.Secret, error) {
 // name order, the default users of preparedDatabases in name order, then
 // the connection pooler's role while a pooler is enabled.
 func secretUsers(pg *v1.Postgresql) []string {
-	users := append([]string{SuperuserName, ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
+	users := append([]string{SuperuserName, ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...)
 	users = append(users, pg.Spec.PreparedUsers()...)
 	if pg.Spec.AnyPoolerEnabled() {
 		users = append(users, pg.Spec.PoolerUser())

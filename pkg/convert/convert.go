@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -161,7 +162,7 @@ func convertObject(obj map[string]any, source string) (*Conversion, error) {
 	}
 	c := &Conversion{source: source}
 	out := map[string]any{"apiVersion": v1.SchemeGroupVersion.String(), "kind": v1.PostgresqlKind}
-	for _, k := range sortedKeys(obj) {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		switch k {
 		case "apiVersion", "kind":
 		case "metadata":
@@ -214,7 +215,7 @@ func (c *Conversion) metadata(v any) any {
 		return v
 	}
 	out := map[string]any{}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch {
 		case slices.Contains(serverMetadata, k):
 			c.drop("metadata."+k, "set by the apiserver on the zalando object")
@@ -261,7 +262,7 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 	// A user with null flags is valid for zalando, but the apiserver drops
 	// a null map value, and with it the user.
 	if users, ok := out["users"].(map[string]any); ok {
-		for _, u := range sortedKeys(users) {
+		for _, u := range slices.Sorted(maps.Keys(users)) {
 			if users[u] == nil {
 				users[u] = []any{}
 				c.changed = append(c.changed, "spec.users."+u+": null flags written as [] (the apiserver drops a null value, and the user with it)")
@@ -279,7 +280,7 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 // the cluster: the superuser's, the replication user's, the users' and the
 // connection pooler's while a pooler is on.
 func secretNames(pg *v1.Postgresql) []string {
-	users := append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
+	users := append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...)
 	if pg.Spec.AnyPoolerEnabled() {
 		users = append(users, pg.Spec.PoolerUser())
 	}
@@ -288,13 +289,4 @@ func secretNames(pg *v1.Postgresql) []string {
 		names[i] = cluster.SecretName(u, pg.Name)
 	}
 	return names
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
