@@ -92,11 +92,7 @@ func AdoptedSecret(pg *v1.Postgresql, user string, from *corev1.Secret) (*corev1
 	return credentialsSecret(pg, SecretName(user, pg.Name), name, string(password)), nil
 }
 
-// ErrAdoptionRefused is wrapped by the errors that say why a cluster
-// cannot be adopted. pgloop touches nothing then.
-var ErrAdoptionRefused = v1.ErrAdoptionRefused
-
-// AdoptionRefusal returns an error wrapping ErrAdoptionRefused when the
+// AdoptionRefusal returns an error wrapping v1.ErrAdoptionRefused when the
 // objects found under the cluster's names cannot be taken over, nil when
 // they can. sts is the StatefulSet (nil when there is none); others are
 // the Services, PodDisruptionBudgets, credentials Secrets and volume
@@ -127,7 +123,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == zalandoGroup {
 				return fmt.Errorf("%w: %s %s has an owner reference to the zalando %s %s: "+
 					"stop the zalando operator and delete its postgresql with --cascade=orphan first (docs/migrating.md, Adopt in place)",
-					ErrAdoptionRefused, kind, o.GetName(), ref.Kind, ref.Name)
+					v1.ErrAdoptionRefused, kind, o.GetName(), ref.Kind, ref.Name)
 			}
 		}
 		if _, claim := o.(*corev1.PersistentVolumeClaim); claim {
@@ -135,7 +131,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 		}
 		if ref := metav1.GetControllerOf(o); ref != nil && ref.UID != pg.UID {
 			return fmt.Errorf("%w: %s %s is controlled by %s %s %s: pgloop takes over no object another controller owns",
-				ErrAdoptionRefused, kind, o.GetName(), ref.APIVersion, ref.Kind, ref.Name)
+				v1.ErrAdoptionRefused, kind, o.GetName(), ref.APIVersion, ref.Kind, ref.Name)
 		}
 	}
 	if sts == nil {
@@ -144,7 +140,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 	sel := sts.Spec.Selector
 	if sel == nil || len(sel.MatchExpressions) > 0 || !maps.Equal(sel.MatchLabels, Selector(pg.Name)) {
 		return fmt.Errorf("%w: statefulset %s selects its pods by %s, pgloop by %s, and a selector cannot change",
-			ErrAdoptionRefused, sts.Name, metav1.FormatLabelSelector(sel), metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: Selector(pg.Name)}))
+			v1.ErrAdoptionRefused, sts.Name, metav1.FormatLabelSelector(sel), metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: Selector(pg.Name)}))
 	}
 	return patroniRefusal(pg, sts)
 }
@@ -153,14 +149,14 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 func patroniRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
 	i := slices.IndexFunc(sts.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName })
 	if i < 0 {
-		return fmt.Errorf("%w: statefulset %s has no container %q running Spilo", ErrAdoptionRefused, sts.Name, ContainerName)
+		return fmt.Errorf("%w: statefulset %s has no container %q running Spilo", v1.ErrAdoptionRefused, sts.Name, ContainerName)
 	}
 	env := map[string]string{}
 	for _, e := range sts.Spec.Template.Spec.Containers[i].Env {
 		env[e.Name] = e.Value
 	}
 	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("%w: statefulset %s: %s", ErrAdoptionRefused, sts.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: statefulset %s: %s", v1.ErrAdoptionRefused, sts.Name, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case env["DCS_ENABLE_KUBERNETES_API"] == "":
