@@ -53,8 +53,10 @@ import (
 // credentials Secret.
 const zalandoSecretSuffix = ".credentials.postgresql.acid.zalan.do"
 
-// zalandoGroup is the API group of the zalando operator's postgresql.
-const zalandoGroup = "acid.zalan.do"
+// ZalandoGroup is the API group of the zalando operator's postgresql: an
+// owner reference to it refuses an adoption, and pgloop convert reads its
+// manifests.
+const ZalandoGroup = "acid.zalan.do"
 
 // ZalandoSecretName returns the name of the zalando operator's credentials
 // Secret of a role: like SecretName, under zalando's domain.
@@ -120,7 +122,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 	for _, o := range all {
 		kind := objectKind(o)
 		for _, ref := range o.GetOwnerReferences() {
-			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == zalandoGroup {
+			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == ZalandoGroup {
 				return fmt.Errorf("%w: %s %s has an owner reference to the zalando %s %s: "+
 					"stop the zalando operator and delete its postgresql with --cascade=orphan first (docs/migrating.md, Adopt in place)",
 					v1.ErrAdoptionRefused, kind, o.GetName(), ref.Kind, ref.Name)

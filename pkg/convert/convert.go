@@ -21,12 +21,9 @@ import (
 
 // The zalando postgres-operator's API, which `pgloop convert` reads.
 const (
-	zalandoAPIVersion = "acid.zalan.do/v1"
+	zalandoAPIVersion = cluster.ZalandoGroup + "/v1"
 	zalandoKind       = "postgresql"
 	zalandoListKind   = "postgresqlList"
-	// zalandoSecretSuffix follows <user>.<cluster> in the name of a
-	// zalando credentials Secret.
-	zalandoSecretSuffix = ".credentials.postgresql.acid.zalan.do"
 )
 
 // serverMetadata are the metadata fields the apiserver set on the zalando
@@ -125,10 +122,11 @@ func decodeObject(data []byte) (map[string]any, error) {
 // fields dropped or changed, and the values pgloop's validation refuses.
 // Render turns it into YAML.
 type Conversion struct {
-	source  string // file and document, for messages
-	name    string // metadata.name
-	object  map[string]any
-	secrets []string
+	source string // file and document, for messages
+	name   string // metadata.name
+	object map[string]any
+	// users are the roles pgloop makes a credentials Secret for.
+	users []string
 	// adopt is set by Adopt: the manifest takes over the running cluster.
 	adopt bool
 	notes
@@ -202,7 +200,7 @@ func convertObject(obj map[string]any, source string) (*Conversion, error) {
 	for _, e := range pg.Validate() {
 		c.refused = append(c.refused, e.Error())
 	}
-	c.secrets = secretNames(&pg)
+	c.users = secretUsers(&pg)
 	return c, nil
 }
 
@@ -276,17 +274,13 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 	return out
 }
 
-// secretNames are the names of the credentials Secrets pgloop makes for
-// the cluster: the superuser's, the replication user's, the users' and the
-// connection pooler's while a pooler is on.
-func secretNames(pg *v1.Postgresql) []string {
+// secretUsers are the roles pgloop makes a credentials Secret for: the
+// superuser, the replication user, the users and the connection pooler's
+// while a pooler is on.
+func secretUsers(pg *v1.Postgresql) []string {
 	users := append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...)
 	if pg.Spec.AnyPoolerEnabled() {
 		users = append(users, pg.Spec.PoolerUser())
 	}
-	names := make([]string, len(users))
-	for i, u := range users {
-		names[i] = cluster.SecretName(u, pg.Name)
-	}
-	return names
+	return users
 }
