@@ -75,7 +75,7 @@ func ZalandoCriticalOpPodDisruptionBudgetName(cluster string) string {
 // AdoptedSecretUsers are the roles whose credentials Secret an adoption
 // copies from the zalando one: every role pgloop makes a Secret for.
 func AdoptedSecretUsers(pg *v1.Postgresql) []string {
-	return secretUsers(pg)
+	return SecretUsers(pg)
 }
 
 // AdoptedSecret returns pgloop's credentials Secret of user with the

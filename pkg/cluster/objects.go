@@ -151,7 +151,7 @@ type ObjectNames struct {
 func Names(pg *v1.Postgresql) ObjectNames {
 	n := pg.Name
 	secrets := []string{SecretName(SuperuserName, n), SecretName(ReplicationUserName, n)}
-	for _, user := range secretUsers(pg)[2:] {
+	for _, user := range SecretUsers(pg)[2:] {
 		secrets = append(secrets, SecretName(user, n))
 	}
 	return ObjectNames{

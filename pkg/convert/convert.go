@@ -200,7 +200,7 @@ func convertObject(obj map[string]any, source string) (*Conversion, error) {
 	for _, e := range pg.Validate() {
 		c.refused = append(c.refused, e.Error())
 	}
-	c.users = secretUsers(&pg)
+	c.users = cluster.SecretUsers(&pg)
 	return c, nil
 }
 
@@ -272,15 +272,4 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 			"so the source must be a pgloop cluster that archived there, and clone.uid its metadata.uid; a zalando source's WAL-G backups cannot be read (docs/migrating.md)", clone["cluster"]))
 	}
 	return out
-}
-
-// secretUsers are the roles pgloop makes a credentials Secret for: the
-// superuser, the replication user, the users and the connection pooler's
-// while a pooler is on.
-func secretUsers(pg *v1.Postgresql) []string {
-	users := append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...)
-	if pg.Spec.AnyPoolerEnabled() {
-		users = append(users, pg.Spec.PoolerUser())
-	}
-	return users
 }
