@@ -30,7 +30,7 @@ func (p *Prober) baseBackup(ctx context.Context, pg *v1.Postgresql, run *v1.Back
 		r.Done, r.Failed, r.Message = true, true, msg
 		return r
 	}
-	program, err := cluster.BackupProgram(run.ID, cluster.BackupRun{Retention: cluster.BackupRetention(pg, p.opts.Build),
+	program, err := cluster.BackupProgram(run.ID, cluster.BackupOptions{Retention: cluster.BackupRetention(pg, p.opts.Build),
 		Verify: p.opts.Verify, Drill: pg.Spec.Backup != nil && pg.Spec.Backup.RestoreDrill})
 	if err != nil {
 		return fail(err.Error())
