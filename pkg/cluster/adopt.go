@@ -53,8 +53,10 @@ import (
 // credentials Secret.
 const zalandoSecretSuffix = ".credentials.postgresql.acid.zalan.do"
 
-// zalandoGroup is the API group of the zalando operator's postgresql.
-const zalandoGroup = "acid.zalan.do"
+// ZalandoGroup is the API group of the zalando operator's postgresql: an
+// owner reference to it refuses an adoption, and pgloop convert reads its
+// manifests.
+const ZalandoGroup = "acid.zalan.do"
 
 // ZalandoSecretName returns the name of the zalando operator's credentials
 // Secret of a role: like SecretName, under zalando's domain.
@@ -73,7 +75,7 @@ func ZalandoCriticalOpPodDisruptionBudgetName(cluster string) string {
 // AdoptedSecretUsers are the roles whose credentials Secret an adoption
 // copies from the zalando one: every role pgloop makes a Secret for.
 func AdoptedSecretUsers(pg *v1.Postgresql) []string {
-	return secretUsers(pg)
+	return SecretUsers(pg)
 }
 
 // AdoptedSecret returns pgloop's credentials Secret of user with the
@@ -92,11 +94,7 @@ func AdoptedSecret(pg *v1.Postgresql, user string, from *corev1.Secret) (*corev1
 	return credentialsSecret(pg, SecretName(user, pg.Name), name, string(password)), nil
 }
 
-// ErrAdoptionRefused is wrapped by the errors that say why a cluster
-// cannot be adopted. pgloop touches nothing then.
-var ErrAdoptionRefused = v1.ErrAdoptionRefused
-
-// AdoptionRefusal returns an error wrapping ErrAdoptionRefused when the
+// AdoptionRefusal returns an error wrapping v1.ErrAdoptionRefused when the
 // objects found under the cluster's names cannot be taken over, nil when
 // they can. sts is the StatefulSet (nil when there is none); others are
 // the Services, PodDisruptionBudgets, credentials Secrets and volume
@@ -124,10 +122,10 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 	for _, o := range all {
 		kind := objectKind(o)
 		for _, ref := range o.GetOwnerReferences() {
-			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == zalandoGroup {
+			if gv, err := schema.ParseGroupVersion(ref.APIVersion); err == nil && gv.Group == ZalandoGroup {
 				return fmt.Errorf("%w: %s %s has an owner reference to the zalando %s %s: "+
 					"stop the zalando operator and delete its postgresql with --cascade=orphan first (docs/migrating.md, Adopt in place)",
-					ErrAdoptionRefused, kind, o.GetName(), ref.Kind, ref.Name)
+					v1.ErrAdoptionRefused, kind, o.GetName(), ref.Kind, ref.Name)
 			}
 		}
 		if _, claim := o.(*corev1.PersistentVolumeClaim); claim {
@@ -135,7 +133,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 		}
 		if ref := metav1.GetControllerOf(o); ref != nil && ref.UID != pg.UID {
 			return fmt.Errorf("%w: %s %s is controlled by %s %s %s: pgloop takes over no object another controller owns",
-				ErrAdoptionRefused, kind, o.GetName(), ref.APIVersion, ref.Kind, ref.Name)
+				v1.ErrAdoptionRefused, kind, o.GetName(), ref.APIVersion, ref.Kind, ref.Name)
 		}
 	}
 	if sts == nil {
@@ -144,7 +142,7 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 	sel := sts.Spec.Selector
 	if sel == nil || len(sel.MatchExpressions) > 0 || !maps.Equal(sel.MatchLabels, Selector(pg.Name)) {
 		return fmt.Errorf("%w: statefulset %s selects its pods by %s, pgloop by %s, and a selector cannot change",
-			ErrAdoptionRefused, sts.Name, metav1.FormatLabelSelector(sel), metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: Selector(pg.Name)}))
+			v1.ErrAdoptionRefused, sts.Name, metav1.FormatLabelSelector(sel), metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: Selector(pg.Name)}))
 	}
 	return patroniRefusal(pg, sts)
 }
@@ -153,14 +151,14 @@ func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1
 func patroniRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
 	i := slices.IndexFunc(sts.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == ContainerName })
 	if i < 0 {
-		return fmt.Errorf("%w: statefulset %s has no container %q running Spilo", ErrAdoptionRefused, sts.Name, ContainerName)
+		return fmt.Errorf("%w: statefulset %s has no container %q running Spilo", v1.ErrAdoptionRefused, sts.Name, ContainerName)
 	}
 	env := map[string]string{}
 	for _, e := range sts.Spec.Template.Spec.Containers[i].Env {
 		env[e.Name] = e.Value
 	}
 	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("%w: statefulset %s: %s", ErrAdoptionRefused, sts.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: statefulset %s: %s", v1.ErrAdoptionRefused, sts.Name, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case env["DCS_ENABLE_KUBERNETES_API"] == "":

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	pgsamples "github.com/pgloop/pgloop/pkg/internal/samples"
 )
 
@@ -70,8 +71,8 @@ func TestAdoptionRefusal(t *testing.T) {
 			case tc.want == "":
 			case err == nil:
 				t.Fatalf("not refused, want %q", tc.want)
-			case !errors.Is(err, ErrAdoptionRefused) || !strings.Contains(err.Error(), tc.want):
-				t.Fatalf("err = %v, want ErrAdoptionRefused with %q", err, tc.want)
+			case !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("err = %v, want v1.ErrAdoptionRefused with %q", err, tc.want)
 			}
 		})
 	}

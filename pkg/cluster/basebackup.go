@@ -47,8 +47,8 @@ const (
 // (v1.BackupRunID); nothing else reaches the shell.
 var backupIDRE = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-(full|diff|incr)$`)
 
-// BackupRun is what a base backup run does besides the backup.
-type BackupRun struct {
+// BackupOptions are what a base backup run does besides the backup.
+type BackupOptions struct {
 	// Retention is the repository's retention of full backups.
 	Retention v1.BackupRetention
 	// Verify: pgBackRest's verify of the whole repository (every file's
@@ -69,12 +69,12 @@ const drillPort = "54329"
 // retention no longer keeps (backups and the WAL only they needed); then,
 // when it succeeded, come verify and the restore drill, as asked; then
 // the run lists the repository into info.json.
-func BackupProgram(id string, run BackupRun) (string, error) {
+func BackupProgram(id string, opts BackupOptions) (string, error) {
 	m := backupIDRE.FindStringSubmatch(id)
 	if m == nil {
 		return "", fmt.Errorf("backup run ID %q is not one of pgloop's", id)
 	}
-	r := run.Retention
+	r := opts.Retention
 	retention := "--repo1-retention-full=" + strconv.Itoa(int(r.Full))
 	switch {
 	case r.FullDays > 0:
@@ -84,7 +84,7 @@ func BackupProgram(id string, run BackupRun) (string, error) {
 	}
 	io := " --io-timeout=" + strconv.Itoa(backupIOTimeout)
 	verifyStep := ""
-	if run.Verify {
+	if opts.Verify {
 		// Detail names each continuous range of WAL: two on one
 		// timeline are a gap, which 2.45's verify does not count as
 		// an error.
@@ -93,7 +93,7 @@ func BackupProgram(id string, run BackupRun) (string, error) {
 `
 	}
 	drillStep := ""
-	if run.Drill {
+	if opts.Drill {
 		// The newest backup restored to its end (immediate) into
 		// drill/, on the data volume; PostgreSQL started there without
 		// archiving, on a socket only (in /tmp: a socket's path is at

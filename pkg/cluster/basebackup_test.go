@@ -58,7 +58,7 @@ esac
 	}
 	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
 		t.Helper()
-		program, err := BackupProgram(id, BackupRun{Retention: r, Verify: true, Drill: true})
+		program, err := BackupProgram(id, BackupOptions{Retention: r, Verify: true, Drill: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,11 +142,11 @@ esac
 	}
 
 	for _, bad := range []string{"", "x; rm -rf /", "20261203-091500-full'", "20261203-091500-other"} {
-		if _, err := BackupProgram(bad, BackupRun{Retention: v1.BackupRetention{Full: 1}}); err == nil {
+		if _, err := BackupProgram(bad, BackupOptions{Retention: v1.BackupRetention{Full: 1}}); err == nil {
 			t.Errorf("BackupProgram(%q): no error", bad)
 		}
 	}
-	if _, err := BackupProgram(id, BackupRun{}); err == nil {
+	if _, err := BackupProgram(id, BackupOptions{}); err == nil {
 		t.Error("a retention that keeps nothing: no error")
 	}
 }

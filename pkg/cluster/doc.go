@@ -1,14 +1,27 @@
 // Package cluster says what a pgloop cluster is made of. Its builders turn a
-// *v1.Postgresql into the Kubernetes objects that run it (a StatefulSet of
-// Spilo pods, Services, Secrets, a PodDisruptionBudget and the RBAC Patroni
-// needs; the connection poolers' Deployments, Services and
-// PodDisruptionBudgets; the logical backup CronJob) and into the part of
-// Patroni's dynamic configuration the spec decides (Dynamic). Its
-// comparisons tell pkg/effects whether an existing object must be left
-// alone, updated in place, or have its pods replaced. It also holds the
-// names, labels and annotations pgloop gives those objects, and those of
-// Patroni's own objects it reads (the leader ConfigMap), for every package
-// that must find them.
+// *v1.Postgresql into:
+//   - the Kubernetes objects that run it: a StatefulSet of Spilo pods,
+//     Services, Secrets, a PodDisruptionBudget and the RBAC Patroni needs;
+//     the connection poolers' Deployments, Services and
+//     PodDisruptionBudgets; zalando's logical backup CronJob
+//     (logicalbackup.go);
+//   - the part of Patroni's dynamic configuration the spec decides
+//     (Dynamic);
+//   - pgBackRest's configuration, as the Spilo container's environment, and
+//     the archive_command that pushes the WAL with it (pgbackrest.go);
+//   - the custom bootstrap that restores a clone from a repository
+//     (RestoreCommand, restore.go);
+//   - the shell program that starts a base backup run on the primary, with
+//     its retention, verify and restore drill (BackupProgram), and the
+//     runs' schedules and retention (basebackup.go).
+//
+// Its comparisons tell pkg/effects whether an existing object must be left
+// alone, updated in place, or have its pods replaced; AdoptionRefusal tells
+// it whether the objects a zalando cluster left under the same names can be
+// taken over, and AdoptedSecret what pgloop's Secrets are then (adopt.go).
+// It also holds the names, labels and annotations pgloop gives those
+// objects, and those of Patroni's own objects it reads (the leader
+// ConfigMap), for every package that must find them.
 //
 // Everything here is pure: no API calls, no clock, no global state; it
 // imports nothing of pgloop but pkg/apis, and no client, so a package that

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"maps"
+	"slices"
 	"strings"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
@@ -107,7 +109,7 @@ func Dynamic(pg *v1.Postgresql) DynamicConfig {
 	// map[string]any, as the JSON of GET /config decodes.
 	shared := map[string]any{}
 	var names []string
-	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
+	for _, name := range slices.Sorted(maps.Keys(pg.Spec.PostgreSQL.Parameters)) {
 		lower := strings.ToLower(name)
 		if spiloLocalParameters[lower] {
 			continue

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"io"
-	"maps"
-	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -153,7 +151,7 @@ type ObjectNames struct {
 func Names(pg *v1.Postgresql) ObjectNames {
 	n := pg.Name
 	secrets := []string{SecretName(SuperuserName, n), SecretName(ReplicationUserName, n)}
-	for _, user := range secretUsers(pg)[2:] {
+	for _, user := range SecretUsers(pg)[2:] {
 		secrets = append(secrets, SecretName(user, n))
 	}
 	return ObjectNames{
@@ -165,10 +163,4 @@ func Names(pg *v1.Postgresql) ObjectNames {
 		Role:                PodRoleName,
 		RoleBinding:         PodRoleBindingName,
 	}
-}
-
-// sortedKeys returns the keys of m in order, so that nothing built here
-// depends on Go's map iteration order.
-func sortedKeys[V any](m map[string]V) []string {
-	return slices.Sorted(maps.Keys(m))
 }

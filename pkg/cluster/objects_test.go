@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func TestDeterministic(t *testing.T) {
 		"full":    func(t testing.TB) *v1.Postgresql { return loadSample(t, "full") },
 		"wide":    wideCluster,
 	}
-	for _, name := range sortedKeys(clusters) {
+	for _, name := range slices.Sorted(maps.Keys(clusters)) {
 		t.Run(name, func(t *testing.T) {
 			first := encode(t, buildAll(t, clusters[name](t)).All())
 			for range 20 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +60,7 @@ func SecretName(user, cluster string) string {
 // Secrets returns the cluster's credentials Secrets: the superuser's, the
 // replication user's, then one per spec.users entry in name order, one per
 // default user of preparedDatabases, then the connection pooler's while a
-// pooler is enabled (secretUsers). Every
+// pooler is enabled (SecretUsers). Every
 // password is new, drawn from random (crypto/rand.Reader when nil). It fails
 // when random does, when two roles map to the same Secret name (a_b and
 // a-b), or when random repeats a password, which only a broken source does.
@@ -66,7 +68,7 @@ func Secrets(pg *v1.Postgresql, random io.Reader) ([]*corev1.Secret, error) {
 	if random == nil {
 		random = rand.Reader
 	}
-	users := secretUsers(pg)
+	users := SecretUsers(pg)
 	byName := make(map[string]string, len(users))
 	passwords := make(map[string]bool, len(users))
 	secrets := make([]*corev1.Secret, 0, len(users))
@@ -89,12 +91,12 @@ func Secrets(pg *v1.Postgresql, random io.Reader) ([]*corev1.Secret, error) {
 	return secrets, nil
 }
 
-// secretUsers are the roles that have a credentials Secret, in the order
+// SecretUsers are the roles that have a credentials Secret, in the order
 // of Secrets: the superuser, the replication user, the manifest's users in
 // name order, the default users of preparedDatabases in name order, then
 // the connection pooler's role while a pooler is enabled.
-func secretUsers(pg *v1.Postgresql) []string {
-	users := append([]string{SuperuserName, ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
+func SecretUsers(pg *v1.Postgresql) []string {
+	users := append([]string{SuperuserName, ReplicationUserName}, slices.Sorted(maps.Keys(pg.Spec.Users))...)
 	users = append(users, pg.Spec.PreparedUsers()...)
 	if pg.Spec.AnyPoolerEnabled() {
 		users = append(users, pg.Spec.PoolerUser())

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -122,7 +124,7 @@ func initdbOptions(spec map[string]string) []any {
 		}
 		add(d.name, v)
 	}
-	for _, name := range sortedKeys(spec) {
+	for _, name := range slices.Sorted(maps.Keys(spec)) {
 		if name != "encoding" && name != "locale" && name != "data-checksums" {
 			add(name, spec[name])
 		}
@@ -160,7 +162,7 @@ func spiloConfigurationJSON(pg *v1.Postgresql, opts Options, bootstrap bool) str
 		local.PgHba = append([]string(nil), p.PgHba...)
 	}
 	perInstance := map[string]string{}
-	for _, name := range sortedKeys(pg.Spec.PostgreSQL.Parameters) {
+	for _, name := range slices.Sorted(maps.Keys(pg.Spec.PostgreSQL.Parameters)) {
 		if lower := strings.ToLower(name); spiloLocalParameters[lower] {
 			perInstance[lower] = pg.Spec.PostgreSQL.Parameters[name]
 		}

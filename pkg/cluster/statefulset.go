@@ -66,7 +66,7 @@ type Options struct {
 	// PoolerImage is the connection pooler image of clusters without
 	// connectionPooler.dockerImage. Empty means DefaultPoolerImage.
 	PoolerImage string
-	// LogicalBackup configures the logical backup CronJobs (backup.go).
+	// LogicalBackup configures the logical backup CronJobs (logicalbackup.go).
 	LogicalBackup LogicalBackupOptions
 	// EnableMasterLoadBalancer and EnableReplicaLoadBalancer make the
 	// Services of clusters that set no enableMasterLoadBalancer or

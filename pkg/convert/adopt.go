@@ -45,14 +45,7 @@ func (c *Conversion) renderAdopt(b *bytes.Buffer) {
 	fmt.Fprintf(b, "# Adopt: pgloop takes over the running zalando cluster %s without restarting a pod\n", c.name)
 	fmt.Fprintf(b, "# (annotation %s; the order of steps is in docs/migrating.md, Adopt in place).\n", v1.AnnotationAdopt)
 	fmt.Fprintf(b, "# Secrets: pgloop's are made with the passwords of zalando's, which are left as they are:\n")
-	for _, s := range c.secrets {
-		fmt.Fprintf(b, "#   %s from %s\n", s, zalandoSecretName(s))
+	for _, u := range c.users {
+		fmt.Fprintf(b, "#   %s from %s\n", cluster.SecretName(u, c.name), cluster.ZalandoSecretName(u, c.name))
 	}
-}
-
-// zalandoSecretName returns the zalando Secret of the role whose pgloop
-// Secret is name: the same <user>.<cluster>, zalando's domain.
-func zalandoSecretName(name string) string {
-	suffix := strings.TrimPrefix(cluster.SecretName("u", "c"), "u.c")
-	return strings.TrimSuffix(name, suffix) + zalandoSecretSuffix
 }

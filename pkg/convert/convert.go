@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -20,12 +21,9 @@ import (
 
 // The zalando postgres-operator's API, which `pgloop convert` reads.
 const (
-	zalandoAPIVersion = "acid.zalan.do/v1"
+	zalandoAPIVersion = cluster.ZalandoGroup + "/v1"
 	zalandoKind       = "postgresql"
 	zalandoListKind   = "postgresqlList"
-	// zalandoSecretSuffix follows <user>.<cluster> in the name of a
-	// zalando credentials Secret.
-	zalandoSecretSuffix = ".credentials.postgresql.acid.zalan.do"
 )
 
 // serverMetadata are the metadata fields the apiserver set on the zalando
@@ -124,10 +122,11 @@ func decodeObject(data []byte) (map[string]any, error) {
 // fields dropped or changed, and the values pgloop's validation refuses.
 // Render turns it into YAML.
 type Conversion struct {
-	source  string // file and document, for messages
-	name    string // metadata.name
-	object  map[string]any
-	secrets []string
+	source string // file and document, for messages
+	name   string // metadata.name
+	object map[string]any
+	// users are the roles pgloop makes a credentials Secret for.
+	users []string
 	// adopt is set by Adopt: the manifest takes over the running cluster.
 	adopt bool
 	notes
@@ -161,7 +160,7 @@ func convertObject(obj map[string]any, source string) (*Conversion, error) {
 	}
 	c := &Conversion{source: source}
 	out := map[string]any{"apiVersion": v1.SchemeGroupVersion.String(), "kind": v1.PostgresqlKind}
-	for _, k := range sortedKeys(obj) {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
 		switch k {
 		case "apiVersion", "kind":
 		case "metadata":
@@ -201,7 +200,7 @@ func convertObject(obj map[string]any, source string) (*Conversion, error) {
 	for _, e := range pg.Validate() {
 		c.refused = append(c.refused, e.Error())
 	}
-	c.secrets = secretNames(&pg)
+	c.users = cluster.SecretUsers(&pg)
 	return c, nil
 }
 
@@ -214,7 +213,7 @@ func (c *Conversion) metadata(v any) any {
 		return v
 	}
 	out := map[string]any{}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch {
 		case slices.Contains(serverMetadata, k):
 			c.drop("metadata."+k, "set by the apiserver on the zalando object")
@@ -261,7 +260,7 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 	// A user with null flags is valid for zalando, but the apiserver drops
 	// a null map value, and with it the user.
 	if users, ok := out["users"].(map[string]any); ok {
-		for _, u := range sortedKeys(users) {
+		for _, u := range slices.Sorted(maps.Keys(users)) {
 			if users[u] == nil {
 				users[u] = []any{}
 				c.changed = append(c.changed, "spec.users."+u+": null flags written as [] (the apiserver drops a null value, and the user with it)")
@@ -273,28 +272,4 @@ func (c *Conversion) spec(spec map[string]any) map[string]any {
 			"so the source must be a pgloop cluster that archived there, and clone.uid its metadata.uid; a zalando source's WAL-G backups cannot be read (docs/migrating.md)", clone["cluster"]))
 	}
 	return out
-}
-
-// secretNames are the names of the credentials Secrets pgloop makes for
-// the cluster: the superuser's, the replication user's, the users' and the
-// connection pooler's while a pooler is on.
-func secretNames(pg *v1.Postgresql) []string {
-	users := append([]string{cluster.SuperuserName, cluster.ReplicationUserName}, sortedKeys(pg.Spec.Users)...)
-	if pg.Spec.AnyPoolerEnabled() {
-		users = append(users, pg.Spec.PoolerUser())
-	}
-	names := make([]string, len(users))
-	for i, u := range users {
-		names[i] = cluster.SecretName(u, pg.Name)
-	}
-	return names
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -3,7 +3,9 @@ package convert
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -92,7 +94,7 @@ func (c *Conversion) prune(path, key string, v any, t reflect.Type) any {
 		}
 		fields := jsonFields(t)
 		out := map[string]any{}
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if reason, refused := refusedFields[join(k)]; refused {
 				c.drop(path+"."+k, reason)
 				continue
@@ -115,7 +117,7 @@ func (c *Conversion) prune(path, key string, v any, t reflect.Type) any {
 			return v
 		}
 		out := map[string]any{}
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			out[k] = c.prune(path+"."+k, join("*"), m[k], t.Elem())
 		}
 		return out
@@ -203,7 +205,7 @@ func unsupportedFieldsMarkdown() string {
 	for k, r := range refusedFields {
 		reasons[k] = r
 	}
-	for _, k := range sortedKeys(reasons) {
+	for _, k := range slices.Sorted(maps.Keys(reasons)) {
 		fmt.Fprintf(&b, "| `spec.%s` | %s |\n", k, reasons[k])
 	}
 	return b.String()

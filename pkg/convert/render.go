@@ -51,10 +51,10 @@ func (c *Conversion) render() ([]byte, error) {
 	if c.adopt {
 		c.renderAdopt(&b)
 	} else {
-		fmt.Fprintf(&b, "# Secrets: pgloop names a role's credentials Secret <user>.<cluster>%s\n", strings.TrimPrefix(cluster.SecretName("u", "c"), "u.c"))
-		fmt.Fprintf(&b, "# (zalando: <user>.<cluster>%s) and makes new passwords; this cluster's:\n", zalandoSecretSuffix)
-		for _, s := range c.secrets {
-			fmt.Fprintf(&b, "#   %s\n", s)
+		fmt.Fprintf(&b, "# Secrets: pgloop names a role's credentials Secret %s\n", cluster.SecretName("<user>", "<cluster>"))
+		fmt.Fprintf(&b, "# (zalando: %s) and makes new passwords; this cluster's:\n", cluster.ZalandoSecretName("<user>", "<cluster>"))
+		for _, u := range c.users {
+			fmt.Fprintf(&b, "#   %s\n", cluster.SecretName(u, c.name))
 		}
 	}
 	for _, d := range c.dropped {

@@ -109,7 +109,7 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		others = append(others, s)
 		out, err := cluster.AdoptedSecret(pg, user, s)
 		if err != nil {
-			unusable = fmt.Errorf("%w: %w", cluster.ErrAdoptionRefused, err)
+			unusable = fmt.Errorf("%w: %w", v1.ErrAdoptionRefused, err)
 			continue
 		}
 		// pgloop's own, when a manifest without the annotation was
@@ -226,7 +226,7 @@ func (r *run) nothingToAdopt(ctx context.Context, pg *v1.Postgresql) error {
 	}
 	refusal := fmt.Errorf("%w: there is no statefulset %s to adopt: the zalando cluster is not running (deleted with its postgresql while the zalando operator ran?); "+
 		"remove the annotation %s to create a new cluster (on the claims that are left, if any) instead (docs/migrating.md, Adopt in place)",
-		cluster.ErrAdoptionRefused, cluster.StatefulSetName(pg.Name), v1.AnnotationAdopt)
+		v1.ErrAdoptionRefused, cluster.StatefulSetName(pg.Name), v1.AnnotationAdopt)
 	r.log.WithError(refusal).Warn("adoption refused: nothing touched")
 	r.recordEvents(ctx, []act.Record{{Warning: true, Reason: ReasonAdoptionRefused, Message: refusal.Error()}})
 	return refusal
@@ -279,12 +279,12 @@ func (r *run) zalandoResourceGone(ctx context.Context, name string) error {
 	switch {
 	case err == nil:
 		return fmt.Errorf("%w: the zalando postgresql %s/%s still exists: stop the zalando operator, then delete it with --cascade=orphan (docs/migrating.md, Adopt in place)",
-			cluster.ErrAdoptionRefused, r.ns, name)
+			v1.ErrAdoptionRefused, r.ns, name)
 	case apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%w: cannot tell whether the zalando postgresql %s/%s still exists: pgloop may not get postgresqls.acid.zalan.do (manifests/operator/clusterrole.yaml)",
-			cluster.ErrAdoptionRefused, r.ns, name)
+			v1.ErrAdoptionRefused, r.ns, name)
 	}
 	return fmt.Errorf("adopt: get the zalando postgresql %s/%s: %w", r.ns, name, err)
 }

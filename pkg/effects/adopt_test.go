@@ -137,7 +137,7 @@ func TestEnsureAdoptionRefusedTouchesNothing(t *testing.T) {
 		objs[0] = pgsamples.ZalandoEnv(objs[0].(*appsv1.StatefulSet), "KUBERNETES_USE_CONFIGMAPS", "")
 		h := newHarness(t, []*v1.Postgresql{pg}, objs...)
 		err := h.ensure(t, pg)
-		if !errors.Is(err, cluster.ErrAdoptionRefused) || !strings.Contains(err.Error(), "Endpoints") {
+		if !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), "Endpoints") {
 			t.Fatalf("ensure: %v, want the adoption refused for Endpoints", err)
 		}
 		if got := h.kubeWrites(); len(got) != 0 {
@@ -171,7 +171,7 @@ func TestEnsureAdoptionWithoutStatefulSet(t *testing.T) {
 		})
 		h := newHarness(t, []*v1.Postgresql{pg}, objs...)
 		err := h.ensure(t, pg)
-		if !errors.Is(err, cluster.ErrAdoptionRefused) || !strings.Contains(err.Error(), "no statefulset acid-minimal-cluster to adopt") {
+		if !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), "no statefulset acid-minimal-cluster to adopt") {
 			t.Fatalf("ensure: %v, want the adoption refused: nothing to adopt", err)
 		}
 		if got := h.kubeWrites(); len(got) != 0 {

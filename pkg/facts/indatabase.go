@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -173,11 +174,11 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 	s.dynamicJSON = s.dynamic.JSON()
 	// The status lists the roles and databases of preparedDatabases with
 	// the manifest's.
-	s.users = union(sortedKeys(pg.Spec.Users), pg.Spec.PreparedRoleNames())
-	s.databases = union(sortedKeys(pg.Spec.Databases), pg.Spec.PreparedDatabaseNames())
+	s.users = union(slices.Sorted(maps.Keys(pg.Spec.Users)), pg.Spec.PreparedRoleNames())
+	s.databases = union(slices.Sorted(maps.Keys(pg.Spec.Databases)), pg.Spec.PreparedDatabaseNames())
 	s.secretNames = cluster.Names(pg).Secrets
 	h := sha256.New()
-	for _, u := range sortedKeys(pg.Spec.Users) {
+	for _, u := range slices.Sorted(maps.Keys(pg.Spec.Users)) {
 		flags := make([]string, 0, len(pg.Spec.Users[u]))
 		for _, fl := range pg.Spec.Users[u] {
 			flags = append(flags, strings.ToUpper(string(fl)))
@@ -185,7 +186,7 @@ func (d *Deriver) deriveInDatabase(s *derived, pg *v1.Postgresql) {
 		slices.Sort(flags)
 		h.Write([]byte("user\x00" + u + "\x00" + strings.Join(flags, ",") + "\n"))
 	}
-	for _, db := range sortedKeys(pg.Spec.Databases) {
+	for _, db := range slices.Sorted(maps.Keys(pg.Spec.Databases)) {
 		h.Write([]byte("database\x00" + db + "\x00" + pg.Spec.Databases[db] + "\n"))
 	}
 	for _, db := range pg.Spec.PreparedDatabaseNames() {
@@ -290,13 +291,4 @@ func secretNamed(secrets []*corev1.Secret, name string) *corev1.Secret {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -38,7 +38,7 @@ func (r *run) startBackup(ctx context.Context, b act.BackupStart) error {
 	if pg == nil || err != nil {
 		return err
 	}
-	program, err := cluster.BackupProgram(b.ID, cluster.BackupRun{Retention: cluster.BackupRetention(pg, r.build),
+	program, err := cluster.BackupProgram(b.ID, cluster.BackupOptions{Retention: cluster.BackupRetention(pg, r.build),
 		Verify: b.Verify, Drill: b.Drill})
 	if err != nil {
 		return err
@@ -128,7 +128,7 @@ func (a *Actor) reach(ctx context.Context, objs observed.Cluster) (*run, pgsql.E
 
 // backupReport turns what a run left on the primary into a report, and
 // says why the repository's listing of a run that ended could not be read.
-func backupReport(b *pgsql.BackupRun, id string, now time.Time) (*v1.BackupReport, error) {
+func backupReport(b *pgsql.BackupFiles, id string, now time.Time) (*v1.BackupReport, error) {
 	r := &v1.BackupReport{CheckedAt: metav1.NewTime(now), ID: id}
 	if !b.Started {
 		r.NotStarted = true

@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// BackupRun is what a base backup run left in its directory
+// BackupFiles is what a base backup run left in its directory
 // (cluster.BackupDir).
-type BackupRun struct {
+type BackupFiles struct {
 	// Started says the run's ID.started exists: it began on this server.
 	Started bool
 	// Exit is its exit code once it ended, -1 while it runs.
@@ -28,9 +28,9 @@ type BackupRun struct {
 	Info []byte
 }
 
-// backupRunQuery reads a run's files: $1 the directory, $2 the ID. Missing
+// backupFilesQuery reads a run's files: $1 the directory, $2 the ID. Missing
 // files read as NULL.
-const backupRunQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true)).isdir IS TRUE,
+const backupFilesQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true)).isdir IS TRUE,
 	pg_read_file($1 || '/' || $2 || '.exit', 0, 64, true),
 	(SELECT pg_read_file($1 || '/' || $2 || '.log', greatest(s.size - 8192, 0), 8192, true)
 		FROM pg_stat_file($1 || '/' || $2 || '.log', true) s WHERE s.size IS NOT NULL),
@@ -45,7 +45,7 @@ const backupRunQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true
 // empty, starts it: program is a shell command that returns at once
 // (cluster.BackupProgram), run by COPY ... TO PROGRAM, which needs the
 // superuser or pg_execute_server_program.
-func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts Options) (*BackupRun, error) {
+func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts Options) (*BackupFiles, error) {
 	opts = opts.withDefaults()
 	s, err := connect(ctx, ep, opts)
 	if err != nil {
@@ -57,11 +57,11 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		return nil, fmt.Errorf("%s: read data_directory: %w", ep, err)
 	}
 	dir = path.Clean(path.Join(dataDir, dir))
-	read := func() (*BackupRun, error) {
-		var r BackupRun
+	read := func() (*BackupFiles, error) {
+		var r BackupFiles
 		var exit, log, verify, drill *string
 		var info []byte
-		if _, err := s.queryRow(ctx, backupRunQuery, []any{dir, id}, &r.Started, &exit, &log, &info, &verify, &drill); err != nil {
+		if _, err := s.queryRow(ctx, backupFilesQuery, []any{dir, id}, &r.Started, &exit, &log, &info, &verify, &drill); err != nil {
 			return nil, fmt.Errorf("%s: read backup %s in %s: %w", ep, id, dir, err)
 		}
 		r.Exit = -1

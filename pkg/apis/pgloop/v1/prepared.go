@@ -2,6 +2,7 @@ package v1
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -89,7 +90,7 @@ func (p PreparedDatabase) PreparedSchemaNames() []string {
 	if len(p.Schemas) == 0 {
 		return []string{DefaultPreparedSchema}
 	}
-	return sortedKeys(p.Schemas)
+	return slices.Sorted(maps.Keys(p.Schemas))
 }
 
 // Schema returns the settings of one of PreparedSchemaNames.
@@ -213,7 +214,9 @@ func privilegesOf(owners []string, prefix string) []PreparedPrivileges {
 }
 
 // PreparedDatabaseNames are the names of preparedDatabases, sorted.
-func (s *PostgresqlSpec) PreparedDatabaseNames() []string { return sortedKeys(s.PreparedDatabases) }
+func (s *PostgresqlSpec) PreparedDatabaseNames() []string {
+	return slices.Sorted(maps.Keys(s.PreparedDatabases))
+}
 
 // PreparedRoleNames are the names of every role of preparedDatabases,
 // sorted.
@@ -288,7 +291,7 @@ func (s *PostgresqlSpec) validatePrepared(path *field.Path) field.ErrorList {
 		if len(p.Schemas) > MaxPreparedSchemas {
 			dbErrs = append(dbErrs, field.TooMany(fp.Child("schemas"), len(p.Schemas), MaxPreparedSchemas))
 		}
-		for _, sc := range sortedKeys(p.Schemas) {
+		for _, sc := range slices.Sorted(maps.Keys(p.Schemas)) {
 			sp := fp.Child("schemas").Key(sc)
 			dbErrs = append(dbErrs, name(sp, sc, "a schema's name", MaxIdentifierLength)...)
 			if len(db)+1+len(sc)+len(PreparedWriterSuffix+PreparedUserSuffix) > MaxIdentifierLength {
@@ -302,7 +305,7 @@ func (s *PostgresqlSpec) validatePrepared(path *field.Path) field.ErrorList {
 		if len(p.Extensions) > MaxPreparedExtensions {
 			dbErrs = append(dbErrs, field.TooMany(fp.Child("extensions"), len(p.Extensions), MaxPreparedExtensions))
 		}
-		for _, ext := range sortedKeys(p.Extensions) {
+		for _, ext := range slices.Sorted(maps.Keys(p.Extensions)) {
 			ep := fp.Child("extensions").Key(ext)
 			if len(ext) > MaxIdentifierLength || !extensionNameRE.MatchString(ext) {
 				dbErrs = append(dbErrs, field.Invalid(ep, ext, "extension names must be at most 63 lower case letters, digits, '_' or '-'"))
@@ -333,7 +336,7 @@ func (s *PostgresqlSpec) validatePrepared(path *field.Path) field.ErrorList {
 // sameSecret returns the user whose Secret name would be role's: Secret
 // names have '-' for '_'.
 func sameSecret(users map[string]UserFlags, role string) string {
-	for _, u := range sortedKeys(users) {
+	for _, u := range slices.Sorted(maps.Keys(users)) {
 		if strings.ReplaceAll(u, "_", "-") == strings.ReplaceAll(role, "_", "-") {
 			return u
 		}

@@ -60,10 +60,6 @@ type RotationRole struct {
 	CreatedAt metav1.Time `json:"createdAt"`
 }
 
-// AnnotationPasswordRotated on a user's Secret is the ID of the scheduled
-// rotation that last gave it its credentials.
-const AnnotationPasswordRotated = "pgloop.dev/password-rotated"
-
 // SecretNextRotationKey is the Secret's key that says, in RFC 3339 UTC,
 // when its next scheduled rotation is due (zalando's nextRotation).
 const SecretNextRotationKey = "nextRotation"

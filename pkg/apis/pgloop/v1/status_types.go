@@ -38,28 +38,6 @@ const (
 	ConditionLastBackupSucceeded = "LastBackupSucceeded"
 )
 
-// Annotations users set to ask pgloop for something.
-const (
-	// AnnotationSyncRequestedAt on a Postgresql asks for its roles,
-	// databases and Patroni configuration to be synced again now, even
-	// though nothing changed (`pgloop sync NAME` sets it to the time). Each
-	// new value is one sync; status.database.syncRequest records the last
-	// value handled.
-	AnnotationSyncRequestedAt = "pgloop.dev/sync-requested-at"
-	// AnnotationRotatePassword on a user's Secret asks for a new password:
-	// pgloop generates one, sets it in PostgreSQL, then writes it to the
-	// Secret and removes the annotation (docs/user-guide.md).
-	AnnotationRotatePassword = "pgloop.dev/rotate-password"
-	// AnnotationBackupRequestedAt on a Postgresql asks for a base backup
-	// now (`pgloop backup NAME` sets it to the time); each new value is
-	// one backup, of the type AnnotationBackupType names (full unless
-	// set). status.backup.request records the last value acted on.
-	AnnotationBackupRequestedAt = "pgloop.dev/backup-requested-at"
-	// AnnotationBackupType is the type of the requested backup: full,
-	// diff or incr.
-	AnnotationBackupType = "pgloop.dev/backup-type"
-)
-
 // MaxHistory bounds Status.History so the object stays small however long a
 // cluster lives.
 const MaxHistory = 10

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -165,7 +166,7 @@ func (s *PostgresqlSpec) RotatedUsers(global bool) (users []string, mode map[str
 		for _, o := range s.Databases {
 			owners[o] = true
 		}
-		for _, u := range append(sortedKeys(s.Users), s.PreparedUsers()...) {
+		for _, u := range append(slices.Sorted(maps.Keys(s.Users)), s.PreparedUsers()...) {
 			if !owners[u] {
 				mode[u] = RotationNewRole
 			}
@@ -183,7 +184,7 @@ func (s *PostgresqlSpec) RotatedUsers(global bool) (users []string, mode map[str
 	for _, u := range []string{SuperuserRole, ReplicationRole, s.PoolerUser()} {
 		delete(mode, u)
 	}
-	return sortedKeys(mode), mode
+	return slices.Sorted(maps.Keys(mode)), mode
 }
 
 // The system roles, named as pkg/cluster names them.

@@ -272,7 +272,7 @@ func (p *PostgresqlParam) validate(path *field.Path, instances int32) field.Erro
 	}
 
 	replicas := int64(instances) - 1
-	for _, name := range sortedKeys(p.Parameters) {
+	for _, name := range slices.Sorted(maps.Keys(p.Parameters)) {
 		value := p.Parameters[name]
 		fp := path.Child("parameters").Key(name)
 		lower := strings.ToLower(name)
@@ -363,7 +363,7 @@ func validateUsers(users map[string]UserFlags, path *field.Path) field.ErrorList
 	if len(users) > MaxUsers {
 		errs = append(errs, field.TooMany(path, len(users), MaxUsers))
 	}
-	for _, name := range sortedKeys(users) {
+	for _, name := range slices.Sorted(maps.Keys(users)) {
 		fp := path.Key(name)
 		switch {
 		case len(name) > MaxIdentifierLength:
@@ -408,7 +408,7 @@ func validateDatabases(databases map[string]string, users map[string]UserFlags, 
 	if len(databases) > MaxDatabases {
 		errs = append(errs, field.TooMany(path, len(databases), MaxDatabases))
 	}
-	for _, name := range sortedKeys(databases) {
+	for _, name := range slices.Sorted(maps.Keys(databases)) {
 		fp := path.Key(name)
 		switch {
 		case len(name) > MaxIdentifierLength:
@@ -774,13 +774,4 @@ func knownFlagNames() []string {
 		names = append(names, string(f), string(f.negation()))
 	}
 	return names
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
