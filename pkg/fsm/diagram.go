@@ -57,6 +57,20 @@ func Markdown() string {
 	for _, e := range documentedEvents() {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", e, eventDocs[e])
 	}
+	b.WriteString("\n## Every input, step by step\n\nAn input (a signal, a timer, a plan's result, a panic) is first taken as itself: a timer's\n")
+	b.WriteString("event fires, a plan's result is accounted. Then every input takes these steps, in this order, each\n")
+	b.WriteString("reading what the ones before wrote; last, the plan is made of what they asked for.\n\n")
+	b.WriteString("| step | what it does | file |\n|---|---|---|\n")
+	for _, s := range inputSteps {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.name, s.doc, s.file)
+	}
+	b.WriteString("\n## Plans\n\nA plan carries what the steps asked for; pkg/controller turns each part into a step the event\n")
+	b.WriteString("loop's executor runs off the loop, in this order, each under its deadline. After a step fails only\n")
+	b.WriteString("the steps marked always run.\n\n")
+	b.WriteString("| step | actor | asked for when |\n|---|---|---|\n")
+	for _, p := range planSteps {
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", p.step, p.actor, p.doc)
+	}
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
 	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them. Status keeps\n")
 	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace, maintenanceWindow), so it resumes them with their deadlines;\n")
@@ -74,6 +88,8 @@ func Markdown() string {
 	fmt.Fprintf(&b, "| `%s` | when status changed by progress only (ready count, cause, conditions, history): the write waits for it or for a plan made anyway (`--status-delay`; not kept in status) | %s |\n", TimerFlush, cfg.StatusDelay)
 	fmt.Fprintf(&b, "| `%s` | in Updating or Degraded, while a rollout step or a restart waits for the cluster's next maintenance window (`spec.maintenanceWindows`): its opening; the timeout of Updating is cancelled meanwhile and armed again in full once nothing waits | the window's start |\n", TimerMaintenance)
 	fmt.Fprintf(&b, "| `%s` | in Running, when a pod or the primary is first lost (`--loss-grace`; cancelled when the cluster recovers first, not set when the grace is 0) | %s |\n", TimerLossGrace, cfg.LossGrace)
+	fmt.Fprintf(&b, "| `%s` | while the cluster has a backup repository and a backup schedule: the next scheduled base backup, `status.backup.nextScheduled`, which a restarted operator arms again from status | the schedule's next time |\n", TimerBackup)
+	fmt.Fprintf(&b, "| `%s` | while a base backup runs: its deadline, `status.backup.running.deadline`; the run fails then if no report said it ended | %s after its start (`--backup-timeout`) |\n", TimerBackupDeadline, cfg.BackupTimeout)
 	fmt.Fprintf(&b, "| `%s` | while the cluster has users to rotate (`usersWithSecretRotation`, `usersWithInPlaceSecretRotation`, `--password-rotation`): the next rotation, `status.passwordRotation.nextRotation`, which a restarted operator arms again from status; a rotation due outside Running waits for Running | %s |\n", TimerPasswordRotation, cfg.PasswordRotationInterval)
 
 	b.WriteString("\n## Transitions\n\n| event | from | to | guard |\n|---|---|---|---|\n")

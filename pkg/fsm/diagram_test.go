@@ -3,6 +3,7 @@ package fsm
 import (
 	"flag"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,22 @@ func TestMermaidMarksCurrentState(t *testing.T) {
 	}
 	if strings.Contains(Mermaid(""), "class ") {
 		t.Error("no state should be marked")
+	}
+}
+
+// TestPlanStepsDocumented: every field of Plan that asks for work is a
+// step of docs/fsm.md's table of plans.
+func TestPlanStepsDocumented(t *testing.T) {
+	documented := map[string]bool{}
+	for _, p := range planSteps {
+		documented[p.field] = true
+	}
+	// Not work: what identifies or orders the plan, or qualifies a part.
+	notWork := map[string]bool{"ID": true, "Urgent": true, "Continues": true, "KeepPodTemplate": true}
+	typ := reflect.TypeOf(Plan{})
+	for i := range typ.NumField() {
+		if f := typ.Field(i).Name; !notWork[f] && !documented[f] {
+			t.Errorf("Plan.%s is no step of planSteps (docs/fsm.md)", f)
+		}
 	}
 }

@@ -60,3 +60,26 @@ func (m *Machine) serving() bool {
 	}
 	return true
 }
+
+// planStep documents one part of a Plan as the step that carries it out
+// (pkg/controller's step names), for docs/fsm.md; TestPlanStepsDocumented
+// keeps every field of Plan that asks for work among them.
+type planStep struct {
+	step, field, actor, doc string
+}
+
+// planSteps are the steps of a plan, in the order they run.
+var planSteps = []planStep{
+	{"status", "Status", "pkg/effects, always", "the status changed, or a snapshot is in flight (outbox.go)"},
+	{"ensure", "Ensure", "pkg/effects", "outside Deleting, after a signal, a timer or a spec change: every object of the spec created or brought in line with it (`KeepPodTemplate` while the rollout waits for a slot)"},
+	{"syncRoles", "InDatabase", "pkg/indb", "with the ensure, the roles and databases (and a password rotation) not yet applied"},
+	{"configure", "InDatabase", "pkg/indb", "with the ensure, Patroni's dynamic configuration not yet applied"},
+	{"replacePod", "ReplacePods", "pkg/effects", "`replacePod` fired: outdated pods deleted for the StatefulSet controller to re-create"},
+	{"switchover", "Switchover", "pkg/indb", "`switchover` fired: Patroni hands the primary's role to a replica, the pooler paused around it"},
+	{"resumePoolers", "ResumePoolers", "pkg/indb", "a pause of the poolers is on record and nothing that pauses them is carried"},
+	{"restartMember", "Restart", "pkg/indb", "`restartMember` fired: a member's pending restart, through Patroni"},
+	{"nudge", "Nudge", "pkg/effects", "a ResourceQuota held pods back and changed"},
+	{"startBackup", "StartBackup", "pkg/indb", "`backups` started a base backup run, or a report found no trace of it on the primary: its program starts detached on the primary (COPY ... TO PROGRAM), followed by pgBackRest's verify (`--backup-verify`) and the restore drill (`spec.backup.restoreDrill`) when asked for; last of the effects, its failure fails none of them"},
+	{"cleanup", "Cleanup", "pkg/effects", "in Deleting: the cluster's objects deleted and the finalizer removed"},
+	{"events", "Records", "pkg/effects (pkg/events), always", "the steps recorded Kubernetes Events"},
+}
