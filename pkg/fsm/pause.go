@@ -9,7 +9,7 @@ import (
 // A switchover of a cluster with a primary connection pooler pauses the
 // pooler's pods (PgBouncer PAUSE), switches, waits until the master Service
 // routes to the new primary and resumes them, all inside the switchover's
-// effect (effects.Switchover), each step under its own deadline: the
+// effect (indb.Switchover), each step under its own deadline: the
 // pause lasts as long as Patroni's switch and no loop round-trip longer.
 // The machine's part is that a pause never outlives the switchover:
 //
@@ -28,7 +28,7 @@ import (
 //
 // A restart of the primary for a setting (afterRestartMember) is paused
 // for the same way, recorded as a pause from and to the primary itself
-// (effects.RestartMembers): its clients wait for the restart instead of
+// (indb.RestartMembers): its clients wait for the restart instead of
 // losing their connections' transactions.
 
 // pauseFor records the pause of the poolers for the switchover s, when

@@ -13,7 +13,7 @@ import (
 // RestartMembers restarts pods' PostgreSQL through their Patroni, what is
 // pending only (POST /restart with restart_pending): a member with nothing
 // pending any more is left alone. The primary's restart is paused for at
-// the primary's pooler as a switchover is (switchpause.go), when the status
+// the primary's pooler as a switchover is (poolerpause.go), when the status
 // records that pause (from and to the primary itself).
 func (a *Actor) RestartMembers(ctx context.Context, key string, pods []string) error {
 	r, err := a.run(key)

@@ -15,7 +15,7 @@ import (
 
 // Switchover asks the primary's Patroni to hand its role to the pod to
 // (POST /switchover); Patroni answers once it is done. Around it
-// (switchpause.go): a CHECKPOINT on the primary first, so its shutdown
+// (poolerpause.go): a CHECKPOINT on the primary first, so its shutdown
 // checkpoint is short; when the status records a pause of the primary's
 // pooler, PAUSE on its pods before, and after, once the new primary takes
 // writes and the master Service routes to it, RESUME, which also follows a
