@@ -173,18 +173,11 @@ func (r *run) startRotation(ctx context.Context, s *corev1.Secret) (*corev1.Secr
 	if _, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 		return s, nil
 	}
-	password, err := pgsql.NewPassword(r.random)
-	if err != nil {
-		return nil, err
+	out, err := r.storeNext(ctx, s, "", "the new password")
+	if err == nil {
+		r.log.WithField("secret", s.Name).Info("password rotation started")
 	}
-	s = s.DeepCopy()
-	s.Data[cluster.SecretNextPasswordKey] = []byte(password)
-	out, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: act.FieldManager})
-	if err != nil {
-		return nil, fmt.Errorf("secret %s: store the new password: %w", s.Name, err)
-	}
-	r.log.WithField("secret", s.Name).Info("password rotation started")
-	return out, nil
+	return out, err
 }
 
 // startScheduledRotation writes the new credentials of the scheduled
@@ -201,18 +194,30 @@ func (r *run) startScheduledRotation(ctx context.Context, pg *v1.Postgresql, use
 	if _, ok := s.Data[cluster.SecretNextPasswordKey]; ok {
 		return s, nil
 	}
+	out, err := r.storeNext(ctx, s, ru.Role, "the new credentials of rotation "+rot.ID)
+	if err == nil {
+		r.log.WithField("secret", s.Name).WithField("rotation", rot.ID).WithField("role", ru.Role).Info("scheduled password rotation started")
+	}
+	return out, err
+}
+
+// storeNext writes a new password into the Secret s as the one a
+// rotation is setting (next-password), with role as next-username when
+// set, and returns the Secret as written; what names it in errors.
+func (r *run) storeNext(ctx context.Context, s *corev1.Secret, role, what string) (*corev1.Secret, error) {
 	password, err := pgsql.NewPassword(r.random)
 	if err != nil {
 		return nil, err
 	}
 	s = s.DeepCopy()
 	s.Data[cluster.SecretNextPasswordKey] = []byte(password)
-	s.Data[cluster.SecretNextUsernameKey] = []byte(ru.Role)
+	if role != "" {
+		s.Data[cluster.SecretNextUsernameKey] = []byte(role)
+	}
 	out, err := r.kube.CoreV1().Secrets(r.ns).Update(ctx, s, metav1.UpdateOptions{FieldManager: act.FieldManager})
 	if err != nil {
-		return nil, fmt.Errorf("secret %s: store the new credentials of rotation %s: %w", s.Name, rot.ID, err)
+		return nil, fmt.Errorf("secret %s: store %s: %w", s.Name, what, err)
 	}
-	r.log.WithField("secret", s.Name).WithField("rotation", rot.ID).WithField("role", ru.Role).Info("scheduled password rotation started")
 	return out, nil
 }
 
