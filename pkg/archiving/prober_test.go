@@ -226,3 +226,99 @@ func TestReport(t *testing.T) {
 		t.Errorf("report %+v, want archiving, no words (a success came after the failure)", r)
 	}
 }
+
+// primaries is a Primaries whose archiver always works and whose backup
+// run says what report says, counting the reads of the run.
+type primaries struct {
+	mu     sync.Mutex
+	report v1.BackupReport
+	reads  int
+}
+
+func (p *primaries) Archiver(context.Context, observed.Cluster, []string) (*pgsql.Archiver, error) {
+	return &pgsql.Archiver{ArchivedCount: 1, LastArchivedWAL: "000000010000000000000003"}, nil
+}
+
+func (p *primaries) ReadBackup(_ context.Context, _ observed.Cluster, run *v1.BackupRun, now time.Time) (*v1.BackupReport, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reads++
+	r := p.report
+	r.ID, r.CheckedAt = run.ID, metav1.NewTime(now)
+	return &r, nil
+}
+
+func (p *primaries) Forget(string) {}
+
+func (p *primaries) set(r v1.BackupReport) (reads int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.report = r
+	return p.reads
+}
+
+// TestProberFollowsBackupRun: the checks read the run status names and
+// start nothing. A run the primary shows no trace of is news at every
+// check (the machine asks for its start again) and is read again within
+// notStartedRecheck, not the period; a run seen ended is not read again.
+func TestProberFollowsBackupRun(t *testing.T) {
+	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+
+	c := clusterWith("a", true, "1")
+	c.Postgresql.Status.Backup = &v1.BackupStatus{Running: &v1.BackupRun{ID: "20261203-060000-full", Type: v1.BackupFull}}
+	src := &source{clusters: map[string]observed.Cluster{"ns/a": c}}
+	prim := &primaries{report: v1.BackupReport{NotStarted: true}}
+	n := &notifier{calls: map[string]int{}}
+	p := New(src, prim, n, Options{
+		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
+		Now:   clock, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
+	})
+	round := func() {
+		var wg sync.WaitGroup
+		p.round(context.Background(), &wg)
+		wg.Wait()
+	}
+	backup := func() *v1.BackupReport {
+		objs, _ := p.Objects("ns/a")
+		return objs.Backup
+	}
+
+	round()
+	if b := backup(); b == nil || !b.NotStarted {
+		t.Fatalf("report %+v, want the run not started", b)
+	}
+	first := n.count("ns/a")
+	// Read again after notStartedRecheck, not the period: news again.
+	advance(notStartedRecheck)
+	round()
+	if got := prim.set(v1.BackupReport{}); got != 2 {
+		t.Fatalf("run read %d times, want 2 (again after %s)", got, notStartedRecheck)
+	}
+	if n.count("ns/a") <= first {
+		t.Errorf("a run still not started notified nothing: the machine would not ask for its start again")
+	}
+	// Under way: read at the period only.
+	advance(notStartedRecheck)
+	round()
+	if b := backup(); b == nil || b.NotStarted || b.Done {
+		t.Fatalf("report %+v, want the run under way", b)
+	}
+	advance(notStartedRecheck)
+	round()
+	if got := prim.set(v1.BackupReport{Done: true}); got != 3 {
+		t.Errorf("run under way read %d times within the period, want 3", got)
+	}
+	advance(30 * time.Second)
+	round()
+	if b := backup(); b == nil || !b.Done {
+		t.Fatalf("report %+v, want the run ended", b)
+	}
+	advance(30 * time.Second)
+	round()
+	if got := prim.set(v1.BackupReport{}); got != 4 {
+		t.Errorf("run read %d times after it ended, want 4: an ended run is not read again", got)
+	}
+}
