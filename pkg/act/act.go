@@ -42,18 +42,24 @@ type Record struct {
 	Message string
 }
 
-// BackupStart is a base backup run to start on a cluster's primary: the
-// run status.backup.running names, and what the same run does after the
-// backup succeeded.
+// BackupStart is a phase of a base backup run to start on a cluster's
+// primary: of the run status.backup.running names.
 type BackupStart struct {
 	// ID is the run's ID (v1.BackupRunID), which its files on the
 	// primary are named after.
 	ID string
-	// Verify: pgBackRest's verify of the repository after the backup.
-	Verify bool
-	// Drill: a restore drill of the newest backup after that.
-	Drill bool
+	// Phase is PhaseBackup, PhaseVerify or PhaseDrill.
+	Phase string
 }
+
+// Phases of a base backup run, one after the other, each started by a
+// step of its own: the backup (with the repository's expiry), pgBackRest's
+// verify of the repository, and a restore drill of the newest backup.
+const (
+	PhaseBackup = "backup"
+	PhaseVerify = "verify"
+	PhaseDrill  = "drill"
+)
 
 // PartError is a failure of work inside PostgreSQL or Patroni: Part says
 // which, so the machine reports it where it belongs (a condition, or the

@@ -266,7 +266,7 @@ func worthPublishing(prev, report *v1.ArchivingStatus, period time.Duration) boo
 }
 
 // ask reads the primary's archiver and, when status.backup.running names
-// a base backup not seen ended yet, how it goes there (pkg/indb); false
+// a base backup run, how it goes there (pkg/indb); false
 // when there is nothing to ask yet (no primary publishes where it listens,
 // the cluster is gone). It starts nothing: the state machine starts a run
 // with a plan step, and again when a report says the primary shows no
@@ -293,7 +293,7 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.
 		return &v1.ArchivingStatus{CheckedAt: metav1.NewTime(now), Message: "could not ask the primary: " + err.Error()}, unasked(err), true
 	}
 	var b *v1.BackupReport
-	if run != nil && !p.backupDone(key, run) {
+	if run != nil {
 		if b, err = p.primaries.ReadBackup(ctx, objs, run, now); err != nil {
 			b = unasked(err)
 		}
@@ -301,28 +301,24 @@ func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.
 	return report(a, now), b, true
 }
 
-// notStartedRecheck is how soon a run that the last report saw not
-// started is read again: the machine's step that starts it runs a moment
-// after status names it.
+// notStartedRecheck is how soon a run is read again whose last report
+// saw a phase not started (the machine's step that starts it runs a
+// moment after the report) or its backup ended (the machine starts its
+// verify or drill, or ends it): not the period, so a run's phases follow
+// each other within seconds.
 const notStartedRecheck = 5 * time.Second
 
 // backupDue says whether cluster key's running backup run must be checked
-// before its period is up: it was not checked yet, or was not started on
-// the primary notStartedRecheck ago. Called with mu held.
+// before its period is up: it was not checked yet, or its last report,
+// notStartedRecheck ago, saw a phase not started or its backup ended.
+// Called with mu held.
 func (p *Prober) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
 	if run == nil {
 		return false
 	}
 	last := p.backups[key]
-	return last == nil || last.ID != run.ID || last.NotStarted && now.Sub(last.CheckedAt.Time) >= notStartedRecheck
-}
-
-// backupDone says whether the report of run already says it ended.
-func (p *Prober) backupDone(key string, run *v1.BackupRun) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	last := p.backups[key]
-	return last != nil && last.ID == run.ID && last.Done
+	return last == nil || last.ID != run.ID ||
+		(last.NotStarted || last.Done && !last.Failed) && now.Sub(last.CheckedAt.Time) >= notStartedRecheck
 }
 
 // noteBackup keeps the report of cluster key's running backup, nil when
@@ -342,9 +338,11 @@ func (p *Prober) noteBackup(key string, b *v1.BackupReport) bool {
 		return false // or it ended, and its report stays until the run leaves status
 	}
 	p.backups[key] = b
-	// A run not started is news each time: the machine asks again for it
-	// to be started (a start that failed, a primary that changed).
-	return b.NotStarted || !sameBackupReport(prev, b)
+	// A run whose phase may have to be started is news each time: the
+	// machine asks again for it (a start that failed, a primary that
+	// changed, a verify or drill after the backup).
+	idle := b.NotStarted || b.Done && !b.Failed && !b.VerifyRunning && !b.DrillRunning
+	return idle || !sameBackupReport(prev, b)
 }
 
 // ErrorDirs are where the archiver's error files are, relative to the
@@ -409,5 +407,6 @@ func sameBackupReport(a, b *v1.BackupReport) bool {
 		return a == b
 	}
 	return a.ID == b.ID && a.NotStarted == b.NotStarted && a.Done == b.Done && a.Failed == b.Failed && a.Message == b.Message &&
-		len(a.Backups) == len(b.Backups)
+		len(a.Backups) == len(b.Backups) && a.VerifyRunning == b.VerifyRunning && a.DrillRunning == b.DrillRunning &&
+		(a.Verification == nil) == (b.Verification == nil) && (a.Drill == nil) == (b.Drill == nil)
 }

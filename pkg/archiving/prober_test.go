@@ -260,7 +260,8 @@ func (p *primaries) set(r v1.BackupReport) (reads int) {
 // TestProberFollowsBackupRun: the checks read the run status names and
 // start nothing. A run the primary shows no trace of is news at every
 // check (the machine asks for its start again) and is read again within
-// notStartedRecheck, not the period; a run seen ended is not read again.
+// notStartedRecheck, not the period, as is one whose backup ended (its
+// verify or drill may follow); a run status no longer names is not read.
 func TestProberFollowsBackupRun(t *testing.T) {
 	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
 	var clockMu sync.Mutex
@@ -316,9 +317,22 @@ func TestProberFollowsBackupRun(t *testing.T) {
 	if b := backup(); b == nil || !b.Done {
 		t.Fatalf("report %+v, want the run ended", b)
 	}
+	// Its backup ended, status still names it (its verify or drill may
+	// follow): read again within notStartedRecheck.
+	advance(notStartedRecheck)
+	round()
+	if got := prim.set(v1.BackupReport{}); got != 5 {
+		t.Errorf("run read %d times, want 5: again %s after its backup ended", got, notStartedRecheck)
+	}
+	// Status no longer names it: not read again.
+	c.Postgresql = c.Postgresql.DeepCopy()
+	c.Postgresql.Status.Backup.Running = nil
+	src.mu.Lock()
+	src.clusters["ns/a"] = c
+	src.mu.Unlock()
 	advance(30 * time.Second)
 	round()
-	if got := prim.set(v1.BackupReport{}); got != 4 {
-		t.Errorf("run read %d times after it ended, want 4: an ended run is not read again", got)
+	if got := prim.set(v1.BackupReport{}); got != 5 {
+		t.Errorf("run read %d times once status no longer names it, want 5", got)
 	}
 }

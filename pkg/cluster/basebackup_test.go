@@ -14,10 +14,10 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// TestBackupProgram runs the program COPY ... TO PROGRAM would, with a
-// stand-in pgbackrest on PATH: it returns at once, the run leaves its
-// files, a second start of the same ID does nothing, and the next run
-// clears the previous run's files.
+// TestBackupProgram runs the programs COPY ... TO PROGRAM would, with a
+// stand-in pgbackrest on PATH: each phase (backup, verify, drill) returns
+// at once and leaves its files, a second start of the same ID's phase does
+// nothing, and the next run clears the previous run's files.
 func TestBackupProgram(t *testing.T) {
 	for _, sh := range []string{"sh", "setsid", "base64"} {
 		if _, err := exec.LookPath(sh); err != nil {
@@ -56,9 +56,8 @@ esac
 	if err := os.WriteFile(filepath.Join(bin, "pg_ctl"), []byte(pgctl), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
+	start := func(program string, err error, env ...string) time.Duration {
 		t.Helper()
-		program, err := BackupProgram(id, BackupOptions{Retention: r, Verify: true, Drill: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,16 +70,24 @@ esac
 		}
 		return time.Since(began)
 	}
-	wait := func(id string) string {
+	run := func(id string, r v1.BackupRetention, env ...string) time.Duration {
+		t.Helper()
+		program, err := BackupProgram(id, BackupOptions{Retention: r})
+		return start(program, err, env...)
+	}
+	// wait waits for file in the runs' directory to have a line that
+	// ends the phase (the backup's exit code, verify's "exit N", the
+	// drill's "drill ...") and returns the file.
+	wait := func(file, last string) string {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			if b, err := os.ReadFile(filepath.Join(spool, "backup", id+".exit")); err == nil {
+			if b, err := os.ReadFile(filepath.Join(spool, "backup", file)); err == nil && strings.Contains(string(b), last) {
 				return strings.TrimSpace(string(b))
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		t.Fatalf("%s never ended", id)
+		t.Fatalf("%s never ended", file)
 		return ""
 	}
 
@@ -89,9 +96,21 @@ esac
 		t.Logf("the program took %v: it should return before the backup ends", took)
 	}
 	run(id, v1.BackupRetention{Full: 2}) // a second start: nothing
-	if code := wait(id); code != "0" {
+	if code := wait(id+".exit", ""); code != "0" {
 		t.Errorf("exit %s, want 0", code)
 	}
+	// Then its verify and its drill, each a program of its own, started
+	// twice: each runs once.
+	for range 2 {
+		start(VerifyProgram(id))
+	}
+	if out := wait(id+".verify", "exit "); !strings.HasSuffix(out, "exit 0") {
+		t.Errorf("verify:\n%s", out)
+	}
+	for range 2 {
+		start(DrillProgram(id))
+	}
+	wait(id+".drill", "drill ")
 	calls, _ := os.ReadFile(filepath.Join(dir, "calls"))
 	if n := strings.Count(string(calls), " backup\n"); n != 1 {
 		t.Errorf("pgbackrest backup ran %d times, want 1:\n%s", n, calls)
@@ -100,7 +119,7 @@ esac
 		t.Errorf("calls:\n%s", calls)
 	}
 	if n := strings.Count(string(calls), " verify\n"); n != 1 {
-		t.Errorf("pgbackrest verify ran %d times, want 1 (after the backup that succeeded):\n%s", n, calls)
+		t.Errorf("pgbackrest verify ran %d times, want 1:\n%s", n, calls)
 	}
 	drill, _ := os.ReadFile(filepath.Join(spool, "backup", id+".drill"))
 	if !strings.Contains(string(drill), "drill ok restore ") {
@@ -115,7 +134,10 @@ esac
 	if _, err := os.Stat(filepath.Join(spool, "backup", "drill")); !os.IsNotExist(err) {
 		t.Errorf("the drill's directory is still there: %v", err)
 	}
-	for _, f := range []string{id + ".log", id + ".verify", id + ".drill", "info.json", id + ".started"} {
+	if n := strings.Count(string(calls), " restore\n"); n != 1 {
+		t.Errorf("pgbackrest restore ran %d times, want 1:\n%s", n, calls)
+	}
+	for _, f := range []string{id + ".log", id + ".verify", id + ".drill", "info.json", id + ".started", id + ".verify.started", id + ".drill.started"} {
 		if _, err := os.Stat(filepath.Join(spool, "backup", f)); err != nil {
 			t.Error(err)
 		}
@@ -123,20 +145,19 @@ esac
 
 	next := "20261203-101500-diff"
 	run(next, v1.BackupRetention{FullDays: 14}, "FAIL=1")
-	if code := wait(next); code != "49" {
+	if code := wait(next+".exit", ""); code != "49" {
 		t.Errorf("exit %s, want 49", code)
 	}
 	log, _ := os.ReadFile(filepath.Join(spool, "backup", next+".log"))
 	if !strings.Contains(string(log), "[049]") {
 		t.Errorf("log %q", log)
 	}
-	if _, err := os.Stat(filepath.Join(spool, "backup", id+".log")); !os.IsNotExist(err) {
-		t.Errorf("the previous run's log is still there: %v", err)
+	for _, f := range []string{id + ".log", id + ".verify", id + ".drill", id + ".verify.started", id + ".drill.started"} {
+		if _, err := os.Stat(filepath.Join(spool, "backup", f)); !os.IsNotExist(err) {
+			t.Errorf("the previous run's %s is still there: %v", f, err)
+		}
 	}
 	calls, _ = os.ReadFile(filepath.Join(dir, "calls"))
-	if n := strings.Count(string(calls), " verify\n"); n != 1 {
-		t.Errorf("pgbackrest verify ran %d times in all, want 1 (none after a failed backup):\n%s", n, calls)
-	}
 	if !strings.Contains(string(calls), "--type=diff --start-fast --io-timeout=30 --repo1-retention-full-type=time --repo1-retention-full=14 backup") {
 		t.Errorf("calls:\n%s", calls)
 	}
@@ -144,6 +165,12 @@ esac
 	for _, bad := range []string{"", "x; rm -rf /", "20261203-091500-full'", "20261203-091500-other"} {
 		if _, err := BackupProgram(bad, BackupOptions{Retention: v1.BackupRetention{Full: 1}}); err == nil {
 			t.Errorf("BackupProgram(%q): no error", bad)
+		}
+		if _, err := VerifyProgram(bad); err == nil {
+			t.Errorf("VerifyProgram(%q): no error", bad)
+		}
+		if _, err := DrillProgram(bad); err == nil {
+			t.Errorf("DrillProgram(%q): no error", bad)
 		}
 	}
 	if _, err := BackupProgram(id, BackupOptions{}); err == nil {

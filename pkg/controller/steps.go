@@ -24,6 +24,8 @@ const (
 	StepRestart    = "restartMember"
 	StepResume     = "resumePoolers"
 	StepBackup     = "startBackup"
+	StepVerify     = "startVerify"
+	StepDrill      = "startDrill"
 	StepCleanup    = "cleanup"
 	StepEvents     = "events"
 )
@@ -85,7 +87,8 @@ var (
 
 // Steps returns the steps that carry out plan for the cluster key, in this
 // order: status, ensure, syncRoles, configure, replacePod, switchover,
-// resumePoolers, restartMember, nudge, startBackup, cleanup, events. Only the steps
+// resumePoolers, restartMember, nudge, startBackup (or startVerify or
+// startDrill: a phase of a base backup run), cleanup, events. Only the steps
 // the plan asks for are returned. status and events are Always: the state
 // machine's record and the user's Events are written even when an effect
 // failed. startBackup comes after every other effect: its failure is
@@ -137,7 +140,8 @@ func (e actorSteps) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 	}
 	if b := plan.StartBackup; b != nil {
 		start := *b
-		timed(StepBackup, false, e.t.InDatabase, func(ctx context.Context) error { return db.StartBackup(ctx, key, start) })
+		name := map[string]string{act.PhaseBackup: StepBackup, act.PhaseVerify: StepVerify, act.PhaseDrill: StepDrill}[start.Phase]
+		timed(name, false, e.t.InDatabase, func(ctx context.Context) error { return db.StartBackup(ctx, key, start) })
 	}
 	if plan.Cleanup {
 		add(StepCleanup, false, func(ctx context.Context) error { return a.Cleanup(ctx, key) })

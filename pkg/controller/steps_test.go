@@ -68,14 +68,14 @@ func TestStepsOrder(t *testing.T) {
 		InDatabase: &fsm.InDatabase{Sync: "s1", Config: "c1", RemoveParameters: []string{"work_mem"}},
 		Switchover: &fsm.Switchover{From: "p-0", To: "p-1"}, ResumePoolers: true,
 		Restart:     []fsm.PodRef{{Name: "p-1", UID: "u1"}},
-		StartBackup: &fsm.BackupStart{ID: "20261130-120000-full", Verify: true},
+		StartBackup: &fsm.BackupStart{ID: "20261130-120000-full", Phase: fsm.PhaseVerify},
 	}
 	var got []string
 	timeouts := Timeouts{InDatabase: 30 * time.Second, Restart: time.Minute, Switchover: 20 * time.Second}
 	for _, s := range NewStepBuilder(a, a, timeouts).Steps("db/acid", plan) {
 		got = append(got, fmt.Sprintf("%s:%v", s.Name, s.Always))
 		if want := map[string]time.Duration{StepSyncRoles: 30 * time.Second, StepConfigure: 30 * time.Second,
-			StepRestart: time.Minute, StepSwitchover: 20 * time.Second, StepBackup: 30 * time.Second}[s.Name]; s.Timeout != want {
+			StepRestart: time.Minute, StepSwitchover: 20 * time.Second, StepVerify: 30 * time.Second}[s.Name]; s.Timeout != want {
 			t.Errorf("%s: timeout %v, want %v", s.Name, s.Timeout, want)
 		}
 		if err := s.Run(context.Background()); err != nil {
@@ -83,7 +83,7 @@ func TestStepsOrder(t *testing.T) {
 		}
 	}
 	want := []string{"status:true", "ensure:false", "syncRoles:false", "configure:false", "replacePod:false",
-		"switchover:false", "resumePoolers:false", "restartMember:false", "nudge:false", "startBackup:false", "cleanup:false", "events:true"}
+		"switchover:false", "resumePoolers:false", "restartMember:false", "nudge:false", "startVerify:false", "cleanup:false", "events:true"}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
 	}
@@ -97,7 +97,7 @@ func TestStepsOrder(t *testing.T) {
 		"resume db/acid ",
 		"restart db/acid [p-1]",
 		"nudge db/acid q1",
-		"startBackup db/acid {20261130-120000-full true false}",
+		"startBackup db/acid {20261130-120000-full verify}",
 		"cleanup db/acid ",
 		"events db/acid [{true Running m}]",
 	}

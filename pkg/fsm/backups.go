@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
@@ -66,26 +67,30 @@ func (m *Machine) backups() {
 	b := *st.Backup // copy-on-write
 	now := c.now
 
-	// How the running backup went.
+	// How the running backup went: its phases one after the other, each
+	// started once the one before ended (a failed backup has no other).
 	if r := b.Running; r != nil {
 		rep := f.Backup.Report
+		if rep != nil && rep.ID != r.ID {
+			rep = nil
+		}
+		fresh := rep != nil && !rep.CheckedAt.Time.Equal(m.out.backupSeen)
+		next, waits := m.nextPhase(rep)
 		switch {
-		case rep != nil && rep.ID == r.ID && rep.Done:
+		case rep != nil && rep.Done && (rep.Failed || next == "" && !waits):
 			m.backupEnded(&b, rep)
 		case !now.Before(r.Deadline.Time):
-			msg := fmt.Sprintf("did not end within %s of its start", r.Deadline.Sub(r.StartedAt.Time).Round(time.Second))
-			switch {
-			case rep != nil && rep.ID == r.ID && rep.Message != "":
-				msg += ": " + rep.Message
-			case m.out.backupErr != "":
-				msg += ": it could not be started: " + m.out.backupErr
-			}
-			m.backupEnded(&b, &v1.BackupReport{ID: r.ID, Done: true, Failed: true, Message: msg})
-		case rep != nil && rep.ID == r.ID && rep.NotStarted && !rep.CheckedAt.Time.Equal(m.out.backupSeen):
+			m.backupEnded(&b, m.overdue(r, rep))
+		case fresh && rep.NotStarted:
 			// The primary shows no trace of it: its start failed, or
 			// another pod leads now. Once per report.
 			m.out.backupSeen = rep.CheckedAt.Time
-			m.startBackup(r)
+			m.startBackup(r.ID, PhaseBackup)
+		case fresh && next != "":
+			// The phase before ended; this one has not begun there
+			// (or its start failed). Once per report.
+			m.out.backupSeen = rep.CheckedAt.Time
+			m.startBackup(r.ID, next)
 		}
 	}
 
@@ -111,17 +116,18 @@ func (m *Machine) backups() {
 				StartedAt: metav1.NewTime(now), Deadline: metav1.NewTime(ceilSecond(now.Add(timeout)))}
 			c.records = append(c.records, Record{Reason: ReasonBackupStarted,
 				Message: fmt.Sprintf("%s backup %s started (%s)", typ, b.Running.ID, reason)})
-			m.startBackup(b.Running)
+			m.startBackup(b.Running.ID, PhaseBackup)
 		}
 	}
 	// A start carried on the plans is for the run status names, until a
-	// report shows that run under way on the primary.
-	switch r, rep := b.Running, f.Backup.Report; {
+	// report shows its phase under way on the primary.
+	switch r, rep, s := b.Running, f.Backup.Report, m.out.backup; {
 	case r == nil:
 		m.out.backup, m.out.backupErr = nil, ""
-	case m.out.backup != nil && m.out.backup.ID != r.ID:
+	case s == nil:
+	case s.ID != r.ID:
 		m.out.backup = nil
-	case rep != nil && rep.ID == r.ID && !rep.NotStarted && rep.Message == "":
+	case rep != nil && rep.ID == r.ID && underWay(rep, s.Phase):
 		m.out.backup, m.out.backupErr = nil, ""
 	}
 
@@ -138,11 +144,78 @@ func (m *Machine) backups() {
 	m.armBackupTimer(TimerBackupDeadline, b.Running != nil, func() time.Time { return b.Running.Deadline.Time })
 }
 
-// startBackup asks the next plans to start run on the primary, with what
-// the same run does after the backup: verify (the operator's
-// --backup-verify) and the restore drill (the spec's).
-func (m *Machine) startBackup(run *v1.BackupRun) {
-	m.out.backup = &BackupStart{ID: run.ID, Verify: m.cfg.BackupVerify, Drill: m.eng.call.facts.Backup.Drill}
+// Phases of a base backup run (act.PhaseBackup...): the plan's steps
+// startBackup, startVerify and startDrill.
+const (
+	PhaseBackup = act.PhaseBackup
+	PhaseVerify = act.PhaseVerify
+	PhaseDrill  = act.PhaseDrill
+)
+
+// startBackup asks the next plans to start phase of run id on the
+// primary.
+func (m *Machine) startBackup(id, phase string) {
+	m.out.backup = &BackupStart{ID: id, Phase: phase}
+}
+
+// nextPhase is the phase of the run rep reports on that comes after its
+// backup succeeded, "" when none is left; waits says one runs. Verify
+// follows when the operator asks for it (--backup-verify), the restore
+// drill when the spec does, whatever verify found.
+func (m *Machine) nextPhase(rep *v1.BackupReport) (next string, waits bool) {
+	if rep == nil || !rep.Done || rep.Failed {
+		return "", false
+	}
+	switch {
+	case m.cfg.BackupVerify && rep.Verification == nil:
+		if rep.VerifyRunning {
+			return "", true
+		}
+		return PhaseVerify, false
+	case m.eng.call.facts.Backup.Drill && rep.Drill == nil:
+		if rep.DrillRunning {
+			return "", true
+		}
+		return PhaseDrill, false
+	}
+	return "", false
+}
+
+// underWay says whether rep shows phase begun on the primary.
+func underWay(rep *v1.BackupReport, phase string) bool {
+	switch phase {
+	case PhaseVerify:
+		return rep.VerifyRunning || rep.Verification != nil
+	case PhaseDrill:
+		return rep.DrillRunning || rep.Drill != nil
+	}
+	return !rep.NotStarted && rep.Message == ""
+}
+
+// overdue is how run ends at its deadline: failed, with why, when its
+// backup did not end; else the backup counts, and the verify or drill
+// that did not end after it failed.
+func (m *Machine) overdue(run *v1.BackupRun, rep *v1.BackupReport) *v1.BackupReport {
+	c := &m.eng.call
+	msg := fmt.Sprintf("did not end within %s of its start", run.Deadline.Sub(run.StartedAt.Time).Round(time.Second))
+	if rep != nil && rep.Done && !rep.Failed {
+		out := *rep
+		at := metav1.NewTime(c.now)
+		if m.cfg.BackupVerify && out.Verification == nil {
+			out.Verification = &v1.BackupVerification{At: at, Backup: run.ID, Message: "verify " + msg}
+		}
+		if c.facts.Backup.Drill && out.Drill == nil {
+			out.Drill = &v1.RestoreDrill{At: at, Backup: run.ID, Message: "the restore drill " + msg}
+		}
+		return &out
+	}
+	switch {
+	case rep != nil && rep.Message != "":
+		msg += ": " + rep.Message
+	case m.out.backupErr != "":
+		msg += ": it could not be started: " + m.out.backupErr
+	}
+	return &v1.BackupReport{ID: run.ID, Done: true, Failed: true, Message: msg}
 }
 
 // backupEnded records how the running backup ended, from rep.

@@ -37,7 +37,7 @@ var inputSteps = []inputStep{
 		(*Machine).noteWindow},
 	{"project", "show the counts, the conditions, the reason and the message in status, and how the backup repository's archiving goes (status.backup, ContinuousArchiving); it decides nothing", "project.go, archiving.go",
 		(*Machine).project},
-	{"backups", "while the cluster serves: start a base backup the schedule, a request or an empty repository asks for (status.backup.running, and the plan's `startBackup` step, with verify and the restore drill when asked for), ask for its start again when the archive checks find no trace of it on the primary, and record how it ended or give up at its deadline", "backups.go",
+	{"backups", "while the cluster serves: start a base backup the schedule, a request or an empty repository asks for (status.backup.running, and the plan's `startBackup` step), ask for its start again when the archive checks find no trace of it on the primary, then, once its backup succeeded, for its verify (`startVerify`) and its restore drill (`startDrill`) when asked for, each once the one before ended; record how it ended, or give up at its deadline", "backups.go",
 		func(m *Machine) {
 			if m.serving() {
 				m.backups()
@@ -79,7 +79,9 @@ var planSteps = []planStep{
 	{"resumePoolers", "ResumePoolers", "pkg/indb", "a pause of the poolers is on record and nothing that pauses them is carried"},
 	{"restartMember", "Restart", "pkg/indb", "`restartMember` fired: a member's pending restart, through Patroni"},
 	{"nudge", "Nudge", "pkg/effects", "a ResourceQuota held pods back and changed"},
-	{"startBackup", "StartBackup", "pkg/indb", "`backups` started a base backup run, or a report found no trace of it on the primary: its program starts detached on the primary (COPY ... TO PROGRAM), followed by pgBackRest's verify (`--backup-verify`) and the restore drill (`spec.backup.restoreDrill`) when asked for; last of the effects, its failure fails none of them"},
+	{"startBackup", "StartBackup", "pkg/indb", "`backups` started a base backup run, or a report found no trace of it on the primary: the backup's program starts detached on the primary (COPY ... TO PROGRAM); last of the effects, its failure fails none of them (nor does startVerify's or startDrill's)"},
+	{"startVerify", "StartBackup", "pkg/indb", "in its place: the run's backup succeeded and the operator asks for verify (`--backup-verify`): pgBackRest's verify of the repository, detached"},
+	{"startDrill", "StartBackup", "pkg/indb", "in its place: the run's backup succeeded, verify (if asked for) ended, and the spec asks for a restore drill (`spec.backup.restoreDrill`): the newest backup restored into a scratch directory and started, detached"},
 	{"cleanup", "Cleanup", "pkg/effects", "in Deleting: the cluster's objects deleted and the finalizer removed"},
 	{"events", "Records", "pkg/effects (pkg/events), always", "the steps recorded Kubernetes Events"},
 }

@@ -70,14 +70,7 @@ func (r *runner) output() []string {
 			parts = append(parts, "resume-poolers")
 		}
 		if b := p.StartBackup; b != nil {
-			w := "start-backup " + b.ID
-			if b.Verify {
-				w += " verify"
-			}
-			if b.Drill {
-				w += " drill"
-			}
-			parts = append(parts, w)
+			parts = append(parts, "start-"+b.Phase+" "+b.ID)
 		}
 		if p.Urgent {
 			parts = append(parts, "urgent")

@@ -227,6 +227,30 @@ func parseFacts(words []string) (Facts, error) {
 			f.Backup.Report = &v1.BackupReport{ID: id, NotStarted: true, CheckedAt: metav1.NewTime(t0.Add(d))}
 		case "backup-drill":
 			f.Backup.Drill = v == "true"
+		case "backup-checked", "backup-verified", "backup-drilled":
+			// Of the report the words before made: when it was
+			// checked (a duration since the script's start); its
+			// verify, or its restore drill, running, ok or failed.
+			r := f.Backup.Report
+			if r == nil {
+				return f, fmt.Errorf("%s=%s: no backup report before it", k, v)
+			}
+			switch {
+			case k == "backup-checked":
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					return f, fmt.Errorf("backup-checked=%s: %w", v, err)
+				}
+				r.CheckedAt = metav1.NewTime(t0.Add(d))
+			case k == "backup-verified" && v == "running":
+				r.VerifyRunning = true
+			case k == "backup-verified":
+				r.Verification = &v1.BackupVerification{Backup: r.ID, Succeeded: v == "ok", Message: "verify " + v}
+			case v == "running":
+				r.DrillRunning = true
+			default:
+				r.Drill = &v1.RestoreDrill{Backup: r.ID, Succeeded: v == "ok", Message: "drill " + v}
+			}
 		case "archive-blocked":
 			f.ArchiveBlocked = v
 		case "archiving":

@@ -3,7 +3,6 @@ package indb
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,13 +16,13 @@ import (
 	"github.com/pgloop/pgloop/pkg/pgsql"
 )
 
-// StartBackup starts the base backup run b on the cluster's primary, as
-// the plan asks (status.backup.running names it): its program
-// (cluster.BackupProgram, with the spec's retention, and verify and the
-// restore drill when b asks for them) runs detached through COPY ... TO
-// PROGRAM, so the step returns at once. A run that already started there
+// StartBackup starts phase b.Phase of the base backup run b.ID on the
+// cluster's primary, as the plan asks (status.backup.running names the
+// run): its program (cluster.BackupProgram with the spec's retention,
+// VerifyProgram or DrillProgram) runs detached through COPY ... TO
+// PROGRAM, so the step returns at once. A phase that already started there
 // is left as it is. The archive checks (pkg/archiving) read how it goes.
-// Every error is an act.PartError of act.PartBackup: a backup that could
+// Every error is an act.PartError of act.PartBackup: a phase that could
 // not start fails no other work of the plan.
 func (a *Actor) StartBackup(ctx context.Context, key string, b act.BackupStart) error {
 	r, err := a.run(key)
@@ -38,8 +37,17 @@ func (r *run) startBackup(ctx context.Context, b act.BackupStart) error {
 	if pg == nil || err != nil {
 		return err
 	}
-	program, err := cluster.BackupProgram(b.ID, cluster.BackupOptions{Retention: cluster.BackupRetention(pg, r.build),
-		Verify: b.Verify, Drill: b.Drill})
+	var program string
+	switch b.Phase {
+	case act.PhaseBackup:
+		program, err = cluster.BackupProgram(b.ID, cluster.BackupOptions{Retention: cluster.BackupRetention(pg, r.build)})
+	case act.PhaseVerify:
+		program, err = cluster.VerifyProgram(b.ID)
+	case act.PhaseDrill:
+		program, err = cluster.DrillProgram(b.ID)
+	default:
+		err = fmt.Errorf("backup %s: no phase %q", b.ID, b.Phase)
+	}
 	if err != nil {
 		return err
 	}
@@ -51,14 +59,15 @@ func (r *run) startBackup(ctx context.Context, b act.BackupStart) error {
 	if err != nil {
 		return err
 	}
-	files, err := pgsql.BaseBackup(ctx, ep, cluster.BackupDir, b.ID, program, r.sqlOptions())
+	files, err := pgsql.BaseBackup(ctx, ep, cluster.BackupDir, b.ID, b.Phase, program, r.sqlOptions())
 	if err != nil {
 		return fmt.Errorf("could not ask the primary: %w", err)
 	}
-	if !files.Started {
-		return errors.New("started, but the primary shows no trace of it: it may lack setsid or base64 in its image")
+	if started := map[string]bool{act.PhaseBackup: files.Started, act.PhaseVerify: files.VerifyStarted,
+		act.PhaseDrill: files.DrillStarted}[b.Phase]; !started {
+		return fmt.Errorf("%s started, but the primary shows no trace of it: it may lack setsid or base64 in its image", b.Phase)
 	}
-	r.log.WithField("backup", b.ID).WithField("pod", primary.pod.Name).Info("base backup runs on the primary")
+	r.log.WithField("backup", b.ID).WithField("phase", b.Phase).WithField("pod", primary.pod.Name).Info("base backup run on the primary")
 	return nil
 }
 
@@ -84,7 +93,7 @@ func (a *Actor) ReadBackup(ctx context.Context, objs observed.Cluster, run *v1.B
 	if err != nil {
 		return nil, err
 	}
-	files, err := pgsql.BaseBackup(ctx, ep, cluster.BackupDir, run.ID, "", r.sqlOptions())
+	files, err := pgsql.BaseBackup(ctx, ep, cluster.BackupDir, run.ID, "", "", r.sqlOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -149,19 +158,31 @@ func backupReport(b *pgsql.BackupFiles, id string, now time.Time) (*v1.BackupRep
 	if err == nil {
 		r.Backups = backups
 	}
-	if b.Verify != "" {
+	switch {
+	case b.VerifyStarted && verifyExitRE.MatchString(lastLine(b.Verify)):
 		labels := make([]string, len(backups))
 		for i, x := range backups {
 			labels[i] = x.Label
 		}
 		ok, msg := verifyResult(b.Verify, labels)
 		r.Verification = &v1.BackupVerification{At: metav1.NewTime(now), Backup: id, Succeeded: ok, Message: msg}
+	case b.VerifyStarted:
+		r.VerifyRunning = true
 	}
-	if b.Drill != "" {
+	switch {
+	case b.DrillStarted && drillRE.MatchString(b.Drill):
 		r.Drill = drillResult(b.Drill)
 		r.Drill.At, r.Drill.Backup = metav1.NewTime(now), id
+	case b.DrillStarted:
+		r.DrillRunning = true
 	}
 	return r, err
+}
+
+// lastLine is the last line of out that is not empty.
+func lastLine(out string) string {
+	out = strings.TrimRight(out, "\n")
+	return strings.TrimSpace(out[strings.LastIndex(out, "\n")+1:])
 }
 
 // backupWords is pgBackRest's errors in a run's log, in one line, its

@@ -11,17 +11,19 @@ import (
 // BackupFiles is what a base backup run left in its directory
 // (cluster.BackupDir).
 type BackupFiles struct {
-	// Started says the run's ID.started exists: it began on this server.
-	Started bool
+	// Started says the run's ID.started exists: its backup began on this
+	// server; VerifyStarted and DrillStarted say the same of its verify
+	// (ID.verify.started) and its restore drill (ID.drill.started).
+	Started, VerifyStarted, DrillStarted bool
 	// Exit is its exit code once it ended, -1 while it runs.
 	Exit int
 	// Log is the end of ID.log: pgBackRest's warnings and errors.
 	Log string
-	// Verify is what pgBackRest's verify said after the backup (the end
-	// of ID.verify), empty when it did not run.
+	// Verify is what pgBackRest's verify after the backup said so far
+	// (the end of ID.verify), empty when it did not run.
 	Verify string
-	// Drill is what the restore drill after the backup said (ID.drill),
-	// empty when none ran.
+	// Drill is what the restore drill after the backup said so far
+	// (ID.drill), empty when none ran.
 	Drill string
 	// Info is the repository's listing the run wrote after it ended
 	// (pgBackRest's info --output=json); nil before.
@@ -31,6 +33,8 @@ type BackupFiles struct {
 // backupFilesQuery reads a run's files: $1 the directory, $2 the ID. Missing
 // files read as NULL.
 const backupFilesQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', true)).isdir IS TRUE,
+	(pg_stat_file($1 || '/' || $2 || '.verify.started', true)).isdir IS TRUE,
+	(pg_stat_file($1 || '/' || $2 || '.drill.started', true)).isdir IS TRUE,
 	pg_read_file($1 || '/' || $2 || '.exit', 0, 64, true),
 	(SELECT pg_read_file($1 || '/' || $2 || '.log', greatest(s.size - 8192, 0), 8192, true)
 		FROM pg_stat_file($1 || '/' || $2 || '.log', true) s WHERE s.size IS NOT NULL),
@@ -40,12 +44,21 @@ const backupFilesQuery = `SELECT (pg_stat_file($1 || '/' || $2 || '.started', tr
 	(SELECT pg_read_file($1 || '/' || $2 || '.drill', greatest(s.size - 8192, 0), 8192, true)
 		FROM pg_stat_file($1 || '/' || $2 || '.drill', true) s WHERE s.size IS NOT NULL)`
 
+// Phases of a base backup run whose program BaseBackup starts: the names
+// of cluster.BackupPhaseBackup, BackupPhaseVerify and BackupPhaseDrill.
+const (
+	PhaseBackup = "backup"
+	PhaseVerify = "verify"
+	PhaseDrill  = "drill"
+)
+
 // BaseBackup reads how the run id goes in dir (relative to the data
-// directory) on ep, and when it has not started there and program is not
-// empty, starts it: program is a shell command that returns at once
-// (cluster.BackupProgram), run by COPY ... TO PROGRAM, which needs the
-// superuser or pg_execute_server_program.
-func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts Options) (*BackupFiles, error) {
+// directory) on ep, and when program is not empty and phase (PhaseBackup,
+// PhaseVerify or PhaseDrill) has not started there, starts it: program is
+// a shell command that returns at once (cluster.BackupProgram,
+// VerifyProgram, DrillProgram), run by COPY ... TO PROGRAM, which needs
+// the superuser or pg_execute_server_program.
+func BaseBackup(ctx context.Context, ep Endpoint, dir, id, phase, program string, opts Options) (*BackupFiles, error) {
 	opts = opts.withDefaults()
 	s, err := connect(ctx, ep, opts)
 	if err != nil {
@@ -61,7 +74,7 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		var r BackupFiles
 		var exit, log, verify, drill *string
 		var info []byte
-		if _, err := s.queryRow(ctx, backupFilesQuery, []any{dir, id}, &r.Started, &exit, &log, &info, &verify, &drill); err != nil {
+		if _, err := s.queryRow(ctx, backupFilesQuery, []any{dir, id}, &r.Started, &r.VerifyStarted, &r.DrillStarted, &exit, &log, &info, &verify, &drill); err != nil {
 			return nil, fmt.Errorf("%s: read backup %s in %s: %w", ep, id, dir, err)
 		}
 		r.Exit = -1
@@ -73,10 +86,10 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		if log != nil {
 			r.Log = *log
 		}
-		if verify != nil && r.Exit >= 0 {
+		if verify != nil && r.VerifyStarted {
 			r.Verify = *verify
 		}
-		if drill != nil && r.Exit >= 0 {
+		if drill != nil && r.DrillStarted {
 			r.Drill = *drill
 		}
 		if r.Exit >= 0 && len(info) > 0 {
@@ -85,7 +98,7 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		return &r, nil
 	}
 	r, err := read()
-	if err != nil || r.Started || program == "" {
+	if err != nil || program == "" || r.phaseStarted(phase) {
 		return r, err
 	}
 	// COPY takes no parameters: the program is a literal, which
@@ -95,7 +108,18 @@ func BaseBackup(ctx context.Context, ep Endpoint, dir, id, program string, opts 
 		return nil, err
 	}
 	if err := s.exec(ctx, "COPY (SELECT 1) TO PROGRAM "+lit); err != nil {
-		return nil, fmt.Errorf("%s: start backup %s: %w", ep, id, err)
+		return nil, fmt.Errorf("%s: start the %s of backup %s: %w", ep, phase, id, err)
 	}
 	return read()
+}
+
+// phaseStarted says whether phase of the run began on this server.
+func (r *BackupFiles) phaseStarted(phase string) bool {
+	switch phase {
+	case PhaseVerify:
+		return r.VerifyStarted
+	case PhaseDrill:
+		return r.DrillStarted
+	}
+	return r.Started
 }

@@ -477,6 +477,10 @@ type BackupReport struct {
 	// started there yet (or on the former primary only), and the state
 	// machine asks for it to be started (again).
 	NotStarted bool `json:"notStarted,omitempty"`
+	// VerifyRunning and DrillRunning say the run's verify, or its
+	// restore drill, began on the primary and has not ended.
+	VerifyRunning bool `json:"verifyRunning,omitempty"`
+	DrillRunning  bool `json:"drillRunning,omitempty"`
 	// Done says it ended; Failed that it failed (or could not start),
 	// with Message saying why in pgBackRest's words.
 	Done    bool   `json:"done,omitempty"`
@@ -485,10 +489,10 @@ type BackupReport struct {
 	// Backups are the repository's backups once it ended, oldest first,
 	// as pgBackRest's info listed them; nil when unknown.
 	Backups []BackupInfo `json:"backups,omitempty"`
-	// Verification is what verify found after the backup, nil when it
-	// did not run.
+	// Verification is what verify found after the backup, nil until it
+	// ended.
 	Verification *BackupVerification `json:"verification,omitempty"`
-	// Drill is how the restore drill after the backup went, nil when
-	// none ran.
+	// Drill is how the restore drill after the backup went, nil until
+	// it ended.
 	Drill *RestoreDrill `json:"drill,omitempty"`
 }
