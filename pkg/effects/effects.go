@@ -32,7 +32,7 @@ import (
 // those of users and other controllers. (A delete has no field manager.)
 const FieldManager = "pgloop"
 
-// HeadlessClass is the write class (eventloop.WithWriteClass) of a
+// HeadlessClass is the write class (reqclass.WithWriteClass) of a
 // headless Service's writes.
 const HeadlessClass = "headless"
 

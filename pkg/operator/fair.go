@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/metrics"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // writeDetachAfter is how long a write may hold its kind's window at
@@ -56,7 +57,7 @@ const (
 // deadline only moved the failures into the server's queue (docs/scale.md,
 // "Write classes and a probe").
 //
-// Only writes of a plan (eventloop.PriorityOf: urgent or background) and
+// Only writes of a plan (reqclass.PriorityOf: urgent or background) and
 // Event writes are bounded; reads, watches, leader election are not.
 // Its methods lock mu; the pacers' are called with it held.
 type writeWindows struct {
@@ -74,7 +75,7 @@ type writeWindows struct {
 
 // kindWindow is the window of one kind of write and the writes waiting
 // for it, by priority. A kind is a verb and resource, and the class its
-// writes were marked with (eventloop.WithWriteClass), if any: a headless
+// writes were marked with (reqclass.WithWriteClass), if any: a headless
 // Service's create allocates no ClusterIP, and in the window of the
 // others its latency, a tenth of theirs, would be taken as the API
 // server's idle one, and every other create as slow.
@@ -130,12 +131,12 @@ type windowedTransport struct {
 
 func (t windowedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := requestPriority(req)
-	if p == eventloop.Unmarked || req.Method == http.MethodGet || req.Method == http.MethodHead {
+	if p == reqclass.Unmarked || req.Method == http.MethodGet || req.Method == http.MethodHead {
 		return t.next.RoundTrip(req)
 	}
 	verb, resource := metrics.RequestVerb(req.Method, req.URL.Path, "")
 	ctx := req.Context()
-	s, err := t.w.acquire(ctx, verb, resource, eventloop.WriteClassOf(ctx), requestNamespace(req.URL.Path), p == eventloop.Urgent)
+	s, err := t.w.acquire(ctx, verb, resource, reqclass.WriteClassOf(ctx), requestNamespace(req.URL.Path), p == reqclass.Urgent)
 	if err != nil {
 		return nil, err
 	}

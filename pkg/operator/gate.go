@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // The request gate's defaults (docs/scale.md, "Fairness").
@@ -49,7 +50,7 @@ const (
 // waited maxHeld: then they go one every hold. Without urgent requests
 // background ones are never held.
 //
-// A request's priority is its plan's (eventloop.PriorityOf its context);
+// A request's priority is its plan's (reqclass.PriorityOf its context);
 // Event writes are background (best effort); the rest (informers' lists
 // and watches, leader election) is not gated and not counted. A held
 // request gives up when its context ends, as it would have in the server.
@@ -128,10 +129,10 @@ type gatedTransport struct {
 func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	p := requestPriority(req)
 	switch p {
-	case eventloop.Urgent:
+	case reqclass.Urgent:
 		t.g.urgentStarted()
 		defer t.g.urgentEnded()
-	case eventloop.Background:
+	case reqclass.Background:
 		if err := t.g.acquire(req); err != nil {
 			return nil, err
 		}
@@ -144,7 +145,7 @@ func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	sent := t.g.clock.Now()
 	resp, err := t.next.RoundTrip(req)
-	t.g.observe(sent, p == eventloop.Background)
+	t.g.observe(sent, p == reqclass.Background)
 	return resp, err
 }
 
@@ -162,13 +163,13 @@ func (g *requestGate) observe(sent time.Time, background bool) {
 }
 
 // requestPriority is the gate's class of req.
-func requestPriority(req *http.Request) eventloop.Priority {
+func requestPriority(req *http.Request) reqclass.Priority {
 	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "" {
-		return eventloop.Unmarked
+		return reqclass.Unmarked
 	}
-	p := eventloop.PriorityOf(req.Context())
-	if p == eventloop.Unmarked && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/events") {
-		return eventloop.Background
+	p := reqclass.PriorityOf(req.Context())
+	if p == reqclass.Unmarked && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/events") {
+		return reqclass.Background
 	}
 	return p
 }

@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // heldTransport is a RoundTripper whose requests stay in flight until the
@@ -96,10 +97,10 @@ func newGateRigMost(t *testing.T, limit, most int) *gateRig {
 }
 
 // send starts request name, of priority p, method and path.
-func (r *gateRig) send(ctx context.Context, name string, p eventloop.Priority, method, path string) {
+func (r *gateRig) send(ctx context.Context, name string, p reqclass.Priority, method, path string) {
 	switch p {
-	case eventloop.Urgent, eventloop.Background:
-		ctx = eventloop.WithPriority(ctx, p)
+	case reqclass.Urgent, reqclass.Background:
+		ctx = reqclass.WithPriority(ctx, p)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "https://api.test"+path, nil)
 	if err != nil {
@@ -184,7 +185,7 @@ func TestGateIdleHoldsNothing(t *testing.T) {
 	for i := range 20 {
 		name := fmt.Sprintf("bg%02d", i)
 		names = append(names, name)
-		r.send(context.Background(), name, eventloop.Background, http.MethodPut, statusPath)
+		r.send(context.Background(), name, reqclass.Background, http.MethodPut, statusPath)
 		r.arrived(names...)
 	}
 	for _, name := range names {
@@ -205,20 +206,20 @@ func TestGateIdleHoldsNothing(t *testing.T) {
 func TestGateUrgentFirst(t *testing.T) {
 	r := newGateRig(t, 1)
 	ctx := context.Background()
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
-	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg2", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("bg1", "bg2")
 
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
 	r.arrived("bg1", "bg2", "u1")
 	// Two background requests in flight, the limit is one: both wait.
-	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg3", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.send(ctx, "ev1", eventloop.Unmarked, http.MethodPost, eventsPath)
+	r.send(ctx, "ev1", reqclass.Unmarked, http.MethodPost, eventsPath)
 	r.waiters(2)
-	r.send(ctx, "watch", eventloop.Unmarked, http.MethodGet, "/api/v1/pods?watch=true")
-	r.send(ctx, "list", eventloop.Unmarked, http.MethodGet, "/api/v1/pods")
-	r.send(ctx, "u2", eventloop.Urgent, http.MethodPut, statusPath)
+	r.send(ctx, "watch", reqclass.Unmarked, http.MethodGet, "/api/v1/pods?watch=true")
+	r.send(ctx, "list", reqclass.Unmarked, http.MethodGet, "/api/v1/pods")
+	r.send(ctx, "u2", reqclass.Urgent, http.MethodPut, statusPath)
 	r.arrived("bg1", "bg2", "u1", "watch", "list", "u2")
 
 	// One background request ends: still one in flight, nobody goes.
@@ -246,7 +247,7 @@ func TestGateUrgentFirst(t *testing.T) {
 	r.waiters(0)
 
 	// Over: background requests go at once again.
-	r.send(ctx, "bg4", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg4", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("bg1", "bg2", "u1", "watch", "list", "u2", "bg3", "ev1", "bg4")
 
 	r.mu.Lock()
@@ -261,9 +262,9 @@ func TestGateUrgentFirst(t *testing.T) {
 func TestGateNoneWhileUrgent(t *testing.T) {
 	r := newGateRig(t, DefaultBackgroundWhileUrgent)
 	ctx := context.Background()
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
 	r.arrived("u1")
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
 	r.inner.end("u1")
 	if err := r.wait("u1"); err != nil {
@@ -281,14 +282,14 @@ func TestGateNoneWhileUrgent(t *testing.T) {
 func TestGateMaxHeld(t *testing.T) {
 	r := newGateRig(t, 0)
 	ctx := context.Background()
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
 	r.arrived("u1")
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg2", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(2)
 	r.clk.Step(DefaultMaxHeld / 2)
-	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg3", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(3)
 	r.stays("u1")
 	r.clk.Step(DefaultMaxHeld / 2)
@@ -319,11 +320,11 @@ func TestGateMaxHeld(t *testing.T) {
 // does not fail for it: the deadline stands still while it is held.
 func TestGateHoldPausesStepDeadline(t *testing.T) {
 	r := newGateRig(t, 0)
-	r.send(context.Background(), "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.send(context.Background(), "u1", reqclass.Urgent, http.MethodPost, podsPath)
 	r.arrived("u1")
 	step, release := eventloop.WithStepDeadline(context.Background(), r.clk, DefaultMaxHeld/4)
 	defer release()
-	r.send(step, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(step, "bg1", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
 	r.clk.Step(DefaultMaxHeld / 2)
 	r.stays("u1")
@@ -343,14 +344,14 @@ func TestGateHoldPausesStepDeadline(t *testing.T) {
 func TestGateHeldRequestCancelled(t *testing.T) {
 	r := newGateRig(t, 1)
 	ctx := context.Background()
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("u1", "bg1")
 
 	cctx, cancel := context.WithCancel(ctx)
-	r.send(cctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.send(cctx, "bg2", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg3", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(2)
 	cancel()
 	if err := r.wait("bg2"); !errors.Is(err, context.Canceled) {
@@ -372,12 +373,12 @@ func TestGateHeldRequestCancelled(t *testing.T) {
 func TestGateMost(t *testing.T) {
 	r := newGateRigMost(t, -1, 2)
 	ctx := context.Background()
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
-	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg2", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("bg1", "bg2")
-	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg3", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
 	r.arrived("bg1", "bg2", "u1")
 	r.inner.end("bg1")
 	r.arrived("bg1", "bg2", "u1", "bg3")
@@ -403,17 +404,17 @@ func TestClientsGated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	get := func(p eventloop.Priority, name string) {
+	get := func(p reqclass.Priority, name string) {
 		go func() {
-			ctx := eventloop.WithPriority(context.Background(), p)
+			ctx := reqclass.WithPriority(context.Background(), p)
 			_, _ = cl.kube.CoreV1().Secrets("ns").Get(ctx, name, metav1.GetOptions{})
 		}()
 	}
-	get(eventloop.Urgent, "urgent")
+	get(reqclass.Urgent, "urgent")
 	<-arrived
-	get(eventloop.Background, "bg1")
+	get(reqclass.Background, "bg1")
 	<-arrived
-	get(eventloop.Background, "bg2") // one background in flight already: held
+	get(reqclass.Background, "bg2") // one background in flight already: held
 	select {
 	case p := <-arrived:
 		t.Fatalf("%s reached the server while an urgent request and a background one were in flight", p)

@@ -1,4 +1,4 @@
-package eventloop
+package reqclass
 
 import "context"
 
@@ -14,7 +14,7 @@ const (
 	Unmarked Priority = iota
 	// Background is a background plan's: retries, resyncs, rollout steps.
 	Background
-	// Urgent is an urgent plan's: a user's action (Plan.Urgent).
+	// Urgent is an urgent plan's: a user's action (eventloop.Plan.Urgent).
 	Urgent
 )
 
@@ -24,15 +24,6 @@ type priorityKey struct{}
 // context with the plan's; tests of what reads the mark make their own.
 func WithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
-}
-
-// planIndex is the index in Loop.planCtx of a plan started as urgent or
-// not.
-func planIndex(urgent bool) int {
-	if urgent {
-		return 1
-	}
-	return 0
 }
 
 // PriorityOf returns the priority of the plan ctx belongs to, Unmarked when
