@@ -1,5 +1,5 @@
 // Package reqclass holds the marks a request's context carries so that
-// the operator's transports (pkg/operator) can order and window it: the
+// the operator's transports (pkg/traffic) can order and window it: the
 // priority of the plan the request belongs to (WithPriority, set by the
 // event loop's executor on each plan's context) and the class of a write
 // (WithWriteClass, set by the effects for a kind of write the API server

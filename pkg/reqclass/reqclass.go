@@ -5,7 +5,7 @@ import "context"
 // Priority is how a plan's work stands against other clusters': the
 // executor marks each plan's context with it, so that what the plan's steps
 // send (Kubernetes API requests) can be ordered by it further down, where
-// the loop no longer decides (the operator's request gate).
+// the loop no longer decides (the request gate, pkg/traffic).
 type Priority int
 
 const (
@@ -40,7 +40,7 @@ type writeClassKey struct{}
 // their own. A Service without a ClusterIP allocates no address, and is
 // created in a tenth of the time of one with it; the operator's write
 // windows keep a window for each class, so the cheap ones do not make the
-// costly ones look slow (pkg/operator, writeWindows).
+// costly ones look slow (traffic.WriteWindows).
 func WithWriteClass(ctx context.Context, c string) context.Context {
 	return context.WithValue(ctx, writeClassKey{}, c)
 }

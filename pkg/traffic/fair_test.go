@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
-// windowRig sends writes through writeWindows to a heldTransport, each on
+// windowRig sends writes through WriteWindows to a heldTransport, each on
 // its own goroutine (gateRig's send, wait and arrived).
 type windowRig struct {
 	*gateRig
-	w       *writeWindows
+	w       *WriteWindows
 	windows map[string]float64
 }
 
@@ -29,7 +29,7 @@ func newWindowRig(t *testing.T) *windowRig {
 		defer g.mu.Unlock()
 		r.windows[kindKey(verb, resource, class)] = w
 	})
-	g.rt = r.w.wrap(g.inner)
+	g.rt = r.w.Wrap(g.inner)
 	return r
 }
 

@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"context"
@@ -106,7 +106,7 @@ func TestPacerBaselineFollows(t *testing.T) {
 // the next waiters go.
 func TestGatePaces(t *testing.T) {
 	r := newGateRig(t, -1) // no hold for urgent traffic: only the pacer
-	r.gate.pacing(nil)
+	r.gate.Pacing(nil)
 	ctx := context.Background()
 
 	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
