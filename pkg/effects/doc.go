@@ -12,9 +12,12 @@
 // ResumePoolers, switchpause.go).
 //
 // It is not the only writer to the API: pkg/operator writes its leader
-// Lease, and `pgloop sync` (cmd/pgloop) patches a Postgresql resource to
-// ask for a sync. But it is the only one that writes the clusters' objects
-// and statuses.
+// Lease, pkg/events (the Event recorder) writes the Kubernetes Events
+// recorded here and by the leader election, and `pgloop sync` and
+// `pgloop backup` (cmd/pgloop/sync.go and backup.go, through
+// annotateCluster) patch a Postgresql resource's annotations to ask for a
+// sync or a backup. But it is the only one that writes the clusters'
+// objects and statuses.
 //
 // The effects that bring something to the spec (Ensure, WriteStatus,
 // Cleanup, ReplacePods, Nudge, SyncRoles, Configure) write only what
@@ -28,8 +31,9 @@
 // nothing once the pods' member data show another primary). ResumePoolers
 // is idempotent (RESUME of a pooler that is not paused succeeds).
 //
-// This package knows neither the state machine nor the event loop: it has
-// its own small types (Pod, Record) and its own ErrWaiting, and
+// This package knows neither the state machine nor the event loop (it
+// imports neither): it has its own small types (Pod, Record) and its own
+// ErrWaiting, marks a write's class with pkg/reqclass, a leaf, and
 // pkg/controller turns a plan of the machine into the loop's steps, each a
 // call of one method of Effects.
 package effects
