@@ -34,7 +34,7 @@ image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgl
 			-ldflags="-s -w $(VERSION_LDFLAGS)" \
 			-o $(BIN)/linux-$$arch/pgloop ./cmd/pgloop || exit 1; \
 	done
-	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(GO) run ./hack/image \
+	cd $(RELEASE_MODULE) && SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(GO) run ./image \
 		-out $(BIN)/pgloop-image.tar -version $(VERSION) -revision "$(COMMIT)" \
 		$(foreach a,$(IMAGE_ARCHS),-bin linux/$(a)=$(BIN)/linux-$(a)/pgloop)
 
@@ -94,9 +94,11 @@ generate: generate-docs
 
 ##@ Release
 
-# hack/release is a module of its own (helm, kustomize and krew stay out of
-# the operator's go.mod): the release command, and the tests of the chart
-# (against manifests/operator), of the krew manifest and of a release.
+# hack/release is a module of its own (helm, kustomize, krew and
+# go-containerregistry stay out of the operator's go.mod): the release
+# command, the image's (./image, `make image`), and the tests of the chart
+# (against manifests/operator), of the krew manifest, of the image and of a
+# release.
 RELEASE_MODULE := hack/release
 LINT_MODULES += $(RELEASE_MODULE)
 # The repository to push the image to as :VERSION; empty pushes nothing.

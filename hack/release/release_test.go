@@ -29,7 +29,7 @@ import (
 )
 
 // imageArchive writes a random two-image index into an oci-archive the
-// way `make image` (hack/image) does: an OCI layout in a tar file whose
+// way `make image` (./image) does: an OCI layout in a tar file whose
 // index.json names the image index by version.
 func imageArchive(t *testing.T, version string) (string, v1.ImageIndex) {
 	t.Helper()

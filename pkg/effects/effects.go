@@ -24,7 +24,7 @@ import (
 	pgclientv1 "github.com/pgloop/pgloop/pkg/generated/clientset/versioned/typed/pgloop/v1"
 )
 
-// HeadlessClass is the write class (eventloop.WithWriteClass) of a
+// HeadlessClass is the write class (reqclass.WithWriteClass) of a
 // headless Service's writes.
 const HeadlessClass = "headless"
 

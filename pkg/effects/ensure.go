@@ -22,7 +22,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // objectClient is what the ensure effect needs of a typed client-go client
@@ -308,7 +308,7 @@ func (r *run) ensureService(ctx context.Context, pg *v1.Postgresql, s *corev1.Se
 // HeadlessClass when s has no ClusterIP.
 func serviceContext(ctx context.Context, s *corev1.Service) context.Context {
 	if s.Spec.ClusterIP == corev1.ClusterIPNone {
-		return eventloop.WithWriteClass(ctx, HeadlessClass)
+		return reqclass.WithWriteClass(ctx, HeadlessClass)
 	}
 	return ctx
 }

@@ -24,7 +24,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/act"
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
-	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 func TestEnsureCreatesEverything(t *testing.T) {
@@ -696,7 +696,7 @@ func TestServiceContextMarksHeadless(t *testing.T) {
 	pg := testCluster(t)
 	headless := 0
 	for _, s := range cluster.Services(pg, cluster.Options{}) {
-		got := eventloop.WriteClassOf(serviceContext(context.Background(), s))
+		got := reqclass.WriteClassOf(serviceContext(context.Background(), s))
 		want := ""
 		if s.Spec.ClusterIP == corev1.ClusterIPNone {
 			want = HeadlessClass

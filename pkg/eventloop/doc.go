@@ -58,8 +58,8 @@
 //     held all 16 workers for 2 to 10 s each). A worker may then stay
 //     free while plans of a namespace at its bound wait.
 //  9. A plan's steps run under a context marked with its priority
-//     (PriorityOf), so that the requests they send can be ordered by it
-//     where the loop no longer decides.
+//     (reqclass.PriorityOf), so that the requests they send can be
+//     ordered by it where the loop no longer decides.
 //  10. A plan holds a worker (or a place of the hung lane) for at most
 //     Options.SlowAfter, unless 4 times the workers (the places) are
 //     detached from them already; then it goes on, detached, holding

@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 func TestRunPlanSteps(t *testing.T) {
@@ -570,7 +572,7 @@ func TestFlowBoundLeavesWorkersToOtherNamespaces(t *testing.T) {
 // contexts of no plan are Unmarked.
 func TestPlanContextPriority(t *testing.T) {
 	var mu sync.Mutex
-	got := map[string]Priority{}
+	got := map[string]reqclass.Priority{}
 	rec := newRecorder(func(ev Event) Outcome {
 		if ev.Kind != Signal {
 			return Outcome{}
@@ -578,7 +580,7 @@ func TestPlanContextPriority(t *testing.T) {
 		p := plan(1, step("look", func(ctx context.Context) error {
 			mu.Lock()
 			defer mu.Unlock()
-			got[ev.Key] = PriorityOf(ctx)
+			got[ev.Key] = reqclass.PriorityOf(ctx)
 			return nil
 		}))
 		p.Urgent = ev.Name == "urgent"
@@ -590,11 +592,11 @@ func TestPlanContextPriority(t *testing.T) {
 	l.waitIdle(t)
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[string]Priority{"ns/user": Urgent, "ns/resync": Background}
+	want := map[string]reqclass.Priority{"ns/user": reqclass.Urgent, "ns/resync": reqclass.Background}
 	if !maps.Equal(got, want) {
 		t.Errorf("priorities %v, want %v", got, want)
 	}
-	if p := PriorityOf(context.Background()); p != Unmarked {
+	if p := reqclass.PriorityOf(context.Background()); p != reqclass.Unmarked {
 		t.Errorf("PriorityOf(context.Background()) = %v, want Unmarked", p)
 	}
 }
@@ -637,7 +639,7 @@ func TestPauseDeadline(t *testing.T) {
 				if !ok {
 					return errors.New("not paused")
 				}
-				inner, _ := PauseDeadline(WithWriteClass(ctx, "x")) // a derived context pauses the same step
+				inner, _ := PauseDeadline(reqclass.WithWriteClass(ctx, "x")) // a derived context pauses the same step
 				fc.Step(time.Minute)
 				check(ctx, "paused a minute", nil, 64*time.Second+6*time.Second)
 				outer()

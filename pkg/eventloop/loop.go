@@ -11,6 +11,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/clock"
+
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 const (
@@ -178,6 +180,15 @@ type Loop struct {
 	wg                       sync.WaitGroup
 }
 
+// planIndex is the index in Loop.planCtx of a plan started as urgent or
+// not.
+func planIndex(urgent bool) int {
+	if urgent {
+		return 1
+	}
+	return 0
+}
+
 // clusterState is what the loop keeps for one cluster. It exists only while there
 // is something to keep: a non-zero epoch, a timer, a plan, or slow steps.
 type clusterState struct {
@@ -315,7 +326,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	l.runCtx = runCtx
 	// Marked once: a plan's context derives from its priority's, with no
 	// allocation for the mark on the loop goroutine.
-	l.planCtx = [2]context.Context{WithPriority(runCtx, Background), WithPriority(runCtx, Urgent)}
+	l.planCtx = [2]context.Context{reqclass.WithPriority(runCtx, reqclass.Background), reqclass.WithPriority(runCtx, reqclass.Urgent)}
 	defer func() {
 		cancel()
 		l.wg.Wait()

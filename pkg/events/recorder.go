@@ -29,8 +29,8 @@
 //     every write is counted (Options.Written).
 //  6. Shutdown stops recording and flushes what it can within a bound.
 //
-// The writes carry no plan's priority, so pkg/operator's request gate counts
-// them as background requests, as it did the broadcaster's.
+// The writes carry no plan's priority, so the request gate (pkg/traffic)
+// counts them as background requests, as it did the broadcaster's.
 package events
 
 import (

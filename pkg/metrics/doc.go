@@ -17,8 +17,9 @@
 // and pkg/fsm it uses only the loop's Stats and event kinds and the list
 // of states. pkg/operator points the others at it: the loop's Observe and
 // Stats, the controller's hooks, a wrapper of the effect steps, the
-// effects' and the Patroni client's observers, the request gate, the Event
-// recorder, and the transport of every client (InstrumentTransport).
+// effects' and the Patroni client's observers, the request gate and the
+// write windows (pkg/traffic), the Event recorder, and the transport of
+// every client (InstrumentTransport).
 //
 // What it hands out to be called does no I/O and takes no lock of
 // pgloop's: it runs on the loop goroutine, in the executor's workers or in

@@ -20,6 +20,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/events"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/pkg/traffic"
 )
 
 // Log formats.
@@ -110,20 +111,21 @@ type Config struct {
 	SlowAfter   time.Duration
 	HungWorkers int
 	// BackgroundWhileUrgent is how many API requests of background plans
-	// may be in flight while requests of urgent plans are (requestGate;
-	// 0, the default: none, each held at most DefaultMaxHeld); negative:
-	// no limit, background requests are never held.
+	// may be in flight while requests of urgent plans are (traffic.Gate;
+	// 0, the default: none, each held at most 2 s); negative: no limit,
+	// background requests are never held.
 	BackgroundWhileUrgent int
 	// BackgroundRequests bounds the API requests of background plans in
 	// flight at any time (0: as many as the workers send).
 	BackgroundRequests int
 	// PaceBackground bounds the API requests of background plans in
-	// flight by the API server's latency (pace.go): a window that halves
-	// when a write is answered slowly, and grows back by one per window
-	// answered at the baseline latency.
+	// flight by the API server's latency (traffic.Gate.Pacing): a window
+	// that halves when a write is answered slowly, and grows back by one
+	// per window answered at the baseline latency.
 	PaceBackground bool
 	// FairWrites bounds the writes of each kind in flight by their
-	// latency, and lets those waiting go by namespace in turns (fair.go).
+	// latency, and lets those waiting go by namespace in turns
+	// (traffic.WriteWindows).
 	FairWrites bool
 	// EventWorkers is how many Kubernetes Events are written at once
 	// (pkg/events: one object's at a time each, as background requests).
@@ -236,7 +238,7 @@ func DefaultConfig() Config {
 		UrgentWorkers:           eventloop.DefaultUrgentWorkers,
 		EventWorkers:            events.DefaultWorkers,
 		SlowAfter:               eventloop.DefaultSlowAfter,
-		BackgroundWhileUrgent:   DefaultBackgroundWhileUrgent,
+		BackgroundWhileUrgent:   traffic.DefaultBackgroundWhileUrgent,
 		PaceBackground:          true,
 		FairWrites:              true,
 		StepTimeout:             eventloop.DefaultStepTimeout,

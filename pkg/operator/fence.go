@@ -2,9 +2,6 @@ package operator
 
 import (
 	"context"
-	"fmt"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +25,7 @@ import (
 // replica last renewed, for watchRenewals, which stops the work as soon as
 // the renew deadline has passed since: before the Lease, valid for the
 // lease duration since that renewal, can expire for the other replicas.
+// The clients' fence (traffic.Fence) asks it (held) before each write.
 type fencedLock struct {
 	resourcelock.Interface
 	now  func() time.Time
@@ -106,50 +104,4 @@ func watchRenewals(ctx context.Context, lock *fencedLock, deadline, period time.
 func (l *fencedLock) held(deadline time.Duration) bool {
 	last := l.lastRenewed()
 	return !l.released.Load() && !last.IsZero() && l.now().Sub(last) < deadline
-}
-
-// writeFence refuses the writes of the operator's clients (not the
-// elector's) once its lock no longer holds the Lease: a process paused
-// past its renew deadline (a long GC, a frozen node) would otherwise send
-// the writes it was about to make when it runs again, before its work is
-// cancelled. Unarmed (no leader election) it lets everything through.
-type writeFence struct {
-	armed atomic.Pointer[armedFence]
-}
-
-// armedFence is what an armed fence follows, published at once: the
-// Event recorder's goroutine may already write while elect arms it.
-type armedFence struct {
-	lock     *fencedLock
-	deadline time.Duration
-}
-
-// arm makes the fence follow lock; it is called once, before the elector
-// runs.
-func (f *writeFence) arm(lock *fencedLock, deadline time.Duration) {
-	f.armed.Store(&armedFence{lock: lock, deadline: deadline})
-}
-
-// wrap is a rest.Config WrapTransport.
-func (f *writeFence) wrap(rt http.RoundTripper) http.RoundTripper {
-	return fencedTransport{next: rt, f: f}
-}
-
-type fencedTransport struct {
-	next http.RoundTripper
-	f    *writeFence
-}
-
-func (t fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	switch {
-	case req.Method == http.MethodGet, req.Method == http.MethodHead, req.Method == http.MethodOptions:
-	case strings.Contains(req.URL.Path, "/events"):
-		// Kubernetes Events change no cluster; the elector's own
-		// ("stopped leading") comes after the release.
-	default:
-		if a := t.f.armed.Load(); a != nil && !a.lock.held(a.deadline) {
-			return nil, fmt.Errorf("%w: %s %s refused, another replica may lead", ErrLeadershipLost, req.Method, req.URL.Path)
-		}
-	}
-	return t.next.RoundTrip(req)
 }

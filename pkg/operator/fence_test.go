@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -155,16 +154,10 @@ func TestWatchRenewals(t *testing.T) {
 	}
 }
 
-// okTransport answers every request 200.
-type okTransport struct{}
-
-func (okTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
-}
-
-// The fence lets reads and Events through always, and writes only while
-// the Lease is held: renewed within the deadline and not being released.
-func TestWriteFence(t *testing.T) {
+// The lock is held once renewed, until the renew deadline has passed
+// since the last renewal that succeeded, or a release began: what the
+// clients' fence (traffic.Fence) asks before each write.
+func TestFencedLockHeld(t *testing.T) {
 	var (
 		mu  sync.Mutex
 		log []string
@@ -172,53 +165,30 @@ func TestWriteFence(t *testing.T) {
 	now := time.Unix(1000, 0)
 	lock := newFencedLock(recordingLock{id: "a", log: &log, mu: &mu}, func() {})
 	lock.now = func() time.Time { return now }
-	f := &writeFence{}
-	rt := f.wrap(okTransport{})
-	do := func(method, path string) error {
-		req, err := http.NewRequest(method, "https://127.0.0.1"+path, nil)
-		if err != nil {
+	renew := func(holder string) {
+		t.Helper()
+		if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: holder}); err != nil {
 			t.Fatal(err)
 		}
-		_, err = rt.RoundTrip(req)
-		return err
 	}
-	write, read, event := func() error { return do(http.MethodPut, "/api/v1/namespaces/a/services/b") },
-		func() error { return do(http.MethodGet, "/api/v1/namespaces/a/services/b") },
-		func() error { return do(http.MethodPost, "/api/v1/namespaces/a/events") }
-
-	if err := write(); err != nil {
-		t.Errorf("unarmed: a write refused: %v", err)
+	const deadline = 10 * time.Second
+	if lock.held(deadline) {
+		t.Error("never renewed (a standby): held")
 	}
-	f.arm(lock, 10*time.Second)
-	if err := write(); !errors.Is(err, ErrLeadershipLost) {
-		t.Errorf("armed, never renewed (a standby): write error %v, want ErrLeadershipLost", err)
+	renew("a")
+	if !lock.held(deadline) {
+		t.Error("just renewed: not held")
 	}
-	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}); err != nil {
-		t.Fatal(err)
+	now = now.Add(deadline)
+	if lock.held(deadline) {
+		t.Error("renew deadline passed: held")
 	}
-	if err := write(); err != nil {
-		t.Errorf("just renewed: a write refused: %v", err)
+	renew("a")
+	if !lock.held(deadline) {
+		t.Error("renewed again: not held")
 	}
-	now = now.Add(10 * time.Second)
-	if err := write(); !errors.Is(err, ErrLeadershipLost) {
-		t.Errorf("renew deadline passed: write error %v, want ErrLeadershipLost", err)
-	}
-	if err := read(); err != nil {
-		t.Errorf("renew deadline passed: a read refused: %v", err)
-	}
-	if err := event(); err != nil {
-		t.Errorf("renew deadline passed: an Event refused: %v", err)
-	}
-	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := write(); err != nil {
-		t.Errorf("renewed again: a write refused: %v", err)
-	}
-	if err := lock.Update(context.Background(), resourcelock.LeaderElectionRecord{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := write(); !errors.Is(err, ErrLeadershipLost) {
-		t.Errorf("released: write error %v, want ErrLeadershipLost", err)
+	renew("") // a release, as client-go's
+	if lock.held(deadline) {
+		t.Error("released: held")
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/metrics"
 	"github.com/pgloop/pgloop/pkg/patroni"
 	"github.com/pgloop/pgloop/pkg/pgsql"
+	"github.com/pgloop/pgloop/pkg/traffic"
 	"github.com/pgloop/pgloop/pkg/version"
 )
 
@@ -77,7 +78,7 @@ type clients struct {
 	pg   pgclient.Interface
 	// fence refuses the writes of kube and pg once this replica no
 	// longer holds the Lease (armed by elect).
-	fence *writeFence
+	fence *traffic.Fence
 	// election renews the Lease. Its requests time out well within the
 	// renew deadline, so that one hung request cannot cost the lease.
 	election kubernetes.Interface
@@ -152,22 +153,20 @@ type gateObservers struct {
 }
 
 func newClients(rc *rest.Config, cfg *Config, obs gateObservers) (clients, error) {
-	fence := &writeFence{}
+	fence := &traffic.Fence{}
 	wc := rest.CopyConfig(rc)
-	wc.Wrap(fence.wrap)
+	wc.Wrap(fence.Wrap)
 	if cfg.FairWrites {
 		// Inside the gate: a background write it holds takes no place.
-		ww := newWriteWindows(nil, obs.writeWindow)
-		ww.onWait = obs.writeWait
-		wc.Wrap(ww.wrap)
+		wc.Wrap(traffic.NewWriteWindows(obs.writeWindow, obs.writeWait).Wrap)
 	}
 	if cfg.BackgroundWhileUrgent >= 0 || cfg.BackgroundRequests > 0 || cfg.PaceBackground {
 		// Outside the fence: a request held a while is fenced when it goes.
-		g := newRequestGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, DefaultUrgentHold, DefaultMaxHeld, nil, obs.held)
+		g := traffic.NewGate(cfg.BackgroundWhileUrgent, cfg.BackgroundRequests, obs.held)
 		if cfg.PaceBackground {
-			g.pacing(obs.window)
+			g.Pacing(obs.window)
 		}
-		wc.Wrap(g.wrap)
+		wc.Wrap(g.Wrap)
 	}
 	kube, err := kubernetes.NewForConfig(wc)
 	if err != nil {
@@ -313,7 +312,7 @@ func elect(ctx context.Context, cfg *Config, log *logrus.Entry, cl clients, rec 
 	}
 	lock := newFencedLock(lease, stop)
 	if cl.fence != nil {
-		cl.fence.arm(lock, cfg.RenewDeadline)
+		cl.fence.Arm(func() bool { return lock.held(cfg.RenewDeadline) })
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,

@@ -28,6 +28,7 @@ import (
 	"github.com/pgloop/pgloop/pkg/fsm"
 	"github.com/pgloop/pgloop/pkg/internal/fixtures"
 	"github.com/pgloop/pgloop/pkg/metrics"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 func TestValidate(t *testing.T) {
@@ -468,5 +469,42 @@ func TestClientsAskForProtobuf(t *testing.T) {
 		if got := <-accepts; got != want {
 			t.Errorf("request %q, want %q", got, want)
 		}
+	}
+}
+
+// The operator's clients go through the gate with each request's priority
+// taken from its context, as the executor marks it.
+func TestClientsGated(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.URL.Path
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"kind":"Secret","apiVersion":"v1","metadata":{"name":"s"}}`)
+	}))
+	defer srv.Close()
+	defer close(release)
+	cfg := DefaultConfig()
+	held := make(chan time.Duration, 10)
+	cl, err := newClients(&rest.Config{Host: srv.URL}, &cfg, gateObservers{held: func(d time.Duration) { held <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(p reqclass.Priority, name string) {
+		go func() {
+			ctx := reqclass.WithPriority(context.Background(), p)
+			_, _ = cl.kube.CoreV1().Secrets("ns").Get(ctx, name, metav1.GetOptions{})
+		}()
+	}
+	get(reqclass.Urgent, "urgent")
+	<-arrived
+	get(reqclass.Background, "bg1")
+	<-arrived
+	get(reqclass.Background, "bg2") // one background in flight already: held
+	select {
+	case p := <-arrived:
+		t.Fatalf("%s reached the server while an urgent request and a background one were in flight", p)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

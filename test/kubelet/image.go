@@ -69,7 +69,7 @@ func imageBinary(images map[string]string, image string) (string, bool) {
 
 // imageEntrypoint is the path of the binary inside the image: the mapped
 // binary's name at the image's root (/pgloop for .../bin/pgloop), as pgloop's
-// image has it (hack/image).
+// image has it (hack/release/image).
 func imageEntrypoint(binary string) string { return "/" + filepath.Base(binary) }
 
 // pullImage copies binary into the image store under root, named by its

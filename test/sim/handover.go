@@ -45,7 +45,7 @@ import (
 // That is what the handover seeds of TestHandoverFence found; since then
 // pkg/operator stops the work before a release and at the renew deadline,
 // and its clients refuse the work's writes from then on (fencedLock,
-// writeFence): the simulation refuses the old incarnation's writes too
+// traffic.Fence): the simulation refuses the old incarnation's writes too
 // (errFenced), unless Options.unfenced.
 //
 // The simulation models this worst case: at a seeded time the new

@@ -5,10 +5,12 @@
 // layout in a tar file (oci-archive: `skopeo copy oci-archive:FILE
 // docker://REGISTRY/pgloop:TAG`, `podman load -i FILE`).
 //
-//	go run ./hack/image -out bin/pgloop-image.tar -version v1.2.3 \
-//	    -bin linux/amd64=bin/linux-amd64/pgloop -bin linux/arm64=bin/linux-arm64/pgloop
+//	cd hack/release && go run ./image -out ../../bin/pgloop-image.tar -version v1.2.3 \
+//	    -bin linux/amd64=../../bin/linux-amd64/pgloop -bin linux/arm64=../../bin/linux-arm64/pgloop
 //
 // The Makefile's `image` target cross-compiles the binaries and runs it.
+// It is a command of hack/release's module, so that go-containerregistry
+// stays out of the operator's go.mod.
 package main
 
 import (

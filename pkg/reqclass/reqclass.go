@@ -1,11 +1,11 @@
-package eventloop
+package reqclass
 
 import "context"
 
 // Priority is how a plan's work stands against other clusters': the
 // executor marks each plan's context with it, so that what the plan's steps
 // send (Kubernetes API requests) can be ordered by it further down, where
-// the loop no longer decides (the operator's request gate).
+// the loop no longer decides (the request gate, pkg/traffic).
 type Priority int
 
 const (
@@ -14,7 +14,7 @@ const (
 	Unmarked Priority = iota
 	// Background is a background plan's: retries, resyncs, rollout steps.
 	Background
-	// Urgent is an urgent plan's: a user's action (Plan.Urgent).
+	// Urgent is an urgent plan's: a user's action (eventloop.Plan.Urgent).
 	Urgent
 )
 
@@ -24,15 +24,6 @@ type priorityKey struct{}
 // context with the plan's; tests of what reads the mark make their own.
 func WithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
-}
-
-// planIndex is the index in Loop.planCtx of a plan started as urgent or
-// not.
-func planIndex(urgent bool) int {
-	if urgent {
-		return 1
-	}
-	return 0
 }
 
 // PriorityOf returns the priority of the plan ctx belongs to, Unmarked when
@@ -49,7 +40,7 @@ type writeClassKey struct{}
 // their own. A Service without a ClusterIP allocates no address, and is
 // created in a tenth of the time of one with it; the operator's write
 // windows keep a window for each class, so the cheap ones do not make the
-// costly ones look slow (pkg/operator, writeWindows).
+// costly ones look slow (traffic.WriteWindows).
 func WithWriteClass(ctx context.Context, c string) context.Context {
 	return context.WithValue(ctx, writeClassKey{}, c)
 }

@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
 	"github.com/pgloop/pgloop/pkg/metrics"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // writeDetachAfter is how long a write may hold its kind's window at
@@ -24,7 +25,7 @@ const (
 	writeDetachFactor = 20
 )
 
-// writeWindows bounds the writes of each kind (verb and resource, as
+// WriteWindows bounds the writes of each kind (verb and resource, as
 // pgloop_api_requests_total counts them: create services, update
 // postgresqls/status) that pgloop has in flight, by a window that follows
 // their latency as the pacer does (pace.go): halved when the median of a
@@ -56,10 +57,10 @@ const (
 // deadline only moved the failures into the server's queue (docs/scale.md,
 // "Write classes and a probe").
 //
-// Only writes of a plan (eventloop.PriorityOf: urgent or background) and
+// Only writes of a plan (reqclass.PriorityOf: urgent or background) and
 // Event writes are bounded; reads, watches, leader election are not.
 // Its methods lock mu; the pacers' are called with it held.
-type writeWindows struct {
+type WriteWindows struct {
 	clock clock.WithDelayedExecution
 	// onWindow, if set, is told a kind's window when it changes.
 	onWindow func(verb, resource, class string, window float64)
@@ -74,7 +75,7 @@ type writeWindows struct {
 
 // kindWindow is the window of one kind of write and the writes waiting
 // for it, by priority. A kind is a verb and resource, and the class its
-// writes were marked with (eventloop.WithWriteClass), if any: a headless
+// writes were marked with (reqclass.WithWriteClass), if any: a headless
 // Service's create allocates no ClusterIP, and in the window of the
 // others its latency, a tenth of theirs, would be taken as the API
 // server's idle one, and every other create as slow.
@@ -111,36 +112,43 @@ type writeSlot struct {
 	timer clock.Timer
 }
 
-func newWriteWindows(clk clock.WithDelayedExecution, onWindow func(verb, resource, class string, window float64)) *writeWindows {
+// NewWriteWindows returns the write windows. onWindow, if set, is told a
+// kind's window when it changes; onWait, if set, is told how long each
+// windowed write waited for its place.
+func NewWriteWindows(onWindow func(verb, resource, class string, window float64),
+	onWait func(verb, resource, class string, urgent bool, waited time.Duration)) *WriteWindows {
+	w := newWriteWindows(nil, onWindow)
+	w.onWait = onWait
+	return w
+}
+
+// newWriteWindows is NewWriteWindows with its clock, and no onWait.
+func newWriteWindows(clk clock.WithDelayedExecution, onWindow func(verb, resource, class string, window float64)) *WriteWindows {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &writeWindows{clock: clk, onWindow: onWindow, kinds: make(map[string]*kindWindow)}
+	return &WriteWindows{clock: clk, onWindow: onWindow, kinds: make(map[string]*kindWindow)}
 }
 
-// wrap is a rest.Config WrapTransport.
-func (w *writeWindows) wrap(rt http.RoundTripper) http.RoundTripper {
-	return windowedTransport{next: rt, w: w}
+// Wrap is a rest.Config WrapTransport: the writes sent through the
+// transport it returns go through w, then rt.
+func (w *WriteWindows) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return wrapped(rt, w.roundTrip)
 }
 
-type windowedTransport struct {
-	next http.RoundTripper
-	w    *writeWindows
-}
-
-func (t windowedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (w *WriteWindows) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
 	p := requestPriority(req)
-	if p == eventloop.Unmarked || req.Method == http.MethodGet || req.Method == http.MethodHead {
-		return t.next.RoundTrip(req)
+	if p == reqclass.Unmarked || req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return next.RoundTrip(req)
 	}
 	verb, resource := metrics.RequestVerb(req.Method, req.URL.Path, "")
 	ctx := req.Context()
-	s, err := t.w.acquire(ctx, verb, resource, eventloop.WriteClassOf(ctx), requestNamespace(req.URL.Path), p == eventloop.Urgent)
+	s, err := w.acquire(ctx, verb, resource, reqclass.WriteClassOf(ctx), requestNamespace(req.URL.Path), p == reqclass.Urgent)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := t.next.RoundTrip(req)
-	t.w.done(s)
+	resp, err := next.RoundTrip(req)
+	w.done(s)
 	return resp, err
 }
 
@@ -157,7 +165,7 @@ func requestNamespace(path string) string {
 // acquire takes a place in the window of its kind (verb, resource and
 // class) for a write of namespace ns, waiting its turn when the window is
 // full or others wait; it gives up when ctx ends.
-func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
+func (w *WriteWindows) acquire(ctx context.Context, verb, resource, class, ns string, urgent bool) (*writeSlot, error) {
 	if s := w.takeIfFree(verb, resource, class); s != nil {
 		w.waited(s.k, urgent, 0)
 		return s, nil
@@ -226,7 +234,7 @@ func (w *writeWindows) acquire(ctx context.Context, verb, resource, class, ns st
 
 // takeIfFree takes a place in the window of its kind if one is free and
 // no write waits, nil otherwise.
-func (w *writeWindows) takeIfFree(verb, resource, class string) *writeSlot {
+func (w *WriteWindows) takeIfFree(verb, resource, class string) *writeSlot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if k := w.kind(verb, resource, class); k.free() {
@@ -251,7 +259,7 @@ func (k *kindWindow) allows(inFlight int) bool { return inFlight < k.window() }
 
 // kind returns the window of a kind, made at its first write. w.mu is
 // held.
-func (w *writeWindows) kind(verb, resource, class string) *kindWindow {
+func (w *WriteWindows) kind(verb, resource, class string) *kindWindow {
 	key := kindKey(verb, resource, class)
 	k := w.kinds[key]
 	if k == nil {
@@ -270,7 +278,7 @@ func kindKey(verb, resource, class string) string {
 }
 
 // take counts a place of k taken now and arms its detach. w.mu is held.
-func (w *writeWindows) take(k *kindWindow) *writeSlot {
+func (w *WriteWindows) take(k *kindWindow) *writeSlot {
 	k.inFlight++
 	s := &writeSlot{k: k, sent: w.clock.Now(), held: true}
 	after := max(writeDetachAfter, writeDetachFactor*k.pace.slow())
@@ -280,7 +288,7 @@ func (w *writeWindows) take(k *kindWindow) *writeSlot {
 
 // granted is take for a waiter that dispatch let go: dispatch counted
 // its place already.
-func (w *writeWindows) granted(k *kindWindow) *writeSlot {
+func (w *WriteWindows) granted(k *kindWindow) *writeSlot {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k.inFlight--
@@ -289,7 +297,7 @@ func (w *writeWindows) granted(k *kindWindow) *writeSlot {
 
 // grantedAfter is granted for a write that queued at queued, told to
 // onWait.
-func (w *writeWindows) grantedAfter(k *kindWindow, urgent bool, queued time.Time) *writeSlot {
+func (w *WriteWindows) grantedAfter(k *kindWindow, urgent bool, queued time.Time) *writeSlot {
 	s := w.granted(k)
 	w.waited(k, urgent, s.sent.Sub(queued))
 	return s
@@ -297,14 +305,14 @@ func (w *writeWindows) grantedAfter(k *kindWindow, urgent bool, queued time.Time
 
 // waited tells onWait that a write of k waited d for its place. w.mu is
 // not held.
-func (w *writeWindows) waited(k *kindWindow, urgent bool, d time.Duration) {
+func (w *WriteWindows) waited(k *kindWindow, urgent bool, d time.Duration) {
 	if w.onWait != nil {
 		w.onWait(k.verb, k.resource, k.class, urgent, d)
 	}
 }
 
 // detach lets s go on without its place, which the next waiter takes.
-func (w *writeWindows) detach(s *writeSlot) {
+func (w *WriteWindows) detach(s *writeSlot) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !s.held {
@@ -318,7 +326,7 @@ func (w *writeWindows) detach(s *writeSlot) {
 // done tells the window of s that its write was answered: the pacer
 // learns its latency, and its place, if it still held one, goes to the
 // next waiter.
-func (w *writeWindows) done(s *writeSlot) {
+func (w *WriteWindows) done(s *writeSlot) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -341,7 +349,7 @@ func (w *writeWindows) done(s *writeSlot) {
 
 // dispatch lets waiting writes of k go while its window allows: urgent
 // ones first, each queue's namespaces in turns. w.mu is held.
-func (w *writeWindows) dispatch(k *kindWindow) {
+func (w *WriteWindows) dispatch(k *kindWindow) {
 	for k.allows(k.inFlight) {
 		wt := k.urgent.pop()
 		if wt == nil {

@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
-// windowRig sends writes through writeWindows to a heldTransport, each on
+// windowRig sends writes through WriteWindows to a heldTransport, each on
 // its own goroutine (gateRig's send, wait and arrived).
 type windowRig struct {
 	*gateRig
-	w       *writeWindows
+	w       *WriteWindows
 	windows map[string]float64
 }
 
@@ -28,7 +29,7 @@ func newWindowRig(t *testing.T) *windowRig {
 		defer g.mu.Unlock()
 		r.windows[kindKey(verb, resource, class)] = w
 	})
-	g.rt = r.w.wrap(g.inner)
+	g.rt = r.w.Wrap(g.inner)
 	return r
 }
 
@@ -96,17 +97,17 @@ func (r *windowRig) finish(name string) {
 func TestWriteWindowsTurnsByNamespace(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("create", "services", 1)
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "a0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
 	for i, name := range []string{"a1", "a2", "a3"} {
-		r.send(context.Background(), name, eventloop.Urgent, http.MethodPost, svcPath("a"))
+		r.send(context.Background(), name, reqclass.Urgent, http.MethodPost, svcPath("a"))
 		r.waiting("create services", i+1)
 	}
-	r.send(context.Background(), "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.send(context.Background(), "b0", reqclass.Urgent, http.MethodPost, svcPath("b"))
 	r.waiting("create services", 4)
 	// Another kind, and reads, are not held by this one's window.
-	r.send(context.Background(), "secret", eventloop.Urgent, http.MethodPost, "/api/v1/namespaces/a/secrets")
-	r.send(context.Background(), "get", eventloop.Urgent, http.MethodGet, "/api/v1/namespaces/a/services/x")
+	r.send(context.Background(), "secret", reqclass.Urgent, http.MethodPost, "/api/v1/namespaces/a/secrets")
+	r.send(context.Background(), "get", reqclass.Urgent, http.MethodGet, "/api/v1/namespaces/a/services/x")
 	r.arrived("a0", "secret", "get")
 	r.finish("secret")
 	r.finish("get")
@@ -144,11 +145,11 @@ func equalTail(got, want []string) bool {
 func TestWriteWindowsUrgentFirst(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("update", "postgresqls/status", 1)
-	r.send(context.Background(), "first", eventloop.Background, http.MethodPut, statusPath)
+	r.send(context.Background(), "first", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("first")
-	r.send(context.Background(), "bg", eventloop.Background, http.MethodPut, statusPath)
+	r.send(context.Background(), "bg", reqclass.Background, http.MethodPut, statusPath)
 	r.waiting("update postgresqls/status", 1)
-	r.send(context.Background(), "urgent", eventloop.Urgent, http.MethodPut, statusPath)
+	r.send(context.Background(), "urgent", reqclass.Urgent, http.MethodPut, statusPath)
 	r.waiting("update postgresqls/status", 2)
 	r.finish("first")
 	r.arrived("first", "urgent")
@@ -163,9 +164,9 @@ func TestWriteWindowsUrgentFirst(t *testing.T) {
 func TestWriteWindowsDetachHung(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("create", "services", 1)
-	r.send(context.Background(), "hung", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "hung", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("hung")
-	r.send(context.Background(), "next", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.send(context.Background(), "next", reqclass.Urgent, http.MethodPost, svcPath("b"))
 	r.waiting("create services", 1)
 	r.clk.Step(writeDetachAfter - time.Millisecond)
 	r.stays("hung")
@@ -181,11 +182,11 @@ func TestWriteWindowsDetachHung(t *testing.T) {
 func TestWriteWindowsCancelledWaiter(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("create", "services", 1)
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "a0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
 	ctx, cancel := context.WithCancel(context.Background())
-	r.send(ctx, "gone", eventloop.Urgent, http.MethodPost, svcPath("a"))
-	r.send(context.Background(), "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.send(ctx, "gone", reqclass.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "b0", reqclass.Urgent, http.MethodPost, svcPath("b"))
 	r.waiting("create services", 2)
 	cancel()
 	if err := r.wait("gone"); !errors.Is(err, context.Canceled) {
@@ -202,15 +203,15 @@ func TestWriteWindowsCancelledWaiter(t *testing.T) {
 func TestWriteWindowsUnmarked(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("update", "leases", 1)
-	r.send(context.Background(), "l1", eventloop.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
-	r.send(context.Background(), "l2", eventloop.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
+	r.send(context.Background(), "l1", reqclass.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
+	r.send(context.Background(), "l2", reqclass.Unmarked, http.MethodPut, "/apis/coordination.k8s.io/v1/namespaces/x/leases/l")
 	r.arrived("l1", "l2")
 	r.finish("l1")
 	r.finish("l2")
 	r.setWindow("create", "events", 1)
-	r.send(context.Background(), "e1", eventloop.Unmarked, http.MethodPost, eventsPath)
+	r.send(context.Background(), "e1", reqclass.Unmarked, http.MethodPost, eventsPath)
 	r.arrived("l1", "l2", "e1")
-	r.send(context.Background(), "e2", eventloop.Unmarked, http.MethodPost, eventsPath)
+	r.send(context.Background(), "e2", reqclass.Unmarked, http.MethodPost, eventsPath)
 	r.waiting("create events", 1)
 	r.finish("e1")
 	r.arrived("l1", "l2", "e1", "e2")
@@ -270,17 +271,17 @@ func TestRequestNamespace(t *testing.T) {
 	}
 }
 
-// A write marked with a class (eventloop.WithWriteClass: a headless
+// A write marked with a class (reqclass.WithWriteClass: a headless
 // Service's) has a window of its own: it is not held by its kind's
 // full window, and its latency, far below the others', does not make
 // them look slow.
 func TestWriteWindowsClasses(t *testing.T) {
 	r := newWindowRig(t)
 	r.setWindow("create", "services", 1)
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "a0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
-	headless := eventloop.WithWriteClass(context.Background(), "headless")
-	r.send(headless, "h0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	headless := reqclass.WithWriteClass(context.Background(), "headless")
+	r.send(headless, "h0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0", "h0")
 	r.finish("h0")
 	r.finish("a0")
@@ -325,7 +326,7 @@ func newHeldServicesRig(t *testing.T) *windowRig {
 	r.w.mu.Lock()
 	r.w.kind("create", "services", "").pace.minCur = time.Minute
 	r.w.mu.Unlock()
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "a0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
 	return r
 }
@@ -338,8 +339,8 @@ func TestWriteWindowsWaitBoundedByDeadline(t *testing.T) {
 	r := newHeldServicesRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	r.send(ctx, "late", eventloop.Urgent, http.MethodPost, svcPath("b"))
-	r.send(context.Background(), "c0", eventloop.Urgent, http.MethodPost, svcPath("c"))
+	r.send(ctx, "late", reqclass.Urgent, http.MethodPost, svcPath("b"))
+	r.send(context.Background(), "c0", reqclass.Urgent, http.MethodPost, svcPath("c"))
 	r.waiting("create services", 2)
 	r.clk.Step(29 * time.Minute)
 	r.stays("a0")
@@ -362,7 +363,7 @@ func TestWriteWindowsWaitPausesStepDeadline(t *testing.T) {
 	step, release := eventloop.WithStepDeadline(context.Background(), r.clk, 30*time.Second)
 	defer release()
 	r.clk.Step(10 * time.Second)
-	r.send(step, "b0", eventloop.Urgent, http.MethodPost, svcPath("b"))
+	r.send(step, "b0", reqclass.Urgent, http.MethodPost, svcPath("b"))
 	r.waiting("create services", 1)
 	r.clk.Step(30 * time.Minute)
 	r.stays("a0")
@@ -398,9 +399,9 @@ func TestWriteWindowsTellWaits(t *testing.T) {
 		waits = append(waits, wait{kindKey(verb, resource, class), urgent, d})
 	}
 	r.setWindow("create", "services", 1)
-	r.send(context.Background(), "a0", eventloop.Urgent, http.MethodPost, svcPath("a"))
+	r.send(context.Background(), "a0", reqclass.Urgent, http.MethodPost, svcPath("a"))
 	r.arrived("a0")
-	r.send(context.Background(), "b0", eventloop.Background, http.MethodPost, svcPath("b"))
+	r.send(context.Background(), "b0", reqclass.Background, http.MethodPost, svcPath("b"))
 	r.waiting("create services", 1)
 	r.clk.Step(2 * time.Second)
 	r.finish("a0")

@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // A round of writes (paceRound sent since the last cut) whose median is
@@ -106,10 +106,10 @@ func TestPacerBaselineFollows(t *testing.T) {
 // the next waiters go.
 func TestGatePaces(t *testing.T) {
 	r := newGateRig(t, -1) // no hold for urgent traffic: only the pacer
-	r.gate.pacing(nil)
+	r.gate.Pacing(nil)
 	ctx := context.Background()
 
-	r.send(ctx, "bg1", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg1", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("bg1")
 	r.clk.Step(10 * time.Millisecond)
 	r.inner.end("bg1") // the baseline: 10ms
@@ -120,12 +120,12 @@ func TestGatePaces(t *testing.T) {
 	r.gate.pace.window = 1 // as after six slow rounds
 	r.gate.mu.Unlock()
 
-	r.send(ctx, "bg2", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg2", reqclass.Background, http.MethodPut, statusPath)
 	r.arrived("bg1", "bg2")
-	r.send(ctx, "bg3", eventloop.Background, http.MethodPut, statusPath)
+	r.send(ctx, "bg3", reqclass.Background, http.MethodPut, statusPath)
 	r.waiters(1)
-	r.send(ctx, "u1", eventloop.Urgent, http.MethodPost, podsPath)
-	r.send(ctx, "get", eventloop.Background, http.MethodGet, podsPath) // reads are paced, not measured
+	r.send(ctx, "u1", reqclass.Urgent, http.MethodPost, podsPath)
+	r.send(ctx, "get", reqclass.Background, http.MethodGet, podsPath) // reads are paced, not measured
 	r.arrived("bg1", "bg2", "u1")
 	r.clk.Step(10 * time.Millisecond)
 	r.inner.end("u1")

@@ -32,8 +32,11 @@ func TestImage(t *testing.T) {
 	dir := t.TempDir()
 	native := filepath.Join(dir, "pgloop")
 	// The flags of an ordinary build, so the Go cache of the other tests
-	// serves it; `make image` builds with -trimpath and CGO_ENABLED=0.
-	build := exec.Command("go", "build", "-ldflags=-X github.com/pgloop/pgloop/pkg/version.Version=v9.9.9-test", "-o", native, "github.com/pgloop/pgloop/cmd/pgloop")
+	// serves it; `make image` builds with -trimpath and CGO_ENABLED=0. It
+	// builds in the operator's module, the repository's root: this one
+	// (hack/release) does not require it.
+	build := exec.Command("go", "build", "-ldflags=-X github.com/pgloop/pgloop/pkg/version.Version=v9.9.9-test", "-o", native, "./cmd/pgloop")
+	build.Dir = "../../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -1,4 +1,4 @@
-package operator
+package traffic
 
 import (
 	"math"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pgloop/pgloop/pkg/eventloop"
+	"github.com/pgloop/pgloop/pkg/reqclass"
 )
 
 // The request gate's defaults (docs/scale.md, "Fairness").
@@ -19,23 +20,23 @@ const (
 	// create during the first seconds of a fleet rollout still met a
 	// loaded API server (docs/scale.md, "Background requests wait").
 	DefaultBackgroundWhileUrgent = 0
-	// DefaultUrgentHold is how long after the last urgent request ended
+	// defaultUrgentHold is how long after the last urgent request ended
 	// background requests are still held to that: an urgent plan's next
 	// request follows its previous one within milliseconds (the loop
 	// plans it from the result), and should not find the API server
 	// busy again with the background requests held meanwhile.
-	DefaultUrgentHold = 250 * time.Millisecond
-	// DefaultMaxHeld is how long a background request is held at most:
+	defaultUrgentHold = 250 * time.Millisecond
+	// defaultMaxHeld is how long a background request is held at most:
 	// past it, held requests go even while urgent traffic goes on, one
-	// every DefaultUrgentHold, so a steady stream of users' actions slows
+	// every defaultUrgentHold, so a steady stream of users' actions slows
 	// the fleet's retries, resyncs and rollouts but never stops them.
 	// (Letting one in flight at a time would hardly slow that work, and
 	// so hardly help: a fleet rollout's status writes, one after another,
 	// kept a new cluster's writes at three times their idle time.)
-	DefaultMaxHeld = 2 * time.Second
+	defaultMaxHeld = 2 * time.Second
 )
 
-// requestGate puts the API requests of urgent plans (a user's action)
+// Gate puts the API requests of urgent plans (a user's action)
 // ahead of the background ones (retries, resyncs, rollout steps, Events)
 // at the API server itself. The executor already starts urgent plans first
 // (eventloop.Options.UrgentWorkers), but their requests then share the API
@@ -49,7 +50,7 @@ const (
 // waited maxHeld: then they go one every hold. Without urgent requests
 // background ones are never held.
 //
-// A request's priority is its plan's (eventloop.PriorityOf its context);
+// A request's priority is its plan's (reqclass.PriorityOf its context);
 // Event writes are background (best effort); the rest (informers' lists
 // and watches, leader election) is not gated and not counted. A held
 // request gives up when its context ends, as it would have in the server.
@@ -60,11 +61,11 @@ const (
 // Only requests count, never plans: an urgent plan that waits on Patroni
 // or SQL holds nothing here, so a stuck cluster's slow urgent plan does
 // not slow the fleet's background work.
-type requestGate struct {
+type Gate struct {
 	// limit is how many background requests may be in flight while
 	// urgent traffic goes on; most, at any time (0: no bound).
 	limit, most int
-	// hold and maxHeld: see DefaultUrgentHold and DefaultMaxHeld (0: no
+	// hold and maxHeld: see defaultUrgentHold and defaultMaxHeld (0: no
 	// bound on holding).
 	hold, maxHeld time.Duration
 	clock         clock.WithDelayedExecution
@@ -91,7 +92,16 @@ type waiter struct {
 	since time.Time
 }
 
-func newRequestGate(limit, most int, hold, maxHeld time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *requestGate {
+// NewGate returns a gate that lets limit background requests be in flight
+// while urgent traffic goes on (negative: no limit), and most at any time
+// (0: no bound); onHeld, if set, is told how long each held request
+// waited. Its hold and its most held are the defaults.
+func NewGate(limit, most int, onHeld func(time.Duration)) *Gate {
+	return newGate(limit, most, defaultUrgentHold, defaultMaxHeld, nil, onHeld)
+}
+
+// newGate is NewGate with its hold, its most held and its clock.
+func newGate(limit, most int, hold, maxHeld time.Duration, clk clock.WithDelayedExecution, onHeld func(time.Duration)) *Gate {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -101,12 +111,12 @@ func newRequestGate(limit, most int, hold, maxHeld time.Duration, clk clock.With
 	if limit < 0 { // no limit while urgent
 		limit = math.MaxInt
 	}
-	return &requestGate{limit: limit, most: max(most, 0), hold: hold, maxHeld: max(maxHeld, 0), clock: clk, onHeld: onHeld}
+	return &Gate{limit: limit, most: max(most, 0), hold: hold, maxHeld: max(maxHeld, 0), clock: clk, onHeld: onHeld}
 }
 
-// pacing turns on the pacer (pace.go); onWindow, if set, is told its
+// Pacing turns on the pacer (pace.go); onWindow, if set, is told its
 // window each time it changes. It returns g.
-func (g *requestGate) pacing(onWindow func(float64)) *requestGate {
+func (g *Gate) Pacing(onWindow func(float64)) *Gate {
 	g.pace = newPacer()
 	g.onWindow = onWindow
 	if onWindow != nil {
@@ -115,42 +125,38 @@ func (g *requestGate) pacing(onWindow func(float64)) *requestGate {
 	return g
 }
 
-// wrap is a rest.Config WrapTransport.
-func (g *requestGate) wrap(rt http.RoundTripper) http.RoundTripper {
-	return gatedTransport{next: rt, g: g}
+// Wrap is a rest.Config WrapTransport: the requests sent through the
+// transport it returns go through g, then rt.
+func (g *Gate) Wrap(rt http.RoundTripper) http.RoundTripper {
+	return wrapped(rt, g.roundTrip)
 }
 
-type gatedTransport struct {
-	next http.RoundTripper
-	g    *requestGate
-}
-
-func (t gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (g *Gate) roundTrip(next http.RoundTripper, req *http.Request) (*http.Response, error) {
 	p := requestPriority(req)
 	switch p {
-	case eventloop.Urgent:
-		t.g.urgentStarted()
-		defer t.g.urgentEnded()
-	case eventloop.Background:
-		if err := t.g.acquire(req); err != nil {
+	case reqclass.Urgent:
+		g.urgentStarted()
+		defer g.urgentEnded()
+	case reqclass.Background:
+		if err := g.acquire(req); err != nil {
 			return nil, err
 		}
-		defer t.g.release()
+		defer g.release()
 	default:
-		return t.next.RoundTrip(req)
+		return next.RoundTrip(req)
 	}
-	if t.g.pace == nil || req.Method == http.MethodGet || req.Method == http.MethodHead {
-		return t.next.RoundTrip(req)
+	if g.pace == nil || req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return next.RoundTrip(req)
 	}
-	sent := t.g.clock.Now()
-	resp, err := t.next.RoundTrip(req)
-	t.g.observe(sent, p == eventloop.Background)
+	sent := g.clock.Now()
+	resp, err := next.RoundTrip(req)
+	g.observe(sent, p == reqclass.Background)
 	return resp, err
 }
 
 // observe tells the pacer of a write sent at sent and answered now, before
 // its slot is released: a window grown lets the next waiter go at once.
-func (g *requestGate) observe(sent time.Time, background bool) {
+func (g *Gate) observe(sent time.Time, background bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.clock.Now()
@@ -162,27 +168,27 @@ func (g *requestGate) observe(sent time.Time, background bool) {
 }
 
 // requestPriority is the gate's class of req.
-func requestPriority(req *http.Request) eventloop.Priority {
+func requestPriority(req *http.Request) reqclass.Priority {
 	if req.Method == http.MethodGet && req.URL.Query().Get("watch") != "" {
-		return eventloop.Unmarked
+		return reqclass.Unmarked
 	}
-	p := eventloop.PriorityOf(req.Context())
-	if p == eventloop.Unmarked && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/events") {
-		return eventloop.Background
+	p := reqclass.PriorityOf(req.Context())
+	if p == reqclass.Unmarked && req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/events") {
+		return reqclass.Background
 	}
 	return p
 }
 
 // open reports whether urgent traffic is over: no urgent request in
 // flight, and hold passed since the last one. g.mu is held.
-func (g *requestGate) open(now time.Time) bool {
+func (g *Gate) open(now time.Time) bool {
 	return g.urgent == 0 && !now.Before(g.quietAt)
 }
 
 // admits reports whether one more background request, held since since,
 // may go now, and whether it goes as overdue: held maxHeld while urgent
 // traffic goes on, which one request may every hold. g.mu is held.
-func (g *requestGate) admits(now, since time.Time) (ok, overdue bool) {
+func (g *Gate) admits(now, since time.Time) (ok, overdue bool) {
 	if g.most > 0 && g.background >= g.most || g.pace != nil && !g.pace.allows(g.background) {
 		return false, false
 	}
@@ -197,7 +203,7 @@ func (g *requestGate) admits(now, since time.Time) (ok, overdue bool) {
 
 // acquire takes a slot for a background request, waiting for one while
 // urgent traffic goes on, in the order the requests came.
-func (g *requestGate) acquire(req *http.Request) error {
+func (g *Gate) acquire(req *http.Request) error {
 	if g.admitNow() {
 		return nil
 	}
@@ -247,14 +253,14 @@ func (g *requestGate) acquire(req *http.Request) error {
 
 // admitNow counts a background request in flight if the gate admits it
 // now with none waiting before it.
-func (g *requestGate) admitNow() bool {
+func (g *Gate) admitNow() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.admitLocked(g.clock.Now())
 }
 
 // admitLocked is admitNow with g.mu held.
-func (g *requestGate) admitLocked(now time.Time) bool {
+func (g *Gate) admitLocked(now time.Time) bool {
 	if ok, _ := g.admits(now, now); ok && len(g.waiters) == 0 {
 		g.background++
 		return true
@@ -263,20 +269,20 @@ func (g *requestGate) admitLocked(now time.Time) bool {
 }
 
 // release frees a background request's slot.
-func (g *requestGate) release() {
+func (g *Gate) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.background--
 	g.dispatch()
 }
 
-func (g *requestGate) urgentStarted() {
+func (g *Gate) urgentStarted() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.urgent++
 }
 
-func (g *requestGate) urgentEnded() {
+func (g *Gate) urgentEnded() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.urgent--
@@ -287,7 +293,7 @@ func (g *requestGate) urgentEnded() {
 // dispatch lets waiting requests go while the gate allows, first come
 // first served, and arms the timer that lets the first of the rest go
 // once urgent traffic is over or once it is overdue. g.mu is held.
-func (g *requestGate) dispatch() {
+func (g *Gate) dispatch() {
 	now := g.clock.Now()
 	for len(g.waiters) > 0 {
 		ok, overdue := g.admits(now, g.waiters[0].since)
