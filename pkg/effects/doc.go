@@ -21,8 +21,10 @@
 // RecordEvents acts rather than converges: it records its Events again
 // each time, so it is not idempotent.
 //
-// This package knows neither the state machine nor the event loop: it
-// shares pkg/act's words with the machine (act.Pod, act.Record,
-// act.ErrWaiting), and pkg/controller turns a plan into the loop's steps,
-// each a call of one method of Effects (or of pkg/indb's Actor).
+// This package knows neither the state machine nor the event loop (it
+// imports neither): it shares pkg/act's words with the machine (act.Pod,
+// act.Record, act.ErrWaiting), marks a write's class with pkg/reqclass (a
+// leaf the operator's transports read), and pkg/controller turns a plan
+// into the loop's steps, each a call of one method of Effects (or of
+// pkg/indb's Actor).
 package effects
