@@ -1,7 +1,6 @@
 package facts
 
 import (
-	"slices"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
@@ -27,13 +26,6 @@ func (d *Deriver) backupFacts(s *derived, pg *v1.Postgresql, objs observed.Clust
 	}
 	f := fsm.BackupFacts{Full: s.fullSchedule, Differential: s.diffSchedule}
 	d.mu.Unlock()
-	f.Request = pg.Annotations[v1.AnnotationBackupRequestedAt]
-	if f.Request != "" {
-		f.RequestType = v1.BackupFull
-		if t := pg.Annotations[v1.AnnotationBackupType]; slices.Contains(v1.BackupTypes, t) {
-			f.RequestType = t
-		}
-	}
 	f.Drill = pg.Spec.Backup != nil && pg.Spec.Backup.RestoreDrill
 	f.Report = objs.Backup
 	return f

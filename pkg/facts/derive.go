@@ -104,6 +104,7 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 		Deleting:   pg.DeletionTimestamp != nil,
 		Desired:    pg.Spec.NumberOfInstances,
 		SpecError:  spec.specError,
+		Requests:   requests(pg, objs.Secrets),
 	}
 	stsName := cluster.StatefulSetName(pg.Name)
 	// Name order makes "the first cause found" the same on every call.

@@ -107,7 +107,7 @@ func (d *Deriver) inDatabase(f *fsm.Facts, spec *derived, objs observed.Cluster,
 	pg := objs.Postgresql
 	d.deriveInDatabase(spec, pg)
 	f.Users, f.Databases = spec.users, spec.databases
-	f.SyncRequest = pg.Annotations[v1.AnnotationSyncRequestedAt]
+	f.SyncRequest = f.Request(v1.RequestSync).Value
 	f.Rotation = rotationFacts(pg, objs.Secrets)
 	f.Sync = d.syncWant(spec, objs.Secrets, f.SyncRequest)
 	if sb := pg.Spec.Standby; sb != nil {

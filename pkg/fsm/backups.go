@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,6 +55,11 @@ func (m *Machine) backups() {
 	st, c := &m.st, &m.eng.call
 	f := &c.facts
 	if st.Backup == nil || f.Repository == "" {
+		why := "the cluster has no backup repository"
+		if f.ArchiveBlocked != "" {
+			why = f.ArchiveBlocked
+		}
+		m.endRequest(v1.RequestBackup, false, why)
 		m.out.backup = nil
 		m.cancelTimer(TimerBackup)
 		m.cancelTimer(TimerBackupDeadline)
@@ -95,12 +101,20 @@ func (m *Machine) backups() {
 	}
 
 	// What asks for the next one.
+	req := m.pendingRequest(v1.RequestBackup)
 	if b.Running == nil {
 		typ, reason := "", ""
-		switch req := f.Backup; {
-		case req.Request != "" && req.Request != b.Request:
-			typ, reason = req.RequestType, BackupRequested
-			b.Request = req.Request
+		switch {
+		case req != nil && req.Value != b.Request:
+			// A request (requests.go), taken once: b.Request keeps
+			// its value, as before status recorded requests.
+			b.Request = req.Value
+			if t := f.Request(v1.RequestBackup).Detail; slices.Contains(v1.BackupTypes, t) {
+				typ, reason = t, BackupRequested
+			} else {
+				m.endRequest(v1.RequestBackup, false, fmt.Sprintf("backup type %q is not one of %s (annotation %s)",
+					t, strings.Join(v1.BackupTypes, ", "), v1.AnnotationBackupType))
+			}
 		case b.NextScheduled != nil && !now.Before(b.NextScheduled.Time.Time):
 			typ, reason = b.NextScheduled.Type, BackupScheduled
 		case b.LastBackup == nil && archivingWorks(f.Archiving) &&
@@ -117,7 +131,12 @@ func (m *Machine) backups() {
 			c.records = append(c.records, Record{Reason: ReasonBackupStarted,
 				Message: fmt.Sprintf("%s backup %s started (%s)", typ, b.Running.ID, reason)})
 			m.startBackup(b.Running.ID, PhaseBackup)
+			if reason == BackupRequested {
+				m.requestWaits(v1.RequestBackup, "backup "+b.Running.ID+" running")
+			}
 		}
+	} else if req != nil && req.Value != b.Request {
+		m.requestWaits(v1.RequestBackup, "waits for backup "+b.Running.ID+" to end")
 	}
 	// A start carried on the plans is for the run status names, until a
 	// report shows its phase under way on the primary.
@@ -239,6 +258,17 @@ func (m *Machine) backupEnded(b *v1.BackupStatus, rep *v1.BackupReport) {
 			c.records = append(c.records, Record{Warning: true, Reason: ReasonVerifyFailed,
 				Message: "the repository's verification after backup " + r.ID + " failed: " + v.Message})
 		}
+	}
+	if req := m.pendingRequest(v1.RequestBackup); req != nil && r.Reason == BackupRequested && req.Value == b.Request {
+		// The request that started this run: answered as it ended
+		// (the Event below says how).
+		defer func() {
+			if rep.Failed {
+				m.endRequest(v1.RequestBackup, false, "backup "+r.ID+" failed: "+rep.Message)
+			} else {
+				m.endRequest(v1.RequestBackup, true, "backup "+r.ID+" succeeded")
+			}
+		}()
 	}
 	if rep.Failed {
 		b.LastFailure = &v1.BackupFailure{ID: r.ID, Type: r.Type, At: metav1.NewTime(c.now), Message: rep.Message}

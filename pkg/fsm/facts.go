@@ -103,7 +103,11 @@ type Facts struct {
 	// follows, host:port: its roles and databases are that primary's
 	// (Sync is empty).
 	Standby string
-	// SyncRequest is the cluster's pgloop.dev/sync-requested-at annotation.
+	// Requests are the requests the cluster's users made (pkg/facts'
+	// requests.go), one of each kind at most, by kind.
+	Requests []Request
+	// SyncRequest is the sync's request (pgloop.dev/sync-requested-at),
+	// "" when none: the sync's and the configuration's hashes hold it.
 	SyncRequest string
 	// Target is the pod in-database work goes to: the primary, once its
 	// Patroni publishes its member data (addresses). NoTarget says why
@@ -303,10 +307,6 @@ type BackupFacts struct {
 	// Full and Differential are the schedules of full and differential
 	// backups, nil for none.
 	Full, Differential Schedule
-	// Request is the pgloop.dev/backup-requested-at annotation, empty
-	// when unset; RequestType the type it asks for (full unless the
-	// pgloop.dev/backup-type annotation says otherwise).
-	Request, RequestType string
 	// Drill asks for a restore drill after each backup that succeeded
 	// (spec.backup.restoreDrill).
 	Drill bool
@@ -317,3 +317,22 @@ type BackupFacts struct {
 
 // Schedule says when a schedule next fires after a time (robfig/cron's).
 type Schedule interface{ Next(time.Time) time.Time }
+
+// Request is a user's request as the facts read it (the request
+// annotations, v1/annotations.go): its kind (v1.RequestSync...), its value
+// (each new one a new request) and what it asks for beyond (a backup's
+// type).
+type Request struct {
+	Kind, Value, Detail string
+}
+
+// Request returns the request of kind, the zero Request when there is
+// none.
+func (f *Facts) Request(kind string) Request {
+	for _, r := range f.Requests {
+		if r.Kind == kind {
+			return r
+		}
+	}
+	return Request{}
+}

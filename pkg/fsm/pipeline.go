@@ -35,6 +35,8 @@ var inputSteps = []inputStep{
 		(*Machine).noteRollout},
 	{"noteWindow", "wait for the maintenance window, or stop waiting", "rollout.go",
 		(*Machine).noteWindow},
+	{"requests", "record each request not seen before (a new value of a request annotation, read in one place: pkg/facts' requests.go) in status.requests, Pending; answer those done by the steps before (a sync applied, a password rotation stored); `backups` answers a backup's", "requests.go",
+		(*Machine).noteRequests},
 	{"project", "show the counts, the conditions, the reason and the message in status, and how the backup repository's archiving goes (status.backup, ContinuousArchiving); it decides nothing", "project.go, archiving.go",
 		(*Machine).project},
 	{"backups", "while the cluster serves: start a base backup the schedule, a request or an empty repository asks for (status.backup.running, and the plan's `startBackup` step), ask for its start again when the archive checks find no trace of it on the primary, then, once its backup succeeded, for its verify (`startVerify`) and its restore drill (`startDrill`) when asked for, each once the one before ended; record how it ended, or give up at its deadline", "backups.go",

@@ -212,12 +212,21 @@ func statusFields(st *v1.PostgresqlStatus) [][2]string {
 			backup += " failed=" + l.ID
 		}
 	}
+	var requests []string
+	for _, r := range st.Requests {
+		w := r.Kind + "=" + r.Value + ":" + r.Phase
+		if r.Message != "" {
+			w += "(" + r.Message + ")"
+		}
+		requests = append(requests, w)
+	}
 	return [][2]string{
 		{"state", str(st.State)}, {"stateSince", stateSince}, {"epoch", fmt.Sprint(st.Epoch)},
 		{"observedGeneration", fmt.Sprint(st.ObservedGeneration)}, {"reason", str(st.Reason)}, {"message", str(st.Message)},
 		{"attempt", fmt.Sprint(st.Attempt)}, {"ready", str(st.Ready)}, {"primary", str(st.Primary)},
 		{"lastPrimary", str(st.LastPrimary)}, {"timers", str(strings.Join(timers, " "))},
 		{"conditions", str(strings.Join(conds, " "))},
+		{"requests", str(strings.Join(requests, " "))},
 		{"database", database}, {"config", config}, {"volumes", volumes}, {"backup", backup},
 	}
 }

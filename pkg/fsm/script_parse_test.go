@@ -147,6 +147,12 @@ func parseFacts(words []string) (Facts, error) {
 			f.Databases = strings.Split(v, ",")
 		case "sync-request":
 			f.SyncRequest = v
+			f.Requests = append(f.Requests, Request{Kind: v1.RequestSync, Value: v})
+		case "standby":
+			f.Standby = v
+		case "rotate-request":
+			// The Secrets that ask for a password rotation.
+			f.Requests = append(f.Requests, Request{Kind: v1.RequestRotatePassword, Value: v})
 		case "target":
 			f.Target = v
 		case "no-target":
@@ -193,10 +199,12 @@ func parseFacts(words []string) (Facts, error) {
 			f.Backup.Full = sched
 		case "backup-request":
 			// VALUE or VALUE:TYPE.
-			f.Backup.Request, f.Backup.RequestType, _ = strings.Cut(v, ":")
-			if f.Backup.RequestType == "" {
-				f.Backup.RequestType = v1.BackupFull
+			r := Request{Kind: v1.RequestBackup}
+			r.Value, r.Detail, _ = strings.Cut(v, ":")
+			if r.Detail == "" {
+				r.Detail = v1.BackupFull
 			}
+			f.Requests = append(f.Requests, r)
 		case "backup-done", "backup-failed":
 			// ID:LABEL,LABEL... (the repository's listing) or
 			// ID:MESSAGE.

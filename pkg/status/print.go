@@ -112,6 +112,7 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 		p.table(&t, "  ")
 	}
 
+	p.requests(st, o.Now)
 	p.inDatabase(st, o.Now)
 	p.volumes(st)
 	p.backups(st, o.Now)
@@ -223,6 +224,22 @@ func (p *printer) inDatabase(st *v1.PostgresqlStatus, now time.Time) {
 
 // volumes writes the growth of the data volumes to spec.volume.size, while
 // a claim does not have it: each claim's request, capacity and phase.
+// requests writes the users' last request of each kind (pgloop sync,
+// pgloop backup, a password rotation) and what became of it; nothing
+// when there was none.
+func (p *printer) requests(st *v1.PostgresqlStatus, now time.Time) {
+	if len(st.Requests) == 0 {
+		return
+	}
+	p.section("Requests")
+	var t table
+	t.add("KIND", "VALUE", "PHASE", "SEEN", "MESSAGE")
+	for _, r := range st.Requests {
+		t.add(r.Kind, r.Value, r.Phase, age(r.SeenAt.Time, now), dash(oneLine(r.Message)))
+	}
+	p.table(&t, "  ")
+}
+
 func (p *printer) volumes(st *v1.PostgresqlStatus) {
 	v := st.Volumes
 	if v == nil {

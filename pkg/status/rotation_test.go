@@ -37,3 +37,34 @@ func TestDetailPasswordRotation(t *testing.T) {
 		}
 	}
 }
+
+// TestDetailRequests: the users' requests show, each with what became of
+// it; a cluster without any shows no section.
+func TestDetailRequests(t *testing.T) {
+	seen := metav1.NewTime(now.Add(-2 * time.Minute))
+	pg := &v1.Postgresql{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "default"}, Status: v1.PostgresqlStatus{
+		State: "Running",
+		Requests: []v1.RequestStatus{
+			{Kind: v1.RequestBackup, Value: "2026-05-04T11:58:00Z", SeenAt: seen, Phase: v1.RequestFailed,
+				Message: "the cluster has no backup repository"},
+			{Kind: v1.RequestSync, Value: "2026-05-04T11:57:00Z", SeenAt: seen, Phase: v1.RequestPending},
+		},
+	}}
+	var out bytes.Buffer
+	if err := PrintDetail(&out, &View{Cluster: pg}, PrintOptions{Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Requests:", "backup", "Failed", "the cluster has no backup repository", "sync", "Pending", "2m"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the detail lacks %q:\n%s", want, out.String())
+		}
+	}
+	pg.Status.Requests = nil
+	out.Reset()
+	if err := PrintDetail(&out, &View{Cluster: pg}, PrintOptions{Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "Requests:") {
+		t.Errorf("a cluster without requests shows the section:\n%s", out.String())
+	}
+}

@@ -5,22 +5,25 @@ package v1
 // for itself on the objects it builds are pkg/cluster's.)
 
 // Requests: a user, or pgloop's CLI, sets one of these to ask pgloop for
-// something once.
+// something once. Every kind goes the same way: pgloop reads them in one
+// place (pkg/facts' requests.go), records each new one as seen in
+// status.requests (RequestStatus, Pending), and says there what became of
+// it (Succeeded or Failed, with a message).
 const (
 	// AnnotationSyncRequestedAt on a Postgresql asks for its roles,
 	// databases and Patroni configuration to be synced again now, even
 	// though nothing changed (`pgloop sync NAME` sets it to the time). Each
-	// new value is one sync; status.database.syncRequest records the last
-	// value handled.
+	// new value is one sync (RequestSync).
 	AnnotationSyncRequestedAt = "pgloop.dev/sync-requested-at"
 	// AnnotationRotatePassword on a user's Secret asks for a new password:
 	// pgloop generates one, sets it in PostgreSQL, then writes it to the
-	// Secret and removes the annotation (docs/user-guide.md).
+	// Secret and removes the annotation (docs/user-guide.md;
+	// RequestRotatePassword, of every Secret that asks).
 	AnnotationRotatePassword = "pgloop.dev/rotate-password"
 	// AnnotationBackupRequestedAt on a Postgresql asks for a base backup
 	// now (`pgloop backup NAME` sets it to the time); each new value is
-	// one backup, of the type AnnotationBackupType names (full unless
-	// set). status.backup.request records the last value acted on.
+	// one backup (RequestBackup), of the type AnnotationBackupType names
+	// (full unless set).
 	AnnotationBackupRequestedAt = "pgloop.dev/backup-requested-at"
 	// AnnotationBackupType is the type of the requested backup: full,
 	// diff or incr.

@@ -104,6 +104,13 @@ type PostgresqlStatus struct {
 	// restart of the operator.
 	// +optional
 	LastPrimary string `json:"lastPrimary,omitempty"`
+	// Requests are the requests users made (the request annotations,
+	// annotations.go), the last of each kind: when pgloop saw it and what
+	// became of it.
+	// +optional
+	// +listType=map
+	// +listMapKey=kind
+	Requests []RequestStatus `json:"requests,omitempty"`
 	// Database is what pgloop last applied inside PostgreSQL: the roles
 	// and databases of the spec. Nil until the first sync.
 	// +optional
@@ -495,4 +502,48 @@ type BackupReport struct {
 	// Drill is how the restore drill after the backup went, nil until
 	// it ended.
 	Drill *RestoreDrill `json:"drill,omitempty"`
+}
+
+// Kinds of requests (RequestStatus.Kind).
+const (
+	// RequestSync: AnnotationSyncRequestedAt.
+	RequestSync = "sync"
+	// RequestBackup: AnnotationBackupRequestedAt.
+	RequestBackup = "backup"
+	// RequestRotatePassword: AnnotationRotatePassword on users'
+	// Secrets; its value names the Secrets that ask.
+	RequestRotatePassword = "rotatePassword"
+)
+
+// Phases of a request (RequestStatus.Phase).
+const (
+	// RequestPending: seen, not done yet; the message says what it
+	// waits for.
+	RequestPending = "Pending"
+	// RequestSucceeded: done.
+	RequestSucceeded = "Succeeded"
+	// RequestFailed: pgloop will not do it, or it failed; the message
+	// says why. A new value of the annotation asks again.
+	RequestFailed = "Failed"
+)
+
+// RequestStatus is what became of the last request of one kind a user
+// made: every kind is seen, recorded and answered the same way.
+type RequestStatus struct {
+	// Kind is RequestSync, RequestBackup or RequestRotatePassword.
+	Kind string `json:"kind"`
+	// Value identifies the request: the annotation's value (each new
+	// one is a new request); for a password rotation, the Secrets that
+	// ask, by name.
+	Value string `json:"value"`
+	// SeenAt is when pgloop first saw this request.
+	SeenAt metav1.Time `json:"seenAt"`
+	// Phase is Pending, Succeeded or Failed.
+	Phase string `json:"phase"`
+	// Message says what became of it, or what it waits for.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// EndedAt is when it succeeded or failed.
+	// +optional
+	EndedAt *metav1.Time `json:"endedAt,omitempty"`
 }
