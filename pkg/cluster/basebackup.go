@@ -126,22 +126,23 @@ pgbackrest --output=text --verbose --log-level-console=detail`+backupIO+` verify
 // without archiving, on a socket only (in /tmp: a socket's path is at most
 // 107 bytes), paused at the target (a hot standby that accepts connections
 // once consistent): pg_ctl -w returns once it does. Then stopped and
-// removed. Its words go to ID.drill, which ends with "drill ok" and the
-// seconds each part took, or "drill failed".
+// removed. Its words go to ID.drill, which ends, once all that is done,
+// with "drill ok" and the seconds each part took, or "drill failed".
 func DrillProgram(id string) (string, error) {
 	if !backupIDRE.MatchString(id) {
 		return "", fmt.Errorf("backup run ID %q is not one of pgloop's", id)
 	}
 	return detached(BackupPhaseDrill, `mkdir "$d/`+id+`.drill.started" 2>/dev/null || exit 0
-r="$d/drill"; o="$d/`+id+`.drill"; rm -rf "$r"; mkdir -m 700 "$r"; k=$(mktemp -d /tmp/pgloop-drill.XXXXXX); t0=$(date +%s)
+r="$d/drill"; o="$d/`+id+`.drill"; rm -rf "$r"; mkdir -m 700 "$r"; k=$(mktemp -d /tmp/pgloop-drill.XXXXXX); t0=$(date +%s); res="drill failed"
 if pgbackrest --pg1-path="$r" --type=immediate --target-action=pause --archive-mode=off`+backupIO+` restore >"$o" 2>&1; then
 t1=$(date +%s)
 if "$b/pg_ctl" -D "$r" -w -t 3600 -l "$d/drill.log" -o "-c listen_addresses= -c port=`+drillPort+` -c unix_socket_directories=$k -c logging_collector=off -c archive_mode=off -c shared_buffers=32MB -c hot_standby=on" start >>"$o" 2>&1; then
-echo "drill ok restore $((t1-t0)) start $(($(date +%s)-t1))" >>"$o"
-else echo "ERROR: PostgreSQL did not start on the restored backup:" >>"$o"; tail -n 5 "$d/drill.log" >>"$o"; echo "drill failed restore $((t1-t0))" >>"$o"; fi
+res="drill ok restore $((t1-t0)) start $(($(date +%s)-t1))"
+else echo "ERROR: PostgreSQL did not start on the restored backup:" >>"$o"; tail -n 5 "$d/drill.log" >>"$o"; res="drill failed restore $((t1-t0))"; fi
 "$b/pg_ctl" -D "$r" -m immediate stop >/dev/null 2>&1
-else echo "drill failed" >>"$o"; fi
+fi
 rm -rf "$r" "$k" "$d/drill.log"
+echo "$res" >>"$o"
 `), nil
 }
 
