@@ -11,9 +11,11 @@
 //     the archive_command that pushes the WAL with it (pgbackrest.go);
 //   - the custom bootstrap that restores a clone from a repository
 //     (RestoreCommand, restore.go);
-//   - the shell program that starts a base backup run on the primary, with
-//     its retention, verify and restore drill (BackupProgram), and the
-//     runs' schedules and retention (basebackup.go).
+//   - the shell programs that start the phases of a base backup run on the
+//     primary, detached: the backup with its retention (BackupProgram),
+//     pgBackRest's verify (VerifyProgram) and the restore drill
+//     (DrillProgram), and the runs' schedules and retention
+//     (basebackup.go).
 //
 // Its comparisons tell pkg/effects whether an existing object must be left
 // alone, updated in place, or have its pods replaced; AdoptionRefusal tells

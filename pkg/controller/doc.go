@@ -10,11 +10,13 @@
 // the transitions, and tells pkg/metrics through hooks (OnNew,
 // OnTransition, OnForget, OnRollouts) it does not import.
 //
-// NewStepBuilder is the one place where a plan meets the API: it makes the
-// plan's steps, in a fixed order and with their timeouts, out of the calls
-// of an Actor (*effects.Effects), and gives the machine the effects' errors
-// in its own terms (an effect that waits is waiting to the machine too).
-// The machine and the effects know nothing of each other.
+// NewStepBuilder is the one place where a plan meets its actors: it makes
+// the plan's steps, in a fixed order and with their timeouts, out of the
+// calls of an Actor (*effects.Effects, the Kubernetes API) and a
+// DatabaseActor (*indb.Actor, inside PostgreSQL, Patroni and PgBouncer),
+// and hands the machine their errors as they are: both speak pkg/act's
+// words (act.ErrWaiting, act.PartError). The machine and the actors know
+// nothing of each other.
 //
 // It also holds the one policy that spans clusters, the fleet's rollout
 // budget (budget.go, SetRolloutBudget): at most --max-rolling-clusters
