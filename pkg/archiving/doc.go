@@ -4,7 +4,7 @@
 // machine's plan (pkg/fsm's backups.go, pkg/indb's StartBackup).
 //
 // Every --archive-check-period, off the loop and at most Workers at once,
-// a Prober asks each such cluster's primary, through pkg/indb (the one way
+// a Checker asks each such cluster's primary, through pkg/indb (the one way
 // pgloop reaches a primary, as the superuser): pg_stat_archiver, the
 // segments waiting in pg_wal, pg_wal's size, and the error files
 // pgBackRest's asynchronous archive-push leaves in its spool (the
@@ -23,7 +23,7 @@
 // most that often for archiving, and a failure shows within one check
 // period.
 //
-// The Prober is a facts.Reader: pkg/facts reads the informers' objects
+// The Checker is a facts.Reader: pkg/facts reads the informers' objects
 // through it, with the cluster's last published reports added
 // (observed.Cluster.Archiving and Backup), and the state machine shows
 // them in status.backup and the ContinuousArchiving and

@@ -14,20 +14,20 @@ import (
 
 // Names of the steps of a plan (NewStepBuilder), for logs, metrics and tests.
 const (
-	StepStatus     = "status"
-	StepEnsure     = "ensure"
-	StepReplacePod = "replacePod"
-	StepNudge      = "nudge"
-	StepSyncRoles  = "syncRoles"
-	StepConfigure  = "configure"
-	StepSwitchover = "switchover"
-	StepRestart    = "restartMember"
-	StepResume     = "resumePoolers"
-	StepBackup     = "startBackup"
-	StepVerify     = "startVerify"
-	StepDrill      = "startDrill"
-	StepCleanup    = "cleanup"
-	StepEvents     = "events"
+	StepStatus        = "status"
+	StepEnsure        = "ensure"
+	StepReplacePod    = "replacePod"
+	StepNudge         = "nudge"
+	StepSyncRoles     = "syncRoles"
+	StepConfigure     = "configure"
+	StepSwitchover    = "switchover"
+	StepRestart       = "restartMember"
+	StepResumePoolers = "resumePoolers"
+	StepBackup        = "startBackup"
+	StepVerify        = "startVerify"
+	StepDrill         = "startDrill"
+	StepCleanup       = "cleanup"
+	StepEvents        = "events"
 )
 
 // Actor carries out the effects of a plan in the Kubernetes API, one
@@ -126,7 +126,7 @@ func (e actorSteps) Steps(key string, plan *fsm.Plan) []eventloop.Step {
 		timed(StepSwitchover, false, e.t.Switchover, func(ctx context.Context) error { return db.Switchover(ctx, key, sw.From, sw.To) })
 	}
 	if plan.ResumePoolers {
-		add(StepResume, false, func(ctx context.Context) error { return db.ResumePoolers(ctx, key) })
+		add(StepResumePoolers, false, func(ctx context.Context) error { return db.ResumePoolers(ctx, key) })
 	}
 	if len(plan.Restart) > 0 {
 		pods := make([]string, len(plan.Restart))

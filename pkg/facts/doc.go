@@ -20,7 +20,7 @@
 //
 // Observer is the controller's Observer: it reads a cluster's
 // observed.Cluster from a Reader and derives its facts. In the operator the
-// Reader is pkg/archiving's Prober (pkg/operator wires it): it reads the
+// Reader is pkg/archiving's Checker (pkg/operator wires it): it reads the
 // informers' caches, which know nothing of this package, and adds the last
 // report of its checks on the primary, of continuous archiving and of the
 // running base backup (observed.Cluster's Archiving and Backup). The caches

@@ -128,7 +128,7 @@ type Facts struct {
 	// then lists no pod, and lists the former primary once it is a replica.
 	Switchover *Switchover
 	// PausePooler says the spec enables the primary's connection pooler:
-	// a switchover pauses it (pause.go).
+	// a switchover pauses it (poolerpause.go).
 	PausePooler bool
 
 	// VolumeSize is spec.volume.size; Volumes are the bound data volume
@@ -287,7 +287,7 @@ func ConfigDue(st *v1.PostgresqlStatus, f *Facts) bool {
 // applied is what "in effect" adds to converged pods: roles, databases and
 // configuration applied, no member pending a restart, every volume of the
 // spec's size, every connection pooler ready and none paused by pgloop (a
-// pause on record may still hold its clients: pause.go).
+// pause on record may still hold its clients: poolerpause.go).
 func applied(st *v1.PostgresqlStatus, f *Facts) bool {
 	return !SyncDue(st, f) && !ConfigDue(st, f) && len(f.PendingRestart) == 0 && len(f.Volumes) == 0 && f.Pooler == "" &&
 		st.PoolerPause == nil

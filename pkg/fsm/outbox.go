@@ -77,9 +77,9 @@ type outbox struct {
 	// to restart, a switchover to ask Patroni for.
 	restart    []PodRef
 	switchover *Switchover
-	// resume rides on every plan like switchover while status records a
-	// pause of the poolers and no switchover is asked (pause.go).
-	resume bool
+	// resumePoolers rides on every plan like switchover while status records a
+	// pause of the poolers and no switchover is asked (poolerpause.go).
+	resumePoolers bool
 	// backup rides on every plan like switchover: the base backup run to
 	// start on the primary (backups.go). backupSeen is the time of the
 	// last report that the primary shows no trace of the run, which asked
@@ -149,7 +149,7 @@ func (o *outbox) restartPod(ref *PodRef) {
 // reports a restart pending (pending), and the switchover asked once the
 // primary is another pod. A restart the next plans would carry again is
 // dropped too once its member reports nothing pending: carried again, it
-// would pause the primary's pooler for nothing (pause.go).
+// would pause the primary's pooler for nothing (poolerpause.go).
 func (o *outbox) keep(pending []string, primary string) {
 	if len(o.restart) > 0 && !slices.ContainsFunc(o.restart, func(r PodRef) bool { return slices.Contains(pending, r.Name) }) {
 		o.restart = nil
@@ -262,7 +262,7 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 	status = o.dirty || o.statusPlan != 0 || o.deferred
 	o.seq++
 	p = &Plan{ID: o.seq, Ensure: want == ensureWork, Cleanup: want == cleanupWork, ReplacePods: o.replace, Nudge: o.nudge,
-		Restart: o.restart, Switchover: o.switchover, ResumePoolers: o.resume, StartBackup: o.backup}
+		Restart: o.restart, Switchover: o.switchover, ResumePoolers: o.resumePoolers, StartBackup: o.backup}
 	if status {
 		o.statusPlan, o.dirty, o.deferred = p.ID, false, false
 	}
@@ -276,7 +276,7 @@ func (o *outbox) next(events, retryPending bool, inFlight uint64) (p *Plan, stat
 // switchover, a resume of the poolers or a backup's start to carry on the
 // next plans.
 func (o *outbox) carries() bool {
-	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil || o.resume || o.backup != nil
+	return len(o.replace) > 0 || o.nudge != "" || len(o.restart) > 0 || o.switchover != nil || o.resumePoolers || o.backup != nil
 }
 
 // receipt is what the result of a plan means to the machine.
@@ -322,8 +322,8 @@ func (o *outbox) report(id uint64, err error) receipt {
 		if err != nil {
 			o.forget = true
 		}
-		r.poolersResumed = o.resume && err == nil
-		o.replace, o.nudge, o.restart, o.switchover, o.resume, o.backup = nil, "", nil, nil, false, nil
+		r.poolersResumed = o.resumePoolers && err == nil
+		o.replace, o.nudge, o.restart, o.switchover, o.resumePoolers, o.backup = nil, "", nil, nil, false, nil
 	}
 	accounted := latest
 	if o.statusPlan != 0 && id == o.statusPlan {

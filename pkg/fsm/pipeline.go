@@ -25,7 +25,7 @@ var inputSteps = []inputStep{
 		(*Machine).acceptBootstrap},
 	{"noteNudge", "ask for the StatefulSet's nudge when the namespace's quotas changed", "machine.go",
 		(*Machine).noteNudge},
-	{"notePause", "resume the poolers a switchover or a restart paused, once it reported", "pause.go",
+	{"notePause", "resume the poolers a switchover or a restart paused, once it reported", "poolerpause.go",
 		(*Machine).notePause},
 	{"noteInDatabase", "plan the sync of roles and databases and the configuration's apply, or record them done", "indatabase.go",
 		(*Machine).noteInDatabase},

@@ -95,7 +95,7 @@ type Plan struct {
 	Switchover *Switchover
 	// ResumePoolers asks every pod of the primary's connection pooler to
 	// resume (PgBouncer RESUME): a switchover paused them
-	// (status.poolerPause, pause.go).
+	// (status.poolerPause, poolerpause.go).
 	ResumePoolers bool
 	// StartBackup asks for the base backup run status.backup.running
 	// names to be started on the primary, with what follows it (verify,

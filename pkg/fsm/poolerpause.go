@@ -65,7 +65,7 @@ func (m *Machine) pausing() bool {
 // notePause asks for the poolers' resume while a pause is on record and
 // nothing that pauses them is carried (2, 3).
 func (m *Machine) notePause() {
-	m.out.resume = m.st.PoolerPause != nil && !m.pausing()
+	m.out.resumePoolers = m.st.PoolerPause != nil && !m.pausing()
 }
 
 // poolersResumed removes the record of the pause: a plan carrying the resume

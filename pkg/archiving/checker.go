@@ -97,11 +97,11 @@ type Primaries interface {
 // Notifier wakes the loop for a cluster whose report was published.
 type Notifier interface{ Notify(key, signal string) }
 
-// Prober checks the archiving of every cluster that has a repository, off
+// Checker checks the archiving of every cluster that has a repository, off
 // the loop, and publishes what it finds for the facts: it is a
 // facts.Reader, the Source's objects with the cluster's last published
 // report. See the package comment.
-type Prober struct {
+type Checker struct {
 	src       Source
 	primaries Primaries
 	notify    Notifier
@@ -115,11 +115,11 @@ type Prober struct {
 	slots     chan struct{}
 }
 
-// New returns a Prober that asks the primaries through primaries; Run
+// New returns a Checker that asks the primaries through primaries; Run
 // starts its checks.
-func New(src Source, primaries Primaries, notify Notifier, opts Options) *Prober {
+func New(src Source, primaries Primaries, notify Notifier, opts Options) *Checker {
 	opts = opts.withDefaults()
-	return &Prober{
+	return &Checker{
 		src: src, primaries: primaries, notify: notify, opts: opts,
 		published: map[string]*v1.ArchivingStatus{},
 		backups:   map[string]*v1.BackupReport{},
@@ -131,7 +131,7 @@ func New(src Source, primaries Primaries, notify Notifier, opts Options) *Prober
 
 // Objects returns the Source's objects of cluster key with its last
 // published report (observed.Cluster.Archiving). It does no I/O.
-func (p *Prober) Objects(key string) (observed.Cluster, bool) {
+func (p *Checker) Objects(key string) (observed.Cluster, bool) {
 	objs, ok := p.src.Objects(key)
 	if !ok {
 		return objs, false
@@ -145,7 +145,7 @@ func (p *Prober) Objects(key string) (observed.Cluster, bool) {
 
 // Run checks until ctx is done: every tick (a tenth of Period, at most a
 // second) it starts the checks that are due, at most Workers at once.
-func (p *Prober) Run(ctx context.Context) {
+func (p *Checker) Run(ctx context.Context) {
 	tick := min(p.opts.Period/10, time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -163,7 +163,7 @@ func (p *Prober) Run(ctx context.Context) {
 
 // round starts the checks that are due and forgets clusters that no
 // longer archive.
-func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
+func (p *Checker) round(ctx context.Context, wg *sync.WaitGroup) {
 	now := p.opts.Now()
 	keys := p.src.Keys()
 	archiving := make(map[string]bool, len(keys))
@@ -213,7 +213,7 @@ func (p *Prober) round(ctx context.Context, wg *sync.WaitGroup) {
 
 // check asks the cluster's primary how its archiving goes and publishes
 // the report when it says something new.
-func (p *Prober) check(ctx context.Context, key string) {
+func (p *Checker) check(ctx context.Context, key string) {
 	defer func() {
 		p.mu.Lock()
 		p.running[key] = false
@@ -271,7 +271,7 @@ func worthPublishing(prev, report *v1.ArchivingStatus, period time.Duration) boo
 // the cluster is gone). It starts nothing: the state machine starts a run
 // with a plan step, and again when a report says the primary shows no
 // trace of it (a new primary).
-func (p *Prober) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
+func (p *Checker) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1.BackupReport, bool) {
 	objs, ok := p.src.Objects(key)
 	if !ok {
 		return nil, nil, false
@@ -312,7 +312,7 @@ const notStartedRecheck = 5 * time.Second
 // before its period is up: it was not checked yet, or its last report,
 // notStartedRecheck ago, saw a phase not started or its backup ended.
 // Called with mu held.
-func (p *Prober) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
+func (p *Checker) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
 	if run == nil {
 		return false
 	}
@@ -323,7 +323,7 @@ func (p *Prober) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
 
 // noteBackup keeps the report of cluster key's running backup, nil when
 // none runs, and says whether it tells something new.
-func (p *Prober) noteBackup(key string, b *v1.BackupReport) bool {
+func (p *Checker) noteBackup(key string, b *v1.BackupReport) bool {
 	gone := true
 	if pg, ok := p.src.Postgresql(key); ok && running(pg) != nil {
 		gone = false

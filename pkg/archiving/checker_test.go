@@ -86,7 +86,7 @@ func clusterWith(name string, leader bool, version string) observed.Cluster {
 	return observed.Cluster{Postgresql: pg, Pods: []*corev1.Pod{pod}, Secrets: []*corev1.Secret{secret}}
 }
 
-func TestProberRounds(t *testing.T) {
+func TestCheckerRounds(t *testing.T) {
 	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
 	var clockMu sync.Mutex
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
@@ -257,12 +257,12 @@ func (p *primaries) set(r v1.BackupReport) (reads int) {
 	return p.reads
 }
 
-// TestProberFollowsBackupRun: the checks read the run status names and
+// TestCheckerFollowsBackupRun: the checks read the run status names and
 // start nothing. A run the primary shows no trace of is news at every
 // check (the machine asks for its start again) and is read again within
 // notStartedRecheck, not the period, as is one whose backup ended (its
 // verify or drill may follow); a run status no longer names is not read.
-func TestProberFollowsBackupRun(t *testing.T) {
+func TestCheckerFollowsBackupRun(t *testing.T) {
 	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
 	var clockMu sync.Mutex
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
