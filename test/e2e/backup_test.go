@@ -99,6 +99,11 @@ func TestBaseBackups(t *testing.T) {
 	if b.LastFailure != nil {
 		t.Errorf("a backup failed: %+v", b.LastFailure)
 	}
+	// The request across the restart says what became of it, in the
+	// write that ended its run.
+	if r := requestOf(pg, v1.RequestBackup); r == nil || r.Phase != v1.RequestSucceeded || r.Value != b.Request {
+		t.Errorf("status.requests' backup %+v, want the last request (%s) Succeeded", r, b.Request)
+	}
 	if v := b.LastVerification; v == nil || !v.Succeeded || v.Backup != running.Status.Backup.Running.ID {
 		t.Errorf("status.backup.lastVerification %+v: want the repository verified after %s", v, running.Status.Backup.Running.ID)
 	} else {

@@ -113,6 +113,14 @@ func TestInDatabase(t *testing.T) {
 			t.Errorf("the old password: %v, want a password authentication failure", err)
 		}
 		pg = inEffect(ctx, t, ns, name, 2)
+		// The request says what became of it.
+		answered, err := env.WaitCluster(ctx, ns, name, "the rotation's request answered", func(pg *v1.Postgresql) bool {
+			r := requestOf(pg, v1.RequestRotatePassword)
+			return r != nil && r.Value == secret && r.Phase != v1.RequestPending
+		})
+		if r := requestOf(answered, v1.RequestRotatePassword); err != nil || r.Phase != v1.RequestSucceeded {
+			t.Errorf("status.requests' rotation %+v (%v), want Succeeded", r, err)
+		}
 	})
 
 	t.Run("an idle cluster makes no SQL call", func(t *testing.T) {
@@ -182,6 +190,13 @@ func TestInDatabase(t *testing.T) {
 		}
 		if !slices.ContainsFunc(pg.Status.History, func(h v1.Transition) bool { return h.Event == fsm.EventOutOfSync }) {
 			t.Errorf("history %v has no outOfSync transition", pg.Status.History)
+		}
+		answered, err := env.WaitCluster(ctx, ns, name, "the sync request answered", func(pg *v1.Postgresql) bool {
+			r := requestOf(pg, v1.RequestSync)
+			return r != nil && r.Value == at && r.Phase != v1.RequestPending
+		})
+		if r := requestOf(answered, v1.RequestSync); err != nil || r.Phase != v1.RequestSucceeded || r.EndedAt == nil {
+			t.Errorf("status.requests' sync %+v (%v), want Succeeded", r, err)
 		}
 	})
 
@@ -471,4 +486,18 @@ func sumMetric(t testing.TB, r io.Reader, name, label string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// requestOf is pg's record of its last request of kind (status.requests),
+// nil when there is none or pg is nil.
+func requestOf(pg *v1.Postgresql, kind string) *v1.RequestStatus {
+	if pg == nil {
+		return nil
+	}
+	for i := range pg.Status.Requests {
+		if pg.Status.Requests[i].Kind == kind {
+			return &pg.Status.Requests[i]
+		}
+	}
+	return nil
 }
