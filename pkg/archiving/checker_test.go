@@ -87,10 +87,7 @@ func clusterWith(name string, leader bool, version string) observed.Cluster {
 }
 
 func TestCheckerRounds(t *testing.T) {
-	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
-	var clockMu sync.Mutex
-	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+	clock, advance := testClock()
 
 	src := &source{clusters: map[string]observed.Cluster{
 		"ns/a":       clusterWith("a", true, "1"),
@@ -116,15 +113,8 @@ func TestCheckerRounds(t *testing.T) {
 	})
 	primaries := indb.New(kube, nil, indb.Options{SQL: pgsql.Options{ConnectTimeout: time.Second}})
 	n := &notifier{calls: map[string]int{}}
-	p := New(src, primaries, n, Options{
-		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
-		Now:   clock, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
-	})
-	round := func() {
-		var wg sync.WaitGroup
-		p.round(context.Background(), &wg)
-		wg.Wait()
-	}
+	p := New(src, primaries, n, testOptions(clock))
+	round := func() { roundOf(p) }
 
 	// The one cluster that archives and has a primary is asked; nothing
 	// listens there, so its report says why it could not be.
@@ -263,25 +253,15 @@ func (p *primaries) set(r v1.BackupReport) (reads int) {
 // notStartedRecheck, not the period, as is one whose backup ended (its
 // verify or drill may follow); a run status no longer names is not read.
 func TestCheckerFollowsBackupRun(t *testing.T) {
-	now := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
-	var clockMu sync.Mutex
-	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	advance := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
+	clock, advance := testClock()
 
 	c := clusterWith("a", true, "1")
 	c.Postgresql.Status.Backup = &v1.BackupStatus{Running: &v1.BackupRun{ID: "20261203-060000-full", Type: v1.BackupFull}}
 	src := &source{clusters: map[string]observed.Cluster{"ns/a": c}}
 	prim := &primaries{report: v1.BackupReport{NotStarted: true}}
 	n := &notifier{calls: map[string]int{}}
-	p := New(src, prim, n, Options{
-		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
-		Now:   clock, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
-	})
-	round := func() {
-		var wg sync.WaitGroup
-		p.round(context.Background(), &wg)
-		wg.Wait()
-	}
+	p := New(src, prim, n, testOptions(clock))
+	round := func() { roundOf(p) }
 	backup := func() *v1.BackupReport {
 		objs, _ := p.Objects("ns/a")
 		return objs.Backup
@@ -335,4 +315,29 @@ func TestCheckerFollowsBackupRun(t *testing.T) {
 	if got := prim.set(v1.BackupReport{}); got != 5 {
 		t.Errorf("run read %d times once status no longer names it, want 5", got)
 	}
+}
+
+// testClock is a clock the test moves on.
+func testClock() (now func() time.Time, advance func(time.Duration)) {
+	t := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now = func() time.Time { mu.Lock(); defer mu.Unlock(); return t }
+	advance = func(d time.Duration) { mu.Lock(); t = t.Add(d); mu.Unlock() }
+	return now, advance
+}
+
+// testOptions are the checks' options of the tests: a default repository,
+// checks every 30 s, a report that only moved on published every 5 min.
+func testOptions(now func() time.Time) Options {
+	return Options{
+		Build: cluster.Options{Backup: &v1.BackupS3{Endpoint: "127.0.0.1:9000", Bucket: "b", SecretName: "s"}},
+		Now:   now, Period: 30 * time.Second, StatusPeriod: 5 * time.Minute,
+	}
+}
+
+// roundOf runs one round of p's checks to their end.
+func roundOf(p *Checker) {
+	var wg sync.WaitGroup
+	p.round(context.Background(), &wg)
+	wg.Wait()
 }

@@ -60,17 +60,19 @@ func Markdown() string {
 	b.WriteString("\n## Every input, step by step\n\nAn input (a signal, a timer, a plan's result, a panic) is first taken as itself: a timer's\n")
 	b.WriteString("event fires, a plan's result is accounted. Then every input takes these steps, in this order, each\n")
 	b.WriteString("reading what the ones before wrote; last, the plan is made of what they asked for.\n\n")
-	b.WriteString("| step | what it does | file |\n|---|---|---|\n")
+	var rows [][3]string
 	for _, s := range inputSteps {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", s.name, s.doc, s.file)
+		rows = append(rows, [3]string{s.name, s.doc, s.file})
 	}
+	namedTable(&b, "step | what it does | file", rows)
 	b.WriteString("\n## Plans\n\nA plan carries what the steps asked for; pkg/controller turns each part into a step the event\n")
 	b.WriteString("loop's executor runs off the loop, in this order, each under its deadline. After a step fails only\n")
 	b.WriteString("the steps marked always run.\n\n")
-	b.WriteString("| step | actor | asked for when |\n|---|---|---|\n")
+	rows = rows[:0]
 	for _, p := range planSteps {
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", p.step, p.actor, p.doc)
+		rows = append(rows, [3]string{p.step, p.actor, p.doc})
 	}
+	namedTable(&b, "step | actor | asked for when", rows)
 	b.WriteString("\n## Timers\n\nTimers are set in an epoch; every state change starts a new epoch and drops the old\n")
 	b.WriteString("epoch's timers. Deadlines are absolute and rounded up to the second, as status keeps them. Status keeps\n")
 	b.WriteString("the timers a restarted operator needs (timeout, retry, lossGrace, maintenanceWindow), so it resumes them with their deadlines;\n")
@@ -104,6 +106,15 @@ func Markdown() string {
 	b.WriteString(Mermaid(""))
 	b.WriteString("```\n")
 	return b.String()
+}
+
+// namedTable writes a Markdown table of three columns under header, the
+// first of each row a name in code.
+func namedTable(b *strings.Builder, header string, rows [][3]string) {
+	fmt.Fprintf(b, "| %s |\n|---|---|---|\n", header)
+	for _, r := range rows {
+		fmt.Fprintf(b, "| `%s` | %s | %s |\n", r[0], r[1], r[2])
+	}
 }
 
 // documentedEvents lists the events of Table, then those the machine
