@@ -40,8 +40,10 @@ image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgl
 
 ##@ Test
 
-# Packages whose concurrency matters run under the race detector.
-RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/...
+# Packages whose concurrency matters run under the race detector: the loop, the
+# machines and their glue, and what runs off the loop (effects, indb, the archive
+# checks, the transports).
+RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/... ./pkg/indb/... ./pkg/archiving/... ./pkg/traffic/...
 
 .PHONY: test
 test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
