@@ -23,8 +23,9 @@ func newBackupCmd() *cobra.Command {
 		Long: "Sets the annotations " + v1.AnnotationBackupRequestedAt + " (to the current time) and\n" +
 			v1.AnnotationBackupType + " of cluster NAME. The operator then starts a pgBackRest backup on\n" +
 			"the cluster's primary, into its repository, unless one runs already (then this one starts\n" +
-			"after it). `pgloop status NAME` shows it running, then the last backup or pgBackRest's words\n" +
-			"when it failed; the LastBackupSucceeded condition says the same.",
+			"after it). `pgloop status NAME` shows the request (Requests: Pending while the backup runs,\n" +
+			"then Succeeded or Failed with pgBackRest's words), the backup running, then the last backup;\n" +
+			"status.requests and the LastBackupSucceeded condition say the same.",
 		Example: "  pgloop backup db\n  pgloop backup db --type diff -n prod",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -25,7 +25,8 @@ func newSyncCmd() *cobra.Command {
 		Long: "Sets the annotation " + v1.AnnotationSyncRequestedAt + " of cluster NAME to the current time.\n" +
 			"The operator then syncs the cluster's roles and databases and applies its Patroni\n" +
 			"configuration again, even though the spec did not change (Running -> Updating -> Running,\n" +
-			"in the cluster's history). `pgloop status NAME` shows when it was done.",
+			"in the cluster's history). `pgloop status NAME` shows the request (Requests: Pending, then\n" +
+			"Succeeded once applied) and status.requests says the same.",
 		Example: "  pgloop sync db\n  pgloop sync db -n prod",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
