@@ -110,6 +110,9 @@ type Checker struct {
 	mu        sync.Mutex
 	published map[string]*v1.ArchivingStatus
 	backups   map[string]*v1.BackupReport // the last report of each cluster's running backup
+	// waiting is when the run of a cluster began to wait for a phase to
+	// start, as its report says (waitsForPhase), the same way since.
+	waiting map[string]time.Time
 	started   map[string]time.Time        // when the last check of a cluster started
 	running   map[string]bool
 	slots     chan struct{}
@@ -123,6 +126,7 @@ func New(src Source, primaries Primaries, notify Notifier, opts Options) *Checke
 		src: src, primaries: primaries, notify: notify, opts: opts,
 		published: map[string]*v1.ArchivingStatus{},
 		backups:   map[string]*v1.BackupReport{},
+		waiting:   map[string]time.Time{},
 		started:   map[string]time.Time{},
 		running:   map[string]bool{},
 		slots:     make(chan struct{}, opts.Workers),
@@ -202,6 +206,7 @@ func (p *Checker) round(ctx context.Context, wg *sync.WaitGroup) {
 			delete(p.started, key)
 			delete(p.published, key)
 			delete(p.backups, key)
+			delete(p.waiting, key)
 			gone = append(gone, key)
 		}
 	}
@@ -302,23 +307,35 @@ func (p *Checker) ask(ctx context.Context, key string) (*v1.ArchivingStatus, *v1
 }
 
 // notStartedRecheck is how soon a run is read again whose last report
-// saw a phase not started (the machine's step that starts it runs a
-// moment after the report) or its backup ended (the machine starts its
-// verify or drill, or ends it): not the period, so a run's phases follow
-// each other within seconds.
-const notStartedRecheck = 5 * time.Second
+// saw it wait for a phase to start (waitsForPhase): the machine's step
+// that starts it runs a moment after the report, so a run's phases follow
+// each other within seconds, not periods. It holds for quickRecheckFor
+// from when the run began to wait the same way: a start that keeps
+// failing (a primary that refuses it) is then read, and asked again, once
+// a period only.
+const (
+	notStartedRecheck = 5 * time.Second
+	quickRecheckFor   = time.Minute
+)
+
+// waitsForPhase says whether report b says its run waits for a phase to
+// start: the backup itself, or, after a backup that succeeded, its verify
+// or its drill (or the machine's end of the run).
+func waitsForPhase(b *v1.BackupReport) bool {
+	return b != nil && (b.NotStarted || b.Done && !b.Failed && !b.VerifyRunning && !b.DrillRunning)
+}
 
 // backupDue says whether cluster key's running backup run must be checked
 // before its period is up: it was not checked yet, or its last report,
-// notStartedRecheck ago, saw a phase not started or its backup ended.
-// Called with mu held.
+// notStartedRecheck ago, saw it wait for a phase to start, within
+// quickRecheckFor of when it began to. Called with mu held.
 func (p *Checker) backupDue(key string, run *v1.BackupRun, now time.Time) bool {
 	if run == nil {
 		return false
 	}
 	last := p.backups[key]
 	return last == nil || last.ID != run.ID ||
-		(last.NotStarted || last.Done && !last.Failed) && now.Sub(last.CheckedAt.Time) >= notStartedRecheck
+		waitsForPhase(last) && now.Sub(last.CheckedAt.Time) >= notStartedRecheck && now.Sub(p.waiting[key]) < quickRecheckFor
 }
 
 // noteBackup keeps the report of cluster key's running backup, nil when
@@ -334,15 +351,21 @@ func (p *Checker) noteBackup(key string, b *v1.BackupReport) bool {
 	if b == nil {
 		if gone {
 			delete(p.backups, key) // no run in status: nothing to report
+			delete(p.waiting, key)
 		}
 		return false // or it ended, and its report stays until the run leaves status
 	}
 	p.backups[key] = b
-	// A run whose phase may have to be started is news each time: the
+	switch {
+	case !waitsForPhase(b):
+		delete(p.waiting, key)
+	case !waitsForPhase(prev) || !sameBackupReport(prev, b):
+		p.waiting[key] = b.CheckedAt.Time
+	}
+	// A run that waits for a phase to start is news each time: the
 	// machine asks again for it (a start that failed, a primary that
 	// changed, a verify or drill after the backup).
-	idle := b.NotStarted || b.Done && !b.Failed && !b.VerifyRunning && !b.DrillRunning
-	return idle || !sameBackupReport(prev, b)
+	return waitsForPhase(b) || !sameBackupReport(prev, b)
 }
 
 // ErrorDirs are where the archiver's error files are, relative to the

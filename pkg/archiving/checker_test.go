@@ -341,3 +341,48 @@ func roundOf(p *Checker) {
 	p.round(context.Background(), &wg)
 	wg.Wait()
 }
+
+// TestCheckerBacksOffAStartThatKeepsFailing: a run the primary keeps
+// showing no trace of is read again within notStartedRecheck for
+// quickRecheckFor only, then once a period: a start that keeps failing
+// is asked again no more often than the checks run.
+func TestCheckerBacksOffAStartThatKeepsFailing(t *testing.T) {
+	clock, advance := testClock()
+	c := clusterWith("a", true, "1")
+	c.Postgresql.Status.Backup = &v1.BackupStatus{Running: &v1.BackupRun{ID: "20261203-060000-full", Type: v1.BackupFull}}
+	src := &source{clusters: map[string]observed.Cluster{"ns/a": c}}
+	prim := &primaries{report: v1.BackupReport{NotStarted: true}}
+	p := New(src, prim, &notifier{calls: map[string]int{}}, testOptions(clock))
+	reads := func() int {
+		prim.mu.Lock()
+		defer prim.mu.Unlock()
+		return prim.reads
+	}
+	// The first minute: every notStartedRecheck.
+	for elapsed := time.Duration(0); elapsed < quickRecheckFor; elapsed += notStartedRecheck {
+		roundOf(p)
+		advance(notStartedRecheck)
+	}
+	quick := reads()
+	if want := int(quickRecheckFor / notStartedRecheck); quick != want {
+		t.Errorf("read %d times in the first %s, want %d", quick, quickRecheckFor, want)
+	}
+	// Then once a period (30 s): two more in a minute of rounds.
+	for range int(time.Minute / notStartedRecheck) {
+		roundOf(p)
+		advance(notStartedRecheck)
+	}
+	if got := reads() - quick; got != 2 {
+		t.Errorf("read %d times in the minute after, want 2 (once a period)", got)
+	}
+	// A new wait (the backup ended, its verify to start): quick again.
+	prim.set(v1.BackupReport{Done: true})
+	advance(30 * time.Second)
+	roundOf(p)
+	before := reads()
+	advance(notStartedRecheck)
+	roundOf(p)
+	if reads() != before+1 {
+		t.Errorf("not read again %s after a new wait", notStartedRecheck)
+	}
+}
