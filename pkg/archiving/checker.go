@@ -113,9 +113,9 @@ type Checker struct {
 	// waiting is when the run of a cluster began to wait for a phase to
 	// start, as its report says (waitsForPhase), the same way since.
 	waiting map[string]time.Time
-	started   map[string]time.Time        // when the last check of a cluster started
-	running   map[string]bool
-	slots     chan struct{}
+	started map[string]time.Time // when the last check of a cluster started
+	running map[string]bool
+	slots   chan struct{}
 }
 
 // New returns a Checker that asks the primaries through primaries; Run
