@@ -127,10 +127,8 @@ func (a *Actor) reach(ctx context.Context, objs observed.Cluster) (*run, pgsql.E
 			version = s.ResourceVersion
 		}
 	}
-	if version == "" {
-		// Not cached (yet): read it, and do not remember it.
-		version = "-"
-	}
+	// A Secret not cached (yet) has no version: it is read, and not
+	// remembered, as a step reads it.
 	_, ep, err := r.reachPrimary(ctx, pg, objs.Pods, version)
 	return r, ep, err
 }
