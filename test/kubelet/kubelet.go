@@ -113,6 +113,10 @@ type Options struct {
 	// DefaultPgBouncer. Checked when such a pod comes, not before: a
 	// plane without poolers does not need it.
 	PgBouncer string
+	// Pgloop is the pgloop binary whose start-up programs run the pods,
+	// as pgloop's images run them: `pgloop instance` (Patroni) and
+	// `pgloop pooler` (PgBouncer). Required.
+	Pgloop string
 	// ImageBinaries maps image references to binaries of this machine: a
 	// container whose image is one of them (an exact reference, else its
 	// repository for any tag) runs that binary as the image's entrypoint
@@ -154,6 +158,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if _, err := netip.ParseAddr(o.NodeIP); err != nil {
 		errs = append(errs, fmt.Errorf("node IP: %w", err))
+	}
+	if !isFile(o.Pgloop) {
+		errs = append(errs, fmt.Errorf("pgloop not found at %q: it runs the pods' start-up programs (`make build` makes bin/pgloop)", o.Pgloop))
 	}
 	if !isFile(o.Patroni) {
 		errs = append(errs, fmt.Errorf("patroni not found at %s: run `apt-get install patroni`", o.Patroni))

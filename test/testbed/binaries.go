@@ -50,7 +50,7 @@ func findBinaries(dir string, processNodes, objectStore bool) (binaries, error) 
 	}
 	names := []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKwok}
 	if processNodes {
-		names = append(names, binKubelet)
+		names = append(names, binKubelet, binPgloop)
 	}
 	if objectStore {
 		names = append(names, binWeed)

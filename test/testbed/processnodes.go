@@ -30,6 +30,9 @@ const (
 	DataPlaneTaintValue = "process"
 
 	binKubelet = "pgkubelet"
+	// binPgloop runs the pods' start-up programs (pgloop instance, pgloop
+	// pooler), as pgloop's images do: `make build` makes it.
+	binPgloop = "pgloop"
 	// kubeletStopGrace is how long a process kubelet may take to stop:
 	// it stops each PostgreSQL cleanly (a fast shutdown), which takes a
 	// second or two, more on two busy cores.
@@ -99,6 +102,7 @@ func (p *Plane) startProcessNodes(ctx context.Context) error {
 		args := []string{
 			"--kubeconfig=" + p.Kubeconfig,
 			"--node-name=" + n.Name,
+			"--pgloop=" + p.bins.path(binPgloop),
 			"--root=" + n.Root,
 			"--pod-cidr=" + n.PodCIDR,
 			fmt.Sprintf("--node-ip=127.%d.%d.1", second, third+i),

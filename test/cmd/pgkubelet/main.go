@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -80,6 +81,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		return err
 	})
+	fs.StringVar(&o.Pgloop, "pgloop", "", "the pgloop binary whose start-up programs (pgloop instance, pgloop pooler) run the pods; default: pgloop beside this program")
 	fs.StringVar(&o.Patroni, "patroni", kubelet.DefaultPatroni, "Patroni's entry script")
 	fs.StringVar(&o.Python, "python", kubelet.DefaultPython, "the python3 that runs Patroni (Debian's, with its modules)")
 	fs.StringVar(&o.PGBin, "pg-bin", kubelet.DefaultPGBin, "PostgreSQL's bin directory")
@@ -97,6 +99,11 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.Pgloop == "" {
+		if self, err := os.Executable(); err == nil {
+			o.Pgloop = filepath.Join(filepath.Dir(self), "pgloop")
+		}
 	}
 	var missing []string
 	for _, f := range []struct{ name, value string }{
