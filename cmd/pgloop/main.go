@@ -9,6 +9,6 @@ func main() {
 	root := newRootCmd()
 	asKubectlPlugin(root, os.Args[0])
 	if err := root.Execute(); err != nil {
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"net"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,11 +40,10 @@ const (
 	DefaultArchiveTimeout = 60 * time.Second
 )
 
-// DefaultArchivingImage is pgloop's instance image: Spilo's, with Debian's
-// pgbackrest and a Patroni that inherits the container's PGBACKREST_*
-// variables (docs/backups.md). It is the one image Options.ArchivingImages
-// lists by default.
-const DefaultArchivingImage = "ghcr.io/pgloop/spilo-pgbackrest-17:4.0-p2"
+// DefaultArchivingImage is an image that archives: pgloop's instance image
+// (DefaultImage), with Debian's pgbackrest and a start-up program that
+// keeps the container's PGBACKREST_* variables for Patroni.
+const DefaultArchivingImage = DefaultImage
 
 // ArchiveCommand returns PostgreSQL's archive_command of a cluster whose
 // repository is repo. Before its first push to a repository, and then at
@@ -105,15 +103,32 @@ func ArchiveBlocked(pg *v1.Postgresql, opts Options) string {
 	}
 	images := opts.ArchivingImages
 	if images == nil {
-		if image == DefaultArchivingImage {
-			return ""
-		}
-		images = []string{DefaultArchivingImage}
-	} else if slices.Contains(images, image) {
+		images = defaultArchivingImages
+	}
+	if archivingImage(images, image) {
 		return ""
 	}
 	return "image " + image + " is not known to carry pgBackRest (--archiving-images: " + strings.Join(images, ", ") +
-		"): not archiving, since a failing archive_command keeps all WAL in pg_wal; use pgloop's instance image " + DefaultArchivingImage
+		"): not archiving, since a failing archive_command keeps all WAL in pg_wal; use pgloop's instance image " + DefaultImage
+}
+
+// defaultArchivingImages is Options.ArchivingImages when nil.
+var defaultArchivingImages = []string{InstanceRepository}
+
+// archivingImage reports whether image is one of images: the same
+// reference, or of the repository an entry names without a tag or digest.
+// It allocates nothing: it runs on every observation.
+func archivingImage(images []string, image string) bool {
+	for _, e := range images {
+		if e == image {
+			return true
+		}
+		if !strings.Contains(e[strings.LastIndexByte(e, '/')+1:], ":") && !strings.Contains(e, "@") &&
+			len(image) > len(e) && strings.HasPrefix(image, e) && (image[len(e)] == ':' || image[len(e)] == '@') {
+			return true
+		}
+	}
+	return false
 }
 
 // wantedRepository is the repository the spec asks for: spec.backup.s3,

@@ -159,7 +159,11 @@ func TestArchiving(t *testing.T) {
 			pg.Spec.PostgreSQL.Parameters = map[string]string{"archive_command": "/bin/true"}
 		}, opts: Options{Backup: repo}},
 		{name: "an image not known to carry pgBackRest", mutate: func(pg *v1.Postgresql) {
-			pg.Spec.DockerImage = ""
+			pg.Spec.DockerImage = "ghcr.io/zalando/spilo-17:4.0-p2"
+			pg.Spec.Backup = &v1.Backup{S3: repo}
+		}},
+		{name: "an image of another repository whose name starts with pgloop's", mutate: func(pg *v1.Postgresql) {
+			pg.Spec.DockerImage = InstanceRepository + "-custom:15-1"
 			pg.Spec.Backup = &v1.Backup{S3: repo}
 		}},
 		{name: "an image the operator does not list", mutate: func(pg *v1.Postgresql) {
@@ -275,6 +279,30 @@ func BenchmarkArchiveBlocked(b *testing.B) {
 	for b.Loop() {
 		if ArchiveBlocked(pg, Options{}) != "" || ArchiveBlocked(spilo, Options{Image: DefaultArchivingImage}) != "" {
 			b.Fatal("blocked")
+		}
+	}
+}
+
+// TestArchivingImage: an entry without a tag stands for every tag and
+// digest of its repository, an entry with one for that reference only.
+func TestArchivingImage(t *testing.T) {
+	for _, tt := range []struct {
+		images []string
+		image  string
+		want   bool
+	}{
+		{[]string{InstanceRepository}, DefaultImage, true},
+		{[]string{InstanceRepository}, InstanceRepository + ":17-3", true},
+		{[]string{InstanceRepository}, InstanceRepository + "@sha256:0123", true},
+		{[]string{InstanceRepository}, InstanceRepository, true}, // :latest
+		{[]string{InstanceRepository}, InstanceRepository + "-x:1", false},
+		{[]string{"registry.example:5000/own"}, "registry.example:5000/own:2", true},
+		{[]string{"registry.example:5000/own:1"}, "registry.example:5000/own:2", false},
+		{[]string{"registry.example:5000/own:1"}, "registry.example:5000/own:1", true},
+		{nil, DefaultImage, false},
+	} {
+		if got := archivingImage(tt.images, tt.image); got != tt.want {
+			t.Errorf("archivingImage(%v, %s) = %v, want %v", tt.images, tt.image, got, tt.want)
 		}
 	}
 }

@@ -15,10 +15,20 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 )
 
-// DefaultImage is the Spilo image of clusters that set no spec.dockerImage
-// when Options.Image is empty. Changing it replaces the pods of every such
-// cluster (their pod template hash changes).
-const DefaultImage = "ghcr.io/zalando/spilo-17:4.0-p2"
+// InstanceRepository is the repository of pgloop's instance image:
+// PostgreSQL, Patroni and pgBackRest from Debian's packages, started by
+// pgloop's own start-up program (pgloop instance, docs/images.md). It reads
+// the environment Spilo's image reads, so pgloop renders the same pod for
+// both.
+const InstanceRepository = "ghcr.io/pgloop/postgres"
+
+// DefaultImage is the image of clusters that set no spec.dockerImage when
+// Options.Image is empty: pgloop's instance image of PostgreSQL 15. Its tag
+// is <major>-<image revision>, raised when the image's packages or its
+// start-up program's contract change, not with every pgloop release:
+// changing it replaces the pods of every such cluster (their pod template
+// hash changes). `make images` builds it under this name.
+const DefaultImage = InstanceRepository + ":15-1"
 
 // DefaultTerminationGracePeriodSeconds gives Patroni time to stop PostgreSQL
 // cleanly (a checkpoint, and a switchover away from a primary) before the
@@ -84,8 +94,9 @@ type Options struct {
 	// set none. 0 means DefaultArchiveTimeout.
 	ArchiveTimeout time.Duration
 	// ArchivingImages are the images known to carry pgBackRest: only
-	// clusters that run one of them archive (ArchiveBlocked). Nil means
-	// DefaultArchivingImage alone.
+	// clusters that run one of them archive (ArchiveBlocked). An entry
+	// without a tag or digest stands for every tag of its repository. Nil
+	// means InstanceRepository alone.
 	ArchivingImages []string
 	// BackupSchedule is when full backups are taken when the spec sets
 	// no spec.backup.schedule ("" means DefaultBackupSchedule, "none"

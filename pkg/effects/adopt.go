@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,6 +154,14 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 		return refusal
 	}
 
+	// 0: the image the zalando operator ran stays, written into the
+	// spec, where the user sees it and moves the cluster to another
+	// (pgloop's) by editing it; without it, pgloop's default image would
+	// go into the StatefulSet, and the next rollout would move the pods.
+	if err := r.keepAdoptedImage(ctx, pg, sts); err != nil {
+		return err
+	}
+
 	// 1: the passwords.
 	for _, s := range secrets {
 		if update[s.Name] {
@@ -206,6 +215,39 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	r.log.Info("adopt: " + msg)
 	r.recordEvents(ctx, []act.Record{{Reason: ReasonAdopted, Message: msg}})
 	return fmt.Errorf("adopted the zalando cluster's objects, waiting for the informers to show them (%w)", act.ErrWaiting)
+}
+
+// keepAdoptedImage sets spec.dockerImage, when the resource sets none, to
+// the image of the StatefulSet's postgres container, on the resource and
+// in pg (which the pods' template hash is computed from).
+func (r *run) keepAdoptedImage(ctx context.Context, pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
+	if pg.Spec.DockerImage != "" {
+		return nil
+	}
+	image := ""
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name == cluster.ContainerName || image == "" {
+			image = c.Image
+		}
+	}
+	if image == "" {
+		return nil
+	}
+	// An update of the copy read: a resource changed meanwhile is a
+	// Conflict, and the adoption starts again from what it is.
+	edited := pg.DeepCopy()
+	edited.Spec.DockerImage = image
+	if _, err := r.postgresqls().Update(ctx, edited, metav1.UpdateOptions{FieldManager: act.FieldManager}); err != nil {
+		if apierrors.IsConflict(err) {
+			return fmt.Errorf("adopt: the resource changed meanwhile (%w)", act.ErrWaiting)
+		}
+		return fmt.Errorf("adopt: keep the zalando cluster's image %s in spec.dockerImage: %w", image, err)
+	}
+	pg.Spec.DockerImage = image
+	msg := "spec.dockerImage set to " + image + ", the image the zalando operator ran: the pods keep it; edit spec.dockerImage to move the cluster to another image (a rolling change)"
+	r.log.Info("adopt: " + msg)
+	r.recordEvents(ctx, []act.Record{{Reason: ReasonAdopted, Message: msg}})
+	return nil
 }
 
 // nothingToAdopt is the adoption of a cluster without a StatefulSet: done

@@ -78,6 +78,15 @@ func TestEnsureAdopts(t *testing.T) {
 		if got := h.kubeWrites(); !slices.Equal(got, want) {
 			t.Fatalf("adoption wrote\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 		}
+		// The image the zalando operator ran is kept, in the spec.
+		got, err := h.pgc.PgloopV1().Postgresqls(pg.Namespace).Get(context.Background(), pg.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.DockerImage != "ghcr.io/zalando/spilo-18:4.1-p2" {
+			t.Errorf("spec.dockerImage %q after the adoption, want the zalando StatefulSet's image", got.Spec.DockerImage)
+		}
+		pg = got
 		objs := buildAll(t, pg)
 		hash := cluster.PodTemplateHash(objs.StatefulSet)
 		for i := range int32(2) {

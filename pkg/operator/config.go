@@ -255,7 +255,7 @@ func DefaultConfig() Config {
 		EnableShmVolume:      true,
 		ArchiveTimeout:       cluster.DefaultArchiveTimeout,
 		ArchiveCheckPeriod:   archiving.DefaultPeriod,
-		ArchivingImages:      []string{cluster.DefaultArchivingImage},
+		ArchivingImages:      []string{cluster.InstanceRepository},
 		ArchiveStatusPeriod:  archiving.DefaultStatusPeriod,
 		BackupSchedule:       cluster.DefaultBackupSchedule,
 		BackupRetentionFull:  cluster.DefaultBackupRetentionFull,

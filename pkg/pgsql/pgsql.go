@@ -53,7 +53,8 @@ type Options struct {
 	// outcome with it.
 	Observe func(outcome string)
 	// TLS, when set, is used for every connection (sslmode=require and what
-	// the config verifies); nil means no TLS (sslmode=disable).
+	// the config verifies); nil means libpq's sslmode=prefer: TLS without
+	// verification when the server offers it, else none.
 	TLS *tls.Config
 }
 
@@ -235,13 +236,19 @@ func connectOnce(ctx context.Context, ep Endpoint, password string, opts Options
 	if cfg.Database == "" {
 		cfg.Database = "postgres"
 	}
+	cfg.Fallbacks = nil
 	if opts.TLS != nil {
 		cfg.TLSConfig = opts.TLS.Clone()
 		if cfg.TLSConfig.ServerName == "" {
 			cfg.TLSConfig.ServerName = ep.Host // what a verifying config checks
 		}
+	} else {
+		// libpq's sslmode=prefer: TLS when the server offers it, which
+		// Spilo's and pgloop's images always do (their pg_hba refuses
+		// connections without it: hostnossl ... reject), else plain.
+		cfg.TLSConfig = &tls.Config{InsecureSkipVerify: true, ServerName: ep.Host} //nolint:gosec // sslmode=prefer verifies nothing
+		cfg.Fallbacks = []*pgconn.FallbackConfig{{Host: ep.Host, Port: uint16(ep.Port)}}
 	}
-	cfg.Fallbacks = nil
 	cfg.ValidateConnect = nil
 	cfg.ConnectTimeout = opts.ConnectTimeout
 	cfg.DialFunc = (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext

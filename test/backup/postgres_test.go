@@ -161,7 +161,7 @@ func startServer(ctx context.Context, t testing.TB, cred *syscall.Credential, na
 }
 
 func (s *server) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5", s.sock, s.port, postgresUser))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer connect_timeout=5", s.sock, s.port, postgresUser))
 	if err != nil {
 		return nil, err
 	}

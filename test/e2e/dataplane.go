@@ -81,7 +81,7 @@ func (e *Env) SQLDatabase(ctx context.Context, t testing.TB, pod *corev1.Pod, db
 	if pod.Status.PodIP == "" {
 		t.Fatalf("pod %s has no IP", pod.Name)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable connect_timeout=5",
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=prefer connect_timeout=5",
 		pod.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName, db))
 	if err != nil {
 		t.Fatal(err)

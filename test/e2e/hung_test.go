@@ -138,7 +138,7 @@ func frozenSQL(ctx context.Context, ns, pod string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres sslmode=disable", p.Status.PodIP, cluster.PostgresPort))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres sslmode=prefer", p.Status.PodIP, cluster.PostgresPort))
 	if err != nil {
 		return err
 	}

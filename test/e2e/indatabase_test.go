@@ -381,7 +381,7 @@ func connect(ctx context.Context, ns, pod, user, pw, db string) (*pgx.Conn, erro
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d dbname=%s sslmode=disable connect_timeout=5", p.Status.PodIP, cluster.PostgresPort, db))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d dbname=%s sslmode=prefer connect_timeout=5", p.Status.PodIP, cluster.PostgresPort, db))
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,7 @@ func primaryConn(ctx context.Context, ns, name, password string) *pgx.Conn {
 		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", p.Status.PodIP, cluster.PostgresPort))
+		cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=prefer", p.Status.PodIP, cluster.PostgresPort))
 		if err != nil {
 			continue
 		}

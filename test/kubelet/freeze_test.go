@@ -409,7 +409,7 @@ func connect(ctx context.Context, t *testing.T, in *instance) *pgx.Conn {
 }
 
 func connString(in *instance) string {
-	return fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", in.prep.ip, postgresPort, postgresUser)
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer", in.prep.ip, postgresPort, postgresUser)
 }
 
 // query connects and runs SELECT 1, all within queryTimeout.

@@ -356,54 +356,25 @@ func (in *instance) start(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// patroniSpec writes Patroni's configuration and returns how to start it.
+// patroniSpec returns how to start the instance: pgloop's start-up program,
+// `pgloop instance`, as pgloop's image runs it (its entrypoint), with the
+// container's environment. It writes Patroni's configuration and runs
+// Patroni; what differs from a container is given as flags: the volumes'
+// directories on this host, the pod IP to listen on (every pod's address is
+// this host's), the socket directory, the kubeconfig (there is no
+// in-cluster API server address here), a small shared_buffers (many
+// instances share the machine), and Patroni's command line, which dumps its
+// stacks on stacksSignal (slowstop.go).
 func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Container) (spawnSpec, error) {
 	p := in.prep
 	env, err := ResolveEnv(pod, c, p.ip.String(), in.k.lookup)
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
 	}
-	host := Host{
-		PodIP:       p.ip.String(),
-		Mounts:      p.mounts,
-		SocketDir:   p.socketDir,
-		BinDir:      in.k.opts.PGBin,
-		Kubeconfig:  p.kubeconfig,
-		KubeContext: podContext,
-	}
-	config, extraEnv, err := PatroniConfig(pod, env, host)
-	if err != nil {
-		return spawnSpec{}, waiting(ReasonConfigError, "while building Patroni's configuration: %w", err)
-	}
-	// Of the container's environment, only PGBACKREST_* reaches Patroni,
-	// and through it PostgreSQL and archive_command (Patroni hands its
-	// environment to the postmaster): pgBackRest reads its options there,
-	// and the kubelet knows which of them are paths to translate. The rest
-	// is Spilo's configuration, which PatroniConfig has already turned
-	// into patroni.yml with its paths translated; passed raw, its
-	// container paths (PGDATA, PGROOT), libpq defaults (PGPORT, PGUSER,
-	// PGPASSWORD...) and KUBERNETES_* would point Patroni and PostgreSQL
-	// elsewhere than the configuration does.
-	//
-	// Spilo's image itself does not pass them: its runit script
-	// (runit/patroni/run, at tag 4.0-p2 and at master) unsets every variable but PATH,
-	// PGHOME, LC_ALL, HOSTNAME, POD_IP, POD_NAMESPACE, ENABLE_PG_MON and
-	// KUBERNETES_SERVICE_*/PORT*/ROLE* before it starts Patroni. This is
-	// what an image that keeps PGBACKREST_* for Patroni runs.
-	backrest, err := PgBackRestEnv(env, host)
-	if err != nil {
-		return spawnSpec{}, waiting(ReasonConfigError, "pgBackRest's environment: %w", err)
-	}
-	extraEnv = append(extraEnv, backrest...)
-	// The container's environment as its first process would get it
-	// (/proc/1/environ in a real container), for tests to look at: what
-	// the image's entrypoint, Spilo's configure_spilo.py, reads.
+	// The container's environment as its first process gets it
+	// (/proc/1/environ in a real container), for tests to look at.
 	if err := writeEnviron(filepath.Join(p.podDir, environFile), env); err != nil {
 		return spawnSpec{}, waiting(ReasonStartError, "%w", err)
-	}
-	configPath := filepath.Join(p.podDir, configFile)
-	if err := writeOwned(configPath, config, in.k.uid, in.k.gid); err != nil {
-		return spawnSpec{}, waiting(ReasonStartError, "while writing %s: %w", configPath, err)
 	}
 	stacksPath := filepath.Join(p.podDir, stacksFile)
 	if err := createOwned(stacksPath, in.k.uid, in.k.gid); err != nil {
@@ -412,18 +383,37 @@ func (in *instance) patroniSpec(_ context.Context, pod *corev1.Pod, c *corev1.Co
 	// A crashed predecessor may have left a postmaster (it was killed, but
 	// make sure before another one starts on the same data).
 	in.killPostmasters()
+	argv := []string{in.k.opts.Pgloop, "instance",
+		"--config=" + filepath.Join(p.podDir, configFile),
+		"--listen-pod-ip",
+		"--pod-ip=" + p.ip.String(),
+		"--name=" + podHostname(pod),
+		fmt.Sprintf("--memory-mb=%g", containerMemoryMB(pod)),
+		"--socket-dir=" + p.socketDir,
+		"--bin-dir=" + in.k.opts.PGBin,
+		"--kubeconfig=" + p.kubeconfig,
+		"--kube-context=" + podContext,
+		"--shared-buffers=" + testSharedBuffers,
+		"--volume=" + certsMountPath + "=" + filepath.Join(p.podDir, certsDir),
+	}
+	for _, mp := range slices.Sorted(maps.Keys(p.mounts)) {
+		argv = append(argv, "--volume="+mp+"="+p.mounts[mp])
+	}
+	argv = append(argv, "--")
+	argv = append(argv, patroniArgv(in.k.opts.Python, in.k.opts.Patroni, stacksPath)...)
+	// What a container's first process gets besides the pod's
+	// environment: the image's PATH, HOME, LC_ALL (pgloop's image sets
+	// them) and the user's name.
 	processEnv := mergeEnv([]string{
-		"KUBECONFIG=" + p.kubeconfig,
-		"PATRONI_KUBERNETES_CONTEXT=" + podContext,
 		"HOME=" + filepath.Join(p.podDir, homeDir),
 		"PATH=" + in.k.opts.PGBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"LC_ALL=C.UTF-8",
 		"USER=" + postgresUser,
-	}, extraEnv)
+	}, environList(env))
 	return spawnSpec{
-		argv:    patroniArgv(in.k.opts.Python, in.k.opts.Patroni, stacksPath, configPath),
+		argv:    argv,
 		env:     processEnv,
-		dir:     p.podDir,
+		dir:     filepath.Join(p.podDir, homeDir),
 		logPath: filepath.Join(p.podDir, logFile),
 		uid:     in.k.uid, gid: in.k.gid,
 		stacks: stacksSignal,
@@ -517,6 +507,11 @@ func (in *instance) prepare(ctx context.Context, pod *corev1.Pod, c *corev1.Cont
 		return p, nil // PgBouncer and images need no home, socket directory or kubeconfig
 	}
 	if err := mkdirOwned(filepath.Join(p.podDir, homeDir), 0o700, k.uid, k.gid); err != nil {
+		return nil, waiting(ReasonContainerCreating, "%w", err)
+	}
+	// /run/certs of the container, where pgloop instance makes
+	// PostgreSQL's certificate when the pod mounts none.
+	if err := mkdirOwned(filepath.Join(p.podDir, certsDir), 0o700, k.uid, k.gid); err != nil {
 		return nil, waiting(ReasonContainerCreating, "%w", err)
 	}
 	if err := mkdirOwned(p.socketDir, 0o755, k.uid, k.gid); err != nil {

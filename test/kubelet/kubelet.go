@@ -268,6 +268,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err := Cleanup(k.opts.Root); err != nil {
 		return fmt.Errorf("while cleaning up after an earlier kubelet: %w", err)
 	}
+	// The pods' start-up program, copied where the postgres user can run
+	// it, as an image's entrypoint is: a pgloop rebuilt meanwhile does not
+	// change what this kubelet's pods run.
+	if k.opts.Pgloop, _, err = pullImage(k.opts.Root, k.opts.Pgloop); err != nil {
+		return fmt.Errorf("while installing the start-up program: %w", err)
+	}
 	if err := becomeSubreaper(); err != nil {
 		return err
 	}

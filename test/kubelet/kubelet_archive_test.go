@@ -249,7 +249,7 @@ func withPgBackRest(t *testing.T, sts *appsv1.StatefulSet, credentials, caSecret
 // new segment; it returns the name of the segment switched out.
 func switchWAL(ctx context.Context, t *testing.T, ip, password string) string {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5", ip, cluster.PostgresPort, cluster.SuperuserName))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer connect_timeout=5", ip, cluster.PostgresPort, cluster.SuperuserName))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,7 +249,7 @@ func connectAs(ctx context.Context, t *testing.T, cs kubernetes.Interface, pod *
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable connect_timeout=5",
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer connect_timeout=5",
 		pod.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName))
 	if err != nil {
 		t.Fatal(err)

@@ -40,7 +40,7 @@ func startPooler(ctx context.Context, t *testing.T, k *runningKubelet, cs kubern
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", primary.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer", primary.Status.PodIP, cluster.PostgresPort, cluster.SuperuserName))
 	if err != nil {
 		t.Fatal(err)
 	}

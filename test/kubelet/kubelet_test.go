@@ -239,7 +239,7 @@ func TestKubelet(t *testing.T) {
 	if got := pvDir(ctx, t, cs, root, recreated); got != dataDir {
 		t.Errorf("the re-created pod uses %s, want the old data directory %s", got, dataDir)
 	}
-	config, err := os.ReadFile(filepath.Join(root, "pods", string(recreated.UID), "patroni.yml"))
+	config, err := os.ReadFile(filepath.Join(root, "pods", string(recreated.UID), "home", "patroni.yml"))
 	if err != nil || !strings.Contains(string(config), dataDir) {
 		t.Errorf("the re-created pod's Patroni configuration does not use %s (%v)", dataDir, err)
 	}
@@ -303,15 +303,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// buildKubelet builds test/cmd/pgkubelet: the kubelet reaps every child of
-// its process, so it cannot run inside the test binary.
+// buildKubelet builds test/cmd/pgkubelet (the kubelet reaps every child of
+// its process, so it cannot run inside the test binary) and, beside it,
+// the pgloop binary whose start-up programs run its pods (its --pgloop
+// default).
 func buildKubelet(ctx context.Context, t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "pgkubelet")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgloop/pgloop/test/cmd/pgkubelet")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build pgkubelet: %v\n%s", err, out)
+	dir := t.TempDir()
+	for _, pkg := range []string{"github.com/pgloop/pgloop/test/cmd/pgkubelet", "github.com/pgloop/pgloop/cmd/pgloop"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
 	}
-	return bin
+	return filepath.Join(dir, "pgkubelet")
 }
 
 // startKubeletPlane starts a plane of one kwok node and the process
@@ -599,7 +603,7 @@ func superuserPassword(ctx context.Context, t *testing.T, cs kubernetes.Interfac
 func selectOne(ctx context.Context, ip, password string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", ip, cluster.PostgresPort, cluster.SuperuserName))
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=prefer", ip, cluster.PostgresPort, cluster.SuperuserName))
 	if err != nil {
 		return err
 	}

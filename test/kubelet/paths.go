@@ -15,7 +15,9 @@ import (
 //
 //	<root>/lock                         held by the running kubelet
 //	<root>/pv/<pv name>/                one per PersistentVolume: the data, 0700 postgres
-//	<root>/pods/<uid>/patroni.yml       Patroni's configuration, 0600 postgres
+//	<root>/pods/<uid>/home/patroni.yml  Patroni's configuration, 0600 postgres,
+//	                                    written by pgloop instance
+//	<root>/pods/<uid>/certs/            the container's /run/certs, 0700 postgres
 //	<root>/pods/<uid>/kubeconfig        Patroni's credentials, 0600 postgres
 //	<root>/pods/<uid>/patroni.log       Patroni's (and PostgreSQL's) output
 //	<root>/pods/<uid>/environ            the container's environment, 0600
@@ -35,7 +37,9 @@ const (
 	pvDir      = "pv"
 	podsDir    = "pods"
 	lockFile   = "lock"
-	configFile = "patroni.yml"
+	configFile = homeDir + "/patroni.yml"
+	// certsDir is the container's /run/certs (certsMountPath).
+	certsDir = "certs"
 	kubeconfig = "kubeconfig"
 	logFile    = "patroni.log"
 	// stacksFile is where Patroni dumps its threads' stacks on

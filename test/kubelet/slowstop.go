@@ -33,10 +33,11 @@ const stacksPrelude = "import faulthandler, runpy, signal, sys\n" +
 	"sys.argv = sys.argv[2:]\n" +
 	"runpy.run_path(sys.argv[0], run_name='__main__')\n"
 
-// patroniArgv is the command line of Patroni: python runs the entry script
-// patroni on config, dumping its stacks to stacks on stacksSignal.
-func patroniArgv(python, patroni, stacks, config string) []string {
-	return []string{python, "-c", stacksPrelude, stacks, patroni, config}
+// patroniArgv is the command line of Patroni but its configuration file,
+// which pgloop instance appends: python runs the entry script patroni,
+// dumping its stacks to stacks on stacksSignal.
+func patroniArgv(python, patroni, stacks string) []string {
+	return []string{python, "-c", stacksPrelude, stacks, patroni}
 }
 
 // createOwned creates path, empty, owned by uid/gid, unless it exists: a

@@ -52,7 +52,7 @@ func TestPatroniArgvDumpsStacks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, patroniArgv(python, script, stacks, out)[1:]...)
+	cmd := exec.CommandContext(ctx, python, append(patroniArgv(python, script, stacks), out)[1:]...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestSlowStopReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	proc, err := spawn(k.launcher, k.reaper, spawnSpec{
-		argv: patroniArgv(python, script, stacks, ready), dir: dir,
+		argv: append(patroniArgv(python, script, stacks), ready), dir: dir,
 		logPath: filepath.Join(dir, "patroni.log"), stacks: stacksSignal,
 	})
 	if err != nil {

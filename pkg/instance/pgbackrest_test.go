@@ -1,4 +1,4 @@
-package kubelet
+package instance
 
 import (
 	"maps"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestPgBackRestEnv(t *testing.T) {
-	h := Host{
+	h := Machine{
 		SocketDir: "/tmp/pgk-0123abcd",
 		Mounts: map[string]string{
 			"/home/postgres/pgdata": "/root/pv/pv-1",
@@ -142,7 +142,7 @@ func TestPgBackRestEnv(t *testing.T) {
 		{name: "relative path", env: with(s3, "PGBACKREST_LOG_PATH", "log"),
 			wantErr: `pgBackRest option log-path: "log" is not an absolute path`},
 		{name: "an unknown path option", env: with(s3, "PGBACKREST_DB_PATH", "/home/postgres/pgdata/pgroot/data"),
-			wantErr: "pgBackRest option db-path is not one this kubelet knows to be a path or not"},
+			wantErr: "pgBackRest option db-path is not one pgloop knows to be a path or not"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,7 @@
-package kubelet
+package instance
 
 // pgBackRest's configuration in the container's environment (PGBACKREST_*),
-// as Patroni, PostgreSQL and archive_command get it here.
+// as Patroni, PostgreSQL and archive_command get it.
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ const (
 	// notPath: a name that looks like one but is not (log-level-file).
 	notPath pathKind = iota
 	// localPath: a file or directory of the container's filesystem,
-	// translated to the host through the pod's volumes.
+	// mapped, outside a container, through the pod's volumes.
 	localPath
 	// pgLocalPath: local unless PG<n>_HOST names a remote PostgreSQL
 	// host, whose path it then is.
@@ -37,7 +37,8 @@ const (
 	// (the default), a token for the type token.
 	gcsKeyPath
 	// otherPath: not of this filesystem (a path on a remote host), or a
-	// program of the image, which the host has at the same path (Debian's
+	// program of the image, which a machine running pods as processes has
+	// at the same path (Debian's
 	// pgbackrest, like the image's): kept as written.
 	otherPath
 )
@@ -105,19 +106,16 @@ var pgBackRestPaths = map[string]pathKind{
 var indexedOption = regexp.MustCompile(`^(PG|REPO)([0-9]+)_(.+)$`)
 
 // PgBackRestEnv returns the PGBACKREST_* variables of the container's
-// environment env (see ResolveEnv) as the container's processes must see
-// them on this machine, "NAME=value" sorted by name: those naming a path of
-// the container's filesystem (pgBackRestPaths) translated to the host
-// through h.Mounts, Spilo's socket directory to h.SocketDir; every other one
-// as it is (credentials, bucket, endpoint, stanza...). A local path on no
-// mounted volume is an error, as a path of Spilo's configuration is: it
-// would land in the host's own directories, shared by every pod.
-//
-// Paths pgBackRest defaults to when the pod does not set them are not
-// invented here: the host's (/etc/pgbackrest.conf, /tmp/pgbackrest,
-// /var/log/pgbackrest, /var/spool/pgbackrest), shared by every pod of the
-// machine, where a container has its own.
-func PgBackRestEnv(env map[string]string, h Host) ([]string, error) {
+// environment env as Patroni, PostgreSQL and archive_command must see them
+// on m, "NAME=value" sorted by name. In a container they are as written.
+// Outside one (m.Mounts), those naming a path of the container's filesystem
+// (pgBackRestPaths) map through m.Mounts, Spilo's socket directory to
+// m.SocketDir, every other one as it is (credentials, bucket, endpoint,
+// stanza...); a local path on no mounted volume is an error, as a path of
+// Spilo's configuration is: it would land in the machine's own
+// directories, shared by every pod. An option that names a path but is not
+// in pgBackRestPaths is an error anywhere: it would pass unseen.
+func PgBackRestEnv(env map[string]string, m Machine) ([]string, error) {
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(env)) {
 		option, ok := strings.CutPrefix(name, pgBackRestEnvPrefix)
@@ -126,7 +124,7 @@ func PgBackRestEnv(env map[string]string, h Host) ([]string, error) {
 		}
 		value := env[name]
 		if value != "" {
-			translated, err := pgBackRestValue(option, value, env, h)
+			translated, err := pgBackRestValue(option, value, env, m)
 			if err != nil {
 				return nil, fmt.Errorf("%s=%s: %w", name, value, err)
 			}
@@ -139,15 +137,15 @@ func PgBackRestEnv(env map[string]string, h Host) ([]string, error) {
 
 // pgBackRestValue translates the value of option (a PGBACKREST_ variable
 // without its prefix) when it is a local path.
-func pgBackRestValue(option, value string, env map[string]string, h Host) (string, error) {
+func pgBackRestValue(option, value string, env map[string]string, m Machine) (string, error) {
 	key, index := option, ""
-	if m := indexedOption.FindStringSubmatch(option); m != nil {
-		key, index = m[1]+"<n>_"+m[3], pgBackRestEnvPrefix+m[1]+m[2]+"_"
+	if sm := indexedOption.FindStringSubmatch(option); sm != nil {
+		key, index = sm[1]+"<n>_"+sm[3], pgBackRestEnvPrefix+sm[1]+sm[2]+"_"
 	}
 	kind, known := pgBackRestPaths[key]
 	if !known {
 		if strings.HasSuffix(key, "_PATH") || strings.HasSuffix(key, "_FILE") || strings.HasSuffix(key, "CONFIG") {
-			return "", fmt.Errorf("pgBackRest option %s is not one this kubelet knows to be a path or not (pgBackRestPaths in test/kubelet/pgbackrest.go)", pgBackRestOptionName(option))
+			return "", fmt.Errorf("pgBackRest option %s is not one pgloop knows to be a path or not (pgBackRestPaths in pkg/instance/pgbackrest.go)", pgBackRestOptionName(option))
 		}
 		return value, nil
 	}
@@ -168,11 +166,11 @@ func pgBackRestValue(option, value string, env map[string]string, h Host) (strin
 		return value, nil
 	}
 	if kind == pgLocalPath && strings.HasSuffix(key, "SOCKET_PATH") {
-		if p := path.Clean(value); p == spiloSocketDir || p == "/var"+spiloSocketDir {
-			return h.SocketDir, nil
+		if p := path.Clean(value); p == DefaultSocketDir || p == "/var"+DefaultSocketDir {
+			return m.SocketDir, nil
 		}
 	}
-	hp, err := hostPath(h.Mounts, value)
+	hp, err := m.local(value)
 	if err != nil {
 		return "", fmt.Errorf("pgBackRest option %s: %w", pgBackRestOptionName(option), err)
 	}
