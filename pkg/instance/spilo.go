@@ -388,7 +388,6 @@ func spiloTemplate(env map[string]string, m Machine) (map[string]any, error) {
 	return cfg, nil
 }
 
-
 // spiloUserConfig decodes SPILO_CONFIGURATION (or, when it is not set,
 // PATRONI_CONFIGURATION). Spilo reads YAML; this reads the JSON pgloop
 // writes (JSON is YAML, but not the other way), keeping numbers as written.

@@ -288,7 +288,6 @@ func containerResourceValue(pod *corev1.Pod, c *corev1.Container, ref *corev1.Re
 	return strconv.FormatInt(int64(v), 10), nil
 }
 
-
 // podHostname is the container's hostname, which Patroni's member is named
 // after: spec.hostname, else the pod name cut to 63 characters.
 func podHostname(pod *corev1.Pod) string {

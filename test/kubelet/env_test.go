@@ -374,4 +374,3 @@ func TestResolveEnvOperatorPod(t *testing.T) {
 		t.Errorf("env of %s:\ngot  %v\nwant %v", pod.Name, env, want)
 	}
 }
-

@@ -39,7 +39,7 @@ const (
 	lockFile   = "lock"
 	configFile = homeDir + "/patroni.yml"
 	// certsDir is the container's /run/certs (certsMountPath).
-	certsDir = "certs"
+	certsDir   = "certs"
 	kubeconfig = "kubeconfig"
 	logFile    = "patroni.log"
 	// stacksFile is where Patroni dumps its threads' stacks on
