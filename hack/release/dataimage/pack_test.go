@@ -80,7 +80,9 @@ func TestPackDirEntries(t *testing.T) {
 	since := time.Now().Truncate(time.Second)
 	tree(t, dir)
 	r, w := io.Pipe()
-	go func() { w.CloseWithError(packDir(dir, packOptions{Epoch: epoch, Since: since, Skip: []string{"dev"}}, w)) }()
+	go func() {
+		w.CloseWithError(packDir(dir, packOptions{Epoch: epoch, Since: since, Skip: []string{"dev"}}, w))
+	}()
 	tr := tar.NewReader(r)
 	var names []string
 	byName := map[string]*tar.Header{}
