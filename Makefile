@@ -130,11 +130,13 @@ generate: generate-docs
 # release.
 RELEASE_MODULE := hack/release
 LINT_MODULES += $(RELEASE_MODULE)
-# The repository to push the image to as :VERSION; empty pushes nothing.
+# The repository to push the image to as :VERSION; empty pushes nothing. The
+# instance and pooler images go beside it, as postgres:15-VERSION and
+# pgbouncer:VERSION (docs/images.md).
 PUSH ?=
 
 .PHONY: release
-release: image ## Build a release into dist/VERSION/ (image, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the image (docs/releasing.md).
+release: image images ## Build a release into dist/VERSION/ (the operator's, instance and pooler images, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the images (docs/releasing.md).
 	cd $(RELEASE_MODULE) && $(GO) run . -root $(CURDIR) -version $(VERSION) -commit "$(COMMIT)" -push "$(PUSH)" $(RELEASE_FLAGS)
 
 verify: verify-release
