@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -56,6 +57,16 @@ func rootfsLayer(cacheDir string, k kind, log func(string, ...any)) (cachedLayer
 	}
 	key := cacheKey(k, versions)
 	dir := filepath.Join(cacheDir, key)
+	// One build of a kind at a time on the machine (two make images, or
+	// CI beside a user): the second waits, then finds the first's layer.
+	lock, err := os.OpenFile(filepath.Join(cacheDir, ".lock-"+k.Name), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return cachedLayer{}, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return cachedLayer{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
 	if c, err := readCached(dir); err == nil {
 		log("%s: rootfs layer %s from the cache (%s)", k.Name, c.Digest, dir)
 		return c, nil
@@ -113,6 +124,11 @@ func rootfsLayer(cacheDir string, k kind, log func(string, ...any)) (cachedLayer
 		return cachedLayer{}, err
 	}
 	if err := os.Rename(entry, dir); err != nil {
+		// Made meanwhile by a build that took no lock: the same key, the
+		// same layer.
+		if c, cerr := readCached(dir); cerr == nil {
+			return c, nil
+		}
 		return cachedLayer{}, err
 	}
 	c.dir = dir
