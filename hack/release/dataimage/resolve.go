@@ -48,6 +48,9 @@ var dpkgOptions = []string{
 // file system would get, whatever the host has installed or configured.
 type apt struct{ dir string }
 
+// The options go into a configuration file of its own, APT_CONFIG, which
+// apt reads before the host's /etc/apt/apt.conf.d (options on the command
+// line come after it, too late for Dir::Etc::Parts).
 func (a apt) options() []string {
 	d := a.dir
 	return []string{
@@ -61,6 +64,28 @@ func (a apt) options() []string {
 		"-o", "APT::Install-Recommends=false", "-o", "APT::Install-Suggests=false",
 		"-o", "Debug::NoLocking=1",
 	}
+}
+
+// command is apt-get with args, configured by a's file alone.
+func (a apt) command(args ...string) *exec.Cmd {
+	var conf strings.Builder
+	opts := a.options()
+	for i := 1; i < len(opts); i += 2 {
+		k, v, _ := strings.Cut(opts[i], "=")
+		if strings.HasSuffix(k, "::") {
+			fmt.Fprintf(&conf, "%s { %q; };\n", strings.TrimSuffix(k, "::"), v)
+			continue
+		}
+		fmt.Fprintf(&conf, "%s %q;\n", k, v)
+	}
+	path := filepath.Join(a.dir, "apt.conf")
+	cmd := exec.Command("apt-get", args...)
+	cmd.Env = append(os.Environ(), "APT_CONFIG="+path)
+	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
+		// apt-get then says it cannot read it.
+		cmd.Env = append(cmd.Env, "PGLOOP_APT_CONFIG_ERROR="+err.Error())
+	}
+	return cmd
 }
 
 // update makes the directories and fetches the lists (only what changed:
@@ -77,7 +102,7 @@ func (a apt) update() error {
 	if err := os.WriteFile(filepath.Join(a.dir, "etc", "sources.list"), []byte(strings.Join(mirrors(), "\n")+"\n"), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("apt-get", append(a.options(), "-q", "update")...)
+	cmd := a.command("-q", "update")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("apt-get update (%s): %w", a.dir, err)
@@ -92,8 +117,7 @@ var instLine = regexp.MustCompile(`^Inst (\S+) \((\S+) `)
 // Essential ones, apt, packages, and their dependencies without
 // recommends, as apt-get --simulate installs them on an empty system.
 func (a apt) resolve(packages []string) ([]string, error) {
-	args := append(a.options(), "--simulate", "install", "?essential", "apt")
-	out, err := exec.Command("apt-get", append(args, packages...)...).Output()
+	out, err := a.command(append([]string{"--simulate", "install", "?essential", "apt"}, packages...)...).Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

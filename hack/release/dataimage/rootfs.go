@@ -42,6 +42,17 @@ func (c cachedLayer) blob() string { return filepath.Join(c.dir, "layer.tar.gz")
 // is there, else built with mmdebstrap (as root) and stored there. Older
 // layers of the same kind are removed from the cache.
 func rootfsLayer(cacheDir string, k kind, log func(string, ...any)) (cachedLayer, error) {
+	// One user of the cache at a time on the machine (two make images, or
+	// CI beside a user): apt's lists are shared, and the second build of a
+	// key waits, then finds the first's layer.
+	lock, err := os.OpenFile(filepath.Join(cacheDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return cachedLayer{}, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return cachedLayer{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
 	a := apt{dir: filepath.Join(cacheDir, "apt")}
 	if err := a.update(); err != nil {
 		// Offline: the lists of the last update still say what the cache
@@ -57,16 +68,6 @@ func rootfsLayer(cacheDir string, k kind, log func(string, ...any)) (cachedLayer
 	}
 	key := cacheKey(k, versions)
 	dir := filepath.Join(cacheDir, key)
-	// One build of a kind at a time on the machine (two make images, or
-	// CI beside a user): the second waits, then finds the first's layer.
-	lock, err := os.OpenFile(filepath.Join(cacheDir, ".lock-"+k.Name), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return cachedLayer{}, err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return cachedLayer{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
-	}
 	if c, err := readCached(dir); err == nil {
 		log("%s: rootfs layer %s from the cache (%s)", k.Name, c.Digest, dir)
 		return c, nil
