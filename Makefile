@@ -38,6 +38,29 @@ image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgl
 		-out $(BIN)/pgloop-image.tar -version $(VERSION) -revision "$(COMMIT)" \
 		$(foreach a,$(IMAGE_ARCHS),-bin linux/$(a)=$(BIN)/linux-$(a)/pgloop)
 
+# The images pgloop's pods run (docs/images.md), linux/amd64 only: the
+# instance's (PostgreSQL 15, Patroni, pgBackRest: ghcr.io/pgloop/postgres:15-VERSION)
+# and the pooler's (PgBouncer: ghcr.io/pgloop/pgbouncer:VERSION), from Debian
+# bookworm's packages with mmdebstrap (as root), pgloop's binary as a second
+# layer. The packages' layer is cached in $(PGLOOP_CACHE)/images, default
+# /var/cache/pgloop/images, by the versions Debian serves.
+DATA_IMAGES := instance pooler
+
+.PHONY: images-deps
+images-deps: ## Install mmdebstrap (as root, from Debian's packages) for make images.
+	hack/images-deps.sh
+
+.PHONY: images
+images: images-deps ## Build the instance and pooler images (linux/amd64, Debian bookworm) into bin/pgloop-instance-image.tar and bin/pgloop-pooler-image.tar without a container engine, as root (VERSION=...).
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath \
+		-ldflags="-s -w $(VERSION_LDFLAGS)" -o $(BIN)/linux-amd64/pgloop ./cmd/pgloop
+	cd $(RELEASE_MODULE) && $(GO) build -o $(BIN)/dataimage ./dataimage
+	for kind in $(DATA_IMAGES); do \
+		SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(BIN)/dataimage -kind $$kind \
+			-bin $(BIN)/linux-amd64/pgloop -out $(BIN)/pgloop-$$kind-image.tar \
+			-version $(VERSION) -revision "$(COMMIT)" || exit 1; \
+	done
+
 ##@ Test
 
 # Packages whose concurrency matters run under the race detector: the loop, the
@@ -46,13 +69,17 @@ image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgl
 RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/... ./pkg/indb/... ./pkg/archiving/... ./pkg/traffic/...
 
 .PHONY: test
-test: verify test-unit test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), and the suites on the local control plane.
+test: verify test-unit test-images test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
 
 .PHONY: test-unit
 test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	cd $(RELEASE_MODULE) && $(GO) test -count=1 ./...
+
+.PHONY: test-images
+test-images: images ## Build the instance and pooler images (make images), then open their tarballs and check them (hack/release/dataimage, -tags images).
+	cd $(RELEASE_MODULE) && $(GO) test -count=1 -tags images -run '^TestImages$$' ./dataimage -args -images $(BIN) -version $(VERSION)
 
 .PHONY: bench
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
@@ -103,18 +130,20 @@ generate: generate-docs
 # release.
 RELEASE_MODULE := hack/release
 LINT_MODULES += $(RELEASE_MODULE)
-# The repository to push the image to as :VERSION; empty pushes nothing.
+# The repository to push the image to as :VERSION; empty pushes nothing. The
+# instance and pooler images go beside it, as postgres:15-VERSION and
+# pgbouncer:VERSION (docs/images.md).
 PUSH ?=
 
 .PHONY: release
-release: image ## Build a release into dist/VERSION/ (image, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the image (docs/releasing.md).
+release: image images ## Build a release into dist/VERSION/ (the operator's, instance and pooler images, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the images (docs/releasing.md).
 	cd $(RELEASE_MODULE) && $(GO) run . -root $(CURDIR) -version $(VERSION) -commit "$(COMMIT)" -push "$(PUSH)" $(RELEASE_FLAGS)
 
 verify: verify-release
 
 .PHONY: verify-release
 verify-release: ## go vet and go mod tidy of hack/release's module.
-	cd $(RELEASE_MODULE) && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd $(RELEASE_MODULE) && $(GO) vet ./... && $(GO) vet -tags images ./dataimage && $(GO) mod tidy -diff
 
 ##@ Install
 

@@ -2,8 +2,9 @@
 // publishes its image, without CI (docs/releasing.md): the krew archives
 // of `kubectl pgloop` for linux and darwin on amd64 and arm64, the Helm
 // chart's package, the CRD, the krew manifest with the archives' sha256,
-// the image's oci-archive (built before by `make image`) and SHA256SUMS.
-// With -push it pushes the image index to a registry and checks what the
+// the image's oci-archive (built before by `make image`), the instance's
+// and pooler's (`make images`, docs/images.md) and SHA256SUMS. With -push
+// it pushes the three image indexes to a registry and checks what the
 // registry holds; it prints what else to upload.
 //
 // `make release VERSION=v1.2.3 [PUSH=registry/repository]` runs it.
@@ -17,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -37,6 +39,16 @@ type options struct {
 	urlBase    string // where the release assets are downloaded from
 	modTime    time.Time
 	allowDirty bool
+	// dataImages are the images pgloop's pods run (`make images`).
+	dataImages []dataImage
+}
+
+// dataImage is one of the images `make images` builds.
+type dataImage struct {
+	name string // instance, pooler: bin/pgloop-NAME-image.tar
+	tar  string // its oci-archive
+	tag  string // its tag, and its name in the archive
+	push string // the repository to push it to; empty: none
 }
 
 // crdFile is the CRD's name among the release assets, for `kubectl apply
@@ -54,7 +66,10 @@ func main() {
 	flag.StringVar(&o.urlBase, "url-base", "https://github.com/pgloop/pgloop/releases/download/{version}",
 		"URL the assets are downloaded from, in the krew manifest; {version} is replaced")
 	flag.BoolVar(&o.allowDirty, "allow-dirty", false, "release from a work tree with uncommitted changes")
+	pushInstance := flag.String("push-instance", "", "push the instance image here as :15-VERSION (default: postgres beside -push's repository, e.g. ghcr.io/pgloop/postgres)")
+	pushPooler := flag.String("push-pooler", "", "push the pooler image here as :VERSION (default: pgbouncer beside -push's repository, e.g. ghcr.io/pgloop/pgbouncer)")
 	flag.Parse()
+	o.dataImages = []dataImage{{name: "instance", push: *pushInstance}, {name: "pooler", push: *pushPooler}}
 	if err := o.complete(); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(2)
@@ -113,6 +128,18 @@ func (o *options) complete() error {
 	if o.dist == "" {
 		o.dist = filepath.Join(o.root, "dist")
 	}
+	for i := range o.dataImages {
+		d := &o.dataImages[i]
+		d.tar = filepath.Join(o.root, "bin", "pgloop-"+d.name+"-image.tar")
+		d.tag = o.version
+		sibling := "pgbouncer"
+		if d.name == "instance" {
+			d.tag, sibling = "15-"+o.version, "postgres"
+		}
+		if d.push == "" && o.push != "" {
+			d.push = path.Dir(o.push) + "/" + sibling
+		}
+	}
 	o.urlBase = strings.ReplaceAll(o.urlBase, "{version}", o.version)
 	return nil
 }
@@ -140,6 +167,18 @@ func release(ctx context.Context, o options, out io.Writer) error {
 	defer os.RemoveAll(scratch)
 	if _, err := openImage(image, o.version, scratch); err != nil {
 		return err
+	}
+	// The instance's and pooler's images, as built by make images.
+	dataTars := map[string]string{}
+	for _, d := range o.dataImages {
+		file := filepath.Join(dir, "pgloop-"+d.name+"-image-"+o.version+".tar")
+		if err := copyFile(d.tar, file); err != nil {
+			return fmt.Errorf("the %s image (make images VERSION=%s): %w", d.name, o.version, err)
+		}
+		if _, err := openImage(file, d.tag, filepath.Join(scratch, d.name)); err != nil {
+			return err
+		}
+		dataTars[d.name] = file
 	}
 
 	// kubectl pgloop, and its krew manifest.
@@ -191,8 +230,18 @@ func release(ctx context.Context, o options, out io.Writer) error {
 		if o.push != defaultImage {
 			fmt.Fprintf(out, "note: the chart's default image is %s:%s; users of this one set image.repository=%s\n", defaultImage, o.version, o.push)
 		}
+		for _, d := range o.dataImages {
+			digest, err := pushImage(ctx, dataTars[d.name], d.tag, d.push)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "pushed %s:%s@%s\n", d.push, d.tag, digest)
+		}
 	} else {
 		fmt.Fprintf(out, "pushed no image (-push, or make release PUSH=...); to push it later:\n  skopeo copy --all oci-archive:%s:%s docker://REPOSITORY:%s\n", image, o.version, o.version)
+		for _, d := range o.dataImages {
+			fmt.Fprintf(out, "  skopeo copy --all oci-archive:%s:%s docker://REPOSITORY:%s\n", dataTars[d.name], d.tag, d.tag)
+		}
 	}
 	fmt.Fprintf(out, `
 still to do by hand:

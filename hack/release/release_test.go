@@ -175,10 +175,17 @@ func TestRelease(t *testing.T) {
 
 	const version = "v0.0.0-test.1"
 	archive, idx := imageArchive(t, version)
+	registry := testRegistry(t)
+	instance, instanceIdx := imageArchive(t, "15-"+version)
+	pooler, _ := imageArchive(t, version)
 	o := options{
 		root: "../..", version: version, commit: "0123456789abcdef0123456789abcdef01234567",
-		imageTar: archive, push: testRegistry(t) + "/pgloop", dist: t.TempDir(),
+		imageTar: archive, push: registry + "/pgloop", dist: t.TempDir(),
 		urlBase: "https://example.com/" + version, modTime: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		dataImages: []dataImage{
+			{name: "instance", tar: instance, tag: "15-" + version, push: registry + "/postgres"},
+			{name: "pooler", tar: pooler, tag: version, push: registry + "/pgbouncer"},
+		},
 	}
 	var out bytes.Buffer
 	if err := release(context.Background(), o, &out); err != nil {
@@ -195,7 +202,8 @@ func TestRelease(t *testing.T) {
 	for _, e := range entries {
 		files = append(files, e.Name())
 	}
-	wantFiles := []string{"SHA256SUMS", host.archiveName(), "pgloop-0.0.0-test.1.tgz", "pgloop-image-" + version + ".tar", "pgloop.yaml", crdFile}
+	wantFiles := []string{"SHA256SUMS", host.archiveName(), "pgloop-0.0.0-test.1.tgz", "pgloop-image-" + version + ".tar",
+		"pgloop-instance-image-" + version + ".tar", "pgloop-pooler-image-" + version + ".tar", "pgloop.yaml", crdFile}
 	slices.Sort(wantFiles)
 	if !slices.Equal(files, wantFiles) {
 		t.Errorf("assets %v, want %v", files, wantFiles)
@@ -274,6 +282,15 @@ func TestRelease(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "pushed "+o.push+":"+version+"@") {
 		t.Errorf("release did not say what it pushed:\n%s", out.String())
+	}
+	// The instance's image too, under its own repository and tag.
+	if pulled, want := pulledDigests(t, registry+"/postgres:15-"+version), indexDigests(t, instanceIdx); !slices.Equal(pulled, want) {
+		t.Errorf("instance image: pulled %v, pushed %v", pulled, want)
+	}
+	for _, ref := range []string{registry + "/postgres:15-" + version, registry + "/pgbouncer:" + version} {
+		if !strings.Contains(out.String(), "pushed "+ref+"@") {
+			t.Errorf("release did not say it pushed %s:\n%s", ref, out.String())
+		}
 	}
 }
 
