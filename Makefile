@@ -39,12 +39,16 @@ image: ## Build the operator's OCI image (linux/amd64, linux/arm64) into bin/pgl
 		$(foreach a,$(IMAGE_ARCHS),-bin linux/$(a)=$(BIN)/linux-$(a)/pgloop)
 
 # The images pgloop's pods run (docs/images.md), linux/amd64 only: the
-# instance's (PostgreSQL 15, Patroni, pgBackRest: ghcr.io/pgloop/postgres:15-VERSION)
-# and the pooler's (PgBouncer: ghcr.io/pgloop/pgbouncer:VERSION), from Debian
+# instance's (PostgreSQL 15, Patroni, pgBackRest: ghcr.io/pgloop/postgres:15-1)
+# and the pooler's (PgBouncer: ghcr.io/pgloop/pgbouncer:1), tagged as pgloop's
+# defaults name them (pgloop version --images), from Debian
 # bookworm's packages with mmdebstrap (as root), pgloop's binary as a second
 # layer. The packages' layer is cached in $(PGLOOP_CACHE)/images, default
 # /var/cache/pgloop/images, by the versions Debian serves.
 DATA_IMAGES := instance pooler
+# image_tag prints the tag of the image of a kind as pgloop's defaults name
+# it (pgloop version --images: instance ghcr.io/pgloop/postgres:15-1).
+image_tag = $(BIN)/linux-amd64/pgloop version --images | awk -v k=$(1) '$$1 == k { n = split($$2, r, ":"); print r[n] }'
 
 .PHONY: images-deps
 images-deps: ## Install mmdebstrap (as root, from Debian's packages) for make images.
@@ -58,7 +62,7 @@ images: images-deps ## Build the instance and pooler images (linux/amd64, Debian
 	for kind in $(DATA_IMAGES); do \
 		SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(BIN)/dataimage -kind $$kind \
 			-bin $(BIN)/linux-amd64/pgloop -out $(BIN)/pgloop-$$kind-image.tar \
-			-version $(VERSION) -revision "$(COMMIT)" || exit 1; \
+			-version $(VERSION) -revision "$(COMMIT)" -tag $$($(call image_tag,$$kind)) || exit 1; \
 	done
 
 ##@ Test
@@ -79,7 +83,8 @@ test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the 
 
 .PHONY: test-images
 test-images: images ## Build the instance and pooler images (make images), then open their tarballs and check them (hack/release/dataimage, -tags images).
-	cd $(RELEASE_MODULE) && $(GO) test -count=1 -tags images -run '^TestImages$$' ./dataimage -args -images $(BIN) -version $(VERSION)
+	cd $(RELEASE_MODULE) && $(GO) test -count=1 -tags images -run '^TestImages$$' ./dataimage -args -images $(BIN) -version $(VERSION) \
+		-instance-tag $$($(call image_tag,instance)) -pooler-tag $$($(call image_tag,pooler))
 
 .PHONY: bench
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).
@@ -131,13 +136,14 @@ generate: generate-docs
 RELEASE_MODULE := hack/release
 LINT_MODULES += $(RELEASE_MODULE)
 # The repository to push the image to as :VERSION; empty pushes nothing. The
-# instance and pooler images go beside it, as postgres:15-VERSION and
-# pgbouncer:VERSION (docs/images.md).
+# instance and pooler images go beside it, as postgres and pgbouncer with the
+# tags pgloop's defaults name (docs/images.md).
 PUSH ?=
 
 .PHONY: release
 release: image images ## Build a release into dist/VERSION/ (the operator's, instance and pooler images, krew archives and manifest, chart, CRD, SHA256SUMS); PUSH=repo pushes the images (docs/releasing.md).
-	cd $(RELEASE_MODULE) && $(GO) run . -root $(CURDIR) -version $(VERSION) -commit "$(COMMIT)" -push "$(PUSH)" $(RELEASE_FLAGS)
+	cd $(RELEASE_MODULE) && $(GO) run . -root $(CURDIR) -version $(VERSION) -commit "$(COMMIT)" -push "$(PUSH)" \
+		-instance-tag $$($(call image_tag,instance)) -pooler-tag $$($(call image_tag,pooler)) $(RELEASE_FLAGS)
 
 verify: verify-release
 

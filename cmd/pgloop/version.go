@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/version"
 )
 
@@ -17,13 +18,20 @@ func versionLine() string {
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var images bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version and the commit it was built from",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
+			out := versionLine() + "\n"
+			if images {
+				out = "instance " + cluster.DefaultImage + "\npooler " + cluster.PoolerImage + "\n"
+			}
+			_, err := fmt.Fprint(cmd.OutOrStdout(), out)
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&images, "images", false, "print pgloop's instance and pooler images instead, one per line (kind and reference): what `make images` builds")
+	return cmd
 }

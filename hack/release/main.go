@@ -67,9 +67,11 @@ func main() {
 		"URL the assets are downloaded from, in the krew manifest; {version} is replaced")
 	flag.BoolVar(&o.allowDirty, "allow-dirty", false, "release from a work tree with uncommitted changes")
 	pushInstance := flag.String("push-instance", "", "push the instance image here as :15-VERSION (default: postgres beside -push's repository, e.g. ghcr.io/pgloop/postgres)")
+	instanceTag := flag.String("instance-tag", "", "the instance image's tag, the one pgloop's default names (pgloop version --images); empty means 15-VERSION")
+	poolerTag := flag.String("pooler-tag", "", "the pooler image's tag (pgloop version --images); empty means VERSION")
 	pushPooler := flag.String("push-pooler", "", "push the pooler image here as :VERSION (default: pgbouncer beside -push's repository, e.g. ghcr.io/pgloop/pgbouncer)")
 	flag.Parse()
-	o.dataImages = []dataImage{{name: "instance", push: *pushInstance}, {name: "pooler", push: *pushPooler}}
+	o.dataImages = []dataImage{{name: "instance", push: *pushInstance, tag: *instanceTag}, {name: "pooler", push: *pushPooler, tag: *poolerTag}}
 	if err := o.complete(); err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(2)
@@ -131,10 +133,12 @@ func (o *options) complete() error {
 	for i := range o.dataImages {
 		d := &o.dataImages[i]
 		d.tar = filepath.Join(o.root, "bin", "pgloop-"+d.name+"-image.tar")
-		d.tag = o.version
-		sibling := "pgbouncer"
+		tag, sibling := o.version, "pgbouncer"
 		if d.name == "instance" {
-			d.tag, sibling = "15-"+o.version, "postgres"
+			tag, sibling = "15-"+o.version, "postgres"
+		}
+		if d.tag == "" {
+			d.tag = tag
 		}
 		if d.push == "" && o.push != "" {
 			d.push = path.Dir(o.push) + "/" + sibling

@@ -36,6 +36,11 @@ const (
 	PoolerContainerName = "connection-pooler"
 	// PoolerPortName names PgBouncer's container port.
 	PoolerPortName = "pgbouncer"
+	// PoolerImage is pgloop's PgBouncer image: Debian's pgbouncer,
+	// started by pgloop pooler, which reads the environment zalando's
+	// image reads (docs/images.md). Its tag is an image revision, as
+	// DefaultImage's.
+	PoolerImage = "ghcr.io/pgloop/pgbouncer:1"
 	// DefaultPoolerImage is zalando's PgBouncer image, for clusters
 	// without connectionPooler.dockerImage.
 	DefaultPoolerImage = "registry.opensource.zalan.do/acid/pgbouncer:master-32"

@@ -23,6 +23,8 @@ import (
 type options struct {
 	Binary                    string // pgloop for linux/amd64
 	Version, Revision, Source string
+	// Tag is the image's tag (its ref.name in the archive).
+	Tag string
 	// Created is the image's creation time and the mtime of the second
 	// layer's files (SOURCE_DATE_EPOCH: the commit's time).
 	Created time.Time

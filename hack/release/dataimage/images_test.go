@@ -26,7 +26,19 @@ import (
 var (
 	imagesDir = flag.String("images", "../../../bin", "where make images wrote pgloop-instance-image.tar, pgloop-pooler-image.tar and linux-amd64/pgloop")
 	version   = flag.String("version", "", "the VERSION make images was given")
+	tags      = map[string]*string{
+		"instance": flag.String("instance-tag", "", "the instance image's tag (pgloop version --images); empty means by -version"),
+		"pooler":   flag.String("pooler-tag", "", "the pooler image's tag (pgloop version --images); empty means by -version"),
+	}
 )
+
+// wantTag is the tag the image of kind k must have.
+func wantTag(k kind) string {
+	if t := *tags[k.Name]; t != "" {
+		return t
+	}
+	return k.tag(*version)
+}
 
 func TestImages(t *testing.T) {
 	if *version == "" {
@@ -46,7 +58,7 @@ func TestImages(t *testing.T) {
 		{kinds["pooler"], []string{"usr/sbin/pgbouncer"}, []string{"LC_ALL=C.UTF-8"}},
 	} {
 		t.Run(c.kind.Name, func(t *testing.T) {
-			img := openArchive(t, filepath.Join(*imagesDir, "pgloop-"+c.kind.Name+"-image.tar"), c.kind.tag(*version))
+			img := openArchive(t, filepath.Join(*imagesDir, "pgloop-"+c.kind.Name+"-image.tar"), wantTag(c.kind))
 			checkConfig(t, img, c.kind, c.env)
 			layers, err := img.Layers()
 			if err != nil {

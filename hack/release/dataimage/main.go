@@ -31,7 +31,8 @@ func main() {
 	out := flag.String("out", "", "the OCI layout tar file to write")
 	cache := flag.String("cache", defaultCache(), "where the root file systems' layers and apt's lists are kept ($PGLOOP_CACHE/images)")
 	flag.StringVar(&o.Binary, "bin", "", "pgloop built for linux/amd64 (CGO_ENABLED=0)")
-	flag.StringVar(&o.Version, "version", "dev", "pgloop's version: the image's label and its tag (15-VERSION for the instance)")
+	flag.StringVar(&o.Version, "version", "dev", "pgloop's version: the image's label, and its tag unless -tag (15-VERSION for the instance)")
+	tag := flag.String("tag", "", "the image's tag: the one pgloop's default names (pgloop version --images); empty means by -version")
 	flag.StringVar(&o.Revision, "revision", "", "the source revision label (a git commit)")
 	flag.StringVar(&o.Source, "source", "https://github.com/pgloop/pgloop", "the source label")
 	flag.Parse()
@@ -46,6 +47,10 @@ func main() {
 		os.Exit(2)
 	}
 	o.Created = created
+	o.Tag = *tag
+	if o.Tag == "" {
+		o.Tag = k.tag(o.Version)
+	}
 	if err := run(k, *cache, *out, o); err != nil {
 		fmt.Fprintln(os.Stderr, "dataimage:", err)
 		os.Exit(1)
@@ -106,7 +111,7 @@ func run(k kind, cache, out string, o options) error {
 	if err != nil {
 		return err
 	}
-	digest, err := writeArchive(img, k.tag(o.Version), cf.Config.Labels, out, o.Created)
+	digest, err := writeArchive(img, o.Tag, cf.Config.Labels, out, o.Created)
 	if err != nil {
 		return err
 	}
@@ -115,6 +120,6 @@ func run(k kind, cache, out string, o options) error {
 		return err
 	}
 	fmt.Printf("%s: %s (%s) index %s, linux/amd64 %s; rootfs layer %d MB gzipped (%d MB unpacked), file %d MB; %s\n",
-		k.Name, out, k.tag(o.Version), digest, manifest, rootfs.Size>>20, rootfs.TarSize>>20, fi.Size()>>20, cf.Config.Labels[labelPackages])
+		k.Name, out, o.Tag, digest, manifest, rootfs.Size>>20, rootfs.TarSize>>20, fi.Size()>>20, cf.Config.Labels[labelPackages])
 	return nil
 }
