@@ -82,9 +82,10 @@ test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the 
 	cd $(RELEASE_MODULE) && $(GO) test -count=1 ./...
 
 .PHONY: test-images
-test-images: images ## Build the instance and pooler images (make images), then open their tarballs and check them (hack/release/dataimage, -tags images).
+test-images: images testbed data-plane-deps ## Build the instance and pooler images (make images), open their tarballs and check them (hack/release/dataimage), then run a cluster's pod through the instance image's own start-up program on a plane, archiving (test/kubelet, -tags images).
 	cd $(RELEASE_MODULE) && $(GO) test -count=1 -tags images -run '^TestImages$$' ./dataimage -args -images $(BIN) -version $(VERSION) \
 		-instance-tag $$($(call image_tag,instance)) -pooler-tag $$($(call image_tag,pooler))
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -tags images -run '^TestInstanceImage$$' ./kubelet/ -args -instance-image $(BIN)/pgloop-instance-image.tar
 
 .PHONY: bench
 bench: ## Benchmarks of the loop and the state machine (figures go to docs/performance.md).

@@ -31,11 +31,11 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni, postgresql
 	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed data-plane-deps ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
+test-testbed: testbed build data-plane-deps ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
 .PHONY: test-e2e
-test-e2e: testbed data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~22 min).
+test-e2e: testbed build data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~22 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./e2e/...
 
 .PHONY: labeller
@@ -47,7 +47,7 @@ testbed-cmd: ## Build bin/testbed, the command that runs the plane.
 	cd test && $(GO) build -o $(BIN)/testbed ./cmd/testbed
 
 .PHONY: plane
-plane: testbed testbed-cmd data-plane-deps ## Run a control plane in the foreground (Ctrl-C stops it).
+plane: testbed testbed-cmd build data-plane-deps ## Run a control plane in the foreground (Ctrl-C stops it).
 	$(BIN)/testbed up --nodes $(PLANE_NODES) --process-nodes $(PLANE_PROCESS_NODES) --kubeconfig-out $(PLANE_KUBECONFIG) \
 		$(if $(wildcard $(PLANE_CRDS)/*.yaml),--crds $(PLANE_CRDS)) $(if $(PLANE_OBJECT_STORE),--object-store)
 

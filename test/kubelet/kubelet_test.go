@@ -303,13 +303,30 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// instancePgloop, when set, is the pgloop binary the kubelet's pods run
+// instead of one built from this tree: the instance image's own
+// (kubelet_image_test.go).
+var instancePgloop string
+
 // buildKubelet builds test/cmd/pgkubelet (the kubelet reaps every child of
 // its process, so it cannot run inside the test binary) and, beside it,
 // the pgloop binary whose start-up programs run its pods (its --pgloop
 // default).
 func buildKubelet(ctx context.Context, t *testing.T) string {
 	dir := t.TempDir()
-	for _, pkg := range []string{"github.com/pgloop/pgloop/test/cmd/pgkubelet", "github.com/pgloop/pgloop/cmd/pgloop"} {
+	pkgs := []string{"github.com/pgloop/pgloop/test/cmd/pgkubelet", "github.com/pgloop/pgloop/cmd/pgloop"}
+	if instancePgloop != "" {
+		// The image's own (kubelet_image_test.go).
+		data, err := os.ReadFile(instancePgloop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "pgloop"), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = pkgs[:1]
+	}
+	for _, pkg := range pkgs {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)

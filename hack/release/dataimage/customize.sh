@@ -37,9 +37,12 @@ install -d -o "$uid" -g "$gid" -m 0755 "$root/home/postgres"
 rm -rf "$root"/var/lib/postgresql/*/main "$root"/etc/postgresql/*/main
 
 # 3. The socket directory: mmdebstrap's cleanup of /run is skipped so that
-# /run/postgresql (/var/run/postgresql, the sockets' default) stays.
+# /run/postgresql (/var/run/postgresql, the sockets' default) stays; and
+# /run/certs (Spilo's $RW_DIR/certs), where pgloop instance makes
+# PostgreSQL's certificate when the pod mounts none.
 find "$root/run" -mindepth 1 -maxdepth 1 ! -name postgresql -exec rm -rf {} +
 install -d -o "$uid" -g "$gid" -m 2775 "$root/run/postgresql"
+install -d -o "$uid" -g "$gid" -m 0700 "$root/run/certs"
 
 # 4. What would differ between builds: ssl-cert's random snakeoil key pair
 # (pgloop's pods bring their own certificates), the host's resolv.conf and
