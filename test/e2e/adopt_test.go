@@ -46,6 +46,9 @@ import (
 // logging in (and copied into pgloop's Secrets), every row there. Then an
 // edit of a parameter is applied without a restart, and one of the pod
 // template rolls the pods out one by one.
+// zalandoImage is the image of the zalando cluster the tests adopt.
+const zalandoImage = "ghcr.io/zalando/spilo-18:4.1-p2"
+
 func TestAdopt(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := Context(t, 15*time.Minute)
@@ -162,6 +165,21 @@ func TestAdopt(t *testing.T) {
 		}
 	})
 
+	t.Run("the zalando image kept", func(t *testing.T) {
+		// Written into the spec, where the user sees it; the StatefulSet
+		// keeps running it.
+		if adopted.Spec.DockerImage != zalandoImage {
+			t.Errorf("spec.dockerImage %q after the adoption, want the image the zalando operator ran, %s", adopted.Spec.DockerImage, zalandoImage)
+		}
+		sts, err := env.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sts.Spec.Template.Spec.Containers[0].Image; got != zalandoImage {
+			t.Errorf("statefulset image %s after the adoption, want %s", got, zalandoImage)
+		}
+	})
+
 	t.Run("same passwords", func(t *testing.T) {
 		for user, pw := range passwords {
 			if got := password(ctx, t, ns, cluster.SecretName(user, name)); got != pw {
@@ -213,8 +231,11 @@ func TestAdopt(t *testing.T) {
 		samePods(ctx, t, ns, name, uids(before))
 	})
 
-	t.Run("a template change rolls the pods out", func(t *testing.T) {
-		if _, err := env.MergePatchCluster(ctx, ns, name, `{"spec":{"podAnnotations":{"adopted":"rolled"}}}`); err != nil {
+	// docs/migrating.md: moving an adopted cluster to pgloop's image is an
+	// edit of spec.dockerImage, rolled out as any template change.
+	t.Run("moved to pgloop's image by an edit: a rolling change", func(t *testing.T) {
+		if _, err := env.MergePatchCluster(ctx, ns, name,
+			`{"spec":{"dockerImage":"`+cluster.DefaultImage+`","podAnnotations":{"adopted":"rolled"}}}`); err != nil {
 			t.Fatal(err)
 		}
 		// One by one: every state the watch shows has a Ready pod.
@@ -233,7 +254,8 @@ func TestAdopt(t *testing.T) {
 				return false
 			}
 			for _, p := range pods {
-				if _, old := before[p.Name+"/"+string(p.UID)]; old || p.Annotations["adopted"] != "rolled" {
+				if _, old := before[p.Name+"/"+string(p.UID)]; old || p.Annotations["adopted"] != "rolled" ||
+					p.Spec.Containers[0].Image != cluster.DefaultImage {
 					return false
 				}
 			}
@@ -391,7 +413,7 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 	}
 	container := corev1.Container{
 		Name:            "postgres",
-		Image:           "ghcr.io/zalando/spilo-18:4.1-p2",
+		Image:           zalandoImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Ports: []corev1.ContainerPort{{ContainerPort: 8008, Protocol: corev1.ProtocolTCP},
 			{ContainerPort: 5432, Protocol: corev1.ProtocolTCP}, {ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
@@ -642,7 +664,7 @@ func adoptRefused(ctx context.Context, t *testing.T, ns, name string, manifest [
 			Replicas: ptr.To[int32](0),
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: selector},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "ghcr.io/zalando/spilo-18:4.1-p2", Env: []corev1.EnvVar{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: zalandoImage, Env: []corev1.EnvVar{
 					{Name: "SCOPE", Value: name},
 					{Name: "KUBERNETES_SCOPE_LABEL", Value: "cluster-name"},
 					{Name: "KUBERNETES_ROLE_LABEL", Value: "spilo-role"},
