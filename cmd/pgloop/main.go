@@ -2,6 +2,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 )
 
@@ -9,6 +10,11 @@ func main() {
 	root := newRootCmd()
 	asKubectlPlugin(root, os.Args[0])
 	if err := root.Execute(); err != nil {
+		// A start-up program (pgloop pooler) exits with its program's code.
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) {
+			os.Exit(coded.ExitCode())
+		}
 		os.Exit(1)
 	}
 }
