@@ -304,9 +304,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // buildKubelet builds test/cmd/pgkubelet: the kubelet reaps every child of
-// its process, so it cannot run inside the test binary.
+// its process, so it cannot run inside the test binary. It goes beside
+// pgloop built from this tree (kubelet.BuildPgloop), where it finds the
+// pods' start-up programs by default.
 func buildKubelet(ctx context.Context, t *testing.T) string {
-	bin := filepath.Join(t.TempDir(), "pgkubelet")
+	bin := filepath.Join(filepath.Dir(kubelet.BuildPgloop(ctx, t)), "pgkubelet")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgloop/pgloop/test/cmd/pgkubelet")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build pgkubelet: %v\n%s", err, out)
