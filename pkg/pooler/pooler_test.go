@@ -276,3 +276,28 @@ func TestCommand(t *testing.T) {
 		t.Errorf("env %v: the password must not reach PgBouncer's environment", c.Env)
 	}
 }
+
+// TestPrepareCustomCertificate: with spec.tls's files, no certificate is
+// made and pgbouncer.ini names theirs.
+func TestPrepareCustomCertificate(t *testing.T) {
+	tlsDir := t.TempDir()
+	env := podEnv("master")
+	for name, file := range map[string]string{EnvClientTLSCert: "tls.crt", EnvClientTLSKey: "tls.key", EnvClientCAFile: "ca.crt"} {
+		env[name] = filepath.Join(tlsDir, file)
+		if err := os.WriteFile(env[name], []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "pgbouncer")
+	ini, err := Prepare(env, Options{Dir: dir, ListenAddr: DefaultListenAddr, ServerTLSMode: DefaultServerTLSMode}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CertFile)); !os.IsNotExist(err) {
+		t.Errorf("a self-signed certificate was made beside spec.tls's: %v", err)
+	}
+	data, _ := os.ReadFile(ini)
+	if want := "client_tls_cert_file = " + env[EnvClientTLSCert] + "\n"; !strings.Contains(string(data), want) {
+		t.Errorf("pgbouncer.ini lacks %q:\n%s", want, data)
+	}
+}

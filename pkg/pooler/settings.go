@@ -142,12 +142,24 @@ func ParseSettings(env map[string]string) (Settings, error) {
 		}
 		if strings.ContainsAny(path, "\n\r") {
 			errs = append(errs, fmt.Errorf("%s=%q is not a path", name, path))
-		} else if st, err := os.Stat(path); err != nil || st.IsDir() {
+		} else if !readableFile(path) {
 			errs = append(errs, fmt.Errorf("%s=%s is not a readable file (is spec.tls's Secret mounted?)", name, path))
 		}
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return s, errors.Join(errs...)
+}
+
+// readableFile reports whether this process can open path, a file, for
+// reading: PgBouncer, which runs as the same user, will have to.
+func readableFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	return err == nil && !st.IsDir()
 }
 
 // Environ turns os.Environ's "NAME=value" list into a map; a later entry
