@@ -11,18 +11,13 @@ import (
 	"github.com/pgloop/pgloop/pkg/instance"
 )
 
-// exitCodeError ends pgloop with a code of its own: a start-up program
-// exits with its program's code.
-type exitCodeError int
-
-func (e exitCodeError) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
-
-// exitCode is the code err asks pgloop to exit with: an exitCodeError's,
-// else 1.
+// exitCode is the code err asks pgloop to exit with: a start-up program
+// (pgloop instance, pgloop pooler) exits with its program's code (an error
+// with an ExitCode method), anything else with 1.
 func exitCode(err error) int {
-	var e exitCodeError
-	if errors.As(err, &e) {
-		return int(e)
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
 	}
 	return 1
 }
@@ -99,7 +94,7 @@ func newInstanceCmd() *cobra.Command {
 			}
 			if code != 0 {
 				cmd.SilenceErrors = true // Patroni has said why
-				return exitCodeError(code)
+				return exitError{code: code, what: "patroni"}
 			}
 			return nil
 		},

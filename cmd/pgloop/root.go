@@ -19,7 +19,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newOperatorCmd())
 	root.AddCommand(newStatusCmd(), newSyncCmd(), newBackupCmd())
 	root.AddCommand(newConvertCmd())
-	root.AddCommand(newInstanceCmd())
+	root.AddCommand(newInstanceCmd(), newPoolerCmd())
 	return root
 }
 

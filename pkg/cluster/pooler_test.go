@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/pooler"
 )
 
 // withPooler returns the minimal sample with the master pooler (and the
@@ -146,6 +147,17 @@ func TestPoolerPodContract(t *testing.T) {
 			}
 			if len(env) != len(want)+1 {
 				t.Errorf("env has %d variables, want %d: %v", len(env), len(want)+1, c.Env)
+			}
+			// What the pooler image's start-up (pgloop pooler) takes, the
+			// password resolved from its Secret.
+			resolved := map[string]string{"PGPASSWORD": "from-the-secret"}
+			for k, v := range env {
+				if v.ValueFrom == nil {
+					resolved[k] = v.Value
+				}
+			}
+			if _, err := pooler.ParseSettings(resolved); err != nil {
+				t.Errorf("pgloop pooler refuses the pod's environment: %v", err)
 			}
 		})
 	}

@@ -1,23 +1,17 @@
 package kubelet
 
 import (
-	"bytes"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/pgloop/pgloop/pkg/pooler"
 )
 
 // poolerSecret is the pooler user's Secret of poolerPod's cluster.
@@ -120,119 +114,17 @@ func poolerEnv(t *testing.T, pod *corev1.Pod) map[string]string {
 	return env
 }
 
-func TestParsePoolerSettings(t *testing.T) {
-	got, err := ParsePoolerSettings(poolerEnv(t, poolerPod("replica")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := PoolerSettings{
-		Service: "db-repl", Port: 5432, User: "pooler", Schema: "pooler", Password: `pw"with"quotes`,
-		ListenPort: 5432, Mode: "transaction",
-		DefaultSize: 20, MinSize: 10, ReserveSize: 10, MaxClientConn: 10000, MaxDBConn: 60,
-	}
-	if got != want {
-		t.Errorf("settings\n got %+v\nwant %+v", got, want)
-	}
-
-	for _, tc := range []struct {
-		name   string
-		change map[string]string // "" removes
-		errs   []string
-	}{
-		{"missing", map[string]string{"PGHOST": "", "PGPASSWORD": ""}, []string{"PGHOST", "PGPASSWORD", "unset or empty"}},
-		{"mode", map[string]string{"CONNECTION_POOLER_MODE": "statement"}, []string{`CONNECTION_POOLER_MODE="statement"`}},
-		{"number", map[string]string{"CONNECTION_POOLER_DEFAULT_SIZE": "many", "CONNECTION_POOLER_MIN_SIZE": "-1"},
-			[]string{`CONNECTION_POOLER_DEFAULT_SIZE="many"`, `CONNECTION_POOLER_MIN_SIZE="-1"`}},
-		{"port", map[string]string{"CONNECTION_POOLER_PORT": "70000"}, []string{"is not a port"}},
-		{"identifiers", map[string]string{"PGUSER": "pooler; DROP", "PGSCHEMA": "a.b"}, []string{`PGUSER="pooler; DROP"`, `PGSCHEMA="a.b"`}},
-		{"host", map[string]string{"PGHOST": "db port=1"}, []string{"is not a Service name"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			env := poolerEnv(t, poolerPod("master"))
-			for k, v := range tc.change {
-				if v == "" {
-					delete(env, k)
-				} else {
-					env[k] = v
-				}
-			}
-			_, err := ParsePoolerSettings(env)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, want := range tc.errs {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("error %q does not mention %q", err, want)
-				}
-			}
-		})
-	}
-}
-
-// TestPgBouncerConfig checks pgbouncer.ini and the auth file built from a
-// pooler pod's environment against testdata/pooler/ (-update rewrites
-// them).
-func TestPgBouncerConfig(t *testing.T) {
+// TestPoolerTestPodContract: the environment of PoolerTestPod, resolved
+// as the kubelet does, is one `pgloop pooler` takes.
+func TestPoolerTestPodContract(t *testing.T) {
 	for _, role := range []string{"master", "replica"} {
-		t.Run(role, func(t *testing.T) {
-			s, err := ParsePoolerSettings(poolerEnv(t, poolerPod(role)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ini, auth := PgBouncerConfig(s, PoolerHost{
-				PodIP:    "127.1.9.2",
-				Upstream: Upstream{Addr: "127.1.9.5", Port: 5432},
-				Dir:      "/root/pods/5f0c1e2a-0000-4000-8000-000000000001",
-			})
-			golden(t, filepath.Join("testdata", "pooler", role+".ini"), ini)
-			if want := "\"pooler\" \"pw\"\"with\"\"quotes\"\n"; string(auth) != want {
-				t.Errorf("auth file %q, want %q", auth, want)
-			}
-		})
-	}
-}
-
-// golden compares got with the file at path, or writes it with -update.
-func golden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if updateGolden() {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
+		s, err := pooler.ParseSettings(poolerEnv(t, poolerPod(role)))
+		if err != nil {
+			t.Fatalf("%s: %v", role, err)
 		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
+		if s.Password != `pw"with"quotes` || s.Mode != "transaction" {
+			t.Errorf("%s: %+v", role, s)
 		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to rewrite it):\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
-	}
-}
-
-func TestSelfSignedCert(t *testing.T) {
-	ip := netip.MustParseAddr("127.1.9.2")
-	now := time.Now()
-	certPEM, keyPEM, err := SelfSignedCert("db-pooler-x", ip, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		t.Fatalf("certificate and key do not match: %v", err)
-	}
-	block, _ := pem.Decode(certPEM)
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cert.Subject.CommonName != "db-pooler-x" || len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(ip.AsSlice()) {
-		t.Errorf("subject %v, IPs %v", cert.Subject, cert.IPAddresses)
-	}
-	if !cert.NotBefore.Before(now) || !cert.NotAfter.After(now.Add(300*24*time.Hour)) {
-		t.Errorf("valid %v to %v", cert.NotBefore, cert.NotAfter)
 	}
 }
 

@@ -3,9 +3,12 @@ package kubelet
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -15,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/pgloop/pgloop/pkg/pooler"
 )
 
 // resolveInterval paces the look at a running pooler's Service, for the
@@ -50,9 +55,17 @@ func (s *poolerState) probe(ip netip.Addr) bool {
 	return true
 }
 
-// poolerSpec writes PgBouncer's configuration, auth file and certificate
-// for a connection-pooler pod and returns how to start PgBouncer. The pod
-// waits (ContainerCreating) until PGHOST's Service has a ready address.
+// poolerSpec returns how to start a connection-pooler pod: `pgloop pooler`,
+// the pooler image's entrypoint (pkg/pooler), which checks the pod's
+// environment, writes PgBouncer's files and runs PgBouncer. The kubelet
+// does only what a kubelet and the cluster's network do: it resolves the
+// environment, maps spec.tls's paths to the volumes' host directories,
+// gives the container a writable directory, and stands in for PGHOST's
+// Service, which has no DNS here (the Service proxy). The flags say what
+// differs outside a container (docs/pooler-image.md). The pod waits
+// (ContainerCreating) until the Service has a ready address; a wrong
+// environment is `pgloop pooler`'s to refuse: the container exits and
+// crash-loops, its message in pgbouncer.log, as in a cluster.
 func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.Container) (spawnSpec, error) {
 	k, p := in.k, in.prep
 	if !isFile(k.opts.PgBouncer) {
@@ -62,70 +75,73 @@ func (in *instance) poolerSpec(ctx context.Context, pod *corev1.Pod, c *corev1.C
 	if err != nil {
 		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
 	}
-	s, err := ParsePoolerSettings(env)
-	if err != nil {
-		return spawnSpec{}, waiting(ReasonConfigError, "%w", err)
+	// PGHOST and PGPORT name the Service the kubelet must stand in for.
+	service := env[pooler.EnvHost]
+	port, err := strconv.Atoi(env[pooler.EnvPort])
+	if service == "" || err != nil {
+		return spawnSpec{}, waiting(ReasonConfigError, "%s=%q %s=%q: the kubelet cannot stand in for that Service",
+			pooler.EnvHost, service, pooler.EnvPort, env[pooler.EnvPort])
 	}
-	ready, err := in.resolve(ctx, pod.Namespace, s.Service, s.Port)
+	ready, err := in.resolve(ctx, pod.Namespace, service, port)
 	if err != nil {
-		return spawnSpec{}, waiting(ReasonContainerCreating, "PGHOST=%s: %w", s.Service, err)
+		return spawnSpec{}, waiting(ReasonContainerCreating, "%s=%s: %w", pooler.EnvHost, service, err)
 	}
 	up, ok := chooseUpstream(in.pooler.upstream, ready)
 	if !ok {
-		return spawnSpec{}, waiting(ReasonContainerCreating, "PGHOST=%s: Service %s/%s has no ready address yet", s.Service, pod.Namespace, s.Service)
+		return spawnSpec{}, waiting(ReasonContainerCreating, "%s=%s: Service %s/%s has no ready address yet", pooler.EnvHost, service, pod.Namespace, service)
 	}
-
-	certPath, keyPath := filepath.Join(p.podDir, poolerCertFile), filepath.Join(p.podDir, poolerKeyFile)
-	if !isFile(certPath) || !isFile(keyPath) {
-		cert, key, err := SelfSignedCert(pod.Name, p.ip, time.Now())
-		if err != nil {
-			return spawnSpec{}, waiting(ReasonStartError, "while making PgBouncer's certificate: %w", err)
-		}
-		for path, data := range map[string][]byte{certPath: cert, keyPath: key} {
-			if err := writeOwned(path, data, k.uid, k.gid); err != nil {
-				return spawnSpec{}, waiting(ReasonStartError, "%w", err)
-			}
-		}
-	}
-	proxy := in.pooler.proxy
-	if proxy == nil {
-		ns, svc, port := pod.Namespace, s.Service, s.Port
-		proxy, err = startServiceProxy(p.ip, s.Port, up, func(ctx context.Context) ([]Upstream, error) {
-			return resolveService(ctx, k.kube, ns, svc, port)
-		}, in.log.WithField("service", s.Service))
-		if err != nil {
-			return spawnSpec{}, waiting(ReasonStartError, "while starting the Service proxy: %w", err)
-		}
-	}
-	proxy.follow(up)
-	ph := PoolerHost{PodIP: p.ip.String(), Upstream: proxy.addr(), Dir: p.podDir}
-	for name, dst := range map[string]*string{"CONNECTION_POOLER_CLIENT_TLS_CRT": &ph.CertFile,
-		"CONNECTION_POOLER_CLIENT_TLS_KEY": &ph.KeyFile, "CONNECTION_POOLER_CLIENT_CA_FILE": &ph.CAFile} {
+	// spec.tls's files, as paths of this machine (the volumes).
+	for _, name := range pooler.ClientTLSEnv {
 		if v := env[name]; v != "" {
 			hp, err := hostPath(p.mounts, v)
 			if err != nil {
 				return spawnSpec{}, waiting(ReasonConfigError, "%s: %w", name, err)
 			}
-			*dst = hp
+			env[name] = hp
 		}
 	}
-	ini, auth := PgBouncerConfig(s, ph)
-	iniPath := filepath.Join(p.podDir, poolerConfigFile)
-	for path, data := range map[string][]byte{iniPath: ini, filepath.Join(p.podDir, poolerAuthFile): auth} {
-		if err := writeOwned(path, data, k.uid, k.gid); err != nil {
-			return spawnSpec{}, waiting(ReasonStartError, "%w", err)
+	// The container's writable directory, for PgBouncer's files. Unlike a
+	// container's it outlives a restart: `pgloop pooler` then keeps the
+	// certificate it made (while valid) and rewrites the rest.
+	confDir := filepath.Join(p.podDir, poolerConfigDir)
+	if err := mkdirOwned(confDir, 0o700, k.uid, k.gid); err != nil {
+		return spawnSpec{}, waiting(ReasonStartError, "%w", err)
+	}
+	proxy := in.pooler.proxy
+	if proxy == nil {
+		ns := pod.Namespace
+		proxy, err = startServiceProxy(p.ip, port, up, func(ctx context.Context) ([]Upstream, error) {
+			return resolveService(ctx, k.kube, ns, service, port)
+		}, in.log.WithField("service", service))
+		if err != nil {
+			return spawnSpec{}, waiting(ReasonStartError, "while starting the Service proxy: %w", err)
 		}
 	}
+	proxy.follow(up)
+	listenPort, _ := strconv.Atoi(env[pooler.EnvListenPort])
 	*in.pooler = poolerState{
-		service: s.Service, port: s.Port, upstream: up,
-		probePort: readinessPort(c, s.ListenPort),
+		service: service, port: port, upstream: up,
+		probePort: readinessPort(c, listenPort),
 		checked:   time.Now(),
 		proxy:     proxy,
 	}
-	in.log.WithFields(logrus.Fields{"service": s.Service, "upstream": up, "proxy": proxy.addr()}).Info("PgBouncer configured")
+	procEnv := map[string]string{"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "USER": postgresUser,
+		"HOSTNAME": pod.Name}
+	maps.Copy(procEnv, env)
+	environ := make([]string, 0, len(procEnv))
+	for _, name := range slices.Sorted(maps.Keys(procEnv)) {
+		environ = append(environ, name+"="+procEnv[name])
+	}
+	in.log.WithFields(logrus.Fields{"service": service, "upstream": up, "proxy": proxy.addr()}).Info("starting pgloop pooler")
 	return spawnSpec{
-		argv:    []string{k.opts.PgBouncer, iniPath},
-		env:     []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "USER=" + postgresUser},
+		argv: []string{k.opts.Pgloop, "pooler",
+			"--config-dir=" + confDir,
+			// Every pooler of the machine listens on the same port.
+			"--listen-addr=" + p.ip.String(),
+			"--upstream=" + proxy.addr().String(),
+			"--pgbouncer=" + k.opts.PgBouncer,
+		},
+		env:     environ,
 		dir:     p.podDir,
 		logPath: filepath.Join(p.podDir, poolerLogFile),
 		uid:     k.uid, gid: k.gid,

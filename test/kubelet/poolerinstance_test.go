@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/pgloop/pgloop/pkg/pooler"
 )
 
 // PoolerSetupSQL is what pgloop runs on the primary for a pooler, as the
@@ -40,14 +42,14 @@ GRANT EXECUTE ON FUNCTION pooler.user_lookup(text) TO pooler;
 CREATE ROLE app LOGIN PASSWORD 'app-secret';
 `
 
-// TestPooler runs a connection-pooler pod's PgBouncer as the kubelet does
-// (prepare, configuration from the pod's environment, the process, the
-// readiness probe) in front of a real PostgreSQL 15 that asks for
-// passwords, its master Service resolved through a fake API: an app role
-// connects through it with TLS required and runs SELECT 1 in transaction
-// mode. Then the Service moves to another address (a failover): PgBouncer
-// runs on, and the kubelet's Service proxy sends new connections to the
-// new address; moved back, it serves again.
+// TestPooler runs a connection-pooler pod as the kubelet does (prepare;
+// `pgloop pooler` built from this tree, which configures and runs PgBouncer
+// from the pod's environment; the readiness probe) in front of a real
+// PostgreSQL 15 that asks for passwords, its master Service resolved
+// through a fake API: an app role connects through it with TLS required
+// and runs SELECT 1 in transaction mode. Then the Service moves to another
+// address (a failover): PgBouncer runs on, and the kubelet's Service proxy
+// sends new connections to the new address; moved back, it serves again.
 func TestPooler(t *testing.T) {
 	requireInstalled(t, DefaultPgBouncer)
 	pg := startStandIn(t)
@@ -56,6 +58,7 @@ func TestPooler(t *testing.T) {
 
 	k := pg.k
 	k.opts.PgBouncer = DefaultPgBouncer
+	k.opts.Pgloop = BuildPgloop(ctx, t)
 	prefix, err := parsePodCIDR(freezeTestCIDR)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +112,7 @@ func TestPooler(t *testing.T) {
 		t.Fatalf("PgBouncer not started: %s %s", in.state.Reason, in.state.Message)
 	}
 	waitReady(t, in, true)
-	ini, err := os.ReadFile(filepath.Join(in.prep.podDir, poolerConfigFile))
+	ini, err := os.ReadFile(filepath.Join(in.prep.podDir, poolerConfigDir, pooler.ConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
