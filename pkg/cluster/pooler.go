@@ -41,9 +41,11 @@ const (
 	// image reads (docs/images.md). Its tag is an image revision, as
 	// DefaultImage's.
 	PoolerImage = "ghcr.io/pgloop/pgbouncer:1"
-	// DefaultPoolerImage is zalando's PgBouncer image, for clusters
-	// without connectionPooler.dockerImage.
-	DefaultPoolerImage = "registry.opensource.zalan.do/acid/pgbouncer:master-32"
+	// DefaultPoolerImage is the PgBouncer image of clusters without
+	// connectionPooler.dockerImage: pgloop's. Zalando's
+	// (registry.opensource.zalan.do/acid/pgbouncer) reads the same
+	// environment and stays usable, by that field or the operator's flag.
+	DefaultPoolerImage = PoolerImage
 	// poolerMaxClientConn is PgBouncer's max_client_conn, zalando's.
 	poolerMaxClientConn = 10000
 )
