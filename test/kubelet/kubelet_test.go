@@ -313,10 +313,10 @@ var instancePgloop string
 // the pgloop binary whose start-up programs run its pods (its --pgloop
 // default).
 func buildKubelet(ctx context.Context, t *testing.T) string {
-	dir := t.TempDir()
-	pkgs := []string{"github.com/pgloop/pgloop/test/cmd/pgkubelet", "github.com/pgloop/pgloop/cmd/pgloop"}
+	var dir string
 	if instancePgloop != "" {
 		// The image's own (kubelet_image_test.go).
+		dir = t.TempDir()
 		data, err := os.ReadFile(instancePgloop)
 		if err != nil {
 			t.Fatal(err)
@@ -324,15 +324,15 @@ func buildKubelet(ctx context.Context, t *testing.T) string {
 		if err := os.WriteFile(filepath.Join(dir, "pgloop"), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		pkgs = pkgs[:1]
+	} else {
+		dir = filepath.Dir(kubelet.BuildPgloop(ctx, t))
 	}
-	for _, pkg := range pkgs {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, filepath.Base(pkg)), pkg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
+	bin := filepath.Join(dir, "pgkubelet")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pgloop/pgloop/test/cmd/pgkubelet")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build pgkubelet: %v\n%s", err, out)
 	}
-	return filepath.Join(dir, "pgkubelet")
+	return bin
 }
 
 // startKubeletPlane starts a plane of one kwok node and the process
