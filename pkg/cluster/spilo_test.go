@@ -37,7 +37,7 @@ func TestSpiloEnv(t *testing.T) {
 		{"PGROOT", "/home/postgres/pgdata/pgroot"},
 		{"PGUSER_SUPERUSER", "postgres"},
 		{"PGUSER_STANDBY", "standby"},
-		{"PGVERSION", "17"},
+		{"PGVERSION", "15"},
 		{"DCS_ENABLE_KUBERNETES_API", "true"},
 		{"KUBERNETES_SCOPE_LABEL", "cluster-name"},
 		{"KUBERNETES_ROLE_LABEL", "spilo-role"},
