@@ -1,18 +1,14 @@
 package instance
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/pgloop/pgloop/pkg/selfsigned"
 )
 
 // certificateLifetime is how long a certificate Certificate makes is valid:
@@ -47,7 +43,7 @@ func Certificate(cfg map[string]any, name string) (made bool, err error) {
 	case !errors.Is(certErr, os.ErrNotExist) || !errors.Is(keyErr, os.ErrNotExist):
 		return false, errors.Join(certErr, keyErr)
 	}
-	certPEM, keyPEM, err := selfSigned(name)
+	certPEM, keyPEM, err := selfsigned.Certificate(name, netip.Addr{}, time.Now(), certificateLifetime)
 	if err != nil {
 		return false, err
 	}
@@ -60,39 +56,6 @@ func Certificate(cfg map[string]any, name string) (made bool, err error) {
 		return false, err
 	}
 	return true, nil
-}
-
-// selfSigned returns a self-signed ECDSA P-256 certificate for name and
-// its key, PEM-encoded.
-func selfSigned(name string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{name},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certificateLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // writeFile writes data to path through a temporary file in its directory
