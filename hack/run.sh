@@ -39,10 +39,14 @@ trap cleanup INT TERM EXIT
 kwok_nodes="${PLANE_NODES:-0}"
 # The object store (S3 over HTTPS) is the clusters' default backup
 # repository: its keys and CA go to the Secret pgloop-backup of the samples'
-# namespace, and its address to the operator's --backup-s3-* flags.
+# namespace, and its address to the operator's --backup-s3-* flags: on the
+# command line below, or, for the Deployment, as users set them
+# (docs/user-guide.md, "Settings"): PGLOOP_BACKUP_S3_* variables in the
+# ConfigMap pgloop-operator-settings that manifests/operator reads.
 deployment=()
 if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
-	deployment=(--image-binary "ghcr.io/pgloop/pgloop=$bin/pgloop" --apply-kustomize manifests/operator)
+	deployment=(--image-binary "ghcr.io/pgloop/pgloop=$bin/pgloop" --apply-kustomize manifests/operator
+		--object-store-settings pgloop-system/pgloop-operator-settings)
 fi
 "$bin/testbed" up --nodes "$kwok_nodes" --process-nodes "${PLANE_PROCESS_NODES:-1}" --kubeconfig-out "$kubeconfig" \
 	--object-store --object-store-secret default/pgloop-backup \
@@ -63,15 +67,20 @@ if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
 	cat <<TXT
 
 pgloop runs as manifests/operator installs it, on a local control plane with
-the clusters of manifests/samples/ and hack/samples/ (the Deployment's
-operator has no backup flags: the samples that archive say ArchiveBlocked).
-In another terminal:
+the clusters of manifests/samples/ and hack/samples/. Its default backup
+repository is the plane's S3 store, set as users set it: the ConfigMap
+pgloop-system/pgloop-operator-settings (PGLOOP_BACKUP_S3_* variables), which
+the Deployment reads. In another terminal:
 
     export KUBECONFIG=$kubeconfig
     kubectl -n pgloop-system get pods -o wide     # two replicas, both Ready
     kubectl -n pgloop-system get lease pgloop-operator   # HOLDER: the leader
     curl -s http://<a pod's IP>:8080/metrics | grep ^pgloop_leader
     kubectl get pg -w; bin/pgloop status -A
+    kubectl -n pgloop-system get configmap pgloop-operator-settings -o yaml
+
+local-pg15 archives its WAL with pgBackRest to that store: bin/pgloop
+status local-pg15 shows its Backups.
 
 The operator containers' output is in the plane's directory (printed
 above), kubelet/<node>/pods/<pod UID>/operator.log. Ctrl-C stops the

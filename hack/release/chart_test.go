@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/chart/common"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
@@ -24,7 +25,10 @@ import (
 const (
 	chartDir     = "../../charts/pgloop"
 	kustomizeDir = "../../manifests/operator"
-	crdDir       = "../../manifests/crds"
+	// backupOverlayDir sets the default backup repository through the
+	// ConfigMap manifests/operator's Deployment reads.
+	backupOverlayDir = "../../manifests/operator-with-backups"
+	crdDir           = "../../manifests/crds"
 	// namespace is the one manifests/operator installs into.
 	namespace = "pgloop-system"
 )
@@ -135,8 +139,13 @@ func stripHelmLabels(t *testing.T, objs map[string]*unstructured.Unstructured, c
 //  2. The Namespace: a chart does not create its release namespace by
 //     default (helm install --create-namespace, or whoever made it, did);
 //     with namespace.create it does, the same as manifests/operator's.
+//  3. The operator container's envFrom of the ConfigMap
+//     pgloop-operator-settings (optional): kustomize's way to set flags
+//     without editing the base (manifests/operator-with-backups), where
+//     the chart has values.
 func TestChartMatchesKustomize(t *testing.T) {
 	want := kustomizeObjects(t)
+	dropSettingsConfigMap(t, want[deploymentKey], settingsConfigMap)
 	nsKey := "v1/Namespace//" + namespace
 	if _, ok := want[nsKey]; !ok {
 		t.Fatalf("manifests/operator has no %s", nsKey)
@@ -167,6 +176,92 @@ func TestChartMatchesKustomize(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+const (
+	deploymentKey = "apps/v1/Deployment/" + namespace + "/pgloop-operator"
+	// settingsConfigMap is the ConfigMap of PGLOOP_<FLAG> variables that
+	// manifests/operator's Deployment reads. Not pgloop-operator:
+	// kustomize renames every resourceNames entry equal to a generated
+	// ConfigMap's name, whatever the resource, and the leader election's
+	// Role names the Lease pgloop-operator (TestKustomizeBackupOverlay
+	// found it).
+	settingsConfigMap = "pgloop-operator-settings"
+)
+
+// dropSettingsConfigMap checks that the operator's container of dep reads
+// the optional ConfigMap name with envFrom, and nothing else with it, and
+// removes that envFrom.
+func dropSettingsConfigMap(t *testing.T, dep *unstructured.Unstructured, name string) {
+	t.Helper()
+	if dep == nil {
+		t.Fatal("no Deployment pgloop-operator")
+	}
+	containers, _, err := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) != 1 {
+		t.Fatalf("containers %v: %v", containers, err)
+	}
+	c := containers[0].(map[string]any)
+	want := []any{map[string]any{"configMapRef": map[string]any{"name": name, "optional": true}}}
+	if diff := cmp.Diff(want, c["envFrom"]); diff != "" {
+		t.Errorf("the operator's envFrom (-want +got):\n%s", diff)
+	}
+	delete(c, "envFrom")
+	if err := unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKustomizeBackupOverlay builds manifests/operator-with-backups: the
+// objects of manifests/operator, and a ConfigMap of operator.env's
+// variables that the Deployment reads by its generated name.
+func TestKustomizeBackupOverlay(t *testing.T) {
+	base := kustomizeObjects(t)
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), backupOverlayDir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", backupOverlayDir, err)
+	}
+	y, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := objects(t, string(y))
+	var cm *unstructured.Unstructured
+	for key, u := range got {
+		if u.GetKind() == "ConfigMap" {
+			if cm != nil {
+				t.Fatalf("two ConfigMaps: %s, %s", objectKey(cm), key)
+			}
+			cm = u
+			delete(got, key)
+		}
+	}
+	if cm == nil || cm.GetNamespace() != namespace || !strings.HasPrefix(cm.GetName(), settingsConfigMap+"-") {
+		t.Fatalf("the overlay's ConfigMap: %v", cm)
+	}
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	wantData := map[string]string{
+		"PGLOOP_BACKUP_S3_ENDPOINT": "s3.eu-central-1.amazonaws.com",
+		"PGLOOP_BACKUP_S3_BUCKET":   "my-backups",
+		"PGLOOP_BACKUP_S3_REGION":   "eu-central-1",
+		"PGLOOP_BACKUP_S3_SECRET":   "backup-credentials",
+	}
+	if diff := cmp.Diff(wantData, data); diff != "" {
+		t.Errorf("the ConfigMap's data (-want +got):\n%s", diff)
+	}
+	// The Deployment reads it under its generated name; the rest is the
+	// base's.
+	dropSettingsConfigMap(t, got[deploymentKey], cm.GetName())
+	dropSettingsConfigMap(t, base[deploymentKey], settingsConfigMap)
+	if diff := cmp.Diff(keys(base), keys(got)); diff != "" {
+		t.Fatalf("objects (-manifests/operator +overlay):\n%s", diff)
+	}
+	for k := range base {
+		if diff := cmp.Diff(base[k].Object, got[k].Object); diff != "" {
+			t.Errorf("%s (-manifests/operator +overlay):\n%s", k, diff)
+		}
 	}
 }
 
@@ -253,6 +348,105 @@ func everything() map[string]any {
 		"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
 			"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "db", "operator": "Exists"}}}}}}},
 		"priorityClassName": "high",
+		"backup":            backupValues(),
+	}
+}
+
+// backupValues sets every value of backup:, as a values file would (its
+// numbers are float64 to Helm).
+func backupValues() map[string]any {
+	return map[string]any{
+		"endpoint":        "s3.eu-central-1.amazonaws.com",
+		"bucket":          "my-backups",
+		"region":          "eu-central-1",
+		"secretName":      "backup-credentials",
+		"caKey":           "ca.crt",
+		"archiveTimeout":  "5m",
+		"schedule":        "0 3 * * *",
+		"scheduleSpread":  "30m",
+		"retentionFull":   float64(3),
+		"verify":          false,
+		"timeout":         "2h",
+		"archivingImages": []any{"registry.example.com/spilo:1", "registry.example.com/spilo:2"},
+	}
+}
+
+// backupArgs are the flags backupValues give, in the chart's order.
+var backupArgs = []any{"--backup-s3-endpoint=s3.eu-central-1.amazonaws.com", "--backup-s3-bucket=my-backups",
+	"--backup-s3-region=eu-central-1", "--backup-s3-secret=backup-credentials", "--backup-s3-ca-key=ca.crt",
+	"--archive-timeout=5m", "--backup-schedule=0 3 * * *", "--backup-schedule-spread=30m", "--backup-timeout=2h",
+	"--backup-retention-full=3", "--backup-verify=false",
+	"--archiving-images=registry.example.com/spilo:1,registry.example.com/spilo:2"}
+
+// operatorArgs renders the chart with values and returns the args of the
+// operator's container.
+func operatorArgs(t *testing.T, values map[string]any) []any {
+	t.Helper()
+	dep, ok := chartObjects(t, "", values)["apps/v1/Deployment/"+namespace+"/pgloop-operator"]
+	if !ok {
+		t.Fatal("no Deployment rendered")
+	}
+	containers, _, err := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if err != nil || len(containers) != 1 {
+		t.Fatalf("containers %v: %v", containers, err)
+	}
+	args, _ := containers[0].(map[string]any)["args"].([]any)
+	return args
+}
+
+// TestChartBackupValues: the backup values become exactly their flags,
+// each only when set; with the defaults, or values left empty or null,
+// none.
+func TestChartBackupValues(t *testing.T) {
+	defaults := []any{"operator", "--leader-elect=true", "--log-format=json"}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   []any
+	}{
+		{name: "defaults", want: defaults},
+		{name: "empty and null", values: map[string]any{"backup": map[string]any{"endpoint": "", "bucket": "",
+			"retentionFull": nil, "verify": nil, "archivingImages": []any{}}}, want: defaults},
+		{name: "everything", values: map[string]any{"backup": backupValues()}, want: append(slices.Clone(defaults), backupArgs...)},
+		{name: "a bucket only", values: map[string]any{"backup": map[string]any{"bucket": "b"}},
+			want: append(slices.Clone(defaults), "--backup-s3-bucket=b")},
+		// 0 and true are values, not "unset": written as given.
+		{name: "zero and true", values: map[string]any{"backup": map[string]any{"retentionFull": 0, "verify": true}},
+			want: append(slices.Clone(defaults), "--backup-retention-full=0", "--backup-verify=true")},
+		{name: "before extraArgs", values: map[string]any{"backup": map[string]any{"bucket": "b"}, "extraArgs": []any{"--backup-s3-bucket=c"}},
+			want: append(slices.Clone(defaults), "--backup-s3-bucket=b", "--backup-s3-bucket=c")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, operatorArgs(t, tc.values)); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestChartBackupValuesFile: a values file as a user writes it (YAML, so
+// Helm's own decoding of numbers and booleans) gives the same flags.
+func TestChartBackupValuesFile(t *testing.T) {
+	values, err := common.ReadValues([]byte(`backup:
+  endpoint: s3.eu-central-1.amazonaws.com
+  bucket: my-backups
+  region: eu-central-1
+  secretName: backup-credentials
+  caKey: ca.crt
+  archiveTimeout: 5m
+  schedule: "0 3 * * *"
+  scheduleSpread: 30m
+  retentionFull: 3
+  verify: false
+  timeout: 2h
+  archivingImages: [registry.example.com/spilo:1, registry.example.com/spilo:2]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]any{"operator", "--leader-elect=true", "--log-format=json"}, backupArgs...)
+	if diff := cmp.Diff(want, operatorArgs(t, values.AsMap())); diff != "" {
+		t.Errorf("args (-want +got):\n%s", diff)
 	}
 }
 
@@ -292,8 +486,8 @@ func TestChartValues(t *testing.T) {
 	check("replicas", field(dep, "spec", "replicas"), float64(3))
 	check("image", c["image"], "registry.example.com/pgloop:v9.9.9")
 	check("imagePullPolicy", c["imagePullPolicy"], "Always")
-	check("args", c["args"], []any{"operator", "--leader-elect=true", "--log-format=text", "--log-level=debug",
-		"--namespace=team-a,team-b", "--workers=32", "--spilo-image=spilo:x y"})
+	check("args", c["args"], slices.Concat([]any{"operator", "--leader-elect=true", "--log-format=text", "--log-level=debug",
+		"--namespace=team-a,team-b"}, backupArgs, []any{"--workers=32", "--spilo-image=spilo:x y"}))
 	check("env", c["env"], []any{
 		map[string]any{"name": "POD_NAMESPACE", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.namespace"}}},
 		map[string]any{"name": "PGLOOP_MEMORY_LIMIT", "valueFrom": map[string]any{"resourceFieldRef": map[string]any{"resource": "limits.memory"}}},
@@ -407,7 +601,7 @@ func TestChartPackage(t *testing.T) {
 // values.yaml tells.
 func TestChartResourcesNull(t *testing.T) {
 	objs := chartObjects(t, "", map[string]any{"resources": map[string]any{"limits": map[string]any{"cpu": nil}}})
-	dep := objs["apps/v1/Deployment/"+namespace+"/pgloop-operator"]
+	dep := objs[deploymentKey]
 	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
 	got := containers[0].(map[string]any)["resources"]
 	want := map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}, "limits": map[string]any{"memory": "1Gi"}}

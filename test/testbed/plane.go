@@ -472,8 +472,13 @@ func (p *Plane) stop() error {
 		}
 		wg.Wait()
 	}
-	// The object store, beside the process kubelets: no process needs it
-	// to stop.
+	stopAll(true)
+	// The object store once the process kubelets are gone, beside the
+	// rest: the pods' PostgreSQL archives its last WAL segments to it when
+	// it stops (the archiver's last round after the shutdown checkpoint),
+	// and a pgBackRest that finds no store retries until its timeouts, so
+	// an instance stopped after the store took the kubelet's whole grace
+	// period and was killed (make run's Ctrl-C took over a minute).
 	storeDone := make(chan error, 1)
 	go func() {
 		if p.ObjectStore == nil {
@@ -482,7 +487,6 @@ func (p *Plane) stop() error {
 		}
 		storeDone <- p.ObjectStore.Stop()
 	}()
-	stopAll(true)
 	stopAll(false)
 	if err := <-storeDone; err != nil {
 		errs = append(errs, fmt.Errorf("object store: %w", err))

@@ -30,3 +30,34 @@ subjects:
   name: {{ include "pgloop.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
+
+{{/*
+The operator's flags of the backup values, one per value that is set, as a
+YAML list; empty when none is (the defaults), so the Deployment then has
+the args of manifests/operator.
+*/}}
+{{- define "pgloop.backupArgs" -}}
+{{- $b := .Values.backup | default dict -}}
+{{- $args := list -}}
+{{- $strings := list
+  (list "backup-s3-endpoint" "endpoint") (list "backup-s3-bucket" "bucket") (list "backup-s3-region" "region")
+  (list "backup-s3-secret" "secretName") (list "backup-s3-ca-key" "caKey") (list "archive-timeout" "archiveTimeout")
+  (list "backup-schedule" "schedule") (list "backup-schedule-spread" "scheduleSpread") (list "backup-timeout" "timeout") -}}
+{{- range $pair := $strings -}}
+{{- with index $b (index $pair 1) -}}
+{{- $args = append $args (printf "--%s=%v" (index $pair 0) .) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $b.retentionFull) -}}
+{{- $args = append $args (printf "--backup-retention-full=%d" (int $b.retentionFull)) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $b.verify) -}}
+{{- $args = append $args (printf "--backup-verify=%v" $b.verify) -}}
+{{- end -}}
+{{- with $b.archivingImages -}}
+{{- $args = append $args (printf "--archiving-images=%s" (join "," .)) -}}
+{{- end -}}
+{{- if $args -}}
+{{- toYaml $args -}}
+{{- end -}}
+{{- end }}

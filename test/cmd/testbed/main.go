@@ -1,7 +1,7 @@
 // Command testbed runs the local control plane in the foreground, for
 // `make plane` and `make run`; Ctrl-C stops it and everything it started.
 //
-//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--apply-kustomize DIR]... [--image-binary REF=PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete] [--object-store]
+//	testbed up [--nodes N] [--kubeconfig-out PATH] [--crds DIR] [--apply PATH]... [--apply-kustomize DIR]... [--image-binary REF=PATH]... [--keep-dir] [--volume-workers W] [--kwok-pod-delete] [--object-store] [--object-store-secret NS/NAME] [--object-store-settings NS/NAME]
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/pgloop/pgloop/test/testbed"
 )
@@ -53,6 +55,7 @@ type config struct {
 	kwokPodDelete bool
 	objectStore   bool
 	storeSecret   string
+	storeSettings string
 }
 
 const usage = `usage: testbed up [flags]
@@ -110,8 +113,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.objectStore, "object-store", false, "also run an S3 object store (SeaweedFS, HTTPS, bucket "+testbed.DefaultBucket+"); what a client needs is printed and, with --kubeconfig-out, written beside it as s3.env and s3.json")
 	fs.StringVar(&cfg.storeSecret, "object-store-secret", "", "with --object-store, a Secret NAMESPACE/NAME holding the store's "+
 		"AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and ca.crt, the keys a backup repository's Secret has (pgloop's --backup-s3-secret)")
+	fs.StringVar(&cfg.storeSettings, "object-store-settings", "", "with --object-store and --object-store-secret, a ConfigMap NAMESPACE/NAME of pgloop's "+
+		"PGLOOP_BACKUP_S3_* variables naming the store as the default backup repository, applied before the manifests' Deployments: "+
+		"manifests/operator's operator reads it as pgloop-system/"+operatorSettings+" (envFrom)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if cfg.storeSettings != "" && (!cfg.objectStore || cfg.storeSecret == "") {
+		return errors.New("--object-store-settings needs --object-store and --object-store-secret (the Secret it names)")
 	}
 	if cfg.volumeWorkers < 0 {
 		return fmt.Errorf("--volume-workers %d: want 0 (kwok's stages) or more", cfg.volumeWorkers)
@@ -165,6 +174,14 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 			}
 			objs = append(objs, built...)
 			manifests = append(manifests, dir+" (kustomize)")
+		}
+		if cfg.storeSettings != "" {
+			cm, err := storeSettings(p.ObjectStore.S3, cfg.storeSettings, cfg.storeSecret)
+			if err != nil {
+				return err
+			}
+			objs = insertAfterNamespaces(objs, cm)
+			manifests = append(manifests, "the ConfigMap "+cfg.storeSettings)
 		}
 		applyCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
@@ -235,6 +252,53 @@ Ctrl-C stops it.
 	return p.Wait(ctx)
 }
 
+// operatorSettings is the ConfigMap of PGLOOP_<FLAG> variables that
+// manifests/operator's Deployment reads (optional, envFrom).
+const operatorSettings = "pgloop-operator-settings"
+
+// storeSettings is the ConfigMap ref (NAMESPACE/NAME) of the variables that
+// make the store pgloop's default backup repository, with the credentials
+// of the Secret secretRef (NAMESPACE/NAME; the name is looked up in each
+// cluster's namespace): what a user writes into operator.env of
+// manifests/operator-with-backups for a store of their own.
+func storeSettings(s3 testbed.S3, ref, secretRef string) (*unstructured.Unstructured, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("--object-store-settings %q: want NAMESPACE/NAME", ref)
+	}
+	_, secret, _ := strings.Cut(secretRef, "/")
+	cm := &unstructured.Unstructured{}
+	cm.SetAPIVersion("v1")
+	cm.SetKind("ConfigMap")
+	cm.SetNamespace(ns)
+	cm.SetName(name)
+	err := unstructured.SetNestedStringMap(cm.Object, map[string]string{
+		"PGLOOP_BACKUP_S3_ENDPOINT": s3.Endpoint,
+		"PGLOOP_BACKUP_S3_BUCKET":   s3.Bucket,
+		"PGLOOP_BACKUP_S3_REGION":   s3.Region,
+		"PGLOOP_BACKUP_S3_SECRET":   secret,
+		"PGLOOP_BACKUP_S3_CA_KEY":   storeSecretCAKey,
+	}, "data")
+	return cm, err
+}
+
+// insertAfterNamespaces puts obj after the last Namespace of objs (Apply
+// keeps their order): after its own namespace, before the Deployment that
+// reads it, whose pods read it once, when they start.
+func insertAfterNamespaces(objs []*unstructured.Unstructured, obj *unstructured.Unstructured) []*unstructured.Unstructured {
+	at := 0
+	for i, o := range objs {
+		if o.GetAPIVersion() == "v1" && o.GetKind() == "Namespace" {
+			at = i + 1
+		}
+	}
+	return slices.Insert(objs, at, obj)
+}
+
+// storeSecretCAKey is the key of the store's CA in the Secret of
+// --object-store-secret.
+const storeSecretCAKey = "ca.crt"
+
 // storeSecret creates the Secret ref (NAMESPACE/NAME) with the object
 // store's credentials and CA, under the keys pgloop reads a backup
 // repository's Secret by.
@@ -252,7 +316,7 @@ func storeSecret(ctx context.Context, p *testbed.Plane, ref string) error {
 	defer cancel()
 	_, err = p.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey, "ca.crt": string(ca)},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3.AccessKey, "AWS_SECRET_ACCESS_KEY": s3.SecretKey, storeSecretCAKey: string(ca)},
 	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("while creating Secret %s: %w", ref, err)
