@@ -116,8 +116,10 @@ Pods on the process node run real Patroni and PostgreSQL at their pod IPs
 
 local-pg15 archives its WAL with pgBackRest to the plane's S3 store
 (\$PGLOOP_S3_ENDPOINT in $state/s3.env): bin/pgloop status local-pg15
-shows its Backups; the other samples run Spilo's image, which has no
-pgBackRest, and say so (ContinuousArchiving False, ArchiveBlocked).
+shows its Backups. The other samples run on simulated nodes (kwok), where
+no PostgreSQL runs: their status says what pgloop cannot reach there, and
+acid-full-cluster, which names Spilo's image (no pgBackRest), says it does
+not archive (ContinuousArchiving False, ArchiveBlocked).
 
 Ctrl-C stops the operator and the control plane.
 TXT

@@ -22,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pgloop/pgloop/pkg/selfsigned"
 )
 
 // These tests need no control plane: they run an instance's freeze, thaw
@@ -304,6 +306,31 @@ func startStandIn(t *testing.T) *instance {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	// TLS, as pgloop's instances serve it (pgloop instance makes such a
+	// certificate): the pooler requires it towards PostgreSQL.
+	certPEM, keyPEM, err := selfsigned.Certificate("freeze", netip.Addr{}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"server.crt": certPEM, "server.key": keyPEM} {
+		path := filepath.Join(dataDir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(path, int(uid), int(gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf, err := os.OpenFile(filepath.Join(dataDir, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conf.WriteString("ssl = on\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conf.Close(); err != nil {
+		t.Fatal(err)
 	}
 	prefix, err := parsePodCIDR(freezeTestCIDR)
 	if err != nil {
