@@ -111,7 +111,7 @@ func (m Machine) validate() error {
 	case len(m.SocketDir)+len("/.s.PGSQL.65535") > 107:
 		return fmt.Errorf("socket directory %s is too long for a unix socket path (107 bytes)", m.SocketDir)
 	case (m.Kubeconfig == "") != (m.KubeContext == ""):
-		return errors.New("Patroni 3.0 needs both a kubeconfig and a context name, or neither (in a pod)")
+		return errors.New("a kubeconfig and its context name go together (Patroni 3.0 needs both out of a pod, neither in one)")
 	}
 	for mp, dir := range m.Mounts {
 		if !path.IsAbs(mp) || !filepath.IsAbs(dir) {

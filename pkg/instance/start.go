@@ -58,7 +58,7 @@ func Prepare(o Options) (supervise.Command, error) {
 	file := o.ConfigFile
 	if file == "" {
 		if file, err = o.Machine.local(path.Join(envOr(o.Env, "PGHOME", "/home/postgres"), "postgres.yml")); err != nil {
-			return supervise.Command{}, fmt.Errorf("Patroni's configuration file: %w (give one)", err)
+			return supervise.Command{}, fmt.Errorf("the configuration file of Patroni: %w (give one)", err)
 		}
 	}
 	name, _ := cfg["name"].(string)
