@@ -2,7 +2,6 @@ package kubelet
 
 import (
 	"errors"
-	"flag"
 	"maps"
 	"os"
 	"path/filepath"
@@ -18,19 +17,6 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 )
-
-// The golden files take -update; another test file of the package may
-// define the flag first (package variables initialise before init).
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite the golden files under testdata/")
-	}
-}
-
-func updateGolden() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
 
 // fakeEnvLookup serves Secrets and ConfigMaps from maps keyed
 // "namespace/name"; err, when set, is every call's answer.
