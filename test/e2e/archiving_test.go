@@ -29,6 +29,9 @@ import (
 // ContinuousArchiving False with pgBackRest's words while the first
 // stays True, and recovers once the spec is fixed by an edit; a cluster on
 // an image not known to carry pgBackRest is not archived, and says why.
+// spiloImage is zalando's Spilo, which has no pgBackRest.
+const spiloImage = "ghcr.io/zalando/spilo-17:4.0-p2"
+
 func TestArchiving(t *testing.T) {
 	store := backupStore(t)
 	ns := env.Namespace(t)
@@ -50,8 +53,9 @@ func TestArchiving(t *testing.T) {
 			SecretName: repoCreds, CAKey: "ca.crt",
 		}}
 	})
-	// And one on Spilo's image, on a kwok node: nothing runs it.
-	env.CreateCluster(t, ns, "spilo", 1)
+	// And one on Spilo's image (an adopted cluster keeps it), on a kwok
+	// node: nothing runs it.
+	env.CreateCluster(t, ns, "spilo", 1, func(pg *v1.Postgresql) { pg.Spec.DockerImage = spiloImage })
 
 	// A new cluster has archived nothing: Unknown until its first
 	// segment, which writes and a switch make now.
