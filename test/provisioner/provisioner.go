@@ -30,6 +30,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -70,6 +72,19 @@ type Config struct {
 	// Log receives a line per volume created, bound, released or deleted;
 	// nil discards them.
 	Log logrus.FieldLogger
+	// Local, when set, makes the volumes local ones on a real node (a
+	// kubelet mounts them, and gives them the pod's fsGroup, which it
+	// does not for hostPath) in place of kwok's hostPaths.
+	Local *LocalVolumes
+}
+
+// LocalVolumes are the volumes of a real node: the claims of StorageClass
+// get a directory each under Root on the host, made before the volume and
+// removed after it is deleted.
+type LocalVolumes struct {
+	StorageClass string
+	Root         string
+	Node         string
 }
 
 // kind tells what a key names.
@@ -224,7 +239,14 @@ func (p *provisioner) syncClaim(ctx context.Context, namespace, name string) err
 	if claim.Spec.VolumeName == "" { // 4
 		if _, err := p.volumes.Get(VolumeName(claim)); apierrors.IsNotFound(err) {
 			if err := workers.Call(ctx, func(ctx context.Context) error {
-				_, err := p.kube.CoreV1().PersistentVolumes().Create(ctx, Volume(claim, p.cfg.Provisioner), metav1.CreateOptions{})
+				pv := Volume(claim, p.cfg.Provisioner)
+				if l := p.cfg.Local; l != nil && claim.Spec.StorageClassName != nil && *claim.Spec.StorageClassName == l.StorageClass {
+					if err := os.MkdirAll(filepath.Join(l.Root, pv.Name), 0o755); err != nil {
+						return err
+					}
+					MakeLocal(pv, l.Root, l.Node)
+				}
+				_, err := p.kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 				return err
 			}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("create volume %s: %w", VolumeName(claim), err)
@@ -281,6 +303,11 @@ func (p *provisioner) syncVolume(ctx context.Context, name string) error {
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete volume %s: %w", name, err)
+		}
+		if l := p.cfg.Local; l != nil && pv.Spec.Local != nil && pv.Spec.Local.Path == filepath.Join(l.Root, name) {
+			if err := os.RemoveAll(pv.Spec.Local.Path); err != nil {
+				return fmt.Errorf("remove volume %s's directory: %w", name, err)
+			}
 		}
 		log.Info("provisioner: volume deleted")
 		return nil

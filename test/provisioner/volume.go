@@ -3,6 +3,7 @@ package provisioner
 import (
 	"encoding/json"
 	"maps"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,4 +140,18 @@ func mustJSON(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// MakeLocal turns a volume of Volume into a local volume at root/<name> on
+// node, as a local-volume provisioner makes them: the node affinity pins
+// its pods to the node.
+func MakeLocal(pv *corev1.PersistentVolume, root, node string) {
+	pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{
+		Local: &corev1.LocalVolumeSource{Path: filepath.Join(root, pv.Name)},
+	}
+	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}}},
+	}}
 }
