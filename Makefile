@@ -49,6 +49,8 @@ DATA_IMAGES := instance pooler
 # image_tag prints the tag of the image of a kind as pgloop's defaults name
 # it (pgloop version --images: instance ghcr.io/pgloop/postgres:15-1).
 image_tag = $(BIN)/linux-amd64/pgloop version --images | awk -v k=$(1) '$$1 == k { n = split($$2, r, ":"); print r[n] }'
+# image_name prints the whole reference of the image of a kind.
+image_name = $(BIN)/linux-amd64/pgloop version --images | awk -v k=$(1) '$$1 == k { print $$2 }'
 
 .PHONY: images-deps
 images-deps: ## Install mmdebstrap (as root, from Debian's packages) for make images.
@@ -62,7 +64,7 @@ images: images-deps ## Build the instance and pooler images (linux/amd64, Debian
 	for kind in $(DATA_IMAGES); do \
 		SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || date +%s) $(BIN)/dataimage -kind $$kind \
 			-bin $(BIN)/linux-amd64/pgloop -out $(BIN)/pgloop-$$kind-image.tar \
-			-version $(VERSION) -revision "$(COMMIT)" -tag $$($(call image_tag,$$kind)) || exit 1; \
+			-version $(VERSION) -revision "$(COMMIT)" -tag $$($(call image_tag,$$kind)) -name $$($(call image_name,$$kind)) || exit 1; \
 	done
 
 ##@ Test
@@ -73,7 +75,7 @@ images: images-deps ## Build the instance and pooler images (linux/amd64, Debian
 RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/... ./pkg/indb/... ./pkg/archiving/... ./pkg/traffic/...
 
 .PHONY: test
-test: verify test-unit test-images test-testbed test-e2e ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
+test: verify test-unit test-images test-testbed test-realnode test-e2e ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
 
 .PHONY: test-unit
 test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.

@@ -22,9 +22,14 @@ TESTBED_TIMEOUT ?= 15m
 ##@ Local control plane
 
 .PHONY: testbed
-testbed: ## Build the control plane's binaries and the object store's (weed) into bin/ (only those missing; ~19 min cold) and bin/pgkubelet.
+testbed: ## Build the control plane's binaries, the real node's (kubelet, kube-proxy, coredns) and the object store's (weed) into bin/ (only those missing; ~22 min cold), bin/pgkubelet and bin/pause.
 	BIN=$(BIN) test/tools/build.sh
 	cd test && $(GO) build -o $(BIN)/pgkubelet ./cmd/pgkubelet
+	cd test && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/pause ./cmd/pause
+
+.PHONY: real-node-deps
+real-node-deps: ## Install what the real node runs on: Debian's containerd, runc, CNI plugins and iptables (apt-get, only when missing).
+	hack/real-node-deps.sh
 
 .PHONY: data-plane-deps
 data-plane-deps: ## Install what process nodes run: Debian's patroni, postgresql-15, pgbouncer and pgbackrest (apt-get, only when missing).
@@ -34,8 +39,12 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni, postgresql
 test-testbed: testbed build data-plane-deps ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
+.PHONY: test-realnode
+test-realnode: testbed testbed-cmd build images data-plane-deps real-node-deps ## Run the real node's suites (test/realnode, as root): containers, pod networking, cluster DNS, logs/exec/port-forward and volumes on the node, then a plane killed mid-way and the next one restoring the host.
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -p 1 -count=1 -timeout 30m ./realnode/...
+
 .PHONY: test-e2e
-test-e2e: testbed build data-plane-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store (~22 min).
+test-e2e: testbed build images data-plane-deps real-node-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store, a process node and a real node (~25 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./e2e/...
 
 .PHONY: labeller

@@ -37,6 +37,10 @@ const (
 	// Provisioner is the provisioner of StorageClassName and
 	// FixedStorageClassName.
 	Provisioner = "kwok.x-k8s.io/volume"
+	// RealStorageClassName is the class of the real node's volumes: local
+	// volumes on it, which the kubelet mounts with the pod's fsGroup. In a
+	// plane with no other node it is the default class.
+	RealStorageClassName = "real-local"
 
 	// NodeLabel is set to "kwok" on every fake node.
 	NodeLabel = "type"
@@ -50,16 +54,19 @@ var storageClasses = []string{StorageClassName, FixedStorageClassName}
 // binding so claims bind before their pods are scheduled, as on most
 // clouds' defaults until the pod needs topology.
 func (p *Plane) createStorageClasses(ctx context.Context) error {
-	for _, sc := range []*storagev1.StorageClass{
-		{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        StorageClassName,
-				Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"},
-			},
-			AllowVolumeExpansion: ptr.To(true),
-		},
+	isDefault := map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+	classes := []*storagev1.StorageClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: StorageClassName, Annotations: isDefault}, AllowVolumeExpansion: ptr.To(true)},
 		{ObjectMeta: metav1.ObjectMeta{Name: FixedStorageClassName}},
-	} {
+	}
+	if p.opts.RealNodes > 0 {
+		real := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: RealStorageClassName}}
+		if p.onlyRealNodes() {
+			real.Annotations, classes[0].Annotations = isDefault, nil
+		}
+		classes = append(classes, real)
+	}
+	for _, sc := range classes {
 		sc.Provisioner = Provisioner
 		sc.ReclaimPolicy = ptr.To(corev1.PersistentVolumeReclaimDelete)
 		sc.VolumeBindingMode = ptr.To(storagev1.VolumeBindingImmediate)
@@ -134,4 +141,10 @@ func NodeReady(node *corev1.Node) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// onlyRealNodes tells a plane whose nodes are all real ones: its default
+// class is the real node's, and its real node is not tainted.
+func (p *Plane) onlyRealNodes() bool {
+	return p.opts.RealNodes > 0 && p.opts.Nodes == 0 && p.opts.ProcessNodes == 0
 }

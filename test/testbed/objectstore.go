@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,10 @@ const (
 // ObjectStoreOptions shapes a store started alone (StartObjectStore); in a
 // plane the plane's options apply and these are defaulted.
 type ObjectStoreOptions struct {
+	// Host is the address it listens on; empty means 127.0.0.1. A plane
+	// with a real node uses the node's bridge address, which its pods
+	// reach as well as this host.
+	Host string
 	// Bucket is created at start; empty means DefaultBucket.
 	Bucket string
 	// Region is what requests are signed for; empty means DefaultRegion.
@@ -198,7 +203,17 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 			return err
 		}
 	}
-	caPEM, certPEM, keyPEM, err := ServingCert("pgloop test bed object store")
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	var extra []net.IP
+	if ip := net.ParseIP(host); ip == nil {
+		return fmt.Errorf("object store host %q: not an IP address", host)
+	} else if !ip.IsLoopback() {
+		extra = append(extra, ip)
+	}
+	caPEM, certPEM, keyPEM, err := ServingCert("pgloop test bed object store", extra...)
 	if err != nil {
 		return err
 	}
@@ -231,8 +246,8 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 	}
 	master, masterGRPC, volume, volumeGRPC, filer, filerGRPC, s3, s3GRPC := port[0], port[1], port[2], port[3], port[4], port[5], port[6], port[7]
 	s.S3 = S3{
-		Endpoint:  fmt.Sprintf("127.0.0.1:%d", s3),
-		Host:      "127.0.0.1",
+		Endpoint:  net.JoinHostPort(host, strconv.Itoa(s3)),
+		Host:      host,
 		Port:      s3,
 		Region:    opts.Region,
 		Bucket:    opts.Bucket,
@@ -261,13 +276,13 @@ func (s *ObjectStore) init(dir string, bins binaries, l *launcher, opts ObjectSt
 	// host:port.grpcPort: weed's address form for a gRPC port that is
 	// not port+10000.
 	s.shellArgs = []string{
-		fmt.Sprintf("-master=127.0.0.1:%d.%d", master, masterGRPC),
-		fmt.Sprintf("-filer=127.0.0.1:%d.%d", filer, filerGRPC),
+		fmt.Sprintf("-master=%s:%d.%d", host, master, masterGRPC),
+		fmt.Sprintf("-filer=%s:%d.%d", host, filer, filerGRPC),
 	}
 	s.args = []string{
 		"server",
-		"-ip=127.0.0.1",
-		"-ip.bind=127.0.0.1",
+		"-ip=" + host,
+		"-ip.bind=" + host,
 		"-dir=" + filepath.Join(dir, "data"),
 		fmt.Sprintf("-master.port=%d", master),
 		fmt.Sprintf("-master.port.grpc=%d", masterGRPC),

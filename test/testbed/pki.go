@@ -180,7 +180,9 @@ func newSerial() (*big.Int, error) {
 // names, not the IP addresses (seen on Debian's build), so with an IP
 // SAN alone (common name 127.0.0.1) it fails with "unable to find hostname
 // '127.0.0.1' in certificate common name or subject alternative names".
-func (ca *certAuthority) issueServer(name string) (certPEM, keyPEM []byte, err error) {
+// Each of hosts, other addresses the server listens on, is named the same
+// two ways.
+func (ca *certAuthority) issueServer(name string, hosts ...net.IP) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("while generating the key of %s: %w", name, err)
@@ -200,6 +202,10 @@ func (ca *certAuthority) issueServer(name string) (certPEM, keyPEM []byte, err e
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 		DNSNames:     []string{"127.0.0.1", "localhost"},
 	}
+	for _, ip := range hosts {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		tmpl.DNSNames = append(tmpl.DNSNames, ip.String())
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("while signing the certificate of %s: %w", name, err)
@@ -216,13 +222,13 @@ func (ca *certAuthority) issueServer(name string) (certPEM, keyPEM []byte, err e
 // for 127.0.0.1 it signed (issueServer), with the certificate's key, all
 // PEM encoded: for the object store, and for a test's own server that the
 // plane's API server calls (an admission webhook, trusting the CA through
-// its caBundle).
-func ServingCert(name string) (caPEM, certPEM, keyPEM []byte, err error) {
+// its caBundle). hosts are more addresses it names.
+func ServingCert(name string, hosts ...net.IP) (caPEM, certPEM, keyPEM []byte, err error) {
 	ca, err := newCA(name + " CA")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	certPEM, keyPEM, err = ca.issueServer("127.0.0.1")
+	certPEM, keyPEM, err = ca.issueServer("127.0.0.1", hosts...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -53,6 +53,25 @@ type Options struct {
 	// (test/cmd/pgkubelet): their pods run real Patroni and PostgreSQL.
 	// They need Debian's patroni and postgresql packages.
 	ProcessNodes int
+	// RealNodes is the number of real nodes: a kubelet and kube-proxy on
+	// Debian's containerd and runc, pods as containers of OCI images with
+	// pod IPs on a bridge, cluster DNS (CoreDNS). Only 1 is supported (one
+	// per machine at a time: planes that ask wait for each other). It
+	// needs root, `make real-node-deps` and the images of `make images`
+	// (RealNodeUnsupported says what is missing). Its volumes are local
+	// volumes the plane provisions on it.
+	RealNodes int
+	// NodeImages are the OCI archives the real node loads; nil means
+	// DefaultNodeImages in the binaries' directory.
+	NodeImages []string
+	// ImageAliases tags, on the real node, the image of each value (a
+	// reference of NodeImages) as its key too: e.g. zalando's Spilo
+	// reference for pgloop's instance image, which reads the same
+	// environment.
+	ImageAliases map[string]string
+	// ContainerdRoot is the real node's containerd root, which keeps its
+	// images across planes; empty means DefaultContainerdRoot.
+	ContainerdRoot string
 	// TaintProcessNodes taints process nodes (DataPlaneTaintKey) so that
 	// only pods tolerating it run there, the others stay on kwok's nodes.
 	TaintProcessNodes bool
@@ -126,7 +145,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Nodes == 0 && o.ProcessNodes == 0 {
+	if o.Nodes == 0 && o.ProcessNodes == 0 && o.RealNodes == 0 {
 		o.Nodes = 3
 	}
 	if o.NodeCapacity == nil {
@@ -188,6 +207,10 @@ type Plane struct {
 	ObjectStore *ObjectStore
 
 	processNodes []ProcessNode
+	realNodes    []RealNode
+	// hostLock and journal are the real node's (hoststate.go).
+	hostLock *hostLock
+	journal  *hostJournal
 	// volumes is the provisioner when Options.VolumeWorkers is set.
 	volumes *inProcess
 	// resizer is the resizer unless Options.NoResizer.
@@ -214,6 +237,17 @@ func Start(ctx context.Context, opts Options) (*Plane, error) {
 	bins, err := findBinaries(opts.BinDir, opts.ProcessNodes > 0, opts.ObjectStore)
 	if err != nil {
 		return nil, err
+	}
+	if opts.RealNodes > 1 {
+		return nil, fmt.Errorf("%d real nodes asked for: a plane runs 1 at most (docs/testbed.md, Real node)", opts.RealNodes)
+	}
+	if opts.RealNodes > 0 {
+		if err := RealNodeUnsupported(); err != nil {
+			return nil, err
+		}
+		if err := missingBinaries(bins, binRealKubelet, binKubeProxy, binCoreDNS, binPause); err != nil {
+			return nil, err
+		}
 	}
 	if opts.ProcessNodes > 0 {
 		if err := dataPlaneMissing(); err != nil {
@@ -255,6 +289,11 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 	}
 	for _, sub := range []string{"etcd", "apiserver", "controller-manager", "scheduler", "home"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if opts.RealNodes > 0 {
+		if err := p.prepareRealNode(ctx, step); err != nil {
 			return nil, err
 		}
 	}
@@ -323,11 +362,13 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		}
 	}
 	step("controller-manager, scheduler and kwok healthy")
-	if opts.VolumeWorkers > 0 {
+	// kwok's volume stages make hostPaths, which a kubelet gives no
+	// fsGroup: the real node's volumes are local ones of the provisioner.
+	if opts.VolumeWorkers > 0 || opts.RealNodes > 0 {
 		if err := p.startVolumes(); err != nil {
 			return nil, err
 		}
-		step("provisioner up (%d workers)", opts.VolumeWorkers)
+		step("provisioner up (%d workers)", max(opts.VolumeWorkers, realNodeVolumeWorkers))
 	}
 	if !opts.NoResizer {
 		if err := p.startResizer(); err != nil {
@@ -355,6 +396,11 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 	if opts.ProcessNodes > 0 {
 		step("%d process nodes Ready", opts.ProcessNodes)
 	}
+	if opts.RealNodes > 0 {
+		if err := p.startRealNode(ctx, pt.apiserver, step); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := WaitFor(ctx, ServiceAccounts(p.Client, corev1.NamespaceDefault, "default"), func(*corev1.ServiceAccount) (bool, error) { return true, nil }); err != nil {
 		return nil, p.withProcessState(fmt.Errorf("while waiting for the default ServiceAccount: %w", err))
 	}
@@ -379,8 +425,12 @@ func (p *Plane) launchObjectStore() (*process, error) {
 		return nil, err
 	}
 	s := &ObjectStore{}
+	host := ""
+	if p.opts.RealNodes > 0 {
+		host = realNodeIP
+	}
 	err := s.init(filepath.Join(p.Dir, objectStoreDir), p.bins, p.launcher, ObjectStoreOptions{
-		Bucket: p.opts.Bucket, Region: p.opts.Region, Log: p.opts.Log,
+		Bucket: p.opts.Bucket, Region: p.opts.Region, Host: host, Log: p.opts.Log,
 	}.withDefaults())
 	if err != nil {
 		return nil, err
@@ -454,7 +504,7 @@ func (p *Plane) stop() error {
 		for _, proc := range p.processes() {
 			// Process kubelets go first, while the apiserver still serves
 			// their last status writes.
-			if proc.name == binEtcd || (proc.cleanup != nil) != first {
+			if proc.name == binEtcd || realNodeProcess(proc.name) || (proc.cleanup != nil) != first {
 				continue
 			}
 			wg.Go(func() {
@@ -488,6 +538,11 @@ func (p *Plane) stop() error {
 		storeDone <- p.ObjectStore.Stop()
 	}()
 	stopAll(false)
+	// The real node's containers once its kubelet is gone (nothing
+	// restarts them), then containerd, then the host's state.
+	if err := p.stopRealNode(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := <-storeDone; err != nil {
 		errs = append(errs, fmt.Errorf("object store: %w", err))
 	}
@@ -598,6 +653,9 @@ func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
 		"--service-account-signing-key-file="+saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
+		// logs, exec and port-forward dial a real node's kubelet at its
+		// address: its name resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP",
 	)
 }
 

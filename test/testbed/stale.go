@@ -66,6 +66,12 @@ func removeStaleDirs(parent string, log func(format string, args ...any)) {
 		if id, err := processIdentity(pid); err == nil && id == owner {
 			continue
 		}
+		// A killed plane's real node left mounts in there (volumes,
+		// containers' root file systems): the next plane with a real node
+		// restores the host, then removes the directory (recoverHost).
+		if j, err := readJournal(); err == nil && j.Dir == dir {
+			continue
+		}
 		// A killed plane's process kubelets died with it, but the
 		// PostgreSQL servers they ran detach (Patroni setsid()s them).
 		roots, _ := filepath.Glob(filepath.Join(dir, "kubelet", "*"))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/pgloop/pgloop/test/provisioner"
@@ -21,6 +22,10 @@ var volumeStages = map[string]bool{
 	"pvc-delete.yaml":    true,
 	"pv-delete.yaml":     true,
 }
+
+// realNodeVolumeWorkers are the provisioner's workers when it makes the
+// real node's volumes only.
+const realNodeVolumeWorkers = 2
 
 // stageClassMatch is how kwok's volume stages select the claims and
 // volumes they handle: by the name of one class. kwokVolumeStage widens it
@@ -52,17 +57,34 @@ func (p *Plane) kwokVolumeStage(path string) (string, error) {
 	return out, nil
 }
 
-// startVolumes starts the provisioner (Options.VolumeWorkers) on a client
-// of its own, with the rate limits of Options. It does not wait for its
-// caches: a claim made before they sync is in their first list.
+// startVolumes starts the provisioner on a client of its own, with the
+// rate limits of Options: for every class with Options.VolumeWorkers, else
+// for the real node's class only (kwok's stages do the others). It does not
+// wait for its caches: a claim made before they sync is in their first
+// list.
 func (p *Plane) startVolumes() error {
+	classes, workers := storageClasses, p.opts.VolumeWorkers
+	if workers == 0 {
+		classes, workers = nil, realNodeVolumeWorkers
+	}
+	if p.opts.RealNodes > 0 {
+		classes = append(slices.Clone(classes), RealStorageClassName)
+	}
 	kube, log, err := p.inProcessClient(p.opts.VolumeQPS, p.opts.VolumeBurst, p.opts.Log)
 	if err != nil {
 		return err
 	}
+	var local *provisioner.LocalVolumes
+	if p.opts.RealNodes > 0 {
+		local = &provisioner.LocalVolumes{StorageClass: RealStorageClassName, Root: filepath.Join(p.Dir, "realnode", "pv"), Node: RealNodeName}
+		if err := os.MkdirAll(local.Root, 0o755); err != nil {
+			return err
+		}
+	}
 	p.volumes = goInProcess("provisioner", func(ctx context.Context) error {
 		return provisioner.Run(ctx, kube, provisioner.Config{
-			StorageClasses: storageClasses, Provisioner: Provisioner, Workers: p.opts.VolumeWorkers, Log: log,
+			StorageClasses: classes, Provisioner: Provisioner, Workers: workers, Log: log,
+			Local: local,
 		})
 	})
 	return nil

@@ -36,12 +36,15 @@ build() { # name, then the command that builds it
 }
 
 build etcd bash -c "cd '$here/etcd' && go build -trimpath -ldflags '-s -w' -o '$bin/etcd' ."
-for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 	build "$cmd" bash -c "cd '$here/kube' && go build -trimpath -ldflags '$(kube_ldflags)' -o '$bin/$cmd' k8s.io/kubernetes/cmd/$cmd"
 done
 # SeaweedFS's all-in-one `weed` (Apache-2.0): the plane's S3 object store
 # (docs/testbed.md, "Object store"). ~8 min cold on two cores.
 build weed bash -c "cd '$here/seaweedfs' && go build -trimpath -ldflags '-s -w' -o '$bin/weed' github.com/seaweedfs/seaweedfs/weed"
+# CoreDNS (Apache-2.0) with the plugins the real node's cluster DNS uses
+# (test/tools/coredns).
+build coredns bash -c "cd '$here/coredns' && go build -trimpath -ldflags '-s -w' -o '$bin/coredns' ."
 build kwok bash -c "GOBIN='$bin' GOFLAGS=-trimpath go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 
 # kwok's Stage objects (node, pod and volume lifecycles), from the same module
