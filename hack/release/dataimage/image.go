@@ -25,12 +25,21 @@ type options struct {
 	Version, Revision, Source string
 	// Tag is the image's tag (its ref.name in the archive).
 	Tag string
+	// Name, when set, is the image's whole reference (repository and
+	// tag), written as containerd's image name annotation: `ctr images
+	// import` names the image by it, where ref.name alone is a tag.
+	Name string
 	// Created is the image's creation time and the mtime of the second
 	// layer's files (SOURCE_DATE_EPOCH: the commit's time).
 	Created time.Time
 }
 
-const refName = "org.opencontainers.image.ref.name"
+const (
+	refName = "org.opencontainers.image.ref.name"
+	// containerdName is the annotation containerd's importer names an
+	// image by.
+	containerdName = "io.containerd.image.name"
+)
 
 // tag is the image's tag, and its name in the OCI layout's index.json.
 func (k kind) tag(version string) string { return k.Tag + version }
@@ -150,7 +159,7 @@ func binaryLayer(bin []byte, o options) (v1.Layer, error) {
 // writeArchive writes img as an image index of one platform, linux/amd64,
 // named tag in index.json, as an OCI layout in the tar file out (an
 // oci-archive, as `make image` writes the operator's).
-func writeArchive(img v1.Image, tag string, labels map[string]string, out string, at time.Time) (v1.Hash, error) {
+func writeArchive(img v1.Image, tag, name string, labels map[string]string, out string, at time.Time) (v1.Hash, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img,
 		Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
@@ -168,7 +177,11 @@ func writeArchive(img v1.Image, tag string, labels map[string]string, out string
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("write the OCI layout: %w", err)
 	}
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{refName: tag})); err != nil {
+	ann := map[string]string{refName: tag}
+	if name != "" {
+		ann[containerdName] = name
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(ann)); err != nil {
 		return v1.Hash{}, fmt.Errorf("write the OCI layout: %w", err)
 	}
 	return digest, tarDir(dir, out, at)

@@ -115,6 +115,11 @@ func openArchive(t *testing.T, path, tag string) v1.Image {
 	if len(tm.Manifests) != 1 || tm.Manifests[0].MediaType != types.OCIImageIndex || tm.Manifests[0].Annotations[refName] != tag {
 		t.Fatalf("index.json %+v, want one image index named %s", tm.Manifests, tag)
 	}
+	// make images names the whole reference for containerd's importer,
+	// which the test plane's real node loads the archives with.
+	if name := tm.Manifests[0].Annotations[containerdName]; !strings.HasSuffix(name, ":"+tag) || !strings.Contains(name, "/") {
+		t.Errorf("index.json names the image %q for containerd (%s), want a whole reference ending in :%s", name, containerdName, tag)
+	}
 	idx, err := top.ImageIndex(tm.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ func main() {
 	flag.StringVar(&o.Binary, "bin", "", "pgloop built for linux/amd64 (CGO_ENABLED=0)")
 	flag.StringVar(&o.Version, "version", "dev", "pgloop's version: the image's label, and its tag unless -tag (15-VERSION for the instance)")
 	tag := flag.String("tag", "", "the image's tag: the one pgloop's default names (pgloop version --images); empty means by -version")
+	flag.StringVar(&o.Name, "name", "", "the image's whole reference (pgloop version --images), annotated for `ctr images import`; its tag must be the image's")
 	flag.StringVar(&o.Revision, "revision", "", "the source revision label (a git commit)")
 	flag.StringVar(&o.Source, "source", "https://github.com/pgloop/pgloop", "the source label")
 	flag.Parse()
@@ -50,6 +51,10 @@ func main() {
 	o.Tag = *tag
 	if o.Tag == "" {
 		o.Tag = k.tag(o.Version)
+	}
+	if o.Name != "" && !strings.HasSuffix(o.Name, ":"+o.Tag) {
+		fmt.Fprintf(os.Stderr, "dataimage: -name %s does not end in the tag %s\n", o.Name, o.Tag)
+		os.Exit(2)
 	}
 	if err := run(k, *cache, *out, o); err != nil {
 		fmt.Fprintln(os.Stderr, "dataimage:", err)
@@ -111,7 +116,7 @@ func run(k kind, cache, out string, o options) error {
 	if err != nil {
 		return err
 	}
-	digest, err := writeArchive(img, o.Tag, cf.Config.Labels, out, o.Created)
+	digest, err := writeArchive(img, o.Tag, o.Name, cf.Config.Labels, out, o.Created)
 	if err != nil {
 		return err
 	}
