@@ -53,22 +53,36 @@ type config struct {
 	noResizer     bool
 	resizeFSDelay time.Duration
 	kwokPodDelete bool
+	realNodes     int
+	imageAliases  map[string]string
 	objectStore   bool
 	storeSecret   string
 	storeSettings string
 }
 
 const usage = `usage: testbed up [flags]
+       testbed check-real-node
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 on 127.0.0.1 with fake nodes, and runs until interrupted. Process nodes
 (--process-nodes) run real Patroni and PostgreSQL for the pods bound to them.
+A real node (--real-nodes 1: a kubelet on containerd, as root) runs its pods
+as containers of the images "make images" builds; check-real-node says
+whether this machine can run one, and if not why.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && args[0] == "check-real-node" {
+		// make run asks before it starts a plane with a real node.
+		if err := testbed.RealNodeUnsupported(); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "this machine can run a real node")
+		return nil
+	}
 	if len(args) == 0 || args[0] != "up" {
 		fmt.Fprint(stderr, usage)
-		return errors.New(`expected the "up" subcommand`)
+		return errors.New(`expected the "up" or "check-real-node" subcommand`)
 	}
 	var cfg config
 	fs := flag.NewFlagSet("testbed up", flag.ContinueOnError)
@@ -79,6 +93,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fs.IntVar(&cfg.nodes, "nodes", 3, "number of fake nodes played by kwok")
 	fs.IntVar(&cfg.processNodes, "process-nodes", 0, "number of nodes played by process kubelets (bin/pgkubelet): their pods run real Patroni and PostgreSQL")
+	fs.IntVar(&cfg.realNodes, "real-nodes", 0, "number of real nodes (0 or 1): a kubelet and kube-proxy on Debian's containerd, pods as containers of the images of `make images`, cluster DNS; needs root and `make real-node-deps`")
+	fs.Func("image-alias", "ALIAS=REF: the real node also names the image REF (one it loads) ALIAS, e.g. zalando's Spilo reference (repeatable)", func(s string) error {
+		alias, ref, ok := strings.Cut(s, "=")
+		if !ok || alias == "" || ref == "" {
+			return fmt.Errorf("%q: want ALIAS=REF", s)
+		}
+		if cfg.imageAliases == nil {
+			cfg.imageAliases = map[string]string{}
+		}
+		cfg.imageAliases[alias] = ref
+		return nil
+	})
 	fs.BoolVar(&cfg.taint, "taint-process-nodes", false, "taint process nodes "+testbed.DataPlaneTaintKey+"="+testbed.DataPlaneTaintValue+":NoSchedule")
 	fs.StringVar(&cfg.kubeconfigOut, "kubeconfig-out", "", "also write the admin kubeconfig here once the plane is ready, and remove it on exit")
 	fs.StringVar(&cfg.crds, "crds", "", "apply the CustomResourceDefinitions in this directory and wait until they are Established")
@@ -125,8 +151,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.volumeWorkers < 0 {
 		return fmt.Errorf("--volume-workers %d: want 0 (kwok's stages) or more", cfg.volumeWorkers)
 	}
-	if cfg.nodes < 0 || cfg.processNodes < 0 || cfg.nodes+cfg.processNodes == 0 {
-		return fmt.Errorf("--nodes %d --process-nodes %d: want at least one node and no negative count", cfg.nodes, cfg.processNodes)
+	if cfg.nodes < 0 || cfg.processNodes < 0 || cfg.realNodes < 0 || cfg.nodes+cfg.processNodes+cfg.realNodes == 0 {
+		return fmt.Errorf("--nodes %d --process-nodes %d --real-nodes %d: want at least one node and no negative count", cfg.nodes, cfg.processNodes, cfg.realNodes)
+	}
+	if cfg.realNodes > 1 {
+		return fmt.Errorf("--real-nodes %d: a plane runs 1 real node at most (docs/testbed.md, Real node)", cfg.realNodes)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -139,6 +168,8 @@ func up(ctx context.Context, cfg config, stdout, stderr io.Writer) (err error) {
 	p, err := testbed.Start(ctx, testbed.Options{
 		Nodes:             cfg.nodes,
 		ProcessNodes:      cfg.processNodes,
+		RealNodes:         cfg.realNodes,
+		ImageAliases:      cfg.imageAliases,
 		TaintProcessNodes: cfg.taint,
 		ImageBinaries:     cfg.images,
 		KeepDir:           cfg.keepDir,
