@@ -69,6 +69,17 @@ func OnProcessNode(pg *v1.Postgresql) {
 	}
 }
 
+// OnRealNode makes a cluster run on the plane's real node (docs/testbed.md,
+// "Real node"): as OnProcessNode, tolerating and required on the real
+// node instead, its volumes of the real node's class (local volumes).
+func OnRealNode(pg *v1.Postgresql) {
+	OnProcessNode(pg)
+	pg.Spec.Tolerations = []corev1.Toleration{testbed.RealNodeToleration()}
+	pg.Spec.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values =
+		[]string{testbed.RealNodeLabelValue}
+	pg.Spec.Volume.StorageClass = testbed.RealStorageClassName
+}
+
 // RepoRoot walks up from the working directory to pgloop's go.mod.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
