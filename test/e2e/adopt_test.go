@@ -36,8 +36,9 @@ import (
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
-// TestAdopt builds, on the process node with real Patroni, the objects the
-// zalando operator makes for testdata/zalando-adopt.yaml (zalandoCluster),
+// TestAdopt builds, on the real node, the objects the zalando operator
+// makes with its default configuration for testdata/zalando-adopt.yaml
+// (zalandoCluster: Patroni on Endpoints),
 // writes rows, then applies the output of `pgloop convert --adopt` while a
 // client inserts a row every 10 ms on the primary with the zalando
 // superuser's password. pgloop must take the cluster over without
@@ -285,31 +286,23 @@ func TestAdopt(t *testing.T) {
 			sts.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
 		}, "statefulset owned is controlled by v1 ConfigMap some-controller")
 	})
-	t.Run("refused: Patroni on Endpoints", func(t *testing.T) {
-		// zalando's default, kubernetes_use_configmaps off: its pods
-		// could not run here (loopback pod IPs), its StatefulSet can.
-		adoptRefused(ctx, t, ns, "endpoints", manifest, func(sts *appsv1.StatefulSet) {
+	t.Run("refused: Patroni outside Kubernetes", func(t *testing.T) {
+		adoptRefused(ctx, t, ns, "etcd", manifest, func(sts *appsv1.StatefulSet) {
 			c := &sts.Spec.Template.Spec.Containers[0]
-			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "KUBERNETES_USE_CONFIGMAPS" })
-		}, "Patroni keeps its leader in Endpoints")
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DCS_ENABLE_KUBERNETES_API" })
+		}, "Patroni keeps its state outside Kubernetes")
 	})
 }
 
 // convertAdopt runs `pgloop convert --adopt` on testdata/zalando-adopt.yaml
-// for the cluster name on the process node.
+// for the cluster name on the real node.
 func convertAdopt(ctx context.Context, t *testing.T, name string) []byte {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/zalando-adopt.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tol, err := json.Marshal(testbed.DataPlaneToleration())
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := strings.NewReplacer("name: NAME", "name: "+name,
-		"- TOLERATION", "- "+string(tol),
-		"- AFFINITY", fmt.Sprintf("- {key: %s, operator: In, values: [%s]}", testbed.NodeLabel, testbed.ProcessNodeLabelValue)).Replace(string(raw))
+	in := onRealNode(t, raw, name)
 	convert := exec.CommandContext(ctx, env.operatorBinary(t), "convert", "--adopt")
 	convert.Stdin = strings.NewReader(in)
 	var stderr strings.Builder
@@ -323,8 +316,8 @@ func convertAdopt(ctx context.Context, t *testing.T, name string) []byte {
 
 // zalandoCluster creates the objects the zalando operator makes for pg
 // (its spec holds the zalando manifest's values), with the zalando
-// operator's default configuration but kubernetes_use_configmaps: true
-// (Endpoints cannot hold this plane's loopback pod IPs) and without
+// operator's default configuration (kubernetes_use_configmaps off: Patroni
+// on Endpoints, which the real node's pod IPs allow) but without
 // KUBERNETES_BOOTSTRAP_LABELS (Patroni 3.0.2 has no bootstrap_labels).
 // The facts are from the zalando operator's pkg/cluster/k8sres.go at
 // commit a7aaad0a (see pkg/cluster/adopt.go). It returns the passwords of
@@ -367,18 +360,27 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 	must(t, create(ctx, env.Kube.RbacV1().Roles(ns).Create, role))
 	must(t, create(ctx, env.Kube.RbacV1().RoleBindings(ns).Create, binding))
 
-	// Services: with Patroni on ConfigMaps both select by role.
+	// Services: with Patroni on Endpoints the master Service has no
+	// selector, and its Endpoints, which zalando creates empty, are
+	// Patroni's: the leader writes its address there. The replicas'
+	// Service selects by role.
 	for svc, role := range map[string]string{name: "master", name + "-repl": "replica"} {
 		l := maps.Clone(labels)
 		l["spilo-role"] = role
-		sel := maps.Clone(selector)
-		sel["spilo-role"] = role
+		var sel map[string]string
+		if role == "replica" {
+			sel = maps.Clone(selector)
+			sel["spilo-role"] = role
+		}
 		must(t, create(ctx, core.Services(ns).Create, &corev1.Service{ObjectMeta: meta(svc, l), Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: sel,
 			Ports:    []corev1.ServicePort{{Name: "postgresql", Port: 5432, TargetPort: intstr.FromInt32(5432)}},
 		}}))
 	}
+	masterLabels := maps.Clone(labels)
+	masterLabels["spilo-role"] = "master"
+	must(t, create(ctx, core.Endpoints(ns).Create, &corev1.Endpoints{ObjectMeta: meta(name, masterLabels)}))
 	masterSel := maps.Clone(selector)
 	masterSel["spilo-role"] = "master"
 	must(t, create(ctx, env.Kube.PolicyV1().PodDisruptionBudgets(ns).Create, &policyv1.PodDisruptionBudget{
@@ -439,7 +441,6 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 			{Name: "KUBERNETES_LABELS", Value: `{"application":"spilo"}`},
 			{Name: "SPILO_CONFIGURATION", Value: string(spilo)},
 			{Name: "DCS_ENABLE_KUBERNETES_API", Value: "true"},
-			{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
 		},
 	}
 	sts := &appsv1.StatefulSet{
@@ -463,9 +464,10 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
 				ObjectMeta: metav1.ObjectMeta{Name: "pgdata", Labels: labels},
 				Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: pg.Spec.Volume.Size}},
-					VolumeMode:  ptr.To(corev1.PersistentVolumeFilesystem),
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: pg.Spec.Volume.Size}},
+					VolumeMode:       ptr.To(corev1.PersistentVolumeFilesystem),
+					StorageClassName: ptr.To(pg.Spec.Volume.StorageClass),
 				},
 			}},
 			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
@@ -478,6 +480,20 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 	}
 	must(t, create(ctx, env.Kube.AppsV1().StatefulSets(ns).Create, sts))
 	return passwords
+}
+
+// onRealNode fills in testdata/zalando-adopt.yaml's placeholders: the
+// cluster's name, and the real node's toleration, affinity and class.
+func onRealNode(t *testing.T, raw []byte, name string) string {
+	t.Helper()
+	tol, err := json.Marshal(testbed.RealNodeToleration())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.NewReplacer("name: NAME", "name: "+name,
+		"- TOLERATION", "- "+string(tol),
+		"- AFFINITY", fmt.Sprintf("- {key: %s, operator: In, values: [%s]}", testbed.NodeLabel, testbed.RealNodeLabelValue),
+		"storageClass: STORAGECLASS", "storageClass: "+testbed.RealStorageClassName).Replace(string(raw))
 }
 
 // zalandoGVR is the zalando operator's postgresql resource.
@@ -510,7 +526,7 @@ func zalandoResource(ctx context.Context, t *testing.T, ns, name string) *unstru
 		t.Fatal(err)
 	}
 	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+	if err := yaml.Unmarshal([]byte(onRealNode(t, raw, name)), &obj.Object); err != nil {
 		t.Fatal(err)
 	}
 	obj.SetName(name)

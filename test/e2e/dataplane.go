@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,6 +32,10 @@ import (
 // OnProcessNode is pgtest.OnProcessNode, under the name the suites use:
 // the cluster runs on the process node.
 var OnProcessNode = pgtest.OnProcessNode
+
+// OnRealNode is pgtest.OnRealNode: the cluster runs on the real node, as
+// containers of pgloop's image (docs/testbed.md, "Real node").
+var OnRealNode = pgtest.OnRealNode
 
 // ProcessNode returns the plane's process node.
 func (e *Env) ProcessNode(t testing.TB) testbed.ProcessNode {
@@ -52,14 +57,22 @@ func (e *Env) Pod(ctx context.Context, t testing.TB, ns, name string) *corev1.Po
 	return pod
 }
 
-// LeaderRecord returns the member Patroni's leader lock names
-// (<cluster>-leader ConfigMap, annotation leader), "" when none.
+// LeaderRecord returns the member Patroni's leader lock names (annotation
+// leader of the <cluster>-leader ConfigMap, or with Patroni on Endpoints
+// of the Endpoints <cluster>), "" when none.
 func (e *Env) LeaderRecord(ctx context.Context, ns, name string) (string, error) {
 	cm, err := e.Kube.CoreV1().ConfigMaps(ns).Get(ctx, name+"-leader", metav1.GetOptions{})
+	if err == nil {
+		return cm.Annotations["leader"], nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", fmt.Errorf("while reading the leader record of %s/%s: %w", ns, name, err)
+	}
+	ep, err := e.Kube.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", fmt.Errorf("while reading the leader record of %s/%s: %w", ns, name, err)
 	}
-	return cm.Annotations["leader"], nil
+	return ep.Annotations["leader"], nil
 }
 
 // SQL connects to the PostgreSQL of pod as the superuser, with the password

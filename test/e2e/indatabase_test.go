@@ -42,7 +42,7 @@ func TestInDatabase(t *testing.T) {
 	const name = "idb"
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {v1.FlagCreateDB}, "reader": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app", "reportdb": "reader"}
 		pg.Spec.PostgreSQL.Parameters["work_mem"] = "6MB"

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	e, err := Setup(ctx, testbed.Options{
 		Nodes: 3,
 		// One node runs real Patroni and PostgreSQL (dataplane_test.go);
@@ -47,9 +48,18 @@ func TestMain(m *testing.M) {
 			OperatorImage + ":" + upgradeVersion: filepath.Join(imageDir, "pgloop-"+upgradeVersion),
 		},
 		// The S3 store pgBackRest archives to (archiving_test.go).
-		ObjectStore: true,
-		Log:         os.Stderr,
-		KeepDir:     os.Getenv("PGLOOP_KEEP_PLANE") != "",
+		// The suites that check what runs in pods on a real node: containers
+		// of pgloop's images, pod IPs that Endpoints accept (zalando's
+		// Patroni on Endpoints), cluster DNS. It runs the zalando-made
+		// clusters under zalando's image reference.
+		RealNodes:    1,
+		ImageAliases: map[string]string{zalandoImage: cluster.DefaultImage},
+		ObjectStore:  true,
+		// The first plane of a machine loads pgloop's images into the real
+		// node's containerd; another package's plane may hold the real node.
+		StartTimeout: 10 * time.Minute,
+		Log:          os.Stderr,
+		KeepDir:      os.Getenv("PGLOOP_KEEP_PLANE") != "",
 	})
 	cancel()
 	if err != nil {

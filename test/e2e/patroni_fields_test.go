@@ -26,7 +26,7 @@ func TestPatroniFields(t *testing.T) {
 	const name = "pfields"
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Patroni = &v1.Patroni{
 			InitDB:       map[string]string{"encoding": "UTF8", "data-checksums": "true", "wal-segsize": "32"},
 			FailsafeMode: ptr.To(true),

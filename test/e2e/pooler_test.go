@@ -31,7 +31,7 @@ func TestConnectionPooler(t *testing.T) {
 	const name = "pool"
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app"}
 		pg.Spec.EnableConnectionPooler = ptr.To(true)

@@ -25,7 +25,7 @@ func TestPreparedDatabases(t *testing.T) {
 	const name = "prep"
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.PreparedDatabases = map[string]v1.PreparedDatabase{"shop": {DefaultUsers: true,
 			Extensions: map[string]v1.ExtensionSchema{"pgcrypto": "data"},
 			Schemas:    map[string]v1.PreparedSchema{"data": {}}}}

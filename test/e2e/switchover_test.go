@@ -25,7 +25,7 @@ func TestRolloutSwitchover(t *testing.T) {
 	const name = "roll"
 
 	op := env.StartOperator(t, "switchover", []string{ns})
-	env.CreateCluster(t, ns, name, 2, OnProcessNode)
+	env.CreateCluster(t, ns, name, 2, OnRealNode)
 	pg := inEffect(ctx, t, ns, name, 2)
 	conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
 	if _, err := conn.Exec(ctx, "CREATE TABLE writes (at timestamptz NOT NULL)"); err != nil {
