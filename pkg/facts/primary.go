@@ -61,14 +61,11 @@ func primary(store v1.PatroniStore, clusterName, leader string, recorded bool, l
 // leaderRecord returns the member that the cluster's leader record in
 // store (objs.Leader or objs.LeaderEndpoints, nil when there is none)
 // names ("" when none), and whether it is a record. An object of that name
-// that Patroni did not label for the cluster is not its record: on
-// ConfigMaps a stranger's, on Endpoints also the endpoints controller's
-// of a master Service with a selector, which it labels as the Service.
-// Such an Endpoints carries no leader annotation, and Patroni's carries
-// the cluster-name label, so the label alone tells them apart only on
-// ConfigMaps: an Endpoints without the leader annotation is a record
-// that names no member (case 2 of primary), as Patroni's is while no
-// member holds the lock.
+// that Patroni did not label for the cluster is not its record. On
+// Endpoints, the Endpoints <cluster> may be there before any member took
+// the lock in it (the zalando operator creates it, labelled for the
+// cluster): without the leader annotation it is a record that names no
+// member (case 2 of primary), as Patroni's is once the lock is released.
 func leaderRecord(objs observed.Cluster, store v1.PatroniStore) (string, bool) {
 	var record metav1.Object
 	switch {
