@@ -150,6 +150,7 @@ func (i *Informers) leaderHandler(recordName func(cluster string) string) cache.
 // label names.
 func leaderKey(obj any, recordName func(cluster string) string) (string, bool) {
 	switch obj.(type) {
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
 	case *corev1.ConfigMap, *corev1.Endpoints:
 	default:
 		return "", false

@@ -482,6 +482,7 @@ func slim(obj any) (any, error) {
 	case *corev1.ConfigMap:
 		o.Data, o.BinaryData = nil, nil
 		o.Annotations = leaderOnly(o.Annotations)
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
 	case *corev1.Endpoints:
 		o.Subsets = nil
 		o.Annotations = leaderOnly(o.Annotations)

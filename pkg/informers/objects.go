@@ -47,6 +47,7 @@ func (i *Informers) Objects(key string) (observed.Cluster, bool) {
 	}
 	objs.LogicalBackup, _ = byKey[*batchv1.CronJob](s.cronJobs, pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
 	if pg.PatroniStore() == v1.PatroniStoreEndpoints {
+		//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
 		objs.LeaderEndpoints, _ = byKey[*corev1.Endpoints](s.endpoints, pg.Namespace, cluster.LeaderEndpointsName(pg.Name))
 	} else {
 		objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))

@@ -41,6 +41,7 @@ type Cluster struct {
 	// the cluster (cluster.LeaderEndpointsName), whoever labelled it; read
 	// only when Patroni keeps its state in Endpoints
 	// (v1.PatroniStoreEndpoints).
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
 	LeaderEndpoints *corev1.Endpoints
 	// StatefulSetWarnings are the Warning Events about the StatefulSet,
 	// including those of a former StatefulSet of the same name.
