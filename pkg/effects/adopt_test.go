@@ -218,6 +218,17 @@ func TestEnsureAdoptsEndpoints(t *testing.T) {
 		if err != nil || len(ep.Subsets) != 1 || ep.Annotations[cluster.AnnotationLeader] != cluster.PodName(pg.Name, 0) || len(ep.OwnerReferences) != 0 {
 			t.Errorf("Patroni's Endpoints %v: %+v; want them as Patroni left them", err, ep)
 		}
+		// Settled: nothing to write, the selector-less Service included.
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		h.kube.ClearActions()
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.kubeWrites(); len(got) != 0 {
+			t.Errorf("a third ensure wrote %v", got)
+		}
 	})
 }
 
