@@ -20,11 +20,11 @@ import (
 // Deriver turns an observed.Cluster into its fsm.Facts. The facts are a
 // function of the objects and the time only; the Deriver remembers, per
 // cluster, what saves work on the next observation (derived): what the
-// spec alone says, computed once per (UID, generation) and not again for
-// every pod event, and within it the pods' parsed Patroni member data (per
-// pod resourceVersion), the StatefulSet's bootstrap configuration (per its
-// resourceVersion) and the last sync hash (per Secret versions and sync
-// request). It is safe for concurrent use (a mutex guards that memory);
+// spec alone says, computed once per (UID, generation, Patroni store) and
+// not again for every pod event, and within it the pods' parsed Patroni
+// member data (per pod resourceVersion), the StatefulSet's bootstrap
+// configuration (per its resourceVersion) and the last sync hash (per
+// Secret versions and sync request). It is safe for concurrent use (a mutex guards that memory);
 // the controller calls it through the Observer, on the loop goroutine.
 type Deriver struct {
 	// build are the settings the desired StatefulSet is built with: the
