@@ -35,7 +35,10 @@ import (
 //     scope NAME, scope label cluster-name, role label spilo-role, labels
 //     {"application":"spilo"};
 //   - Services NAME and NAME-repl, PodDisruptionBudgets postgres-NAME-pdb
-//     and postgres-NAME-critical-op-pdb;
+//     and postgres-NAME-critical-op-pdb; on Endpoints the master Service
+//     NAME has no selector, the operator creates its Endpoints NAME, which
+//     Patroni's leader then keeps, and the headless Service NAME-config
+//     keeps Patroni's Endpoints NAME-config from the endpoints controller;
 //   - owner references to the postgresql only with enable_owner_references
 //     (default false), a finalizer on the postgresql only with
 //     enable_finalizers (default false). Deleting the postgresql while the
@@ -47,7 +50,9 @@ import (
 // the objects over by adding its controller reference and updating what
 // it owns; the pods keep running (the StatefulSet is OnDelete) and carry
 // the pod template hash pgloop renders at adoption, so they count as up to
-// date until the spec changes.
+// date until the spec changes. The adoption records the store the
+// StatefulSet runs Patroni on (v1.AnnotationPatroniStore), so that pgloop
+// renders its pods, and the master Service, for the same one.
 
 // zalandoSecretSuffix follows <user>.<cluster> in the name of a zalando
 // credentials Secret.
@@ -109,11 +114,12 @@ func AdoptedSecret(pg *v1.Postgresql, user string, from *corev1.Secret) (*corev1
 //  3. The StatefulSet selects its pods by other labels than pgloop's
 //     Selector: the selector cannot change, and pgloop's pod template
 //     must match it.
-//  4. Its Spilo container runs Patroni on another store than Kubernetes
-//     ConfigMaps, or with another scope or labels than pgloop's pods:
-//     pgloop's pods could not join the members that run. Endpoints are
-//     refused because pgloop runs Patroni on ConfigMaps, and a member
-//     cannot switch stores without all of them being restarted.
+//  4. Its Spilo container runs Patroni on a store outside Kubernetes, on
+//     another Kubernetes store than pg's v1.AnnotationPatroniStore names
+//     (when it names one: unset, the adoption records the StatefulSet's),
+//     or with another scope or labels than pgloop's pods: pgloop's pods
+//     could not join the members that run, and a member cannot switch
+//     stores without all of them being restarted.
 func AdoptionRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet, others []metav1.Object) error {
 	all := others
 	if sts != nil {
@@ -160,13 +166,15 @@ func patroniRefusal(pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
 	refuse := func(format string, args ...any) error {
 		return fmt.Errorf("%w: statefulset %s: %s", v1.ErrAdoptionRefused, sts.Name, fmt.Sprintf(format, args...))
 	}
+	store, onKubernetes := TemplatePatroniStore(sts)
+	named, set := pg.Annotations[v1.AnnotationPatroniStore]
 	switch {
-	case env["DCS_ENABLE_KUBERNETES_API"] == "":
-		return refuse("Patroni keeps its state outside Kubernetes (DCS_ENABLE_KUBERNETES_API unset); pgloop runs Patroni on Kubernetes ConfigMaps only: move the data instead (docs/migrating.md)")
-	case env["KUBERNETES_USE_CONFIGMAPS"] == "":
-		return refuse("Patroni keeps its leader in Endpoints (the zalando operator's kubernetes_use_configmaps is off); " +
-			"pgloop runs Patroni on ConfigMaps, and a running cluster cannot change stores without restarting every pod: " +
-			"move the data instead (docs/migrating.md, Move the data)")
+	case !onKubernetes:
+		return refuse("Patroni keeps its state outside Kubernetes (DCS_ENABLE_KUBERNETES_API unset); pgloop runs Patroni on Kubernetes ConfigMaps or Endpoints only: move the data instead (docs/migrating.md)")
+	case set && v1.PatroniStore(named) != store:
+		return refuse("Patroni keeps its state in %s (KUBERNETES_USE_CONFIGMAPS %q), the annotation %s says %s: "+
+			"a running cluster cannot change stores without restarting every pod; remove the annotation and the adoption records %s",
+			store, env[envUseConfigMaps], v1.AnnotationPatroniStore, named, store)
 	case env["SCOPE"] != pg.Name:
 		return refuse("Patroni's scope is %q, pgloop's would be %q", env["SCOPE"], pg.Name)
 	case env["KUBERNETES_SCOPE_LABEL"] != LabelClusterName, env["KUBERNETES_ROLE_LABEL"] != LabelRole:

@@ -39,6 +39,7 @@ func TestAdoptionRefusal(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
+		pg     *v1.Postgresql // nil for pg
 		sts    *appsv1.StatefulSet
 		others []metav1.Object
 		want   string // "" for none
@@ -57,14 +58,24 @@ func TestAdoptionRefusal(t *testing.T) {
 		{name: "another selector", sts: otherSelector,
 			want: "selects its pods by application=spilo,cluster-name=acid-minimal-cluster,environment=prod, pgloop by application=spilo,cluster-name=acid-minimal-cluster"},
 		{name: "no Spilo container", sts: noSpilo, want: `has no container "postgres"`},
-		{name: "Endpoints", sts: env(zalando, "KUBERNETES_USE_CONFIGMAPS", ""), want: "Patroni keeps its leader in Endpoints"},
+		{name: "zalando's objects, Endpoints", sts: env(zalando, "KUBERNETES_USE_CONFIGMAPS", ""), others: []metav1.Object{service(), claim()}},
+		{name: "Endpoints, the annotation says endpoints", pg: withStore(pg, v1.PatroniStoreEndpoints), sts: env(zalando, "KUBERNETES_USE_CONFIGMAPS", "")},
+		{name: "ConfigMaps, the annotation says configmaps", pg: withStore(pg, v1.PatroniStoreConfigMaps), sts: zalando},
+		{name: "Endpoints, the annotation says configmaps", pg: withStore(pg, v1.PatroniStoreConfigMaps), sts: env(zalando, "KUBERNETES_USE_CONFIGMAPS", ""),
+			want: `Patroni keeps its state in endpoints (KUBERNETES_USE_CONFIGMAPS ""), the annotation pgloop.dev/patroni-store says configmaps`},
+		{name: "ConfigMaps, the annotation says endpoints", pg: withStore(pg, v1.PatroniStoreEndpoints), sts: zalando,
+			want: `Patroni keeps its state in configmaps (KUBERNETES_USE_CONFIGMAPS "true"), the annotation pgloop.dev/patroni-store says endpoints`},
 		{name: "etcd", sts: env(env(zalando, "DCS_ENABLE_KUBERNETES_API", ""), "ETCD_HOST", "etcd:2379"), want: "Patroni keeps its state outside Kubernetes"},
 		{name: "another scope", sts: env(zalando, "SCOPE", "other"), want: `Patroni's scope is "other"`},
 		{name: "another scope label", sts: env(zalando, "KUBERNETES_SCOPE_LABEL", "version"), want: `scope and role labels are "version" and "spilo-role"`},
 		{name: "other member labels", sts: env(zalando, "KUBERNETES_LABELS", `{"application":"spilo","env":"prod"}`), want: "Patroni's member labels are"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := AdoptionRefusal(pg, tc.sts, tc.others)
+			p := pg
+			if tc.pg != nil {
+				p = tc.pg
+			}
+			err := AdoptionRefusal(p, tc.sts, tc.others)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -23,7 +23,8 @@
 // taken over, and AdoptedSecret what pgloop's Secrets are then (adopt.go).
 // It also holds the names, labels and annotations pgloop gives those
 // objects, and those of Patroni's own objects it reads (the leader
-// ConfigMap), for every package that must find them.
+// ConfigMap, or Endpoints: patroni.go), for every package that must find
+// them.
 //
 // Everything here is pure: no API calls, no clock, no global state; it
 // imports nothing of pgloop but pkg/apis, and no client, so a package that

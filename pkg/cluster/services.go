@@ -23,11 +23,19 @@ func Services(pg *v1.Postgresql, opts Options) []*corev1.Service {
 	return []*corev1.Service{MasterService(pg, opts), ReplicaService(pg, opts), ConfigService(pg)}
 }
 
-// MasterService routes to the pod Patroni labelled spilo-role=master, the
-// primary: the address applications write to. It also governs the
-// StatefulSet's pod names.
+// MasterService routes to the primary: the address applications write
+// to. It also governs the StatefulSet's pod names. With ConfigMaps as
+// Patroni's store it selects the pod Patroni labelled spilo-role=master;
+// with Endpoints it has no selector, as the zalando operator makes it:
+// Patroni's leader keeps its Endpoints (the leader lock, and the leader's
+// own address in its subsets), which the endpoints controller then leaves
+// alone, and which pgloop never writes.
 func MasterService(pg *v1.Postgresql, opts Options) *corev1.Service {
-	return roleService(pg, MasterServiceName(pg.Name), RoleMaster, RoleExposure(pg, RoleMaster, opts))
+	svc := roleService(pg, MasterServiceName(pg.Name), RoleMaster, RoleExposure(pg, RoleMaster, opts))
+	if pg.PatroniStore() == v1.PatroniStoreEndpoints {
+		svc.Spec.Selector = nil
+	}
+	return svc
 }
 
 // ReplicaService routes to the pods Patroni labelled spilo-role=replica,
@@ -158,7 +166,7 @@ func expose(svc *corev1.Service, pg *v1.Postgresql, e Exposure) {
 // Patroni's config object, as the zalando operator creates it. With
 // Endpoints as its store Patroni keeps its configuration in the Endpoints
 // <cluster>-config, which the endpoints controller would delete without a
-// Service of that name; with ConfigMaps (pgloop's choice) it is kept so a
+// Service of that name; with ConfigMaps (the default) it is kept so a
 // cluster looks the same to tools written for zalando. Its ClusterIP None
 // is immutable.
 func ConfigService(pg *v1.Postgresql) *corev1.Service {

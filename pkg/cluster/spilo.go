@@ -238,7 +238,7 @@ func LocalParameter(name string) bool { return spiloLocalParameters[strings.ToLo
 // Spilo turns the KUBERNETES_* variables into Patroni's kubernetes section
 // (KUBERNETES_SCOPE_LABEL becomes kubernetes.scope_label, and so on).
 func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
-	return []corev1.EnvVar{
+	env := []corev1.EnvVar{
 		// Patroni's scope: its DCS objects are named <scope>-leader, ...
 		{Name: "SCOPE", Value: pg.Name},
 		{Name: "PGROOT", Value: PGRoot},
@@ -251,21 +251,25 @@ func spiloEnv(pg *v1.Postgresql) []corev1.EnvVar {
 		// Spilo picks the binaries of this major version for a new data
 		// directory; an existing one keeps the version of its PG_VERSION.
 		{Name: "PGVERSION", Value: pg.Spec.PostgreSQL.Version},
-		{Name: "DCS_ENABLE_KUBERNETES_API", Value: "true"},
+		{Name: envKubernetesAPI, Value: "true"},
 		{Name: "KUBERNETES_SCOPE_LABEL", Value: LabelClusterName},
 		{Name: "KUBERNETES_ROLE_LABEL", Value: LabelRole},
 		{Name: "KUBERNETES_LEADER_LABEL_VALUE", Value: RoleMaster},
 		// Spilo parses KUBERNETES_LABELS as JSON. Patroni lists its members
 		// with these labels plus scope_label=SCOPE.
 		{Name: "KUBERNETES_LABELS", Value: mustJSON(map[string]string{LabelApplication: ApplicationSpilo})},
-		// ConfigMaps rather than Endpoints: the master Service selects the
-		// role label, so nothing else may own its Endpoints. pgloop reads
-		// the leader lock from the ConfigMap only (patroni.go).
-		{Name: "KUBERNETES_USE_CONFIGMAPS", Value: "true"},
-		// Its value is set by StatefulSet: one without the bootstrap
-		// section for the hash, then the whole.
-		{Name: SpiloConfigurationVar},
 	}
+	// ConfigMaps unless the cluster keeps its state in Endpoints
+	// (patroni.go): then the variable is left out, as zalando's
+	// StatefulSet leaves it out, and Spilo has Patroni write the leader's
+	// address into the master Service's Endpoints. An adopted cluster's
+	// members and the pods pgloop replaces them with share one store.
+	if pg.PatroniStore() != v1.PatroniStoreEndpoints {
+		env = append(env, corev1.EnvVar{Name: envUseConfigMaps, Value: kubernetesConfigMaps})
+	}
+	// Its value is set by StatefulSet: one without the bootstrap section
+	// for the hash, then the whole.
+	return append(env, corev1.EnvVar{Name: SpiloConfigurationVar})
 }
 
 func fieldRef(path string) *corev1.EnvVarSource {

@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -158,7 +159,9 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	// spec, where the user sees it and moves the cluster to another
 	// (pgloop's) by editing it; without it, pgloop's default image would
 	// go into the StatefulSet, and the next rollout would move the pods.
-	if err := r.keepAdoptedImage(ctx, pg, sts); err != nil {
+	// So does Patroni's store, in its annotation: without it, pgloop
+	// would render the pods of an Endpoints cluster for ConfigMaps.
+	if err := r.keepAdopted(ctx, pg, sts); err != nil {
 		return err
 	}
 
@@ -217,36 +220,74 @@ func (r *run) adopt(ctx context.Context, pg *v1.Postgresql) error {
 	return fmt.Errorf("adopted the zalando cluster's objects, waiting for the informers to show them (%w)", act.ErrWaiting)
 }
 
-// keepAdoptedImage sets spec.dockerImage, when the resource sets none, to
-// the image of the StatefulSet's postgres container, on the resource and
-// in pg (which the pods' template hash is computed from).
-func (r *run) keepAdoptedImage(ctx context.Context, pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
-	if pg.Spec.DockerImage != "" {
-		return nil
-	}
+// keepAdopted sets, on the resource and in pg (which the pods' template
+// hash is computed from), in one update:
+//   - spec.dockerImage, when the resource sets none, to the image of the
+//     StatefulSet's postgres container;
+//   - the annotation v1.AnnotationPatroniStore, when the resource has
+//     none, to the store the StatefulSet runs Patroni on, when that is
+//     Endpoints (ConfigMaps is what no annotation means):
+//     cluster.AdoptionRefusal refused a resource whose annotation names
+//     another store than the StatefulSet's.
+func (r *run) keepAdopted(ctx context.Context, pg *v1.Postgresql, sts *appsv1.StatefulSet) error {
 	image := ""
-	for _, c := range sts.Spec.Template.Spec.Containers {
-		if c.Name == cluster.ContainerName || image == "" {
-			image = c.Image
+	if pg.Spec.DockerImage == "" {
+		for _, c := range sts.Spec.Template.Spec.Containers {
+			if c.Name == cluster.ContainerName || image == "" {
+				image = c.Image
+			}
 		}
 	}
-	if image == "" {
+	store := v1.PatroniStore("")
+	if _, set := pg.Annotations[v1.AnnotationPatroniStore]; !set {
+		if s, ok := cluster.TemplatePatroniStore(sts); ok && s == v1.PatroniStoreEndpoints {
+			store = s
+		}
+	}
+	if image == "" && store == "" {
 		return nil
 	}
 	// An update of the copy read: a resource changed meanwhile is a
 	// Conflict, and the adoption starts again from what it is.
 	edited := pg.DeepCopy()
-	edited.Spec.DockerImage = image
+	if image != "" {
+		edited.Spec.DockerImage = image
+	}
+	if store != "" {
+		if edited.Annotations == nil {
+			edited.Annotations = map[string]string{}
+		}
+		edited.Annotations[v1.AnnotationPatroniStore] = string(store)
+	}
 	if _, err := r.postgresqls().Update(ctx, edited, metav1.UpdateOptions{FieldManager: act.FieldManager}); err != nil {
 		if apierrors.IsConflict(err) {
 			return fmt.Errorf("adopt: the resource changed meanwhile (%w)", act.ErrWaiting)
 		}
+		if store != "" {
+			return fmt.Errorf("adopt: keep the zalando cluster's image %q and Patroni's store %s: %w", image, store, err)
+		}
 		return fmt.Errorf("adopt: keep the zalando cluster's image %s in spec.dockerImage: %w", image, err)
 	}
-	pg.Spec.DockerImage = image
-	msg := "spec.dockerImage set to " + image + ", the image the zalando operator ran: the pods keep it; edit spec.dockerImage to move the cluster to another image (a rolling change)"
-	r.log.Info("adopt: " + msg)
-	r.recordEvents(ctx, []act.Record{{Reason: ReasonAdopted, Message: msg}})
+	var records []act.Record
+	if image != "" {
+		pg.Spec.DockerImage = image
+		msg := "spec.dockerImage set to " + image + ", the image the zalando operator ran: the pods keep it; edit spec.dockerImage to move the cluster to another image (a rolling change)"
+		r.log.Info("adopt: " + msg)
+		records = append(records, act.Record{Reason: ReasonAdopted, Message: msg})
+	}
+	if store != "" {
+		// A new map: pg's may be shared with the copy it was made from.
+		pg.Annotations = maps.Clone(pg.Annotations)
+		if pg.Annotations == nil {
+			pg.Annotations = map[string]string{}
+		}
+		pg.Annotations[v1.AnnotationPatroniStore] = string(store)
+		msg := "annotation " + v1.AnnotationPatroniStore + " set to " + string(store) + ": the zalando cluster's Patroni keeps its state in Endpoints " +
+			"(KUBERNETES_USE_CONFIGMAPS unset), and so will the pods pgloop makes; the master Service keeps no selector"
+		r.log.Info("adopt: " + msg)
+		records = append(records, act.Record{Reason: ReasonAdopted, Message: msg})
+	}
+	r.recordEvents(ctx, records)
 	return nil
 }
 

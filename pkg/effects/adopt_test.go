@@ -1,5 +1,7 @@
 package effects
 
+//lint:file-ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace: the tests make them as Patroni does.
+
 import (
 	"context"
 	"errors"
@@ -139,15 +141,123 @@ func TestEnsureAdopts(t *testing.T) {
 	})
 }
 
+// zalandoEndpointsObjects are zalandoObjects of a zalando operator with
+// kubernetes_use_configmaps off (its default): no KUBERNETES_USE_CONFIGMAPS,
+// a master Service without a selector, and its Endpoints, which Patroni's
+// leader keeps: the lock in its annotations, its address in its subsets.
+func zalandoEndpointsObjects(pg *v1.Postgresql) []runtime.Object {
+	objs := zalandoObjects(pg)
+	objs[0] = pgsamples.ZalandoEnv(objs[0].(*appsv1.StatefulSet), "KUBERNETES_USE_CONFIGMAPS", "")
+	svc := objs[1].(*corev1.Service)
+	svc.Spec.Ports = []corev1.ServicePort{{Name: cluster.PostgresPortName, Port: cluster.PostgresPort}}
+	return append(objs, &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: cluster.LeaderEndpointsName(pg.Name), Namespace: pg.Namespace, Labels: cluster.Selector(pg.Name),
+			Annotations: map[string]string{cluster.AnnotationLeader: cluster.PodName(pg.Name, 0), cluster.AnnotationTTL: "30"}},
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.0.0.10"}},
+			Ports: []corev1.EndpointPort{{Name: cluster.PostgresPortName, Port: cluster.PostgresPort}}}},
+	})
+}
+
+// TestEnsureAdoptsEndpoints: a zalando cluster on Endpoints is adopted in
+// place, as one on ConfigMaps: the annotation records its store, the pods
+// count as up to date with the Endpoints template, and the ensure that
+// follows keeps the master Service without a selector and never writes
+// Patroni's Endpoints.
+func TestEnsureAdoptsEndpoints(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := adopting(testCluster(t))
+		h := newHarness(t, []*v1.Postgresql{pg}, zalandoEndpointsObjects(pg)...)
+		if err := h.ensure(t, pg); !errors.Is(err, act.ErrWaiting) {
+			t.Fatalf("first ensure: %v, want the adoption's act.ErrWaiting", err)
+		}
+		got, err := h.pgc.PgloopV1().Postgresqls(pg.Namespace).Get(context.Background(), pg.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.PatroniStore() != v1.PatroniStoreEndpoints || got.Spec.DockerImage != "ghcr.io/zalando/spilo-18:4.1-p2" {
+			t.Fatalf("after the adoption: store %q, image %q; want endpoints and zalando's image", got.PatroniStore(), got.Spec.DockerImage)
+		}
+		select {
+		case <-h.rec.Events:
+		default:
+			t.Errorf("no %s event", ReasonAdopted)
+		}
+		pg = got
+		hash := cluster.PodTemplateHash(buildAll(t, pg).StatefulSet)
+		for i := range int32(2) {
+			pod, err := h.kube.CoreV1().Pods(pg.Namespace).Get(context.Background(), cluster.PodName(pg.Name, i), metav1.GetOptions{})
+			if err != nil || cluster.PodTemplateHash(pod) != hash {
+				t.Errorf("pod %d: %v, hash %q, want the Endpoints template's %q", i, err, cluster.PodTemplateHash(pod), hash)
+			}
+		}
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		h.kubeWrites()
+
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatalf("second ensure: %v", err)
+		}
+		for _, w := range h.kubeWrites() {
+			if strings.HasPrefix(w, "delete pods") || strings.Contains(w, " endpoints ") {
+				t.Errorf("%s after an adoption", w)
+			}
+		}
+		sts, err := h.kube.AppsV1().StatefulSets(pg.Namespace).Get(context.Background(), pg.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store, ok := cluster.TemplatePatroniStore(sts); cluster.PodTemplateHash(sts) != hash || !ok || store != v1.PatroniStoreEndpoints {
+			t.Errorf("statefulset hash %q, store %q; want %q on endpoints", cluster.PodTemplateHash(sts), store, hash)
+		}
+		svc, err := h.kube.CoreV1().Services(pg.Namespace).Get(context.Background(), cluster.MasterServiceName(pg.Name), metav1.GetOptions{})
+		if err != nil || svc.Spec.Selector != nil || metav1.GetControllerOf(svc) == nil {
+			t.Errorf("master service %v: selector %v, controller %v; want the cluster's, without a selector", err, svc.Spec.Selector, metav1.GetControllerOf(svc))
+		}
+		ep, err := h.kube.CoreV1().Endpoints(pg.Namespace).Get(context.Background(), pg.Name, metav1.GetOptions{})
+		if err != nil || len(ep.Subsets) != 1 || ep.Annotations[cluster.AnnotationLeader] != cluster.PodName(pg.Name, 0) || len(ep.OwnerReferences) != 0 {
+			t.Errorf("Patroni's Endpoints %v: %+v; want them as Patroni left them", err, ep)
+		}
+		// Settled: nothing to write, the selector-less Service included.
+		if h.cache != nil {
+			h.cache.sync()
+		}
+		h.kube.ClearActions()
+		if err := h.ensure(t, pg); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.kubeWrites(); len(got) != 0 {
+			t.Errorf("a third ensure wrote %v", got)
+		}
+	})
+}
+
+// TestEnsureAdoptionStoreMismatch: a resource whose annotation names
+// another store than the zalando StatefulSet's is refused, untouched.
+func TestEnsureAdoptionStoreMismatch(t *testing.T) {
+	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+		pg := adopting(testCluster(t))
+		pg.Annotations[v1.AnnotationPatroniStore] = string(v1.PatroniStoreConfigMaps)
+		h := newHarness(t, []*v1.Postgresql{pg}, zalandoEndpointsObjects(pg)...)
+		err := h.ensure(t, pg)
+		if !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), "Patroni keeps its state in endpoints") {
+			t.Fatalf("ensure: %v, want the adoption refused for the store", err)
+		}
+		if got := h.kubeWrites(); len(got) != 0 {
+			t.Errorf("a refused adoption wrote %v", got)
+		}
+	})
+}
+
 func TestEnsureAdoptionRefusedTouchesNothing(t *testing.T) {
 	bothModes(t, func(t *testing.T, newHarness harnessFunc) {
 		pg := adopting(testCluster(t))
 		objs := zalandoObjects(pg)
-		objs[0] = pgsamples.ZalandoEnv(objs[0].(*appsv1.StatefulSet), "KUBERNETES_USE_CONFIGMAPS", "")
+		objs[0] = pgsamples.ZalandoEnv(objs[0].(*appsv1.StatefulSet), "DCS_ENABLE_KUBERNETES_API", "")
 		h := newHarness(t, []*v1.Postgresql{pg}, objs...)
 		err := h.ensure(t, pg)
-		if !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), "Endpoints") {
-			t.Fatalf("ensure: %v, want the adoption refused for Endpoints", err)
+		if !errors.Is(err, v1.ErrAdoptionRefused) || !strings.Contains(err.Error(), "outside Kubernetes") {
+			t.Fatalf("ensure: %v, want the adoption refused for a store outside Kubernetes", err)
 		}
 		if got := h.kubeWrites(); len(got) != 0 {
 			t.Errorf("a refused adoption wrote %v", got)

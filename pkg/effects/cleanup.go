@@ -49,7 +49,11 @@ type deleteFunc func(ctx context.Context, name string, opts metav1.DeleteOptions
 //     of the namespace labelled application=spilo,cluster-name=<cluster>,
 //     at once (deletecollection), as `patronictl remove` deletes them.
 //     Their names are Patroni's business (<cluster>-config, -leader,
-//     -failover, -sync in Patroni 3); its labels are fixed by pgloop.
+//     -failover, -sync in Patroni 3); its labels are fixed by pgloop. On a
+//     cluster whose Patroni keeps its state in Endpoints
+//     (v1.PatroniStoreEndpoints), its Endpoints too, the same way
+//     (<cluster>, -config, -failover, -sync; and those the endpoints
+//     controller kept for the Services deleted in 1, labelled as them).
 //  4. The shared ServiceAccount, Role and RoleBinding, when no other
 //     cluster of the namespace needs them (see releaseShared).
 //  5. The finalizer.
@@ -120,7 +124,7 @@ func (r *run) cleanup(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := r.deletePatroniConfigMaps(ctx, pg); err != nil {
+	if err := r.deletePatroniObjects(ctx, pg); err != nil {
 		return err
 	}
 	if err := r.releaseShared(ctx, pg); err != nil {
@@ -226,20 +230,29 @@ func withUID(uid string) metav1.DeleteOptions {
 	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}}
 }
 
-// deletePatroniConfigMaps deletes the ConfigMaps Patroni keeps the
-// cluster's state in, found by the labels Patroni gives them (patroni.go).
-// The API, not the cache, decides which: one written just before the last
-// pod went may not be cached yet.
-func (r *run) deletePatroniConfigMaps(ctx context.Context, pg *v1.Postgresql) error {
+// deletePatroniObjects deletes the ConfigMaps, and on Endpoints the
+// Endpoints, Patroni keeps the cluster's state in, found by the labels
+// Patroni gives them (cluster/patroni.go). The API, not the cache,
+// decides which: one written just before the last pod went may not be
+// cached yet.
+func (r *run) deletePatroniObjects(ctx context.Context, pg *v1.Postgresql) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	sel := labels.SelectorFromSet(cluster.Selector(pg.Name)).String()
-	err := r.kube.CoreV1().ConfigMaps(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+	opts := metav1.ListOptions{LabelSelector: sel}
+	err := r.kube.CoreV1().ConfigMaps(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, opts)
 	if err != nil {
 		return fmt.Errorf("delete Patroni's configmaps %s of postgresql %s: %w", sel, r.key, err)
 	}
 	r.log.WithFields(logrus.Fields{"kind": "configmap", "selector": sel}).Info("deleted")
+	if pg.PatroniStore() != v1.PatroniStoreEndpoints {
+		return nil
+	}
+	if err := r.kube.CoreV1().Endpoints(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, opts); err != nil {
+		return fmt.Errorf("delete Patroni's endpoints %s of postgresql %s: %w", sel, r.key, err)
+	}
+	r.log.WithFields(logrus.Fields{"kind": "endpoints", "selector": sel}).Info("deleted")
 	return nil
 }
 

@@ -1,5 +1,7 @@
 package effects
 
+//lint:file-ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace: the tests make them as Patroni does.
+
 import (
 	"context"
 	"errors"
@@ -260,6 +262,51 @@ func TestDeleteObject(t *testing.T) {
 			if pre := got.Preconditions; (pre != nil && pre.UID != nil && string(*pre.UID) == tt.uid) != (tt.uid != "") {
 				t.Errorf("preconditions %+v, want UID %q", pre, tt.uid)
 			}
+		})
+	}
+}
+
+// TestCleanupPatroniEndpoints: the cleanup of a cluster whose Patroni
+// keeps its state in Endpoints deletes them as it deletes ConfigMaps, by
+// Patroni's labels; that of a cluster on ConfigMaps deletes no Endpoints.
+func TestCleanupPatroniEndpoints(t *testing.T) {
+	for _, tc := range []struct {
+		store   v1.PatroniStore
+		deleted bool
+	}{
+		{v1.PatroniStoreEndpoints, true},
+		{v1.PatroniStoreConfigMaps, false},
+	} {
+		t.Run(string(tc.store), func(t *testing.T) {
+			bothModes(t, func(t *testing.T, newHarness harnessFunc) {
+				pg := deleting(testCluster(t))
+				pg.Annotations = map[string]string{v1.AnnotationPatroniStore: string(tc.store)}
+				pg.Finalizers = []string{cluster.Finalizer}
+				other := otherCluster(t)
+				endpoints := func(pg *v1.Postgresql, name string) *corev1.Endpoints {
+					return &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pg.Namespace, Labels: cluster.Selector(pg.Name)}}
+				}
+				var patroni []runtime.Object
+				for _, name := range []string{pg.Name, pg.Name + "-config", pg.Name + "-failover", pg.Name + "-sync"} {
+					patroni = append(patroni, endpoints(pg, name))
+				}
+				others := endpoints(other, other.Name)
+				h := newHarness(t, []*v1.Postgresql{pg, other}, append(patroni, others)...)
+				if err := h.cleanup(t, pg); err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				for _, o := range patroni {
+					name := o.(*corev1.Endpoints).Name
+					_, err := h.kube.CoreV1().Endpoints(pg.Namespace).Get(ctx, name, metav1.GetOptions{})
+					if gone := apierrors.IsNotFound(err); gone != tc.deleted {
+						t.Errorf("endpoints %s deleted: %v, want %v (%v)", name, gone, tc.deleted, err)
+					}
+				}
+				if _, err := h.kube.CoreV1().Endpoints(pg.Namespace).Get(ctx, others.Name, metav1.GetOptions{}); err != nil {
+					t.Errorf("another cluster's endpoints %s deleted (%v)", others.Name, err)
+				}
+			})
 		})
 	}
 }

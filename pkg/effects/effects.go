@@ -41,8 +41,8 @@ const maxAttempts = 5
 var ErrNotControlled = errors.New("exists and is not controlled by postgresql")
 
 // ErrPodsTerminating is returned, wrapped, by Cleanup while pods of the
-// cluster still exist. Patroni re-creates its ConfigMaps as long as it
-// runs, so they are deleted, and the finalizer removed, only once the pods
+// cluster still exist. Patroni re-creates its ConfigMaps (or Endpoints)
+// as long as it runs, so they are deleted, and the finalizer removed, only once the pods
 // are gone; until then the cleanup is retried. It wraps act.ErrWaiting.
 var ErrPodsTerminating = fmt.Errorf("pods still terminating (%w)", act.ErrWaiting)
 

@@ -99,8 +99,10 @@ func (r *run) ensure(ctx context.Context) error {
 	// soon as the Secrets and the namespace's shared objects are, since
 	// its pods read them. The Services do not hold it back: an API server
 	// allocates their cluster IPs one after another, 50-60 ms each when
-	// busy, and Patroni (with ConfigMaps as its store) needs none of them
-	// to start.
+	// busy, and Patroni needs none of them to start: on ConfigMaps it
+	// reads none; on Endpoints (v1.PatroniStoreEndpoints) the Endpoints
+	// it writes before their Service exists stay, since the endpoints
+	// controller deletes those without a Service only when it starts.
 	//
 	// The finalizer goes beside them, not before (one round trip less
 	// on a create): the StatefulSet alone waits for it, since its claims

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -66,6 +67,7 @@ func newHarnessCache(t *testing.T, mode cacheMode, pgs []*v1.Postgresql, objs ..
 	h := &harness{kube: fake.NewClientset(objs...), pg: newPGAPI(pgs...), rec: record.NewFakeRecorder(32)}
 	h.pgc = h.pg.clientset()
 	h.kube.PrependReactor("delete-collection", "configmaps", deleteCollection(h.kube.Tracker()))
+	h.kube.PrependReactor("delete-collection", "endpoints", deleteCollection(h.kube.Tracker()))
 	// First of the reactors but those a test adds: every write is seen.
 	h.kube.PrependReactor("*", "*", wantFieldManager(t))
 	h.pgc.PrependReactor("*", "*", wantFieldManager(t))
@@ -130,9 +132,9 @@ func wantFieldManager(t *testing.T) k8stesting.ReactionFunc {
 	}
 }
 
-// deleteCollection makes the fake clientset delete the ConfigMaps a
-// DeleteCollection selects by label, as the apiserver does: client-go's
-// object tracker does nothing for it.
+// deleteCollection makes the fake clientset delete the ConfigMaps or
+// Endpoints a DeleteCollection selects by label, as the apiserver does:
+// client-go's object tracker does nothing for it.
 func deleteCollection(tracker k8stesting.ObjectTracker) k8stesting.ReactionFunc {
 	return func(action k8stesting.Action) (bool, runtime.Object, error) {
 		dc, ok := action.(k8stesting.DeleteCollectionActionImpl)
@@ -140,14 +142,23 @@ func deleteCollection(tracker k8stesting.ObjectTracker) k8stesting.ReactionFunc 
 			return false, nil, nil
 		}
 		gvr := dc.GetResource()
-		list, err := tracker.List(gvr, corev1.SchemeGroupVersion.WithKind("ConfigMap"), dc.GetNamespace())
+		kind := "ConfigMap"
+		if gvr.Resource == "endpoints" {
+			kind = "Endpoints"
+		}
+		list, err := tracker.List(gvr, corev1.SchemeGroupVersion.WithKind(kind), dc.GetNamespace())
+		if err != nil {
+			return true, nil, err
+		}
+		items, err := meta.ExtractList(list)
 		if err != nil {
 			return true, nil, err
 		}
 		sel := dc.GetListRestrictions().Labels
-		for _, cm := range list.(*corev1.ConfigMapList).Items {
-			if sel == nil || sel.Matches(labels.Set(cm.Labels)) {
-				if err := tracker.Delete(gvr, cm.Namespace, cm.Name); err != nil {
+		for _, item := range items {
+			o := item.(metav1.Object)
+			if sel == nil || sel.Matches(labels.Set(o.GetLabels())) {
+				if err := tracker.Delete(gvr, o.GetNamespace(), o.GetName()); err != nil {
 					return true, nil, err
 				}
 			}

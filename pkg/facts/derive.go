@@ -20,11 +20,11 @@ import (
 // Deriver turns an observed.Cluster into its fsm.Facts. The facts are a
 // function of the objects and the time only; the Deriver remembers, per
 // cluster, what saves work on the next observation (derived): what the
-// spec alone says, computed once per (UID, generation) and not again for
-// every pod event, and within it the pods' parsed Patroni member data (per
-// pod resourceVersion), the StatefulSet's bootstrap configuration (per its
-// resourceVersion) and the last sync hash (per Secret versions and sync
-// request). It is safe for concurrent use (a mutex guards that memory);
+// spec alone says, computed once per (UID, generation, Patroni store) and
+// not again for every pod event, and within it the pods' parsed Patroni
+// member data (per pod resourceVersion), the StatefulSet's bootstrap
+// configuration (per its resourceVersion) and the last sync hash (per
+// Secret versions and sync request). It is safe for concurrent use (a mutex guards that memory);
 // the controller calls it through the Observer, on the loop goroutine.
 type Deriver struct {
 	// build are the settings the desired StatefulSet is built with: the
@@ -38,10 +38,14 @@ type Deriver struct {
 	memo map[types.NamespacedName]*derived
 }
 
-// derived is what the spec of one cluster says, for one (UID, generation).
+// derived is what the spec of one cluster says, for one (UID, generation)
+// and Patroni store: the store is an annotation (v1.AnnotationPatroniStore),
+// which the adoption writes without a new generation, and the desired pod
+// template differs with it.
 type derived struct {
 	uid        types.UID
 	generation int64
+	store      v1.PatroniStore
 	specError  string
 	// desired is what cluster.Compare reads of the StatefulSet the spec
 	// asks for, built on first need (the whole object, its pod template
@@ -106,6 +110,9 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 		SpecError:  spec.specError,
 		Requests:   requests(pg, objs.Secrets),
 	}
+	if f.SpecError == "" {
+		f.SpecError = storeChanged(pg, objs.StatefulSet)
+	}
 	stsName := cluster.StatefulSetName(pg.Name)
 	// Name order makes "the first cause found" the same on every call.
 	pods := objs.Pods
@@ -115,10 +122,11 @@ func (d *Deriver) Facts(objs observed.Cluster, now time.Time) fsm.Facts {
 
 	// The pods: their counts, the primary (primary.go), and what a
 	// rollout does next (pods.go).
-	leader, recorded := leaderRecord(objs.Leader, pg.Name)
+	store := pg.PatroniStore()
+	leader, recorded := leaderRecord(objs, store)
 	scan := scanPods(objs, pods, leader)
 	f.Ready, f.Outdated = scan.ready, scan.outdated
-	f.Primary, f.NoPrimary = primary(pg.Name, leader, recorded, scan.leaderPod)
+	f.Primary, f.NoPrimary = primary(store, pg.Name, leader, recorded, scan.leaderPod)
 	members := d.members(spec, pods)
 	f.Replace, f.ReplaceRunning, f.Switchover = d.replacement(&f, &scan, pods, members)
 	f.PausePooler = pg.Spec.PoolerEnabled(false)
@@ -208,15 +216,15 @@ func (d *Deriver) Forget(key string) {
 }
 
 // derive returns what the spec of pg says, computed once per (UID,
-// generation).
+// generation, Patroni store).
 func (d *Deriver) derive(pg *v1.Postgresql) *derived {
 	key := types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if s := d.memo[key]; s != nil && s.uid == pg.UID && s.generation == pg.Generation {
+	if s := d.memo[key]; s.of(pg) {
 		return s
 	}
-	s := &derived{uid: pg.UID, generation: pg.Generation}
+	s := &derived{uid: pg.UID, generation: pg.Generation, store: pg.PatroniStore()}
 	if errs := pg.Validate(); len(errs) > 0 {
 		s.specError = errs.ToAggregate().Error()
 	}
@@ -232,10 +240,16 @@ func (d *Deriver) KnownStatefulSet(pg *v1.Postgresql) (cluster.StatefulSetSummar
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := d.memo[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}]
-	if s == nil || s.uid != pg.UID || s.generation != pg.Generation || s.desired == nil {
+	if !s.of(pg) || s.desired == nil {
 		return cluster.StatefulSetSummary{}, false
 	}
 	return *s.desired, true
+}
+
+// of reports whether s (nil for none) is what pg's spec says: the same
+// UID, generation and Patroni store.
+func (s *derived) of(pg *v1.Postgresql) bool {
+	return s != nil && s.uid == pg.UID && s.generation == pg.Generation && s.store == pg.PatroniStore()
 }
 
 // desiredStatefulSet returns what cluster.Compare reads of the

@@ -1,5 +1,7 @@
 package facts
 
+//lint:file-ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace: the tests make them as Patroni does.
+
 import (
 	"fmt"
 
@@ -25,6 +27,7 @@ var (
 	pod           = fixtures.Pod
 	master        = fixtures.Master
 	lock          = fixtures.Lock
+	lockEndpoints = fixtures.LockEndpoints
 	notReady      = fixtures.NotReady
 	terminating   = fixtures.Terminating
 	outdated      = fixtures.Outdated
@@ -69,6 +72,8 @@ func objects(pg *v1.Postgresql, objs ...runtime.Object) observed.Cluster {
 			out.Claims = append(out.Claims, o)
 		case *corev1.ConfigMap:
 			out.Leader = o
+		case *corev1.Endpoints:
+			out.LeaderEndpoints = o
 		case *corev1.Event:
 			if o.InvolvedObject.Kind == "StatefulSet" {
 				out.StatefulSetWarnings = append(out.StatefulSetWarnings, o)

@@ -1,9 +1,13 @@
 package facts
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
+	"github.com/pgloop/pgloop/pkg/observed"
 )
 
 // primary decides the cluster's primary from Patroni's leader record:
@@ -29,11 +33,14 @@ import (
 //
 // Readiness, not the record's renewTime and ttl, tells a dead holder: the
 // pod's readiness probe asks its Patroni, and pgloop's clock need not agree
-// with Patroni's. Only the ConfigMap is read: pgloop always runs Patroni
-// with KUBERNETES_USE_CONFIGMAPS=true (cluster.spiloEnv), so there is no
-// Endpoints-mode lock to fall back to.
-func primary(clusterName, leader string, recorded bool, leaderPod *corev1.Pod) (string, string) {
-	record := cluster.LeaderConfigMapName(clusterName)
+// with Patroni's. The record is in the store the cluster's Patroni keeps
+// its state in (cluster.LeaderRecordName): the ConfigMap <cluster>-leader,
+// or the Endpoints <cluster>, never both.
+func primary(store v1.PatroniStore, clusterName, leader string, recorded bool, leaderPod *corev1.Pod) (string, string) {
+	record := cluster.LeaderRecordName(store, clusterName)
+	if store == v1.PatroniStoreEndpoints {
+		record = "Endpoints " + record
+	}
 	switch {
 	case !recorded:
 		return "", "Patroni has not written its leader record " + record + " yet"
@@ -51,13 +58,52 @@ func primary(clusterName, leader string, recorded bool, leaderPod *corev1.Pod) (
 	return leader, ""
 }
 
-// leaderRecord returns the member that cm, the ConfigMap named as Patroni's
-// leader record of cluster clusterName (nil when there is none), names (""
-// when none), and whether it is a record. A ConfigMap of that name that
-// Patroni did not label for the cluster is not its record.
-func leaderRecord(cm *corev1.ConfigMap, clusterName string) (string, bool) {
-	if cm == nil || cm.Labels[cluster.LabelClusterName] != clusterName {
+// leaderRecord returns the member that the cluster's leader record in
+// store (objs.Leader or objs.LeaderEndpoints, nil when there is none)
+// names ("" when none), and whether it is a record. An object of that name
+// that Patroni did not label for the cluster is not its record. On
+// Endpoints, the Endpoints <cluster> may be there before any member took
+// the lock in it (the zalando operator creates it, labelled for the
+// cluster): without the leader annotation it is a record that names no
+// member (case 2 of primary), as Patroni's is once the lock is released.
+func leaderRecord(objs observed.Cluster, store v1.PatroniStore) (string, bool) {
+	var record metav1.Object
+	switch {
+	case store == v1.PatroniStoreEndpoints && objs.LeaderEndpoints != nil:
+		record = objs.LeaderEndpoints
+	case store != v1.PatroniStoreEndpoints && objs.Leader != nil:
+		record = objs.Leader
+	default:
 		return "", false
 	}
-	return cm.Annotations[cluster.AnnotationLeader], true
+	if record.GetLabels()[cluster.LabelClusterName] != objs.Postgresql.Name {
+		return "", false
+	}
+	return record.GetAnnotations()[cluster.AnnotationLeader], true
+}
+
+// storeChanged says why the cluster cannot be served when its
+// v1.AnnotationPatroniStore names another store than the one its
+// StatefulSet (sts, nil when there is none) runs Patroni on, and "" when
+// it names the same or the StatefulSet is not the cluster's yet (an
+// adoption records the store of the one it takes over). Rolling the pods
+// onto the other store would leave the members on two stores, each with
+// its own leader lock: the members restarted first would find no leader
+// and elect one of their own, a second primary. So the cluster is Invalid
+// until the annotation names its store again.
+func storeChanged(pg *v1.Postgresql, sts *appsv1.StatefulSet) string {
+	if sts == nil {
+		return ""
+	}
+	if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != pg.UID {
+		return ""
+	}
+	runs, known := cluster.TemplatePatroniStore(sts)
+	if !known || runs == pg.PatroniStore() {
+		return ""
+	}
+	return "metadata.annotations[" + v1.AnnotationPatroniStore + "]: the pods run Patroni on " + string(runs) +
+		", the annotation asks for " + string(pg.PatroniStore()) + " (unset means " + string(v1.PatroniStoreConfigMaps) +
+		"): a running cluster cannot change Patroni's store, its members would elect a leader on each; set the annotation to " +
+		string(runs) + " again, then edit the spec, or move the data to a new cluster (docs/migrating.md)"
 }

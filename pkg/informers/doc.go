@@ -1,6 +1,6 @@
 // Package informers keeps pgloop's view of the cluster: informer caches of
 // the Postgresql resources, of the objects pgloop owns, and of those it
-// reads (Patroni's ConfigMaps, Warning Events, ResourceQuotas,
+// reads (Patroni's ConfigMaps and Endpoints, Warning Events, ResourceQuotas,
 // StorageClasses), and handlers that turn their watch events into Notify
 // calls of the event loop. It derives nothing: the loop reads a cluster's
 // objects from the caches (Objects, an observed.Cluster) and pkg/facts

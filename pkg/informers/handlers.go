@@ -104,31 +104,38 @@ func (i *Informers) ownedHandler(signal string) cache.ResourceEventHandler {
 }
 
 // leaderHandler notifies SignalLeader when Patroni's leader record of a
-// cluster (cluster.LeaderConfigMapName) appears, goes, or names another
-// member. The holder renews the record every loop_wait seconds (renewTime,
-// optime): those updates change nothing the facts read, and dropping them
-// here keeps a thousand idle clusters from waking the loop every few
-// seconds. Patroni's other ConfigMaps (config, failover, sync) are not read
-// at all. A resync (the same object as old and new) notifies, as for the
+// cluster (named recordName(cluster): cluster.LeaderConfigMapName for the
+// ConfigMaps, cluster.LeaderEndpointsName for the Endpoints) appears, goes,
+// or names another member. The holder renews the record every loop_wait
+// seconds (renewTime, optime; on Endpoints also its address): those
+// updates change nothing the facts read, and dropping them here keeps a
+// thousand idle clusters from waking the loop every few seconds. Patroni's
+// other objects (config, failover, sync) are not read at all, nor are the
+// Endpoints the endpoints controller keeps for the replica Service (their
+// names are no leader record's) or, on ConfigMaps, for the master Service
+// (they carry no leader annotation: only their appearance notifies). The
+// handler does not know a cluster's store; the facts read the record of
+// its own. A resync (the same object as old and new) notifies, as for the
 // other handlers.
-func (i *Informers) leaderHandler() cache.ResourceEventHandler {
+func (i *Informers) leaderHandler(recordName func(cluster string) string) cache.ResourceEventHandler {
 	notify := func(obj any) {
 		obj = untombed(obj)
-		if key, ok := leaderKey(obj); ok {
+		if key, ok := leaderKey(obj, recordName); ok {
 			i.notifier.Notify(key, SignalLeader)
 		}
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: notify,
 		UpdateFunc: func(oldObj, newObj any) {
-			old, ok1 := oldObj.(*corev1.ConfigMap)
-			cur, ok2 := newObj.(*corev1.ConfigMap)
-			if ok1 && ok2 && old != cur && old.Annotations[cluster.AnnotationLeader] == cur.Annotations[cluster.AnnotationLeader] &&
-				old.Labels[cluster.LabelClusterName] == cur.Labels[cluster.LabelClusterName] {
+			old, ok1 := oldObj.(metav1.Object)
+			cur, ok2 := newObj.(metav1.Object)
+			if ok1 && ok2 && oldObj != newObj &&
+				old.GetAnnotations()[cluster.AnnotationLeader] == cur.GetAnnotations()[cluster.AnnotationLeader] &&
+				old.GetLabels()[cluster.LabelClusterName] == cur.GetLabels()[cluster.LabelClusterName] {
 				return
 			}
-			if oldKey, ok := leaderKey(oldObj); ok {
-				if newKey, _ := leaderKey(newObj); newKey != oldKey {
+			if oldKey, ok := leaderKey(oldObj, recordName); ok {
+				if newKey, _ := leaderKey(newObj, recordName); newKey != oldKey {
 					i.notifier.Notify(oldKey, SignalLeader)
 				}
 			}
@@ -139,17 +146,21 @@ func (i *Informers) leaderHandler() cache.ResourceEventHandler {
 }
 
 // leaderKey returns the key of the cluster whose leader record obj is: a
-// ConfigMap named after the cluster its cluster-name label names.
-func leaderKey(obj any) (string, bool) {
-	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok {
+// ConfigMap or Endpoints named recordName of the cluster its cluster-name
+// label names.
+func leaderKey(obj any, recordName func(cluster string) string) (string, bool) {
+	switch obj.(type) {
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
+	case *corev1.ConfigMap, *corev1.Endpoints:
+	default:
 		return "", false
 	}
-	name := cm.Labels[cluster.LabelClusterName]
-	if name == "" || cm.Name != cluster.LeaderConfigMapName(name) {
+	m := obj.(metav1.Object)
+	name := m.GetLabels()[cluster.LabelClusterName]
+	if name == "" || m.GetName() != recordName(name) {
 		return "", false
 	}
-	return cm.Namespace + "/" + name, true
+	return m.GetNamespace() + "/" + name, true
 }
 
 // eventHandler notifies SignalEvents for Warning Events about the

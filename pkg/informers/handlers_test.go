@@ -1,5 +1,7 @@
 package informers
 
+//lint:file-ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace: the tests make them as Patroni does.
+
 import (
 	"context"
 	"testing"
@@ -122,6 +124,27 @@ func TestHandlers(t *testing.T) {
 		{"leader record deleted", []func(*testing.T){func(t *testing.T) {
 			mustDo(t, kube.CoreV1().ConfigMaps(ns).Delete(ctx, cluster.LeaderConfigMapName(c1.Name), metav1.DeleteOptions{}))
 		}}, []note{{"db/c1", SignalLeader}}},
+		{"leader record written in Endpoints", []func(*testing.T){create(lockEndpoints(c1, "c1-0"))}, []note{{"db/c1", SignalLeader}}},
+		{"renewals in Endpoints, Patroni's other Endpoints and the replica Service's not notified", []func(*testing.T){
+			func(t *testing.T) {
+				renewed := lockEndpoints(c1, "c1-0")
+				renewed.Annotations[cluster.AnnotationRenewTime] = "2030-01-02T03:04:10.000000+00:00"
+				renewed.Subsets[0].Addresses[0].IP = "10.0.0.11"
+				mustDo(t, kube.Tracker().Update(endpointsGVR, renewed, ns))
+			},
+			create(patroniEndpoints(c1, "config")),
+			create(patroniEndpoints(c1, "failover")),
+			create(&corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cluster.ReplicaServiceName(c1.Name),
+				Labels: cluster.RoleSelector(c1.Name, cluster.RoleReplica)}}),
+			func(t *testing.T) {
+				took := lockEndpoints(c1, "c1-1")
+				took.Annotations[cluster.AnnotationTransitions] = "1"
+				mustDo(t, kube.Tracker().Update(endpointsGVR, took, ns))
+			},
+		}, []note{{"db/c1", SignalLeader}}},
+		{"leader record in Endpoints deleted", []func(*testing.T){func(t *testing.T) {
+			mustDo(t, kube.CoreV1().Endpoints(ns).Delete(ctx, cluster.LeaderEndpointsName(c1.Name), metav1.DeleteOptions{}))
+		}}, []note{{"db/c1", SignalLeader}}},
 		{"warning event on the cluster's statefulset", []func(*testing.T){
 			create(event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0)),
 		}, []note{{"db/c1", SignalEvents}}},
@@ -191,7 +214,15 @@ func TestHandlers(t *testing.T) {
 var (
 	podsGVR       = corev1.SchemeGroupVersion.WithResource("pods")
 	configMapsGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+	endpointsGVR  = corev1.SchemeGroupVersion.WithResource("endpoints")
 )
+
+// patroniEndpoints is one of Patroni's Endpoints of pg on Endpoints other
+// than the leader record ("config", "failover", "sync").
+func patroniEndpoints(pg *v1.Postgresql, key string) *corev1.Endpoints {
+	cm := patroniConfigMap(pg, key)
+	return &corev1.Endpoints{ObjectMeta: cm.ObjectMeta}
+}
 
 // patroniConfigMap is one of Patroni's ConfigMaps of pg other than the
 // leader record ("config", "failover", "sync").
@@ -243,9 +274,12 @@ func TestTombstones(t *testing.T) {
 		{"statefulset event on the claims' handler", i.eventHandler(s, "PersistentVolumeClaim"),
 			event(sts, "e1", corev1.EventTypeWarning, "FailedCreate", "exceeded quota", 0), nil},
 		{"quota tombstone", i.quotaHandler(s), cache.DeletedFinalStateUnknown{Key: "db/q", Obj: resourceQuota("q", "1")}, &note{"db/c1", SignalQuota}},
-		{"leader record tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader", Obj: lock(c1, "c1-0")}, &note{"db/c1", SignalLeader}},
-		{"other configmap tombstone", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-config", Obj: patroniConfigMap(c1, "config")}, nil},
-		{"leader record tombstone without object", i.leaderHandler(), cache.DeletedFinalStateUnknown{Key: "db/c1-leader"}, nil},
+		{"leader record tombstone", i.leaderHandler(cluster.LeaderConfigMapName), cache.DeletedFinalStateUnknown{Key: "db/c1-leader", Obj: lock(c1, "c1-0")}, &note{"db/c1", SignalLeader}},
+		{"other configmap tombstone", i.leaderHandler(cluster.LeaderConfigMapName), cache.DeletedFinalStateUnknown{Key: "db/c1-config", Obj: patroniConfigMap(c1, "config")}, nil},
+		{"leader record tombstone without object", i.leaderHandler(cluster.LeaderConfigMapName), cache.DeletedFinalStateUnknown{Key: "db/c1-leader"}, nil},
+		{"leader record in Endpoints tombstone", i.leaderHandler(cluster.LeaderEndpointsName), cache.DeletedFinalStateUnknown{Key: "db/c1", Obj: lockEndpoints(c1, "c1-0")}, &note{"db/c1", SignalLeader}},
+		{"other endpoints tombstone", i.leaderHandler(cluster.LeaderEndpointsName), cache.DeletedFinalStateUnknown{Key: "db/c1-config", Obj: patroniEndpoints(c1, "config")}, nil},
+		{"leader configmap on the endpoints' handler", i.leaderHandler(cluster.LeaderEndpointsName), lock(c1, "c1-0"), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

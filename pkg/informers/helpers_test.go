@@ -21,6 +21,7 @@ var (
 	pod           = fixtures.Pod
 	master        = fixtures.Master
 	lock          = fixtures.Lock
+	lockEndpoints = fixtures.LockEndpoints
 	terminating   = fixtures.Terminating
 	claim         = fixtures.Claim
 	claimEvent    = fixtures.ClaimEvent

@@ -114,9 +114,12 @@ type scope struct {
 	claimWarnings cache.SharedIndexInformer
 	// quotas are the ResourceQuotas, indexed by namespace.
 	quotas cache.SharedIndexInformer
-	// configMaps are Patroni's (pgloop writes none): the leader record is
-	// read from them.
-	configMaps cache.SharedIndexInformer
+	// configMaps are Patroni's (pgloop writes none): the leader record of
+	// a cluster on ConfigMaps is read from them. endpoints are Patroni's
+	// too, and those the endpoints controller keeps for the Services
+	// with a selector: the leader record of a cluster on Endpoints is
+	// read from them (cluster.LeaderRecordName).
+	configMaps, endpoints cache.SharedIndexInformer
 	// synced complete once each handler has been handed its informer's
 	// initial list (which implies the informer's cache holds it).
 	synced []cache.DoneChecker
@@ -219,9 +222,10 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 	// before it reaches the cache, so it can never be logged from there.
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	pdbs := s.owned.Policy().V1().PodDisruptionBudgets().Informer()
-	// Patroni labels its ConfigMaps application=spilo too (its
-	// KUBERNETES_LABELS), so the same filter finds them.
+	// Patroni labels its ConfigMaps and Endpoints application=spilo too
+	// (its KUBERNETES_LABELS), so the same filter finds them.
 	s.configMaps = s.owned.Core().V1().ConfigMaps().Informer()
+	s.endpoints = s.owned.Core().V1().Endpoints().Informer()
 	s.warnings = s.events.Core().V1().Events().Informer()
 	s.claimWarnings = s.claimEvents.Core().V1().Events().Informer()
 	s.quotas = s.namespaced.Core().V1().ResourceQuotas().Informer()
@@ -255,7 +259,8 @@ func (i *Informers) newScope(kube kubernetes.Interface, pg pgclient.Interface, n
 			Handler: i.ownedHandler(SignalObjects),
 		})
 	}
-	s.addHandler(i, s.configMaps, i.leaderHandler())
+	s.addHandler(i, s.configMaps, i.leaderHandler(cluster.LeaderConfigMapName))
+	s.addHandler(i, s.endpoints, i.leaderHandler(cluster.LeaderEndpointsName))
 	s.addHandler(i, s.warnings, i.eventHandler(s, "StatefulSet"))
 	s.addHandler(i, s.claimWarnings, i.eventHandler(s, "PersistentVolumeClaim"))
 	s.addHandler(i, s.quotas, i.quotaHandler(s))
@@ -453,7 +458,10 @@ func clusterKey(obj any) (string, bool) {
 //   - a ConfigMap (Patroni's: leader, config, failover, sync): no data and
 //     only the leader annotation, the member holding Patroni's lock: the
 //     rest (renewTime, optime, the dynamic configuration, the history) is
-//     rewritten every HA loop and read by no one.
+//     rewritten every HA loop and read by no one;
+//   - an Endpoints (Patroni's on Endpoints, or the endpoints controller's
+//     of a Service with a selector): the same, and no subsets (the
+//     addresses, which the facts take from the pods).
 func slim(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -473,19 +481,29 @@ func slim(obj any) (any, error) {
 		o.Data, o.StringData = nil, nil
 	case *corev1.ConfigMap:
 		o.Data, o.BinaryData = nil, nil
-		if leader, ok := o.Annotations[cluster.AnnotationLeader]; ok {
-			o.Annotations = map[string]string{cluster.AnnotationLeader: leader}
-		} else {
-			o.Annotations = nil
-		}
+		o.Annotations = leaderOnly(o.Annotations)
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
+	case *corev1.Endpoints:
+		o.Subsets = nil
+		o.Annotations = leaderOnly(o.Annotations)
 	}
 	return obj, nil
 }
 
+// leaderOnly returns Patroni's leader annotation of annotations, nil when
+// there is none.
+func leaderOnly(annotations map[string]string) map[string]string {
+	if leader, ok := annotations[cluster.AnnotationLeader]; ok {
+		return map[string]string{cluster.AnnotationLeader: leader}
+	}
+	return nil
+}
+
 // slimStatefulSet keeps of a StatefulSet all but its pod template (most
 // of it), and of the template what the facts read: its hash annotation
-// (cluster.Compare, cluster.PodUpToDate) and of each container its name
-// and SPILO_CONFIGURATION (cluster.BootstrapConfig). No effect writes the
+// (cluster.Compare, cluster.PodUpToDate) and of each container its name,
+// SPILO_CONFIGURATION (cluster.BootstrapConfig) and the variables that
+// choose Patroni's store (cluster.StoreEnv, cluster.TemplatePatroniStore). No effect writes the
 // cached template back: the ensure's update takes the template from the
 // spec (cluster.ApplyStatefulSet), or, while the cluster waits for a
 // rollout slot, reads the one to keep from the API.
@@ -498,8 +516,10 @@ func slimStatefulSet(s *appsv1.StatefulSet) {
 	containers := make([]corev1.Container, len(t.Spec.Containers))
 	for i, c := range t.Spec.Containers {
 		containers[i].Name = c.Name
-		if j := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == cluster.SpiloConfigurationVar }); j >= 0 {
-			containers[i].Env = []corev1.EnvVar{c.Env[j]}
+		for _, e := range c.Env {
+			if e.Name == cluster.SpiloConfigurationVar || slices.Contains(cluster.StoreEnv, e.Name) {
+				containers[i].Env = append(containers[i].Env, e)
+			}
 		}
 	}
 	*t = corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}, Spec: corev1.PodSpec{Containers: containers}}

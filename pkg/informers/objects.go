@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/cache"
 
+	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/observed"
 )
@@ -45,7 +46,12 @@ func (i *Informers) Objects(key string) (observed.Cluster, bool) {
 		objs.PoolerPods = sortedPods(indexed[*corev1.Pod](s.poolerPods, byCluster, key))
 	}
 	objs.LogicalBackup, _ = byKey[*batchv1.CronJob](s.cronJobs, pg.Namespace, cluster.LogicalBackupJobName(pg.Name))
-	objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	if pg.PatroniStore() == v1.PatroniStoreEndpoints {
+		//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
+		objs.LeaderEndpoints, _ = byKey[*corev1.Endpoints](s.endpoints, pg.Namespace, cluster.LeaderEndpointsName(pg.Name))
+	} else {
+		objs.Leader, _ = byKey[*corev1.ConfigMap](s.configMaps, pg.Namespace, cluster.LeaderConfigMapName(pg.Name))
+	}
 	secrets := s.owned.Core().V1().Secrets().Informer()
 	for _, name := range cluster.Names(pg).Secrets {
 		if sec, ok := byKey[*corev1.Secret](secrets, pg.Namespace, name); ok {

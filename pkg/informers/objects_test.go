@@ -1,5 +1,7 @@
 package informers
 
+//lint:file-ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace: the tests make them as Patroni does.
+
 import (
 	"reflect"
 	"slices"
@@ -96,3 +98,45 @@ func names[T metav1.Object](objs ...T) []string {
 }
 
 func sorted(s []string) []string { slices.Sort(s); return s }
+
+// TestObjectsLeaderRecord: the leader record is read from the store the
+// cluster's Patroni keeps its state in, never from the other, whatever
+// the caches hold of both; and what the Endpoints cache keeps of it.
+func TestObjectsLeaderRecord(t *testing.T) {
+	onMaps, onEndpoints := newPG("c1", 1), newPG("c2", 1)
+	onEndpoints.Annotations = map[string]string{v1.AnnotationPatroniStore: string(v1.PatroniStoreEndpoints)}
+	// c1's master Service selects its pods: the endpoints controller
+	// keeps an Endpoints c1, labelled as the Service.
+	controllers := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c1",
+		Labels: cluster.RoleSelector("c1", cluster.RoleMaster)}}
+	inf, _, _ := start(t, Options{}, discard{}, []*v1.Postgresql{onMaps, onEndpoints},
+		lock(onMaps, "c1-0"), controllers, lock(onEndpoints, "c2-9"), lockEndpoints(onEndpoints, "c2-0"))
+	for _, tc := range []struct {
+		key                  string
+		configMap, endpoints []string
+	}{
+		{"db/c1", []string{"db/c1-leader"}, nil},
+		{"db/c2", nil, []string{"db/c2"}},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			objs, ok := inf.Objects(tc.key)
+			if !ok {
+				t.Fatalf("%s not read", tc.key)
+			}
+			if got := names(objs.Leader); !slices.Equal(got, tc.configMap) {
+				t.Errorf("leader configmap %v, want %v", got, tc.configMap)
+			}
+			if got := names(objs.LeaderEndpoints); !slices.Equal(got, tc.endpoints) {
+				t.Errorf("leader endpoints %v, want %v", got, tc.endpoints)
+			}
+			if ep := objs.LeaderEndpoints; ep != nil {
+				// The cache keeps the holder and the labels, not the
+				// renewals nor the leader's address.
+				if want := map[string]string{cluster.AnnotationLeader: "c2-0"}; !reflect.DeepEqual(ep.Annotations, want) ||
+					ep.Subsets != nil || ep.Labels[cluster.LabelClusterName] != "c2" {
+					t.Errorf("cached leader endpoints: annotations %v, subsets %v, labels %v", ep.Annotations, ep.Subsets, ep.Labels)
+				}
+			}
+		})
+	}
+}

@@ -67,16 +67,22 @@ func TestSlimStatefulSet(t *testing.T) {
 	want := full.DeepCopy()
 	want.ManagedFields = nil
 	env := full.Spec.Template.Spec.Containers[0].Env
-	spilo := env[slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == cluster.SpiloConfigurationVar })]
+	named := func(name string) corev1.EnvVar {
+		return env[slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })]
+	}
 	want.Spec.Template = corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cluster.AnnotationPodTemplateHash: cluster.PodTemplateHash(full)}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: cluster.ContainerName, Env: []corev1.EnvVar{spilo}}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: cluster.ContainerName, Env: []corev1.EnvVar{
+			named("DCS_ENABLE_KUBERNETES_API"), named("KUBERNETES_USE_CONFIGMAPS"), named(cluster.SpiloConfigurationVar)}}}},
 	}
 	if !reflect.DeepEqual(sts, want) {
 		t.Errorf("slim statefulset\n got %+v\nwant %+v", sts, want)
 	}
 	if cluster.BootstrapConfig(sts) == "" || cluster.BootstrapConfig(sts) != cluster.BootstrapConfig(full) {
 		t.Errorf("bootstrap configuration %q, want %q", cluster.BootstrapConfig(sts), cluster.BootstrapConfig(full))
+	}
+	if store, known := cluster.TemplatePatroniStore(sts); !known || store != v1.PatroniStoreConfigMaps {
+		t.Errorf("Patroni's store of the slimmed StatefulSet %q, %v; want %q", store, known, v1.PatroniStoreConfigMaps)
 	}
 
 	// A new image: the template pgloop writes is the spec's, whole.

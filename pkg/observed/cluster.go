@@ -34,8 +34,15 @@ type Cluster struct {
 	// they allow volume expansion.
 	StorageClasses []*storagev1.StorageClass
 	// Leader is the ConfigMap named as Patroni's leader record of the
-	// cluster (cluster.LeaderConfigMapName), whoever labelled it.
+	// cluster (cluster.LeaderConfigMapName), whoever labelled it; read
+	// only when Patroni keeps its state in ConfigMaps.
 	Leader *corev1.ConfigMap
+	// LeaderEndpoints is the Endpoints named as Patroni's leader record of
+	// the cluster (cluster.LeaderEndpointsName), whoever labelled it; read
+	// only when Patroni keeps its state in Endpoints
+	// (v1.PatroniStoreEndpoints).
+	//lint:ignore SA1019 Patroni 3 keeps its state in v1 Endpoints, which EndpointSlices cannot replace
+	LeaderEndpoints *corev1.Endpoints
 	// StatefulSetWarnings are the Warning Events about the StatefulSet,
 	// including those of a former StatefulSet of the same name.
 	StatefulSetWarnings []*corev1.Event

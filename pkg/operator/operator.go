@@ -637,6 +637,10 @@ func watchedKinds(kube kubernetes.Interface) []watchedKind {
 			_, err := kube.CoreV1().ConfigMaps(ns).List(ctx, one)
 			return err
 		}},
+		{name: "endpoints", list: func(ctx context.Context, ns string) error {
+			_, err := kube.CoreV1().Endpoints(ns).List(ctx, one)
+			return err
+		}},
 		{name: "events", list: func(ctx context.Context, ns string) error {
 			_, err := kube.CoreV1().Events(ns).List(ctx, one)
 			return err

@@ -122,7 +122,8 @@ func (m Member) APIBase() (string, error) {
 
 // IsLeaderRole tells whether the member holds, or believes it holds, the
 // leader lock: the primary, or a standby cluster's leader. Patroni's role
-// lags the lock by up to one HA loop; the leader ConfigMap is the truth.
+// lags the lock by up to one HA loop; the leader record (a ConfigMap, or
+// the Endpoints of a cluster on Endpoints) is the truth.
 func (m Member) IsLeaderRole() bool {
 	switch m.Role {
 	case RoleMaster, RolePrimary, RoleStandbyLeader:

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
+	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
 )
 
@@ -90,6 +91,9 @@ func PrintDetail(w io.Writer, v *View, o PrintOptions) error {
 	fields.add("Message:", dash(st.Message))
 	fields.add("Ready:", fmt.Sprintf("%d/%d", st.ReadyInstances, RowFor(pg).Desired))
 	fields.add("Primary:", dash(st.Primary))
+	if store := patroniStore(pg); store != "" {
+		fields.add("Patroni store:", store)
+	}
 	fields.add("Epoch:", strconv.FormatInt(st.Epoch, 10))
 	fields.add("Generation:", fmt.Sprintf("%d (observed %d)", pg.Generation, st.ObservedGeneration))
 	if st.Attempt > 0 {
@@ -616,4 +620,23 @@ func (t *table) write(w io.Writer, indent string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// patroniStore says where the cluster's Patroni keeps its leader lock, when
+// the cluster names its store (v1.AnnotationPatroniStore: an adopted
+// zalando cluster on Endpoints has it written), "" when it does not: the
+// default, ConfigMaps, is not shown.
+func patroniStore(pg *v1.Postgresql) string {
+	if _, set := pg.Annotations[v1.AnnotationPatroniStore]; !set {
+		return ""
+	}
+	switch store := pg.PatroniStore(); store {
+	case v1.PatroniStoreEndpoints:
+		return fmt.Sprintf("%s (%s): leader lock in Endpoints %s, the master Service's, which has no selector",
+			store, v1.AnnotationPatroniStore, cluster.LeaderRecordName(store, pg.Name))
+	case v1.PatroniStoreConfigMaps:
+		return fmt.Sprintf("%s (%s): leader lock in ConfigMap %s", store, v1.AnnotationPatroniStore, cluster.LeaderRecordName(store, pg.Name))
+	default:
+		return fmt.Sprintf("%q (%s): not a store pgloop knows", string(store), v1.AnnotationPatroniStore)
+	}
 }

@@ -292,6 +292,30 @@ func TestAdopt(t *testing.T) {
 			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "DCS_ENABLE_KUBERNETES_API" })
 		}, "Patroni keeps its state outside Kubernetes")
 	})
+	t.Run("refused: Patroni on Endpoints, the manifest names ConfigMaps", func(t *testing.T) {
+		// zalando's default, kubernetes_use_configmaps off, is adopted
+		// (the adoption records pgloop.dev/patroni-store: endpoints); a
+		// manifest that names the other store is refused.
+		obj := map[string]any{}
+		if err := yaml.Unmarshal(manifest, &obj); err != nil {
+			t.Fatal(err)
+		}
+		meta := obj["metadata"].(map[string]any)
+		annotations, _ := meta["annotations"].(map[string]any)
+		if annotations == nil {
+			annotations = map[string]any{}
+		}
+		annotations[v1.AnnotationPatroniStore] = string(v1.PatroniStoreConfigMaps)
+		meta["annotations"] = annotations
+		named, err := yaml.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adoptRefused(ctx, t, ns, "endpoints", named, func(sts *appsv1.StatefulSet) {
+			c := &sts.Spec.Template.Spec.Containers[0]
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "KUBERNETES_USE_CONFIGMAPS" })
+		}, "Patroni keeps its state in endpoints")
+	})
 }
 
 // convertAdopt runs `pgloop convert --adopt` on testdata/zalando-adopt.yaml

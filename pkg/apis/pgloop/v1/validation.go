@@ -108,6 +108,7 @@ func (p *Postgresql) Validate() field.ErrorList {
 	errs := ValidateClusterName(p.Name, field.NewPath("metadata", "name"))
 	errs = append(errs, p.Spec.Validate()...)
 	errs = append(errs, p.validateAdopt()...)
+	errs = append(errs, p.validatePatroniStore()...)
 	// The clone's checks need the cluster's own name, namespace and
 	// creation time.
 	return append(errs, validateClone(&p.Spec, p.Namespace, p.Name, p.CreationTimestamp.Time, field.NewPath("spec"))...)
