@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -61,6 +63,12 @@ func Prepare(o Options) (supervise.Command, error) {
 			return supervise.Command{}, fmt.Errorf("the configuration file of Patroni: %w (give one)", err)
 		}
 	}
+	if pg, ok := cfg["postgresql"].(map[string]any); ok {
+		dir, _ := pg["data_dir"].(string)
+		if err := dataDirMode(dir, logf); err != nil {
+			return supervise.Command{}, err
+		}
+	}
 	name, _ := cfg["name"].(string)
 	made, err := Certificate(cfg, name)
 	if err != nil {
@@ -90,6 +98,35 @@ func Prepare(o Options) (supervise.Command, error) {
 		Dir:  path.Dir(file),
 		Logf: logf,
 	}, nil
+}
+
+// dataDirMode gives an existing data directory the mode PostgreSQL demands
+// (0700, or 0750) when it has another: a kubelet that mounts the volume
+// with the pod's fsGroup makes every directory in it group-writable and
+// setgid (fsGroupChangePolicy Always, the default), and PostgreSQL then
+// refuses to start ("data directory ... has invalid permissions"), so a
+// pod that is only re-created could never start again. Spilo's start-up
+// does the same. A directory not there yet is Patroni's to make.
+func dataDirMode(dir string, logf func(string, ...any)) error {
+	if dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the data directory: %w", err)
+	}
+	mode := fi.Mode()
+	if !mode.IsDir() || (mode.Perm() == 0o700 || mode.Perm() == 0o750) && mode&(fs.ModeSetgid|fs.ModeSetuid|fs.ModeSticky) == 0 {
+		return nil
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("the data directory %s has mode %v, which PostgreSQL refuses, and cannot be made 0700: %w", dir, mode, err)
+	}
+	logf("the data directory %s had mode %v (a volume's fsGroup): made 0700, as PostgreSQL requires", dir, mode)
+	return nil
 }
 
 // Start prepares (see Prepare) and runs Patroni until it ends, with the
