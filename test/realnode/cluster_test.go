@@ -68,11 +68,22 @@ func TestClusterOnRealNode(t *testing.T) {
 		replica = pods[1].Name
 	}
 	password := secretPassword(ctx, t, ns, cluster.SecretName(cluster.SuperuserName, name))
-	out, _, err := Exec(ctx, env.Plane.Config, env.Kube, ns, replica, cluster.ContainerName, "env", "PGPASSWORD="+password, "psql",
-		fmt.Sprintf("host=%s.%s.svc.cluster.local user=postgres dbname=postgres sslmode=require connect_timeout=10", name, ns),
-		"-Atc", "SELECT pg_is_in_recovery(), inet_server_addr()")
-	if err != nil || !strings.HasPrefix(out, "f|"+primary.Status.PodIP) {
-		t.Errorf("psql through the master Service from %s: %q, %v; want the primary %s, not in recovery", replica, out, err, primary.Status.PodIP)
+	var out string
+	// The Service's endpoints follow the role label, which Patroni sets
+	// a moment after the pod turns Ready: a client retries, so does this.
+	if err := e2e.Eventually(ctx, "psql through the master Service from "+replica, func(ctx context.Context) (bool, error) {
+		var err error
+		out, _, err = Exec(ctx, env.Plane.Config, env.Kube, ns, replica, cluster.ContainerName, "env", "PGPASSWORD="+password, "psql",
+			fmt.Sprintf("host=%s.%s.svc.cluster.local user=postgres dbname=postgres sslmode=require connect_timeout=5", name, ns),
+			"-Atc", "SELECT pg_is_in_recovery(), inet_server_addr()")
+		if err != nil {
+			t.Logf("not yet: %v", err)
+		}
+		return err == nil, nil
+	}); err != nil {
+		t.Error(err)
+	} else if !strings.HasPrefix(out, "f|"+primary.Status.PodIP) {
+		t.Errorf("psql through the master Service from %s: %q; want the primary %s, not in recovery", replica, out, primary.Status.PodIP)
 	}
 	logs, err := Logs(ctx, env.Kube, ns, pg.Status.Primary, cluster.ContainerName)
 	if err != nil || !strings.Contains(logs, "the leader with the lock") {

@@ -32,8 +32,9 @@ const (
 
 	// BridgeName is the real node's bridge, its pods' gateway.
 	BridgeName = "pgloop0"
-	// apiserverChain is the nat chain that sends the kubernetes Service's
-	// address to the apiserver on loopback.
+	// apiserverChain was the nat chain of planes that sent the kubernetes
+	// Service's address to an apiserver on loopback: a journal of one is
+	// still restored.
 	apiserverChain = "PGLOOP-APISERVER"
 	// kubeCgroup is where the kubelet puts pods (cgroupfs driver, cgroup
 	// root /), in every cgroup v1 hierarchy and in the unified one.
@@ -74,8 +75,8 @@ type hostJournal struct {
 // hostSysctls are the sysctls the node, the kubelet or kube-proxy set, and
 // so the ones saved and restored. The kubelet sets vm.overcommit_memory
 // and kernel.panic*; the bridge needs forwarding and br_netfilter's hook
-// (pod to Service to pod on one bridge), and route_localnet lets pods'
-// packets be sent to the apiserver on 127.0.0.1.
+// (pod to Service to pod on one bridge); kube-proxy would set
+// route_localnet for node ports on localhost (turned off, kept in case).
 var hostSysctls = []string{
 	"net/ipv4/ip_forward",
 	"net/bridge/bridge-nf-call-iptables",

@@ -397,7 +397,7 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		step("%d process nodes Ready", opts.ProcessNodes)
 	}
 	if opts.RealNodes > 0 {
-		if err := p.startRealNode(ctx, pt.apiserver, step); err != nil {
+		if err := p.startRealNode(ctx, step); err != nil {
 			return nil, err
 		}
 	}
@@ -635,13 +635,15 @@ func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
 	if err := writeServiceAccountKeys(saKey, saPub); err != nil {
 		return nil, err
 	}
-	return p.run(binAPIServer,
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdClient),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+	host := p.apiserverHost()
+	address := []string{"--bind-address=" + host, "--advertise-address=" + host}
+	if host == "127.0.0.1" {
 		// 1.37 refuses a loopback advertise address for the kubernetes
 		// Service's endpoints; nothing here needs them.
-		"--endpoint-reconciler-type=none",
+		address = append(address, "--endpoint-reconciler-type=none")
+	}
+	return p.run(binAPIServer, append(address,
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdClient),
 		fmt.Sprintf("--secure-port=%d", pt.apiserver),
 		// Where it writes its self-signed serving certificate; the default
 		// is /var/run/kubernetes.
@@ -656,7 +658,20 @@ func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
 		// logs, exec and port-forward dial a real node's kubelet at its
 		// address: its name resolves nowhere.
 		"--kubelet-preferred-address-types=InternalIP",
-	)
+	)...)
+}
+
+// apiserverHost is the address the apiserver listens on and advertises:
+// 127.0.0.1, or with a real node its bridge address, which its pods reach
+// as well as this host. Then the apiserver keeps the kubernetes Service's
+// endpoints itself, its serving certificate names that address and the
+// Service's, and in-cluster clients reach it through kube-proxy as on a
+// cluster (Patroni reads the kubernetes Endpoints and dials them).
+func (p *Plane) apiserverHost() string {
+	if p.opts.RealNodes > 0 {
+		return realNodeIP
+	}
+	return "127.0.0.1"
 }
 
 // connect waits for the apiserver's serving certificate, writes the
@@ -678,7 +693,7 @@ func (p *Plane) connect(ctx context.Context, apiserver *process, pt ports, token
 	if err := os.WriteFile(filepath.Join(p.Dir, "ca.crt"), ca, 0o644); err != nil {
 		return err
 	}
-	cfg, err := writeKubeconfig(p.Kubeconfig, fmt.Sprintf("https://127.0.0.1:%d", pt.apiserver), ca, token)
+	cfg, err := writeKubeconfig(p.Kubeconfig, "https://"+net.JoinHostPort(p.apiserverHost(), strconv.Itoa(pt.apiserver)), ca, token)
 	if err != nil {
 		return err
 	}

@@ -33,10 +33,6 @@ const (
 	realNodeSubnet = "10.200.0.0/24"
 	realNodeIP     = "10.200.0.1"
 	realNodePrefix = "/24"
-	// kubernetesServiceIP is the kubernetes Service's address, the first
-	// of --service-cluster-ip-range, which the apiserver's serving
-	// certificate names.
-	kubernetesServiceIP = "10.96.0.1"
 	clusterDomain       = "cluster.local"
 	// cniNetwork names the CNI network (and libcni's cache entries).
 	cniNetwork = "pgloop"
@@ -167,15 +163,10 @@ func (p *Plane) prepareRealNode(ctx context.Context, step func(string, ...any)) 
 }
 
 // startRealNode starts the real node on the host prepareRealNode made
-// ready: the kubernetes Service's address sent to the apiserver,
-// containerd, the images, CoreDNS, the kubelet and kube-proxy; it waits for
-// the node to be Ready and its DNS to answer.
-func (p *Plane) startRealNode(ctx context.Context, apiserverPort int, step func(string, ...any)) (err error) {
+// ready: containerd, the images, CoreDNS, the kubelet and kube-proxy; it
+// waits for the node to be Ready and its DNS to answer.
+func (p *Plane) startRealNode(ctx context.Context, step func(string, ...any)) (err error) {
 	n, j := p.realNodes[0], p.journal
-	if err := sendServiceToAPIServer(apiserverPort); err != nil {
-		return fmt.Errorf("while setting up the real node's network: %w", err)
-	}
-	step("the kubernetes Service (%s:443) sent to the apiserver", kubernetesServiceIP)
 
 	containerd, err := p.startContainerd(n, j)
 	if err != nil {
@@ -216,7 +207,7 @@ func (p *Plane) startRealNode(ctx context.Context, apiserverPort int, step func(
 }
 
 // setupBridge makes the bridge with the node's address and turns on
-// forwarding and bridge netfilter.
+// forwarding and bridge netfilter (pod to Service to pod on one bridge).
 func setupBridge() error {
 	for _, args := range [][]string{
 		{"link", "add", BridgeName, "type", "bridge"},
@@ -228,28 +219,10 @@ func setupBridge() error {
 		}
 	}
 	for k, v := range map[string]string{
-		"net/ipv4/ip_forward":                             "1",
-		"net/bridge/bridge-nf-call-iptables":              "1",
-		"net/ipv4/conf/" + BridgeName + "/route_localnet": "1",
+		"net/ipv4/ip_forward":                "1",
+		"net/bridge/bridge-nf-call-iptables": "1",
 	} {
 		if err := writeSysctl(k, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sendServiceToAPIServer sends the kubernetes Service's address to the
-// apiserver on loopback: it listens on 127.0.0.1 only, so the Service has
-// no endpoints kube-proxy could use.
-func sendServiceToAPIServer(apiserverPort int) error {
-	for _, args := range [][]string{
-		{"-t", "nat", "-N", apiserverChain},
-		{"-t", "nat", "-A", apiserverChain, "-d", kubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443",
-			"-j", "DNAT", "--to-destination", fmt.Sprintf("127.0.0.1:%d", apiserverPort)},
-		{"-t", "nat", "-I", "PREROUTING", "1", "-j", apiserverChain},
-	} {
-		if err := run("iptables", append([]string{"-w"}, args...)...); err != nil {
 			return err
 		}
 	}

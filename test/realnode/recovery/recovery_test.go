@@ -82,6 +82,19 @@ func TestKilledPlaneLeavesNothingBehind(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	before := readHost(t)
+	if before.journal {
+		// A plane killed before this test (another package's, timed out)
+		// left its journal: a plane's start restores the host first.
+		t.Logf("the host has a killed plane's real node state: restoring it first")
+		p, err := testbed.Start(ctx, testbed.Options{RealNodes: 1, StartTimeout: 10 * time.Minute, Log: testWriter{t}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		before = readHost(t)
+	}
 	if before.journal || before.bridge || len(before.chains) > 0 {
 		t.Fatalf("the host has a real node's state before the test: %+v", before)
 	}
