@@ -341,8 +341,9 @@ func convertAdopt(ctx context.Context, t *testing.T, name string) []byte {
 // zalandoCluster creates the objects the zalando operator makes for pg
 // (its spec holds the zalando manifest's values), with the zalando
 // operator's default configuration (kubernetes_use_configmaps off: Patroni
-// on Endpoints, which the real node's pod IPs allow) but without
-// KUBERNETES_BOOTSTRAP_LABELS (Patroni 3.0.2 has no bootstrap_labels).
+// on Endpoints, which the real node's pod IPs allow) but spilo_fsgroup 103
+// and without KUBERNETES_BOOTSTRAP_LABELS (Patroni 3.0.2 has no
+// bootstrap_labels).
 // The facts are from the zalando operator's pkg/cluster/k8sres.go at
 // commit a7aaad0a (see pkg/cluster/adopt.go). It returns the passwords of
 // the credentials Secrets by role.
@@ -476,6 +477,11 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
+					// zalando's spilo_fsgroup: 103. Spilo's own image starts
+					// as root and gives the volume to postgres itself;
+					// pgloop's, which stands in for it here, runs as
+					// postgres, and a real kubelet's volumes are root's.
+					SecurityContext:               &corev1.PodSecurityContext{FSGroup: ptr.To[int64](103)},
 					ServiceAccountName:            "postgres-pod",
 					TerminationGracePeriodSeconds: ptr.To[int64](300),
 					Containers:                    []corev1.Container{container},
@@ -626,7 +632,7 @@ func waitLeader(ctx context.Context, t *testing.T, ns, name string) string {
 		leader, err = env.LeaderRecord(ctx, ns, name)
 		return leader != "", IgnoreNotFound(err)
 	}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, env.ContainerLogs(context.Background(), ns, name, 30))
 	}
 	return leader
 }

@@ -37,6 +37,25 @@ var OnProcessNode = pgtest.OnProcessNode
 // containers of pgloop's image (docs/testbed.md, "Real node").
 var OnRealNode = pgtest.OnRealNode
 
+// ContainerLogs is the end (n lines) of the log of each container of the
+// cluster's pods on the real node (`kubectl logs`), for a failure's
+// message; pods of a process node have their logs in the plane's
+// directory instead.
+func (e *Env) ContainerLogs(ctx context.Context, ns, name string, n int64) string {
+	pods, err := e.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: cluster.LabelClusterName + "=" + name})
+	if err != nil {
+		return fmt.Sprintf("(pods of %s: %v)", name, err)
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			log, err := e.Kube.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &n}).DoRaw(ctx)
+			fmt.Fprintf(&b, "--- %s/%s (%v) ---\n%s\n", p.Name, c.Name, err, log)
+		}
+	}
+	return b.String()
+}
+
 // ProcessNode returns the plane's process node.
 func (e *Env) ProcessNode(t testing.TB) testbed.ProcessNode {
 	t.Helper()
