@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # make run: runs the pgloop operator in the foreground.
 #  - KUBECONFIG unset: brings up the local control plane (bin/testbed up,
-#    CRDs applied) with one process node, whose pods run real Patroni and
-#    PostgreSQL (PLANE_PROCESS_NODES, default 1), and the operator, then
-#    applies the sample clusters. With KWOK nodes (PLANE_NODES, default 0)
-#    the role labeller stands in for Patroni on them. Ctrl-C stops
-#    everything this script started.
+#    CRDs applied) with a real node (a kubelet on containerd: pods are
+#    containers of pgloop's images, with pod IPs, Services and cluster
+#    DNS), and the operator, then applies the sample clusters. Where this
+#    machine cannot run a real node (`testbed check-real-node` says why:
+#    not root, no containerd, no bridge netfilter) or PGLOOP_REAL_NODE=0,
+#    one process node runs the pods' Patroni and PostgreSQL as host
+#    processes instead (PLANE_PROCESS_NODES, default 1). With KWOK nodes
+#    (PLANE_NODES, default 0) the role labeller stands in for Patroni on
+#    them. Ctrl-C stops everything this script started.
 #  - KUBECONFIG set: runs the operator against that cluster (the CRD must be
 #    installed: kubectl apply -f manifests/crds).
 #  - PGLOOP_DEPLOYMENT=1 (make run-deployment), KUBECONFIG unset: the same
@@ -48,7 +52,30 @@ if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
 	deployment=(--image-binary "ghcr.io/pgloop/pgloop=$bin/pgloop" --apply-kustomize manifests/operator
 		--object-store-settings pgloop-system/pgloop-operator-settings)
 fi
-"$bin/testbed" up --nodes "$kwok_nodes" --process-nodes "${PLANE_PROCESS_NODES:-1}" --kubeconfig-out "$kubeconfig" \
+nodes=(--process-nodes "${PLANE_PROCESS_NODES:-1}")
+real=
+if [ "${PGLOOP_REAL_NODE:-1}" != 0 ]; then
+	# What the real node runs on, and the images it runs: as root only
+	# (apt-get, mmdebstrap); ~10 min the first time, seconds after.
+	if [ "$(id -u)" -eq 0 ]; then
+		"${MAKE:-make}" -s -C "$root" real-node-deps images >&2 || echo "pgloop: could not prepare the real node (above)" >&2
+	fi
+	if why=$("$bin/testbed" check-real-node 2>&1) && [ -s "$bin/pgloop-instance-image.tar" ]; then
+		real=1
+		nodes=(--real-nodes 1)
+		if [ -n "${PGLOOP_DEPLOYMENT:-}" ]; then
+			# The real node does not load the operator's image (make
+			# image) yet: the process node runs it as bin/pgloop.
+			echo "pgloop: the operator as a Deployment runs on a process node (ghcr.io/pgloop/pgloop as bin/pgloop)" >&2
+			nodes=(--process-nodes 1)
+			real=
+		fi
+	else
+		[ -s "$bin/pgloop-instance-image.tar" ] || why="no $bin/pgloop-instance-image.tar (make images, as root)"
+		echo "pgloop: no real node on this machine, pods run as processes on a process node instead: ${why#testbed: }" >&2
+	fi
+fi
+"$bin/testbed" up --nodes "$kwok_nodes" "${nodes[@]}" --kubeconfig-out "$kubeconfig" \
 	--object-store --object-store-secret default/pgloop-backup \
 	--crds manifests/crds --apply manifests/samples --apply hack/samples "${deployment[@]}" &
 pids+=($!)
@@ -106,6 +133,21 @@ and hack/samples/. In another terminal:
     kubectl get pg -w
     bin/pgloop status -A
 
+$(if [ -n "$real" ]; then cat <<REAL
+Pods run on a real node (kubelet, containerd): containers of pgloop's
+images, with pod IPs on the bridge pgloop0 (kubectl get pods -o wide), Services
+through kube-proxy and names through the cluster DNS. kubectl logs, exec and
+port-forward work. To connect to local-pg15's primary, at its pod IP or
+through its master Service from inside a pod:
+
+    pg=local-pg15
+    ip=\$(kubectl get pod \$(kubectl get pg \$pg -o jsonpath='{.status.primary}') -o jsonpath='{.status.podIP}')
+    PGPASSWORD=\$(kubectl get secret postgres.\$pg.credentials.postgresql.pgloop.dev -o jsonpath='{.data.password}' | base64 -d) \\
+        psql -h \$ip -U postgres
+    kubectl exec -it \$pg-0 -- psql -h \$pg -U postgres    # password as above
+    kubectl logs \$pg-0                                      # Patroni's log
+REAL
+else cat <<PROCESS
 Pods on the process node run real Patroni and PostgreSQL at their pod IPs
 (kubectl get pods -o wide). To connect to local-pg15's primary:
 
@@ -113,6 +155,8 @@ Pods on the process node run real Patroni and PostgreSQL at their pod IPs
     ip=\$(kubectl get pod \$(kubectl get pg \$pg -o jsonpath='{.status.primary}') -o jsonpath='{.status.podIP}')
     PGPASSWORD=\$(kubectl get secret postgres.\$pg.credentials.postgresql.pgloop.dev -o jsonpath='{.data.password}' | base64 -d) \\
         psql -h \$ip -U postgres
+PROCESS
+fi)
 
 local-pg15 archives its WAL with pgBackRest to the plane's S3 store
 (\$PGLOOP_S3_ENDPOINT in $state/s3.env): bin/pgloop status local-pg15

@@ -397,6 +397,9 @@ func start(ctx context.Context, opts Options, bins binaries) (_ *Plane, err erro
 		step("%d process nodes Ready", opts.ProcessNodes)
 	}
 	if opts.RealNodes > 0 {
+		if err := p.writeAPIServerEndpoints(ctx, pt.apiserver); err != nil {
+			return nil, err
+		}
 		if err := p.startRealNode(ctx, step); err != nil {
 			return nil, err
 		}
@@ -636,13 +639,14 @@ func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
 		return nil, err
 	}
 	host := p.apiserverHost()
-	address := []string{"--bind-address=" + host, "--advertise-address=" + host}
-	if host == "127.0.0.1" {
+	return p.run(binAPIServer,
+		"--bind-address="+host,
+		"--advertise-address="+host,
 		// 1.37 refuses a loopback advertise address for the kubernetes
-		// Service's endpoints; nothing here needs them.
-		address = append(address, "--endpoint-reconciler-type=none")
-	}
-	return p.run(binAPIServer, append(address,
+		// Service's endpoints. With a real node the plane writes them
+		// (realnode.go): the apiserver's own reconciler held its stop
+		// for the whole grace period (15 s) on the way out.
+		"--endpoint-reconciler-type=none",
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", pt.etcdClient),
 		fmt.Sprintf("--secure-port=%d", pt.apiserver),
 		// Where it writes its self-signed serving certificate; the default
@@ -658,15 +662,16 @@ func (p *Plane) startAPIServer(pt ports, token string) (*process, error) {
 		// logs, exec and port-forward dial a real node's kubelet at its
 		// address: its name resolves nowhere.
 		"--kubelet-preferred-address-types=InternalIP",
-	)...)
+	)
 }
 
 // apiserverHost is the address the apiserver listens on and advertises:
 // 127.0.0.1, or with a real node its bridge address, which its pods reach
-// as well as this host. Then the apiserver keeps the kubernetes Service's
-// endpoints itself, its serving certificate names that address and the
-// Service's, and in-cluster clients reach it through kube-proxy as on a
-// cluster (Patroni reads the kubernetes Endpoints and dials them).
+// as well as this host. Then its serving certificate names that address
+// and the kubernetes Service's, the plane writes the Service's endpoints
+// (writeAPIServerEndpoints), and in-cluster clients reach it through
+// kube-proxy as on a cluster (Patroni reads the kubernetes Endpoints and
+// dials them).
 func (p *Plane) apiserverHost() string {
 	if p.opts.RealNodes > 0 {
 		return realNodeIP

@@ -11,6 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // A real node is a kubelet on Debian's containerd and runc: its pods are
@@ -33,7 +37,7 @@ const (
 	realNodeSubnet = "10.200.0.0/24"
 	realNodeIP     = "10.200.0.1"
 	realNodePrefix = "/24"
-	clusterDomain       = "cluster.local"
+	clusterDomain  = "cluster.local"
 	// cniNetwork names the CNI network (and libcni's cache entries).
 	cniNetwork = "pgloop"
 
@@ -203,6 +207,35 @@ func (p *Plane) startRealNode(ctx context.Context, step func(string, ...any)) (e
 		return err
 	}
 	step("cluster DNS ready at %s:53", realNodeIP)
+	return nil
+}
+
+// writeAPIServerEndpoints writes the kubernetes Service's endpoints, the
+// apiserver on the bridge's address, as its reconciler would: the
+// Endpoints (Patroni reads them to bypass the Service) and the
+// EndpointSlice (kube-proxy's).
+func (p *Plane) writeAPIServerEndpoints(ctx context.Context, port int) error {
+	const name, ns = "kubernetes", metav1.NamespaceDefault
+	portName, proto := "https", corev1.ProtocolTCP
+	//lint:ignore SA1019 Patroni reads v1 Endpoints of the kubernetes Service
+	ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+		//lint:ignore SA1019 as above
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: realNodeIP}},
+			//lint:ignore SA1019 as above
+			Ports: []corev1.EndpointPort{{Name: portName, Port: int32(port), Protocol: proto}}}}}
+	if _, err := p.Client.CoreV1().Endpoints(ns).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("while writing the kubernetes Service's Endpoints: %w", err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "pgloop-testbed"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{realNodeIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: ptr.To(int32(port)), Protocol: &proto}},
+	}
+	if _, err := p.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("while writing the kubernetes Service's EndpointSlice: %w", err)
+	}
 	return nil
 }
 
