@@ -405,6 +405,7 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 	}
 	masterLabels := maps.Clone(labels)
 	masterLabels["spilo-role"] = "master"
+	//lint:ignore SA1019 zalando creates the v1 Endpoints Patroni keeps
 	must(t, create(ctx, core.Endpoints(ns).Create, &corev1.Endpoints{ObjectMeta: meta(name, masterLabels)}))
 	masterSel := maps.Clone(selector)
 	masterSel["spilo-role"] = "master"

@@ -42,9 +42,6 @@ const (
 	// netnsDir is where containerd 1.6 mounts its pods' network
 	// namespaces (cni-<uuid>).
 	netnsDir = "/var/run/netns"
-	// shimSocketDir is where containerd 1.6 puts its shims' sockets,
-	// whatever its state directory.
-	shimSocketDir = "/run/containerd/s"
 	// cniCacheDir is libcni's cache of attachment results.
 	cniCacheDir = "/var/lib/cni"
 	// containerLogLinks is where the kubelet links its containers' logs,

@@ -221,7 +221,6 @@ func (p *Plane) writeAPIServerEndpoints(ctx context.Context, port int) error {
 	ep := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
 		//lint:ignore SA1019 as above
 		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: realNodeIP}},
-			//lint:ignore SA1019 as above
 			Ports: []corev1.EndpointPort{{Name: portName, Port: int32(port), Protocol: proto}}}}}
 	if _, err := p.Client.CoreV1().Endpoints(ns).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("while writing the kubernetes Service's Endpoints: %w", err)
