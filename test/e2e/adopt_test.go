@@ -514,7 +514,8 @@ func zalandoCluster(ctx context.Context, t *testing.T, pg *v1.Postgresql, owner 
 }
 
 // onRealNode fills in testdata/zalando-adopt.yaml's placeholders: the
-// cluster's name, and the real node's toleration, affinity and class.
+// cluster's name, and the real node's toleration and affinity (its class,
+// testbed.RealStorageClassName, is in the file).
 func onRealNode(t *testing.T, raw []byte, name string) string {
 	t.Helper()
 	tol, err := json.Marshal(testbed.RealNodeToleration())
@@ -523,8 +524,7 @@ func onRealNode(t *testing.T, raw []byte, name string) string {
 	}
 	return strings.NewReplacer("name: NAME", "name: "+name,
 		"- TOLERATION", "- "+string(tol),
-		"- AFFINITY", fmt.Sprintf("- {key: %s, operator: In, values: [%s]}", testbed.NodeLabel, testbed.RealNodeLabelValue),
-		"storageClass: STORAGECLASS", "storageClass: "+testbed.RealStorageClassName).Replace(string(raw))
+		"- AFFINITY", fmt.Sprintf("- {key: %s, operator: In, values: [%s]}", testbed.NodeLabel, testbed.RealNodeLabelValue)).Replace(string(raw))
 }
 
 // zalandoGVR is the zalando operator's postgresql resource.
