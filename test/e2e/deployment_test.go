@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -299,8 +300,14 @@ func checkPodProcess(pid int, p *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	// The apiserver's address: 127.0.0.1, or the real node's bridge
+	// address when the plane has one (docs/testbed.md, "Real node").
+	u, err := url.Parse(env.Plane.Config.Host)
+	if err != nil {
+		return err
+	}
 	env := strings.Split(string(environ), "\x00")
-	for _, want := range []string{"HOSTNAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace, "PGLOOP_HEALTH_ADDR=" + p.Status.PodIP + ":8080", "KUBERNETES_SERVICE_HOST=127.0.0.1"} {
+	for _, want := range []string{"HOSTNAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace, "PGLOOP_HEALTH_ADDR=" + p.Status.PodIP + ":8080", "KUBERNETES_SERVICE_HOST=" + u.Hostname()} {
 		if !slices.Contains(env, want) {
 			return fmt.Errorf("pod %s: process %d has no %s in its environment", p.Name, pid, want)
 		}
