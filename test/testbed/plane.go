@@ -577,14 +577,7 @@ func (p *Plane) stop() error {
 // run starts one of the plane's programs with its log in the plane's
 // directory, and records it for Stop.
 func (p *Plane) run(name string, args ...string) (*process, error) {
-	proc, err := p.launcher.start(name, p.bins.path(name), filepath.Join(p.Dir, name+".log"), args, p.env())
-	if err != nil {
-		return nil, err
-	}
-	p.procsMu.Lock()
-	p.procs = append(p.procs, proc)
-	p.procsMu.Unlock()
-	return proc, nil
+	return p.runPath(name, p.bins.path(name), args...)
 }
 
 // processes returns the plane's processes, in start order.

@@ -529,7 +529,8 @@ iptables:
 	return p.run(binKubeProxy, "--config="+path)
 }
 
-// runPath is run for a program outside bin/.
+// runPath is run for a program at path, in bin/ or not (containerd is
+// Debian's).
 func (p *Plane) runPath(name, path string, args ...string) (*process, error) {
 	proc, err := p.launcher.start(name, path, filepath.Join(p.Dir, name+".log"), args, p.env())
 	if err != nil {
