@@ -367,13 +367,32 @@ func removeAllContainers(ctx context.Context, socket string, grace time.Duration
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// A pod's containers share its sandbox's shim: once the last task of a
+	// shim is deleted the shim exits, and a delete that raced with that exit
+	// answers "ttrpc: closed" though its task is gone with the shim. So a
+	// delete's error counts only if the task is still listed after a few
+	// rounds.
 	var errs []error
-	for _, id := range tasks {
-		_, _ = ctr(ctx, socket, "tasks", "kill", "--all", "-s", "SIGKILL", id)
-		if _, err := ctr(ctx, socket, "tasks", "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "not found") {
-			errs = append(errs, err)
+	for round := 0; len(tasks) > 0; round++ {
+		errs = errs[:0]
+		for _, id := range tasks {
+			_, _ = ctr(ctx, socket, "tasks", "kill", "--all", "-s", "SIGKILL", id)
+			if _, err := ctr(ctx, socket, "tasks", "delete", "--force", id); err != nil && !strings.Contains(err.Error(), "not found") {
+				errs = append(errs, err)
+			}
+		}
+		if out, err = ctr(ctx, socket, "tasks", "list", "-q"); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		tasks = strings.Fields(out)
+		if len(tasks) > 0 && round == 3 {
+			return fmt.Errorf("tasks %s left after 4 rounds of deleting: %w", strings.Join(tasks, " "), errors.Join(errs...))
+		}
+		if len(tasks) > 0 {
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	errs = errs[:0]
 	out, err = ctr(ctx, socket, "containers", "list", "-q")
 	if err != nil {
 		return errors.Join(append(errs, err)...)
