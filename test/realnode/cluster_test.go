@@ -73,7 +73,7 @@ func TestClusterOnRealNode(t *testing.T) {
 	// a moment after the pod turns Ready: a client retries, so does this.
 	if err := e2e.Eventually(ctx, "psql through the master Service from "+replica, func(ctx context.Context) (bool, error) {
 		var err error
-		out, _, err = Exec(ctx, env.Plane.Config, env.Kube, ns, replica, cluster.ContainerName, "env", "PGPASSWORD="+password, "psql",
+		out, _, err = pgtest.Exec(ctx, env.Plane.Config, env.Kube, ns, replica, cluster.ContainerName, "env", "PGPASSWORD="+password, "psql",
 			fmt.Sprintf("host=%s.%s.svc.cluster.local user=postgres dbname=postgres sslmode=require connect_timeout=5", name, ns),
 			"-Atc", "SELECT pg_is_in_recovery(), inet_server_addr()")
 		if err != nil {
@@ -85,7 +85,7 @@ func TestClusterOnRealNode(t *testing.T) {
 	} else if !strings.HasPrefix(out, "f|"+primary.Status.PodIP) {
 		t.Errorf("psql through the master Service from %s: %q; want the primary %s, not in recovery", replica, out, primary.Status.PodIP)
 	}
-	logs, err := Logs(ctx, env.Kube, ns, pg.Status.Primary, cluster.ContainerName)
+	logs, err := pgtest.Logs(ctx, env.Kube, ns, pg.Status.Primary, cluster.ContainerName)
 	if err != nil || !strings.Contains(logs, "the leader with the lock") {
 		t.Errorf("kubectl logs of the primary: %v; want Patroni's log (\"the leader with the lock\"), got the end:\n%s", err, tail(logs, 10))
 	}

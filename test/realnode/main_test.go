@@ -1,3 +1,13 @@
+// Package realnode holds the suites that run on the test plane's real node
+// (testbed.Options.RealNodes): a kubelet on containerd whose pods are
+// containers of pgloop's images, with pod IPs on a bridge, Services through
+// kube-proxy and names through CoreDNS. They check what only a real node
+// shows: in-cluster clients, cluster DNS, logs, exec and port-forward,
+// volumes a non-root PostgreSQL writes, Patroni on Endpoints.
+//
+//	make test-realnode
+//
+// Exec, logs and port-forward are pgtest's (pods.go).
 package realnode
 
 import (

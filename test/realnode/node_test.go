@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/test/e2e"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -97,7 +98,7 @@ func TestNodeRunsContainers(t *testing.T) {
 	// From a pod: the Service's name through cluster DNS, its address
 	// through kube-proxy.
 	fetch := fmt.Sprintf("import urllib.request; print(urllib.request.urlopen('http://web.%s.svc.cluster.local/f').read().decode(), end='')", ns)
-	out, _, err := Exec(ctx, env.Plane.Config, cs, ns, "client", "", "python3", "-c", fetch)
+	out, _, err := pgtest.Exec(ctx, env.Plane.Config, cs, ns, "client", "", "python3", "-c", fetch)
 	if err != nil || out != "written-by-101\n" {
 		t.Errorf("the Service web, by name from another pod: %q, %v", out, err)
 	}
@@ -106,14 +107,14 @@ func TestNodeRunsContainers(t *testing.T) {
 	// them.
 	list := fmt.Sprintf("from kubernetes import client, config; config.load_incluster_config(); "+
 		"print(sorted(p.metadata.name for p in client.CoreV1Api().list_namespaced_pod(%q).items))", ns)
-	out, _, err = Exec(ctx, env.Plane.Config, cs, ns, "client", "", "python3", "-c", list)
+	out, _, err = pgtest.Exec(ctx, env.Plane.Config, cs, ns, "client", "", "python3", "-c", list)
 	if err != nil || strings.TrimSpace(out) != "['client', 'web']" {
 		t.Errorf("an in-cluster client listing the namespace's pods: %q, %v", out, err)
 	}
-	if logs, err := Logs(ctx, cs, ns, "web", ""); err != nil || !strings.Contains(logs, "GET /f") {
+	if logs, err := pgtest.Logs(ctx, cs, ns, "web", ""); err != nil || !strings.Contains(logs, "GET /f") {
 		t.Errorf("logs of web: %q, %v; want its requests", logs, err)
 	}
-	port, stop, err := PortForward(ctx, env.Plane.Config, cs, ns, "web", 8080)
+	port, stop, err := pgtest.PortForward(ctx, env.Plane.Config, cs, ns, "web", 8080)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,9 @@
-// Package realnode holds the suites that run on the test plane's real node
-// (testbed.Options.RealNodes): a kubelet on containerd whose pods are
-// containers of pgloop's images, with pod IPs on a bridge, Services through
-// kube-proxy and names through CoreDNS. They check what only a real node
-// shows: in-cluster clients, cluster DNS, logs, exec and port-forward,
-// volumes a non-root PostgreSQL writes, Patroni on Endpoints.
-//
-//	make test-realnode
-//
-// This file has the helpers: exec, logs and port-forward through the
-// apiserver, as kubectl does them.
-package realnode
+// Exec, logs and port-forward through the apiserver, as kubectl does
+// them: what a test of a pod on the real node (testbed.Options.RealNodes)
+// reads inside it, where a process node's pods have their files and logs
+// in the plane's directory.
+
+package pgtest
 
 import (
 	"bytes"
@@ -59,6 +53,13 @@ func Exec(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, po
 // Logs returns a container's log, as `kubectl logs` does.
 func Logs(ctx context.Context, cs kubernetes.Interface, ns, pod, container string) (string, error) {
 	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+	return string(b), err
+}
+
+// PreviousLogs returns the log of a container's previous instance, as
+// `kubectl logs --previous` does: an error when it did not restart.
+func PreviousLogs(ctx context.Context, cs kubernetes.Interface, ns, pod, container string) (string, error) {
+	b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: true}).DoRaw(ctx)
 	return string(b), err
 }
 
