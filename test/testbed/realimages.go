@@ -32,12 +32,16 @@ var DefaultNodeImages = []string{"pgloop-instance-image.tar", "pgloop-pooler-ima
 // containerdImageName is the annotation of index.json that names an image
 // by its whole reference for containerd's importer (`make images` writes
 // it); the OCI ref.name beside it is the tag alone.
-const containerdImageName = "io.containerd.image.name"
+const (
+	containerdImageName = "io.containerd.image.name"
+	ociRefName          = "org.opencontainers.image.ref.name"
+)
 
-// archiveImage is an image of an OCI archive: its reference and the digest
-// of what index.json points at.
+// archiveImage is an image of an OCI archive: its whole reference (""
+// when index.json gives none), its tag, and the digest of what index.json
+// points at.
 type archiveImage struct {
-	Ref, Digest string
+	Ref, Tag, Digest string
 }
 
 // readArchive reads the images index.json of an OCI archive names.
@@ -70,12 +74,7 @@ func readArchive(path string) ([]archiveImage, error) {
 		}
 		var out []archiveImage
 		for _, m := range idx.Manifests {
-			if ref := m.Annotations[containerdImageName]; ref != "" {
-				out = append(out, archiveImage{Ref: ref, Digest: m.Digest})
-			}
-		}
-		if len(out) == 0 {
-			return nil, fmt.Errorf("%s: index.json names no image by its whole reference (%s): run \"make images\" again", path, containerdImageName)
+			out = append(out, archiveImage{Ref: m.Annotations[containerdImageName], Tag: m.Annotations[ociRefName], Digest: m.Digest})
 		}
 		return out, nil
 	}
@@ -137,6 +136,9 @@ func (p *Plane) loadImages(ctx context.Context, n RealNode, step func(string, ..
 		}
 		if err != nil {
 			return err
+		}
+		if slices.ContainsFunc(imgs, func(img archiveImage) bool { return img.Ref == "" }) {
+			return fmt.Errorf("%s: index.json names an image without its whole reference (%s): run \"make images\" again", path, containerdImageName)
 		}
 		fresh := true
 		for _, img := range imgs {
@@ -249,4 +251,32 @@ func writePauseImage(bin, out string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// LoadImage imports an OCI archive whose index names its image by a tag
+// alone (org.opencontainers.image.ref.name, as pgloop's operator image
+// does) into every real node's containerd, as repository:tag, and names it
+// by each of refs too: an image a test builds while the plane runs. The
+// next plane's start removes it (pruneImages).
+func (p *Plane) LoadImage(ctx context.Context, archive, repository string, refs ...string) error {
+	imgs, err := readArchive(archive)
+	if err != nil {
+		return err
+	}
+	if len(imgs) != 1 || imgs[0].Tag == "" {
+		return fmt.Errorf("%s: want one image named by a tag (%s), index.json has %+v", archive, ociRefName, imgs)
+	}
+	// ctr names it base-name:tag.
+	name := repository + ":" + imgs[0].Tag
+	for _, n := range p.realNodes {
+		if _, err := ctr(ctx, n.Containerd, "images", "import", "--base-name", repository, archive); err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			if _, err := ctr(ctx, n.Containerd, "images", "tag", "--force", name, ref); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
