@@ -2,10 +2,12 @@ package e2e
 
 // The operator as a Deployment (issue 33): manifests/operator built with
 // kustomize's Go library, as `kubectl apply -k` would, patched for this
-// plane by the test only, and applied; its pods run on the process node,
-// whose kubelet runs the image's binary (test/kubelet, image.go) built from
-// this tree. Helpers for other tests: DeployOperator and the methods of
-// OperatorDeployment.
+// plane by the test only, and applied. Its pods run on the real node when
+// the plane has one, as containers of pgloop's image built from this tree
+// (LoadOperatorImage) that reach the apiserver through the `kubernetes`
+// Service; else on the process node, whose kubelet runs the image's binary
+// (test/kubelet, image.go). Helpers for other tests: DeployOperator and the
+// methods of OperatorDeployment.
 
 import (
 	"context"
@@ -13,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -34,13 +37,15 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
 const (
 	// OperatorImage is the repository of pgloop's image, as
-	// manifests/operator names it; the process node maps it to the
-	// operator binary built from this tree (main_test.go).
+	// manifests/operator names it: on the real node an image of the
+	// operator binary built from this tree (LoadOperatorImage); the process
+	// node maps it to that binary (main_test.go).
 	OperatorImage = "ghcr.io/pgloop/pgloop"
 	// operatorName is the Deployment's, the ServiceAccount's and the
 	// Lease's name in manifests/operator.
@@ -65,10 +70,13 @@ type OperatorOptions struct {
 	Tag string
 	// Args are appended to the container's args (a later flag wins).
 	Args []string
+	// RealNode places the pods on the plane's real node; else they run on
+	// the process node. DeployOperator sets it when the plane has one.
+	RealNode bool
 }
 
 // OperatorDeployment is manifests/operator applied in a namespace of its
-// own, its pods on the process node.
+// own, its pods on the real node or the process node.
 type OperatorDeployment struct {
 	// Namespace holds the Deployment, its ServiceAccount, its Role and the
 	// Lease; it is the test's, deleted when the test ends.
@@ -86,27 +94,69 @@ type OperatorDeployment struct {
 	opts OperatorOptions
 }
 
-// imageBinaryMu guards the copy of the operator binary to where the plane
-// maps OperatorImage.
+// imageBinaryMu guards the operator's image: the copy of the binary to
+// where the plane maps OperatorImage, its load into the real node.
 var imageBinaryMu sync.Mutex
 
-// installOperatorImage puts the operator binary built from this tree where
-// the process node looks for OperatorImage's binary.
+// operatorTags are the tags of OperatorImage that run the operator built
+// from this tree: the manifests' and those the suites deploy.
+var operatorTags = []string{"latest", "rolled", "v1"}
+
+// installOperatorImage makes OperatorImage's tags run the operator built
+// from this tree: on the real node its image, loaded once; without one,
+// its binary where the process node looks for OperatorImage's.
 func (e *Env) installOperatorImage(t testing.TB) {
 	t.Helper()
+	bin := e.operatorBinary(t)
+	imageBinaryMu.Lock()
+	defer imageBinaryMu.Unlock()
+	if len(e.Plane.RealNodes()) > 0 {
+		if e.operatorImageLoaded {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		began := time.Now()
+		if err := e.LoadOperatorImage(ctx, bin, "e2e", operatorTags...); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the operator's image built and loaded into the real node in %v", time.Since(began).Round(time.Millisecond))
+		e.operatorImageLoaded = true
+		return
+	}
 	dst, ok := e.Plane.ImageBinaries()[OperatorImage]
 	if !ok {
 		t.Fatalf("the plane maps no binary to %s (testbed.Options.ImageBinaries)", OperatorImage)
 	}
-	bin := e.operatorBinary(t)
-	imageBinaryMu.Lock()
-	defer imageBinaryMu.Unlock()
 	if _, err := os.Stat(dst); err == nil {
 		return
 	}
 	if err := copyFile(bin, dst, 0o755); err != nil {
 		t.Fatalf("while installing the operator image's binary: %v", err)
 	}
+}
+
+// LoadOperatorImage builds pgloop's operator image from bin (a static
+// linux/amd64 build) with hack/release's image command, as `make image`
+// does, and loads it into the real node as OperatorImage:version and
+// OperatorImage:tag of each of tags.
+func (e *Env) LoadOperatorImage(ctx context.Context, bin, version string, tags ...string) error {
+	dir, err := os.MkdirTemp("", "pgloop-e2e-operator-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	archive := filepath.Join(dir, "pgloop-image.tar")
+	cmd := exec.CommandContext(ctx, pgtest.GoCommand(), "run", "./image", "-out", archive, "-version", version, "-bin", "linux/amd64="+bin)
+	cmd.Dir = filepath.Join(e.Repo, "hack", "release")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the operator's image (hack/release/image): %w\n%s", err, out)
+	}
+	var refs []string
+	for _, tag := range tags {
+		refs = append(refs, OperatorImage+":"+tag)
+	}
+	return e.Plane.LoadImage(ctx, archive, OperatorImage, refs...)
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
@@ -134,8 +184,8 @@ func copyFile(src, dst string, mode os.FileMode) error {
 }
 
 // BuildOperatorManifests runs kustomize on manifests/operator with an
-// overlay that puts it in namespace, tolerates the process node's taint
-// and selects it, confines the operator to opts.Namespaces, and sets the
+// overlay that puts it in namespace, tolerates the real node's or the
+// process node's taint and selects that node, confines the operator to opts.Namespaces, and sets the
 // replicas, the tag and the args of opts. It returns the objects, the CRD
 // included.
 func BuildOperatorManifests(repo, namespace string, opts OperatorOptions) ([]*unstructured.Unstructured, error) {
@@ -162,10 +212,14 @@ func BuildOperatorManifests(repo, namespace string, opts OperatorOptions) ([]*un
 		}
 	}
 	env := []map[string]any{{"name": "PGLOOP_NAMESPACE", "value": strings.Join(opts.Namespaces, ",")}}
+	toleration, node := testbed.DataPlaneToleration(), testbed.ProcessNodeLabelValue
+	if opts.RealNode {
+		toleration, node = testbed.RealNodeToleration(), testbed.RealNodeLabelValue
+	}
 	template := map[string]any{
 		"spec": map[string]any{
-			"tolerations":  []any{testbed.DataPlaneToleration()},
-			"nodeSelector": map[string]string{testbed.NodeLabel: testbed.ProcessNodeLabelValue},
+			"tolerations":  []any{toleration},
+			"nodeSelector": map[string]string{testbed.NodeLabel: node},
 			"containers":   []any{map[string]any{"name": operatorContainer, "env": env}},
 		},
 	}
@@ -258,6 +312,7 @@ func (e *Env) DeployOperator(t testing.TB, opts OperatorOptions) *OperatorDeploy
 		t.Fatal("DeployOperator: no namespaces to manage")
 	}
 	e.installOperatorImage(t)
+	opts.RealNode = len(e.Plane.RealNodes()) > 0
 	ns := e.Namespace(t)
 	objs, err := BuildOperatorManifests(e.Repo, ns, opts)
 	if err != nil {
@@ -359,12 +414,12 @@ func (d *OperatorDeployment) logTails(t testing.TB, n int) {
 		return
 	}
 	for _, p := range pods {
-		path, err := d.LogPath(p)
+		log, err := d.Log(p)
 		if err != nil {
 			t.Logf("operator pod %s: %v", p.Name, err)
 			continue
 		}
-		t.Logf("--- last lines of operator pod %s (%s) ---\n%s", p.Name, path, lastLines(path, n, nil))
+		t.Logf("--- last lines of operator pod %s on %s ---\n%s", p.Name, p.Spec.NodeName, lastN(log, n))
 	}
 }
 
@@ -538,45 +593,37 @@ func (d *OperatorDeployment) Metrics(ctx context.Context, pod *corev1.Pod) (stri
 	return string(body), nil
 }
 
-// processNode is the process node the pod runs on.
-func (d *OperatorDeployment) processNode(pod *corev1.Pod) (testbed.ProcessNode, error) {
+// Log reads the operator container's log: every run of it (the process
+// kubelet appends them to one file), or on the real node the previous
+// run's and the current one's (`kubectl logs --previous`, then `logs`).
+func (d *OperatorDeployment) Log(pod *corev1.Pod) (string, error) {
 	for _, n := range d.e.Plane.ProcessNodes() {
 		if n.Name == pod.Spec.NodeName {
-			return n, nil
+			b, err := os.ReadFile(filepath.Join(n.Root, "pods", string(pod.UID), operatorContainer+".log"))
+			return string(b), err
 		}
 	}
-	return testbed.ProcessNode{}, fmt.Errorf("pod %s is on node %q, not a process node", pod.Name, pod.Spec.NodeName)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return d.e.PodLog(ctx, pod, operatorContainer)
 }
 
-// LogPath is the file the process kubelet writes the operator container's
-// output to (every run of it, appended).
-func (d *OperatorDeployment) LogPath(pod *corev1.Pod) (string, error) {
-	n, err := d.processNode(pod)
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(n.Root, "pods", string(pod.UID), operatorContainer+".log"), nil
-}
-
-// Log reads the operator container's log.
-func (d *OperatorDeployment) Log(pod *corev1.Pod) (string, error) {
-	path, err := d.LogPath(pod)
-	if err != nil {
-		return "", err
-	}
-	b, err := os.ReadFile(path)
-	return string(b), err
-}
-
-// ContainerPID is the PID of the operator container's process, from its
-// container ID (process://<pid>, the process kubelet's).
-func ContainerPID(pod *corev1.Pod) (int, error) {
+// ContainerPID is the host PID of the operator container's process: from
+// its container ID on the process node (process://<pid>, the process
+// kubelet's), from containerd on the real node.
+func (e *Env) ContainerPID(ctx context.Context, pod *corev1.Pod) (int, error) {
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != operatorContainer || cs.State.Running == nil {
 			continue
 		}
 		if pid, ok := strings.CutPrefix(cs.ContainerID, "process://"); ok {
 			return strconv.Atoi(pid)
+		}
+		for _, n := range e.Plane.RealNodes() {
+			if n.Name == pod.Spec.NodeName {
+				first, _, err := n.ContainerProcesses(ctx, cs.ContainerID)
+				return first, err
+			}
 		}
 	}
 	return 0, fmt.Errorf("pod %s has no running operator container with a process ID", pod.Name)

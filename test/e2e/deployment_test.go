@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -23,8 +24,9 @@ import (
 )
 
 // TestOperatorDeployment runs pgloop as manifests/operator deploys it
-// (issue 33): two replicas on the process node, one leader, clusters
-// created, edited and deleted through it, /metrics at the pod's IP, and the
+// (issue 33): two replicas on the real node (issue 51: containers of
+// pgloop's image, in-cluster configuration through the `kubernetes`
+// Service), one leader, clusters created, edited and deleted through it, /metrics at the pod's IP, and the
 // leader's process killed: the other replica takes the Lease and serves,
 // the killed container is restarted by the kubelet; then a rolling update
 // to another tag.
@@ -99,7 +101,7 @@ func TestOperatorDeployment(t *testing.T) {
 	})
 
 	t.Run("leader killed", func(t *testing.T) {
-		pid, err := ContainerPID(leader)
+		pid, err := env.ContainerPID(ctx, leader)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +138,7 @@ func TestOperatorDeployment(t *testing.T) {
 		if n := RestartCount(restarted); n != 1 {
 			t.Errorf("killed container restarted %d times, want 1", n)
 		}
-		if newPID, err := ContainerPID(restarted); err != nil || newPID == pid {
+		if newPID, err := env.ContainerPID(ctx, restarted); err != nil || newPID == pid {
 			t.Errorf("restarted container: pid %d (was %d), %v", newPID, pid, err)
 		}
 		env.CreateCluster(t, clusters, "dep-b", 1)
@@ -207,7 +209,9 @@ func checkContainer(t *testing.T, d *OperatorDeployment, p *corev1.Pod) {
 	if tokenVolume == "" {
 		t.Fatalf("pod %s has no kube-api-access projected volume", p.Name)
 	}
-	pid, err := ContainerPID(p)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pid, err := env.ContainerPID(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,27 +304,36 @@ func checkPodProcess(pid int, p *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	// The apiserver's address: 127.0.0.1, or the real node's bridge
-	// address when the plane has one (docs/testbed.md, "Real node").
+	// The apiserver's address: on the real node the `kubernetes`
+	// Service's, which kube-proxy sends to the apiserver; on the process
+	// node the apiserver's own (its kubelet has no Services).
 	u, err := url.Parse(env.Plane.Config.Host)
 	if err != nil {
 		return err
 	}
-	env := strings.Split(string(environ), "\x00")
-	for _, want := range []string{"HOSTNAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace, "PGLOOP_HEALTH_ADDR=" + p.Status.PodIP + ":8080", "KUBERNETES_SERVICE_HOST=" + u.Hostname()} {
-		if !slices.Contains(env, want) {
+	host := u.Hostname()
+	want := []string{"HOSTNAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace}
+	if slices.ContainsFunc(env.Plane.RealNodes(), func(n testbed.RealNode) bool { return n.Name == p.Spec.NodeName }) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		svc, err := env.Kube.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		host = svc.Spec.ClusterIP
+	} else {
+		// Pods of the process node share the host's network: its
+		// kubelet gives each operator its pod IP's port.
+		want = append(want, "PGLOOP_HEALTH_ADDR="+p.Status.PodIP+":8080")
+	}
+	want = append(want, "KUBERNETES_SERVICE_HOST="+host)
+	environment := strings.Split(string(environ), "\x00")
+	for _, want := range want {
+		if !slices.Contains(environment, want) {
 			return fmt.Errorf("pod %s: process %d has no %s in its environment", p.Name, pid, want)
 		}
 	}
 	return nil
-}
-
-func lastN(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // jwtClaims decodes the claims of a JWT without checking its signature

@@ -73,6 +73,9 @@ type Env struct {
 	// operatorErr is nil when the binary has an operator command, else
 	// says why it has none.
 	operatorErr error
+	// operatorImageLoaded: the real node has OperatorImage's tags of the
+	// built binary (installOperatorImage, under imageBinaryMu).
+	operatorImageLoaded bool
 }
 
 // Setup starts a plane and applies pgloop's CRDs to it. Close it when done.
@@ -300,7 +303,8 @@ func (e *Env) deleteClusters(t testing.TB, o *Operator, namespace string) {
 // explainStuck logs what holds up the deletion of cluster namespace/name:
 // its pods as the API has them and, for those of a process node, the
 // process kubelet's and Patroni's last lines about them (the plane's
-// directory goes with the run).
+// directory goes with the run), for those of the real node their
+// containers' logs.
 func (e *Env) explainStuck(t testing.TB, namespace, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -322,6 +326,13 @@ func (e *Env) explainStuck(t testing.TB, namespace, name string) {
 			deleting = fmt.Sprintf(", deleting since %s (grace %ds)", pod.DeletionTimestamp.UTC().Format(time.TimeOnly), ptr.Deref(pod.DeletionGracePeriodSeconds, -1))
 		}
 		t.Logf("cleanup: pod %s on %q: phase %s%s, finalizers %v", pod.Name, pod.Spec.NodeName, pod.Status.Phase, deleting, pod.Finalizers)
+		if slices.ContainsFunc(e.Plane.RealNodes(), func(n testbed.RealNode) bool { return n.Name == pod.Spec.NodeName }) {
+			for _, c := range pod.Spec.Containers {
+				log, err := pgtest.Logs(ctx, e.Kube, namespace, pod.Name, c.Name)
+				t.Logf("--- container %s of pod %s on the real node (last lines; %v) ---\n%s", c.Name, pod.Name, err, lastN(log, 25))
+			}
+			continue
+		}
 		node, ok := nodes[pod.Spec.NodeName]
 		if !ok {
 			continue
@@ -341,6 +352,15 @@ func (e *Env) explainStuck(t testing.TB, namespace, name string) {
 				lastLines(logs[len(logs)-1], 25, nil))
 		}
 	}
+}
+
+// lastN is the last n lines of s.
+func lastN(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // postgresLogs returns the log files PostgreSQL of pod on a process node

@@ -27,6 +27,7 @@ import (
 	v1 "github.com/pgloop/pgloop/pkg/apis/pgloop/v1"
 	"github.com/pgloop/pgloop/pkg/cluster"
 	"github.com/pgloop/pgloop/pkg/fsm"
+	"github.com/pgloop/pgloop/test/pgtest"
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
@@ -428,17 +429,18 @@ func rollTemplates(ctx context.Context, t *testing.T, ops operatorRollout, ns st
 }
 
 // buildVersion builds pgloop at out with version v (pgloop_build_info,
-// `pgloop version`).
+// `pgloop version`), and, when the plane has a real node, its image
+// OperatorImage:v there.
 func buildVersion(ctx context.Context, out, v string) error {
-	goCmd := os.Getenv("GO")
-	if goCmd == "" {
-		goCmd = "go"
-	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", out,
+	cmd := exec.CommandContext(ctx, pgtest.GoCommand(), "build", "-o", out,
 		"-ldflags", "-X github.com/pgloop/pgloop/pkg/version.Version="+v, "./cmd/pgloop")
 	cmd.Dir = env.Repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build ./cmd/pgloop (version %s): %w\n%s", v, err, b)
+	}
+	if len(env.Plane.RealNodes()) > 0 {
+		return env.LoadOperatorImage(ctx, out, v)
 	}
 	return nil
 }

@@ -27,16 +27,23 @@ const tailLines = 40
 // with $GO, else go, and returns the binary's path.
 func Build(ctx context.Context, repo, dir string) (string, error) {
 	bin := filepath.Join(dir, "pgloop")
-	goCmd := os.Getenv("GO")
-	if goCmd == "" {
-		goCmd = "go"
-	}
-	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "./cmd/pgloop")
+	cmd := exec.CommandContext(ctx, GoCommand(), "build", "-o", bin, "./cmd/pgloop")
 	cmd.Dir = repo
+	// Static, as `make image` builds it: the same binary runs on this
+	// host and in the operator's image, which has no C library.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/pgloop: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// GoCommand is the go command: $GO, else go from PATH.
+func GoCommand() string {
+	if g := os.Getenv("GO"); g != "" {
+		return g
+	}
+	return "go"
 }
 
 // OperatorEnv is this process's environment without KUBECONFIG and the
