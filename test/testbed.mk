@@ -45,7 +45,7 @@ test-realnode: testbed testbed-cmd build images data-plane-deps real-node-deps #
 
 .PHONY: test-e2e
 test-e2e: testbed build images data-plane-deps real-node-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store, a process node and a real node (~25 min).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 30m ./e2e/...
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 45m ./e2e/...
 
 .PHONY: labeller
 labeller: ## Build bin/labeller, the stand-in for Patroni's role labels that `make run` starts.

@@ -45,9 +45,9 @@ func TestArchiving(t *testing.T) {
 	// The cluster on the default repository, and one whose own
 	// repository is a port where nothing listens.
 	began := time.Now()
-	env.CreateCluster(t, ns, "arch", 1, OnProcessNode, archiving)
+	env.CreateCluster(t, ns, "arch", 1, OnRealNode, archiving)
 	dead := freeLoopbackPort(t)
-	env.CreateCluster(t, ns, "broken", 1, OnProcessNode, archiving, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, "broken", 1, OnRealNode, archiving, func(pg *v1.Postgresql) {
 		pg.Spec.Backup = &v1.Backup{S3: &v1.BackupS3{
 			Endpoint: net.JoinHostPort(store.Host, strconv.Itoa(dead)), Bucket: store.Bucket, Region: store.Region,
 			SecretName: repoCreds, CAKey: "ca.crt",

@@ -39,7 +39,7 @@ func TestBaseBackups(t *testing.T) {
 	op := env.StartOperator(t, "backups", []string{ns}, args...)
 
 	began := time.Now()
-	env.CreateCluster(t, ns, "bk", 1, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, "bk", 1, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.DockerImage = cluster.DefaultArchivingImage
 		pg.Spec.Backup = &v1.Backup{Retention: &v1.BackupRetention{Full: 2}, RestoreDrill: true}
 	})

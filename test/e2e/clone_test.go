@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +32,7 @@ func TestCloneToTime(t *testing.T) {
 	repoSecrets(ctx, t, store, src, dst)
 	archiving := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
 	began := time.Now()
-	source := env.CreateCluster(t, src, "orders", 1, OnProcessNode, archiving)
+	source := env.CreateCluster(t, src, "orders", 1, OnRealNode, archiving)
 	pg := env.MustState(ctx, t, src, source.Name, fsm.Running)
 	conn := env.SQL(ctx, t, env.Pod(ctx, t, src, pg.Status.Primary))
 	// A time before any backup: the cluster's creation (its first
@@ -72,7 +71,7 @@ func TestCloneToTime(t *testing.T) {
 		}
 	}
 	began = time.Now()
-	env.CreateCluster(t, dst, "orders-at-t", 2, OnProcessNode, archiving, cloneOf(at))
+	env.CreateCluster(t, dst, "orders-at-t", 2, OnRealNode, archiving, cloneOf(at))
 	clone := env.MustState(ctx, t, dst, "orders-at-t", fsm.Running)
 	t.Logf("clone %s/orders-at-t to %s Running %v after it was created: %s", dst, at.Format(time.RFC3339), time.Since(began).Round(100*time.Millisecond), Summary(clone))
 	pods, err := env.WaitPods(ctx, dst, "orders-at-t", ReadyPods(2))
@@ -107,7 +106,7 @@ func TestCloneToTime(t *testing.T) {
 
 	// A time before the source's first backup: no backup to restore.
 	began = time.Now()
-	env.CreateCluster(t, dst, "orders-early", 1, OnProcessNode, archiving, cloneOf(beforeBackup.Truncate(time.Second)))
+	env.CreateCluster(t, dst, "orders-early", 1, OnRealNode, archiving, cloneOf(beforeBackup.Truncate(time.Second)))
 	// Patroni exits after the failed bootstrap and is restarted: the
 	// cluster stays Creating, its reason the pod's back-off, until its
 	// creation deadline.
@@ -126,9 +125,12 @@ func TestCloneToTime(t *testing.T) {
 		restarts, ready = s.RestartCount, s.Ready
 	}
 	t.Logf("clone to a time before the first backup, %v after it was created: %s; pod ready %v, %d restarts", time.Since(began).Round(time.Second), Summary(early), ready, restarts)
-	log, _ := os.ReadFile(PodDir(env.ProcessNode(t), pod) + "/patroni.log")
-	if !strings.Contains(string(log), "ERROR: [075]: unable to find backup set with stop time less than") {
-		t.Errorf("%s: pgBackRest's [075] not in Patroni's log:\n%s", pod.Name, lastLinesOf(string(log), 30))
+	log, err := env.PodLog(ctx, pod, cluster.ContainerName)
+	if err != nil {
+		t.Errorf("%s: the container's log: %v", pod.Name, err)
+	}
+	if !strings.Contains(log, "ERROR: [075]: unable to find backup set with stop time less than") {
+		t.Errorf("%s: pgBackRest's [075] not in Patroni's log:\n%s", pod.Name, lastN(log, 30))
 	}
 	// At the creation deadline.
 	early, err = env.WaitCluster(ctx, dst, "orders-early", "out of Creating", func(pg *v1.Postgresql) bool {
@@ -141,14 +143,6 @@ func TestCloneToTime(t *testing.T) {
 	if early.Status.State == fsm.Running {
 		t.Errorf("a clone with nothing to restore is Running: %s", Summary(early))
 	}
-}
-
-func lastLinesOf(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // TestRestoreDeleted deletes a cluster that takes writes, with its volumes
@@ -164,7 +158,7 @@ func TestRestoreDeleted(t *testing.T) {
 	repoSecrets(ctx, t, store, ns)
 	env.StartOperator(t, "restore", []string{ns}, append(repoArgs(store), "--archive-timeout="+bound.String())...)
 	image := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
-	source := env.CreateCluster(t, ns, "gone", 1, OnProcessNode, image)
+	source := env.CreateCluster(t, ns, "gone", 1, OnRealNode, image)
 	pg := env.MustState(ctx, t, ns, "gone", fsm.Running)
 	conn := env.SQL(ctx, t, env.Pod(ctx, t, ns, pg.Status.Primary))
 	if _, err := conn.Exec(ctx, "CREATE TABLE w (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp()); SELECT pg_switch_wal()"); err != nil {
@@ -203,7 +197,7 @@ func TestRestoreDeleted(t *testing.T) {
 		deleted.Sub(committed[last]).Round(time.Millisecond), time.Since(deleted).Round(time.Millisecond))
 
 	began := time.Now()
-	env.CreateCluster(t, ns, "restored", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, "restored", 1, OnRealNode, image, func(pg *v1.Postgresql) {
 		pg.Spec.Clone = &v1.CloneSpec{Cluster: "gone", UID: string(source.UID)}
 	})
 	restored := env.MustState(ctx, t, ns, "restored", fsm.Running)

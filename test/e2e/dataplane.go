@@ -1,8 +1,10 @@
 package e2e
 
-// Helpers of the data-plane suite: clusters on the process node, where each
-// pod runs a real Patroni and PostgreSQL 15 at its loopback pod IP
-// (docs/testbed.md, "Data plane").
+// Helpers of the data-plane suites: clusters on the real node, where each
+// pod is a container of pgloop's instance image with a pod IP on the
+// node's bridge (docs/testbed.md, "Real node"), or on the process node,
+// where it runs real Patroni and PostgreSQL 15 as host processes at a
+// loopback pod IP (docs/testbed.md, "Data plane").
 
 import (
 	"context"
@@ -54,6 +56,36 @@ func (e *Env) ContainerLogs(ctx context.Context, ns, name string, n int64) strin
 		}
 	}
 	return b.String()
+}
+
+// PodLog is the log of a container of a pod on the real node, as `kubectl
+// logs` shows it, after its previous instance's (`--previous`) when the
+// container restarted; an error when neither can be read.
+func (e *Env) PodLog(ctx context.Context, pod *corev1.Pod, container string) (string, error) {
+	var b strings.Builder
+	// The previous run's log is an error (and a Status in the body) when
+	// the container did not restart.
+	prev, perr := pgtest.PreviousLogs(ctx, e.Kube, pod.Namespace, pod.Name, container)
+	if perr == nil {
+		b.WriteString(prev)
+	}
+	// The current one is an error while a container that crashed waits
+	// to start again.
+	cur, err := pgtest.Logs(ctx, e.Kube, pod.Namespace, pod.Name, container)
+	switch {
+	case err == nil:
+		b.WriteString(cur)
+	case perr != nil:
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// Exec runs cmd in a container of a pod on the real node, as `kubectl
+// exec` does, and returns its stdout.
+func (e *Env) Exec(ctx context.Context, pod *corev1.Pod, container string, cmd ...string) (string, error) {
+	out, _, err := pgtest.Exec(ctx, e.Plane.Config, e.Kube, pod.Namespace, pod.Name, container, cmd...)
+	return out, err
 }
 
 // ProcessNode returns the plane's process node.
@@ -171,29 +203,82 @@ func Streaming(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// SetHold sets or clears the process kubelet's hold annotation on a pod:
-// set, its Patroni and PostgreSQL are killed (a crash) and not restarted.
+// SetHold sets or clears a hold on a pod's instance: set, its Patroni and
+// PostgreSQL are killed (a crash) and not restarted; cleared, they start
+// again on their data. On the process node it is the process kubelet's
+// hold annotation; on the real node, testbed's RealNode.Hold, from the
+// host (the container ends and the kubelet restarts it when cleared).
 func (e *Env) SetHold(ctx context.Context, ns, pod string, hold bool) error {
-	return e.setKubeletAnnotation(ctx, ns, pod, kubelet.HoldAnnotation, hold)
+	node, id, err := e.realContainer(ctx, ns, pod)
+	switch {
+	case err != nil:
+		return err
+	case node == nil:
+		return e.setKubeletAnnotation(ctx, ns, pod, kubelet.HoldAnnotation, hold)
+	case hold:
+		return node.Hold(ctx, id)
+	default:
+		return node.Resume(ctx, id)
+	}
 }
 
-// SetFreeze sets or clears the process kubelet's freeze annotation on a
-// pod: set, its Patroni and PostgreSQL are stopped (SIGSTOP), a hung
-// instance whose ports accept connections that nothing answers, its pod not
-// ready but Running; cleared, they resume where they were.
+// SetFreeze freezes or resumes a pod's instance: frozen, its Patroni and
+// PostgreSQL are stopped (SIGSTOP), a hung instance whose ports accept
+// connections that nothing answers, its pod not ready but Running;
+// resumed, they go on where they were. On the process node it is the
+// process kubelet's freeze annotation; on the real node, RealNode.Freeze.
 func (e *Env) SetFreeze(ctx context.Context, ns, pod string, freeze bool) error {
-	return e.setKubeletAnnotation(ctx, ns, pod, kubelet.FreezeAnnotation, freeze)
+	node, id, err := e.realContainer(ctx, ns, pod)
+	switch {
+	case err != nil:
+		return err
+	case node == nil:
+		return e.setKubeletAnnotation(ctx, ns, pod, kubelet.FreezeAnnotation, freeze)
+	case freeze:
+		return node.Freeze(ctx, id, "")
+	default:
+		return node.Resume(ctx, id)
+	}
 }
 
-// FreezePostgres stops only the PostgreSQL of a pod (kubelet.FreezePostgres):
-// Patroni keeps the pod Ready while no SQL statement is answered, a hung
-// primary as pgloop sees it. SetFreeze(..., false) resumes it.
+// FreezePostgres stops only the PostgreSQL of a pod (kubelet.FreezePostgres
+// on the process node): Patroni keeps the pod Ready while no SQL statement
+// is answered, a hung primary as pgloop sees it. SetFreeze(..., false)
+// resumes it.
 func (e *Env) FreezePostgres(ctx context.Context, ns, pod string) error {
+	node, id, err := e.realContainer(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	if node != nil {
+		return node.Freeze(ctx, id, "postgres")
+	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, kubelet.FreezeAnnotation, kubelet.FreezePostgres)
 	if _, err := e.Kube.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("while freezing PostgreSQL of pod %s/%s: %w", ns, pod, err)
 	}
 	return nil
+}
+
+// realContainer returns the real node a pod runs on and the ID of its
+// instance's container there, or a nil node for a pod elsewhere.
+func (e *Env) realContainer(ctx context.Context, ns, name string) (*testbed.RealNode, string, error) {
+	pod, err := e.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", err
+	}
+	for _, n := range e.Plane.RealNodes() {
+		if n.Name != pod.Spec.NodeName {
+			continue
+		}
+		for _, s := range pod.Status.ContainerStatuses {
+			if s.Name == cluster.ContainerName {
+				return &n, s.ContainerID, nil
+			}
+		}
+		return nil, "", fmt.Errorf("pod %s/%s on %s has no %s container running", ns, name, n.Name, cluster.ContainerName)
+	}
+	return nil, "", nil
 }
 
 // setKubeletAnnotation sets annotation to "true" on pod, or removes it.
@@ -211,7 +296,7 @@ func (e *Env) setKubeletAnnotation(ctx context.Context, ns, pod, annotation stri
 }
 
 // DataDir returns the host directory of the volume bound to pod's data
-// claim on the process node.
+// claim, on the process node or the real node.
 func (e *Env) DataDir(ctx context.Context, t testing.TB, pod *corev1.Pod) string {
 	t.Helper()
 	claim := ""
@@ -229,6 +314,13 @@ func (e *Env) DataDir(ctx context.Context, t testing.TB, pod *corev1.Pod) string
 	}
 	if pvc.Spec.VolumeName == "" {
 		t.Fatalf("claim %s is not bound", claim)
+	}
+	pv, err := e.Kube.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.Local != nil { // the real node's
+		return pv.Spec.Local.Path
 	}
 	return filepath.Join(e.ProcessNode(t).Root, "pv", pvc.Spec.VolumeName)
 }

@@ -24,9 +24,10 @@ import (
 )
 
 // TestDataPlane runs one cluster on real Patroni and PostgreSQL through
-// pgloop (issue 7): a leader and a streaming replica, a write replicated,
-// scale 2 -> 3 -> 2, a pod deleted and re-created on its data, and a
-// failover caused by killing the primary's processes.
+// pgloop (issue 7), as containers of the real node (issue 51): a leader
+// and a streaming replica, a write replicated, scale 2 -> 3 -> 2, a pod
+// deleted and re-created on its data, and a failover caused by killing the
+// primary's processes from the host (SetHold).
 func TestDataPlane(t *testing.T) {
 	ns := env.Namespace(t)
 	env.StartOperator(t, "dataplane", []string{ns})
@@ -34,7 +35,7 @@ func TestDataPlane(t *testing.T) {
 	const name = "dp"
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode)
+	env.CreateCluster(t, ns, name, 2, OnRealNode)
 	pg := converged(ctx, t, ns, name, 2)
 	t.Logf("Running after %v, primary %s", time.Since(began).Round(time.Millisecond), pg.Status.Primary)
 

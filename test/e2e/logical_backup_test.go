@@ -19,8 +19,8 @@ import (
 	"github.com/pgloop/pgloop/test/testbed"
 )
 
-// pgDumpall is the pg_dumpall of the PostgreSQL the process nodes run
-// (OnProcessNode: version 15), the logical backup image's own.
+// pgDumpall is the host's pg_dumpall of the cluster's major (15, that of
+// pgloop's instance image), as the logical backup image's own.
 const pgDumpall = "/usr/lib/postgresql/15/bin/pg_dumpall"
 
 // TestLogicalBackup runs zalando's logical backup on real PostgreSQL
@@ -50,7 +50,7 @@ func TestLogicalBackup(t *testing.T) {
 	}
 
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.EnableLogicalBackup = true
 		pg.Spec.LogicalBackupSchedule = schedule
 	})
@@ -231,10 +231,10 @@ func runDump(ctx context.Context, t *testing.T, ns string, c *corev1.Container, 
 		if !strings.HasPrefix(e.Name, "PG") || e.Name == "PG_VERSION" {
 			continue
 		}
+		// PGSSLMODE is the job's, require: Spilo's pg_hba refuses
+		// connections without TLS from another address than the pod's.
 		value := e.Value
 		switch {
-		case e.Name == "PGSSLMODE":
-			value = "disable"
 		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			s, err := env.Kube.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})

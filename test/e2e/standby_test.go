@@ -29,7 +29,7 @@ func TestStandbyCluster(t *testing.T) {
 	env.StartOperator(t, "standby", []string{ns}, repoArgs(store)...)
 	image := func(pg *v1.Postgresql) { pg.Spec.DockerImage = cluster.DefaultArchivingImage }
 
-	env.CreateCluster(t, ns, "src", 1, OnProcessNode, image)
+	env.CreateCluster(t, ns, "src", 1, OnRealNode, image)
 	src := env.MustState(ctx, t, ns, "src", fsm.Running)
 	srcPod := env.Pod(ctx, t, ns, src.Status.Primary)
 	srcConn := env.SQL(ctx, t, srcPod)
@@ -42,7 +42,7 @@ func TestStandbyCluster(t *testing.T) {
 	// standby's catalog is the source's).
 	sourceSecrets(ctx, t, ns, "src", "stb")
 	began := time.Now()
-	env.CreateCluster(t, ns, "stb", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, "stb", 1, OnRealNode, image, func(pg *v1.Postgresql) {
 		pg.Spec.Standby = &v1.StandbyDescription{StandbyHost: srcPod.Status.PodIP, StandbyPort: strconv.Itoa(cluster.PostgresPort),
 			S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
 	})
@@ -87,7 +87,7 @@ func TestStandbyCluster(t *testing.T) {
 	backedUp(ctx, t, ns, "src", 1, "")
 	sourceSecrets(ctx, t, ns, "src", "fromrepo")
 	began = time.Now()
-	env.CreateCluster(t, ns, "fromrepo", 1, OnProcessNode, image, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, "fromrepo", 1, OnRealNode, image, func(pg *v1.Postgresql) {
 		pg.Spec.Standby = &v1.StandbyDescription{S3WalPath: "s3://" + store.Bucket + cluster.RepositoryPath(src)}
 	})
 	fromRepo := standbyRunning(ctx, t, ns, "fromrepo")

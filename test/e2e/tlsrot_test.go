@@ -11,9 +11,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,7 +144,7 @@ func TestTLSCustomCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 1, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app"}
 		pg.Spec.EnableConnectionPooler = ptr.To(true)
@@ -175,14 +174,15 @@ func TestTLSCustomCertificate(t *testing.T) {
 		}
 	})
 
-	t.Run("the kubelet mounted the key 0640", func(t *testing.T) {
-		key := filepath.Join(PodDir(env.ProcessNode(t), primary), "volumes", "tls-secret", "tls.key")
-		fi, err := os.Stat(key)
+	t.Run("the kubelet mounted the key 0640, readable by PostgreSQL's group", func(t *testing.T) {
+		// A Secret's files are links into its ..data directory: -L
+		// reads the file's own mode and group.
+		out, err := env.Exec(ctx, primary, cluster.ContainerName, "stat", "-L", "-c", "%a %g", "/tls/tls.key")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode().Perm() != 0o640 {
-			t.Errorf("%s: mode %v, want 0640", key, fi.Mode().Perm())
+		if got := strings.TrimSpace(out); got != "640 103" {
+			t.Errorf("/tls/tls.key in %s: mode and group %q, want \"640 103\"", primary.Name, got)
 		}
 	})
 
@@ -376,7 +376,7 @@ func TestPasswordRotationScheduled(t *testing.T) {
 	ctx := Context(t, 15*time.Minute)
 	const name = "rot"
 
-	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 1, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {}, "flyway": {}, "other": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app"}
 		pg.Spec.UsersWithSecretRotation = []string{"app"}
@@ -529,7 +529,7 @@ func TestTLSAddedToRunningCluster(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app"}
 	})
