@@ -209,17 +209,7 @@ func Streaming(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 // hold annotation; on the real node, testbed's RealNode.Hold, from the
 // host (the container ends and the kubelet restarts it when cleared).
 func (e *Env) SetHold(ctx context.Context, ns, pod string, hold bool) error {
-	node, id, err := e.realContainer(ctx, ns, pod)
-	switch {
-	case err != nil:
-		return err
-	case node == nil:
-		return e.setKubeletAnnotation(ctx, ns, pod, kubelet.HoldAnnotation, hold)
-	case hold:
-		return node.Hold(ctx, id)
-	default:
-		return node.Resume(ctx, id)
-	}
+	return e.setFault(ctx, ns, pod, kubelet.HoldAnnotation, hold, func(n *testbed.RealNode, id string) error { return n.Hold(ctx, id) })
 }
 
 // SetFreeze freezes or resumes a pod's instance: frozen, its Patroni and
@@ -228,14 +218,21 @@ func (e *Env) SetHold(ctx context.Context, ns, pod string, hold bool) error {
 // resumed, they go on where they were. On the process node it is the
 // process kubelet's freeze annotation; on the real node, RealNode.Freeze.
 func (e *Env) SetFreeze(ctx context.Context, ns, pod string, freeze bool) error {
+	return e.setFault(ctx, ns, pod, kubelet.FreezeAnnotation, freeze, func(n *testbed.RealNode, id string) error { return n.Freeze(ctx, id, "") })
+}
+
+// setFault sets (on) or clears a fault on a pod's instance: on the real
+// node set does set, clear resumes the container's processes; on the
+// process node it is the process kubelet's annotation.
+func (e *Env) setFault(ctx context.Context, ns, pod, annotation string, on bool, set func(*testbed.RealNode, string) error) error {
 	node, id, err := e.realContainer(ctx, ns, pod)
 	switch {
 	case err != nil:
 		return err
 	case node == nil:
-		return e.setKubeletAnnotation(ctx, ns, pod, kubelet.FreezeAnnotation, freeze)
-	case freeze:
-		return node.Freeze(ctx, id, "")
+		return e.setKubeletAnnotation(ctx, ns, pod, annotation, on)
+	case on:
+		return set(node, id)
 	default:
 		return node.Resume(ctx, id)
 	}
