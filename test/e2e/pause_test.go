@@ -94,7 +94,7 @@ func TestSwitchoverThroughPooler(t *testing.T) {
 // pooled (appdb, through the pooler).
 func createPooled(ctx context.Context, t *testing.T, ns, name string) {
 	t.Helper()
-	env.CreateCluster(t, ns, name, 2, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 2, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.Users = map[string]v1.UserFlags{"app": {}}
 		pg.Spec.Databases = map[string]string{"appdb": "app"}
 		pg.Spec.EnableConnectionPooler = ptr.To(true)

@@ -185,7 +185,7 @@ func TestConnectionPoolerStuck(t *testing.T) {
 	ctx := Context(t, 3*stepDeadline)
 	const name = "stuckpool"
 
-	env.CreateCluster(t, ns, name, 1, OnProcessNode, func(pg *v1.Postgresql) {
+	env.CreateCluster(t, ns, name, 1, OnRealNode, func(pg *v1.Postgresql) {
 		pg.Spec.EnableConnectionPooler = ptr.To(true)
 		huge := resource.MustParse("1000")
 		pg.Spec.ConnectionPooler = &v1.ConnectionPooler{NumberOfInstances: ptr.To[int32](1),
