@@ -166,10 +166,7 @@ func TestSwitchoverPauseOperatorRestart(t *testing.T) {
 		return n, rows.Err()
 	}
 
-	hold, err := pgx.ConnectConfig(ctx, appConfig(ctx, t, ns, name, ip))
-	if err != nil {
-		t.Fatal(err)
-	}
+	hold := connectPooler(ctx, t, appConfig(ctx, t, ns, name, ip))
 	defer hold.Close(context.Background())
 	if _, err := hold.Exec(ctx, "BEGIN; INSERT INTO pooled VALUES (clock_timestamp())"); err != nil {
 		t.Fatal(err)
@@ -249,6 +246,27 @@ func appConfig(ctx context.Context, t *testing.T, ns, name, ip string) *pgx.Conn
 	return cfg
 }
 
+// connectPooler connects with cfg until the pooler serves. A Ready
+// pooler pod accepts TCP (its readiness probe), but its first client can
+// still wait past connect_timeout: the master Service must route
+// (kube-proxy) before PgBouncer's auth_query gets a server, and a failed
+// server login is retried only after server_login_retry.
+func connectPooler(ctx context.Context, t *testing.T, cfg *pgx.ConnConfig) *pgx.Conn {
+	t.Helper()
+	var conn *pgx.Conn
+	if err := Eventually(ctx, "a connection through the pooler at "+cfg.Host, func(ctx context.Context) (bool, error) {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return false, err
+		}
+		conn = c
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // startPoolWriter inserts a row every 10ms through the primary pooler's
 // pod, as the app role, and counts what failed. A failed insert or
 // connection is counted and the connection made again. It returns once
@@ -260,7 +278,8 @@ func startPoolWriter(ctx context.Context, t *testing.T, ns, name string) *insert
 		t.Fatal(err)
 	}
 	cfg := appConfig(ctx, t, ns, name, pods[0].Status.PodIP)
-	var conn *pgx.Conn
+	// Only what fails once the pooler served is counted.
+	conn := connectPooler(ctx, t, cfg)
 	w := startInserts(ctx, func(ctx context.Context) (bool, error) {
 		if conn == nil {
 			c, err := pgx.ConnectConfig(ctx, cfg)
