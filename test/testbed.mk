@@ -43,9 +43,13 @@ test-testbed: testbed build data-plane-deps ## Run the control plane's smoke tes
 test-realnode: testbed testbed-cmd build images data-plane-deps real-node-deps ## Run the real node's suites (test/realnode, as root): containers, pod networking, cluster DNS, logs/exec/port-forward and volumes on the node, then a plane killed mid-way and the next one restoring the host.
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -p 1 -count=1 -timeout 30m ./realnode/...
 
+# E2E_PARALLEL bounds how many of the e2e suites marked t.Parallel (those
+# that wait on timers, docs/testbed.md) run at once, after the others.
+E2E_PARALLEL ?= 4
+
 .PHONY: test-e2e
 test-e2e: testbed build images data-plane-deps real-node-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store, a process node and a real node (~25 min).
-	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 45m ./e2e/...
+	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 45m -parallel $(E2E_PARALLEL) ./e2e/...
 
 .PHONY: labeller
 labeller: ## Build bin/labeller, the stand-in for Patroni's role labels that `make run` starts.

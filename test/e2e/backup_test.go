@@ -31,6 +31,7 @@ import (
 // it up from status; a schedule (a timer of the cluster's machine) takes
 // one when due.
 func TestBaseBackups(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	store := backupStore(t)
 	ns := env.Namespace(t)
 	ctx := Context(t, 12*time.Minute)

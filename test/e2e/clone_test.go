@@ -23,6 +23,7 @@ import (
 // clone to a time before the source's first backup never becomes Running:
 // the test records what its status and pods say.
 func TestCloneToTime(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	store := backupStore(t)
 	src, dst := env.Namespace(t), env.Namespace(t)
 	// A clone that cannot restore reaches its creation deadline within

@@ -29,6 +29,7 @@ import (
 // deleted and re-created on its data, and a failover caused by killing the
 // primary's processes from the host (SetHold).
 func TestDataPlane(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	ns := env.Namespace(t)
 	env.StartOperator(t, "dataplane", []string{ns})
 	ctx := Context(t, 10*time.Minute)

@@ -177,6 +177,7 @@ var fixCases = []fixCase{
 // to Running within seconds, with the new spec in the pods that run. The
 // time from the fix to Running is printed (docs/isolation.md).
 func TestFixStuck(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	nsOf := map[string]string{}
 	var namespaces []string
 	for _, c := range fixCases {

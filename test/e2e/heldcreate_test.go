@@ -23,6 +23,7 @@ import (
 // create as its reason, never Degraded, and is Running only once the
 // retry's create went through: its Service exists by then.
 func TestRunningWaitsForServices(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	ns := env.Namespace(t)
 	ctx := Context(t, 4*time.Minute)
 	const name = "held"

@@ -32,6 +32,7 @@ const pgDumpall = "/usr/lib/postgresql/15/bin/pg_dumpall"
 // the pod dump.sh would pick; then the backup turned off, which deletes the
 // CronJob and its jobs.
 func TestLogicalBackup(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	ns := env.Namespace(t)
 	const (
 		name     = "lb"

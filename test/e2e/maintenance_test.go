@@ -19,6 +19,7 @@ import (
 // the state machine's own clock is tested in pkg/fsm
 // (testdata/maintenance.txt).
 func TestMaintenanceWindow(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	ns := env.Namespace(t)
 	env.StartLabeller(t, ns)
 	env.StartOperator(t, "operator", []string{ns})

@@ -22,6 +22,7 @@ import (
 // does with kubectl edit, then takes writes and archives its new timeline
 // to its own repository.
 func TestStandbyCluster(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	store := backupStore(t)
 	ns := env.Namespace(t)
 	ctx := Context(t, 10*time.Minute)

@@ -368,6 +368,7 @@ func secretData(ctx context.Context, t testing.TB, ns, name string) (map[string]
 // between two rotations does not rotate again before the date status
 // holds.
 func TestPasswordRotationScheduled(t *testing.T) {
+	t.Parallel() // waits on timers: docs/testbed.md, "Suites run concurrently"
 	ns := env.Namespace(t)
 	const interval = 45 * time.Second
 	// A retention of 1m is raised to twice the interval, 90 s.
