@@ -861,11 +861,33 @@ func TestCacheSharedRBACMemo(t *testing.T) {
 	}
 }
 
-// Two clusters of a namespace deleted at once: neither counts the other,
-// so the shared objects go with them.
+// Two clusters of a namespace deleted at once: the first to lose its pods
+// leaves the shared objects to the other, whose pods still use the
+// ServiceAccount as they stop; the other's cleanup deletes them. Once
+// neither has pods, neither counts the other.
 func TestCacheSharedRBACDeletedTogether(t *testing.T) {
 	a, b := deleting(testCluster(t)), deleting(otherCluster(t))
-	h := newCachedHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a)...)
+	bPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: cluster.PodName(b.Name, 0), Namespace: b.Namespace, Labels: cluster.Labels(b)}}
+	h := newCachedHarness(t, []*v1.Postgresql{a, b}, append(sharedObjects(a), bPod)...)
+	if err := h.cleanup(t, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sharedCalls(); len(got) != 0 {
+		t.Errorf("cleanup of a while b's pod runs, shared objects: %v, want none", got)
+	}
+	if err := h.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), bPod.Namespace, bPod.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cleanup(t, b); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sharedCalls(); !slices.Equal(got, sharedDeletes) {
+		t.Errorf("cleanup of b, its pods gone, shared objects:\n got %v\nwant %v", got, sharedDeletes)
+	}
+
+	// Both without pods: the first cleanup deletes them.
+	a, b = deleting(testCluster(t)), deleting(otherCluster(t))
+	h = newCachedHarness(t, []*v1.Postgresql{a, b}, sharedObjects(a)...)
 	if err := h.cleanup(t, a); err != nil {
 		t.Fatal(err)
 	}

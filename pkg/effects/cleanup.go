@@ -402,7 +402,13 @@ func (r *run) releaseShared(ctx context.Context, pg *v1.Postgresql) error {
 }
 
 // lastCluster tells whether pg is the last cluster of its namespace that
-// is not being deleted, by the cache (the API without one).
+// needs the shared objects, by the cache (the API without one): no other
+// cluster but those being deleted whose pods are gone. The pods of a
+// cluster deleted at the same time still use the ServiceAccount while they
+// terminate: Patroni gives up its leader key through the API as it stops,
+// and without a token it cannot, and its pod can stay until its grace
+// period ends. The cleanup of the last of them to lose its pods deletes
+// the objects; two that finish together both do (NotFound is success).
 func (r *run) lastCluster(ctx context.Context, pg *v1.Postgresql) (bool, error) {
 	var all []*v1.Postgresql
 	if r.cache != nil {
@@ -420,11 +426,32 @@ func (r *run) lastCluster(ctx context.Context, pg *v1.Postgresql) (bool, error) 
 		}
 	}
 	for _, other := range all {
-		if other.UID != pg.UID && other.DeletionTimestamp == nil {
+		if other.UID == pg.UID {
+			continue
+		}
+		if other.DeletionTimestamp == nil {
 			return false, nil
+		}
+		running, err := r.hasPods(ctx, other)
+		if err != nil || running {
+			return false, err
 		}
 	}
 	return true, nil
+}
+
+// hasPods tells whether a pod of cluster pg exists, by the cache (the
+// API without one).
+func (r *run) hasPods(ctx context.Context, pg *v1.Postgresql) (bool, error) {
+	if r.cache != nil {
+		return len(r.cache.Pods(pg.Namespace+"/"+pg.Name)) > 0, nil
+	}
+	l, err := r.kube.CoreV1().Pods(pg.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(cluster.Selector(pg.Name)).String(), Limit: 1})
+	if err != nil {
+		return false, fmt.Errorf("list pods of postgresql %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	return len(l.Items) > 0, nil
 }
 
 // dropOwner updates a shared object that carries the owner reference of

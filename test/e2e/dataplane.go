@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -334,9 +335,27 @@ func PodDir(node testbed.ProcessNode, pod *corev1.Pod) string {
 // and each postmaster (its data directory is in DataDir; Patroni detaches
 // it) with its backends.
 func Memory(dirs []string) (pss int64, procs int, err error) {
-	entries, err := os.ReadDir("/proc")
+	in, err := processesUnder(dirs)
 	if err != nil {
 		return 0, 0, err
+	}
+	for pid := range in {
+		kib, err := pssKiB(pid)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		pss += kib << 10
+		procs++
+	}
+	return pss, procs, nil
+}
+
+// processesUnder returns the processes whose command line names one of
+// dirs, and all their descendants.
+func processesUnder(dirs []string) (map[int]bool, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
 	}
 	parent := map[int]int{}
 	var roots []int
@@ -372,15 +391,37 @@ func Memory(dirs []string) (pss int64, procs int, err error) {
 			}
 		}
 	}
-	for pid := range in {
-		kib, err := pssKiB(pid)
+	return in, nil
+}
+
+// survivors describes the processes still running under dirs
+// (processesUnder), zombies left out, waiting up to wait for those just
+// killed to go: "pid: command line".
+func survivors(dirs []string, wait time.Duration) []string {
+	deadline := time.Now().Add(wait)
+	for {
+		var out []string
+		in, err := processesUnder(dirs)
 		if err != nil {
-			continue // exited meanwhile
+			return []string{err.Error()}
 		}
-		pss += kib << 10
-		procs++
+		for pid := range in {
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if err != nil || len(cmdline) == 0 {
+				continue // gone, or a zombie
+			}
+			line := strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")
+			if len(line) > 300 {
+				line = line[:300] + "..."
+			}
+			out = append(out, fmt.Sprintf("%d: %s", pid, line))
+		}
+		if len(out) == 0 || time.Now().After(deadline) {
+			slices.Sort(out)
+			return out
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	return pss, procs, nil
 }
 
 func parentPID(pid int) (int, error) {

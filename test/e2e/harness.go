@@ -134,8 +134,8 @@ func (e *Env) Close() error {
 	// The process node's Patroni and PostgreSQL servers (which Patroni
 	// detaches) must be gone with the plane: their command lines name
 	// their configuration or data directory under the plane's directory.
-	if _, left, _ := Memory([]string{e.Plane.Dir}); left > 0 {
-		err = errors.Join(err, fmt.Errorf("%d processes of the plane survived Stop", left))
+	if left := survivors([]string{e.Plane.Dir}, 10*time.Second); len(left) > 0 {
+		err = errors.Join(err, fmt.Errorf("%d processes of the plane survived Stop by 10 s:\n%s", len(left), strings.Join(left, "\n")))
 	}
 	return errors.Join(health, err)
 }
