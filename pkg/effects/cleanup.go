@@ -409,6 +409,9 @@ func (r *run) releaseShared(ctx context.Context, pg *v1.Postgresql) error {
 // and without a token it cannot, and its pod can stay until its grace
 // period ends. The cleanup of the last of them to lose its pods deletes
 // the objects; two that finish together both do (NotFound is success).
+// Two whose caches each still show the other's pods both leave them: they
+// stay in the namespace until a cluster there is deleted again, and the
+// ensure of a new cluster finds them in place.
 func (r *run) lastCluster(ctx context.Context, pg *v1.Postgresql) (bool, error) {
 	var all []*v1.Postgresql
 	if r.cache != nil {
