@@ -74,8 +74,22 @@ images: images-deps ## Build the instance and pooler images (linux/amd64, Debian
 # checks, the transports).
 RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/... ./pkg/indb/... ./pkg/archiving/... ./pkg/traffic/...
 
+# `make test` installs the Debian packages first (one apt-get at a time), then
+# runs the checks (verify, unit tests) beside the builds the suites need (the
+# plane's binaries; the images, mostly downloads: hack/lanes.sh), then the
+# suites one after the other.
 .PHONY: test
-test: verify test-unit test-images test-testbed test-realnode test-e2e ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
+test: test-deps ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
+	hack/lanes.sh "checks=$(MAKE) --no-print-directory verify test-unit" \
+		"plane=$(MAKE) --no-print-directory testbed testbed-cmd build" \
+		"images=$(MAKE) --no-print-directory images"
+	$(MAKE) --no-print-directory test-images test-testbed test-realnode test-e2e
+
+.PHONY: test-deps
+test-deps: ## Install the Debian packages the tests need (data-plane-deps, images-deps, real-node-deps; apt-get, only when missing).
+	hack/data-plane-deps.sh
+	hack/images-deps.sh
+	hack/real-node-deps.sh
 
 .PHONY: test-unit
 test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.

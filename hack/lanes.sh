@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs commands concurrently, each in a lane of its own: lanes.sh NAME=COMMAND...
+# Every line a lane prints is prefixed with its name, and its end with how long
+# it took. When a lane fails, the others are stopped; the exit status is the
+# first failed lane's. `make test` runs its checks (verify, unit tests) beside
+# the builds its suites need (docs/testbed.md, "Builds beside the checks").
+set -uo pipefail
+
+if [ $# -eq 0 ]; then
+	echo "usage: lanes.sh NAME=COMMAND..." >&2
+	exit 2
+fi
+
+for arg in "$@"; do
+	name=${arg%%=*}
+	if [ "$name" = "$arg" ] || [ -z "$name" ] || [ -z "${arg#*=}" ]; then
+		echo "lanes: $arg: want NAME=COMMAND" >&2
+		exit 2
+	fi
+done
+
+names=()
+pids=()
+for arg in "$@"; do
+	name=${arg%%=*}
+	cmd=${arg#*=}
+	# A lane is a process group of its own (set -m), so stopping it stops
+	# what its command started.
+	set -m
+	(
+		set +m
+		start=$SECONDS
+		bash -c "$cmd" 2>&1 | sed -u "s/^/$name| /"
+		rc=$?
+		echo "$name| lane finished in $((SECONDS - start))s, exit status $rc"
+		exit "$rc"
+	) &
+	set +m
+	names+=("$name")
+	pids+=("$!")
+done
+
+stop() {
+	for pid in "${pids[@]}"; do
+		kill -TERM -- "-$pid" 2>/dev/null
+	done
+}
+trap 'stop; exit 130' INT TERM
+
+status=0
+running=("${pids[@]}")
+while [ ${#running[@]} -gt 0 ]; do
+	wait -n -p done "${running[@]}"
+	rc=$?
+	left=()
+	for pid in "${running[@]}"; do
+		[ "$pid" = "$done" ] || left+=("$pid")
+	done
+	running=("${left[@]}")
+	if [ "$rc" -ne 0 ] && [ "$status" -eq 0 ]; then
+		for i in "${!pids[@]}"; do
+			[ "${pids[$i]}" = "$done" ] && echo "lanes: ${names[$i]} failed (exit status $rc); stopping the others" >&2
+		done
+		status=$rc
+		stop
+	fi
+done
+exit "$status"
