@@ -75,15 +75,17 @@ images: images-deps ## Build the instance and pooler images (linux/amd64, Debian
 RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/informers/... ./pkg/facts/... ./pkg/effects/... ./pkg/patroni/... ./pkg/indb/... ./pkg/archiving/... ./pkg/traffic/...
 
 # `make test` installs the Debian packages first (one apt-get at a time), then
-# runs the checks (verify, unit tests) beside the builds the suites need (the
-# plane's binaries; the images, mostly downloads: hack/lanes.sh), then the
-# suites one after the other.
+# builds the plane's binaries beside the images (mostly downloads), runs the
+# suites that use the whole machine, and runs the checks (verify, unit tests)
+# under nice beside the e2e suites, which mostly wait on timers
+# (hack/lanes.sh; docs/testbed.md, "Builds beside the checks").
 .PHONY: test
 test: test-deps ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
-	hack/lanes.sh "checks=$(MAKE) --no-print-directory verify test-unit" \
-		"plane=$(MAKE) --no-print-directory testbed testbed-cmd build" \
+	hack/lanes.sh "plane=$(MAKE) --no-print-directory testbed testbed-cmd build" \
 		"images=$(MAKE) --no-print-directory images"
-	$(MAKE) --no-print-directory test-images test-testbed test-realnode test-e2e
+	$(MAKE) --no-print-directory test-images test-testbed test-realnode
+	hack/lanes.sh "e2e=$(MAKE) --no-print-directory test-e2e" \
+		"checks=nice -n 19 $(MAKE) --no-print-directory verify test-unit"
 
 .PHONY: test-deps
 test-deps: ## Install the Debian packages the tests need (data-plane-deps, images-deps, real-node-deps; apt-get, only when missing).

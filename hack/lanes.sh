@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs commands concurrently, each in a lane of its own: lanes.sh NAME=COMMAND...
 # Every line a lane prints is prefixed with its name, and its end with how long
-# it took. When a lane fails, the others are stopped; the exit status is the
-# first failed lane's. `make test` runs its checks (verify, unit tests) beside
-# the builds its suites need (docs/testbed.md, "Builds beside the checks").
+# it took and the CPU time it used. When a lane fails, the others are
+# stopped; the exit status is the first failed lane's. `make test` runs its
+# checks (verify, unit tests) beside the builds its suites need
+# (docs/testbed.md, "Builds beside the checks").
 set -uo pipefail
 
 if [ $# -eq 0 ]; then
@@ -19,6 +20,9 @@ for arg in "$@"; do
 	fi
 done
 
+timesdir=$(mktemp -d)
+trap 'rm -rf "$timesdir"' EXIT
+
 names=()
 pids=()
 for arg in "$@"; do
@@ -32,7 +36,11 @@ for arg in "$@"; do
 		start=$SECONDS
 		bash -c "$cmd" 2>&1 | sed -u "s/^/$name| /"
 		rc=$?
-		echo "$name| lane finished in $((SECONDS - start))s, exit status $rc"
+		# times' second line: the CPU time of what the lane ran (not in
+		# $(...), whose subshell has no children yet).
+		times >"$timesdir/$name"
+		cpu=$(sed -n 2p "$timesdir/$name")
+		echo "$name| lane finished in $((SECONDS - start))s (CPU: user ${cpu% *}, system ${cpu#* }), exit status $rc"
 		exit "$rc"
 	) &
 	set +m
