@@ -78,14 +78,21 @@ RACE_PKGS := ./pkg/eventloop/... ./pkg/fsm/... ./pkg/controller/... ./pkg/inform
 # builds the plane's binaries beside the images (mostly downloads), runs the
 # suites that use the whole machine, and runs the checks (verify, unit tests)
 # under nice beside the e2e suites, which mostly wait on timers
-# (hack/lanes.sh; docs/testbed.md, "Builds beside the checks").
+# (hack/lanes.sh; docs/testbed.md, "How make test uses the two cores").
+#
+# BUILT=1, what `make test` passes to its steps after the builds, drops the
+# test targets' prerequisites (built or installed already), so that each
+# make invocation does not build the images again.
+BUILT ?=
+needs = $(if $(BUILT),,$(1))
+
 .PHONY: test
 test: test-deps ## Run every test: generated files, unit tests (with -race), the images, and the suites on the local control plane.
 	hack/lanes.sh "plane=$(MAKE) --no-print-directory testbed testbed-cmd build" \
 		"images=$(MAKE) --no-print-directory images"
-	$(MAKE) --no-print-directory test-images test-testbed test-realnode
-	hack/lanes.sh "e2e=$(MAKE) --no-print-directory test-e2e" \
-		"checks=nice -n 19 $(MAKE) --no-print-directory verify test-unit"
+	$(MAKE) --no-print-directory BUILT=1 test-images test-testbed test-realnode
+	hack/lanes.sh "e2e=$(MAKE) --no-print-directory BUILT=1 test-e2e" \
+		"checks=nice -n 19 $(MAKE) --no-print-directory BUILT=1 verify test-unit"
 
 .PHONY: test-deps
 test-deps: ## Install the Debian packages the tests need (data-plane-deps, images-deps, real-node-deps; apt-get, only when missing).
@@ -94,13 +101,13 @@ test-deps: ## Install the Debian packages the tests need (data-plane-deps, image
 	hack/real-node-deps.sh
 
 .PHONY: test-unit
-test-unit: data-plane-deps ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.
+test-unit: $(call needs,data-plane-deps) ## Unit tests (pkg/pgsql's run a PostgreSQL 15); the loop, FSM and controller also under -race.
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	cd $(RELEASE_MODULE) && $(GO) test -count=1 ./...
 
 .PHONY: test-images
-test-images: images testbed data-plane-deps ## Build the instance and pooler images (make images), open their tarballs and check them (hack/release/dataimage), then run a cluster's pod through the instance image's own start-up program on a plane, archiving (test/kubelet, -tags images).
+test-images: $(call needs,images testbed data-plane-deps) ## Build the instance and pooler images (make images), open their tarballs and check them (hack/release/dataimage), then run a cluster's pod through the instance image's own start-up program on a plane, archiving (test/kubelet, -tags images).
 	cd $(RELEASE_MODULE) && $(GO) test -count=1 -tags images -run '^TestImages$$' ./dataimage -args -images $(BIN) -version $(VERSION) \
 		-instance-tag $$($(call image_tag,instance)) -pooler-tag $$($(call image_tag,pooler))
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -tags images -run '^TestInstanceImage$$' ./kubelet/ -args -instance-image $(BIN)/pgloop-instance-image.tar

@@ -2,9 +2,9 @@
 # Runs commands concurrently, each in a lane of its own: lanes.sh NAME=COMMAND...
 # Every line a lane prints is prefixed with its name, and its end with how long
 # it took and the CPU time it used. When a lane fails, the others are
-# stopped; the exit status is the first failed lane's. `make test` runs its
-# checks (verify, unit tests) beside the builds its suites need
-# (docs/testbed.md, "Builds beside the checks").
+# stopped; the exit status is the first failed lane's. `make test` runs the
+# plane's builds beside the images', and its checks beside the e2e suites
+# (docs/testbed.md, "How make test uses the two cores").
 set -uo pipefail
 
 if [ $# -eq 0 ]; then

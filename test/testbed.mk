@@ -36,11 +36,11 @@ data-plane-deps: ## Install what process nodes run: Debian's patroni, postgresql
 	hack/data-plane-deps.sh
 
 .PHONY: test-testbed
-test-testbed: testbed build data-plane-deps ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
+test-testbed: $(call needs,testbed build data-plane-deps) ## Run the control plane's smoke tests (with its object store), the backups' (pgBackRest archiving, backing up and restoring a real PostgreSQL through the object store), the process kubelet's, the labeller's, the volume provisioner's (200 claims on a plane), the volume resizer's (two planes), the pod reaper's (StatefulSet pods deleted in a row on a plane), the worker model's, the bench's, pgtest's, the fault proxy's and the chaos checks' unit tests, and a short simulation budget (not the e2e suites nor `make chaos`).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout $(TESTBED_TIMEOUT) ./testbed/... ./backup/... ./kubelet/... ./labeller/... ./provisioner/... ./resizer/... ./podreaper/... ./model/... ./bench/... ./pgtest/... ./cmd/... ./sim/... ./faultproxy/... ./chaos/... ./internal/...
 
 .PHONY: test-realnode
-test-realnode: testbed testbed-cmd build images data-plane-deps real-node-deps ## Run the real node's suites (test/realnode, as root): containers, pod networking, cluster DNS, logs/exec/port-forward and volumes on the node, then a plane killed mid-way and the next one restoring the host.
+test-realnode: $(call needs,testbed testbed-cmd build images data-plane-deps real-node-deps) ## Run the real node's suites (test/realnode, as root): containers, pod networking, cluster DNS, logs/exec/port-forward and volumes on the node, then a plane killed mid-way and the next one restoring the host.
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -p 1 -count=1 -timeout 30m ./realnode/...
 
 # E2E_PARALLEL bounds how many of the e2e suites marked t.Parallel (those
@@ -48,7 +48,7 @@ test-realnode: testbed testbed-cmd build images data-plane-deps real-node-deps #
 E2E_PARALLEL ?= 4
 
 .PHONY: test-e2e
-test-e2e: testbed build images data-plane-deps real-node-deps ## Run the end-to-end suites (test/e2e) on a local control plane with its object store, a process node and a real node (~25 min).
+test-e2e: $(call needs,testbed build images data-plane-deps real-node-deps) ## Run the end-to-end suites (test/e2e) on a local control plane with its object store, a process node and a real node (~25 min).
 	cd test && PGLOOP_BIN=$(BIN) $(GO) test -count=1 -timeout 45m -parallel $(E2E_PARALLEL) ./e2e/...
 
 .PHONY: labeller
