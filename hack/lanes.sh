@@ -2,7 +2,9 @@
 # Runs commands concurrently, each in a lane of its own: lanes.sh NAME=COMMAND...
 # Every line a lane prints is prefixed with its name, and its end with how long
 # it took and the CPU time it used. When a lane fails, the others are
-# stopped; the exit status is the first failed lane's. `make test` runs the
+# stopped; the exit status is the first failed lane's, and the last lines
+# are the failed lanes' failures again (go test's FAIL lines and messages,
+# panics, make's errors), so that the tail of a long log names them. `make test` runs the
 # plane's builds beside the images', and its checks beside the e2e suites
 # (docs/testbed.md, "How make test uses the two cores").
 set -uo pipefail
@@ -34,7 +36,11 @@ for arg in "$@"; do
 	(
 		set +m
 		start=$SECONDS
-		bash -c "$cmd" 2>&1 | sed -u "s/^/$name| /"
+		bash -c "$cmd" 2>&1 | awk -v lane="$name" -v failures="$timesdir/$name.failures" '
+			{ print lane "| " $0; fflush() }
+			/^(--- FAIL|FAIL|panic:|fatal error:)|^[ \t]+[^ ]+_test\.go:[0-9]+:|\*\*\* \[/ {
+				print lane "| " $0 >failures
+			}'
 		rc=$?
 		# times' second line: the CPU time of what the lane ran (not in
 		# $(...), whose subshell has no children yet).
@@ -73,4 +79,12 @@ while [ ${#running[@]} -gt 0 ]; do
 		stop
 	fi
 done
+if [ "$status" -ne 0 ]; then
+	for name in "${names[@]}"; do
+		if [ -s "$timesdir/$name.failures" ]; then
+			echo "lanes: what failed in $name (its last 60 such lines):" >&2
+			tail -n 60 "$timesdir/$name.failures" >&2
+		fi
+	done
+fi
 exit "$status"
