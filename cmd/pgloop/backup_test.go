@@ -35,7 +35,7 @@ func TestRunBackup(t *testing.T) {
 	defer srv.Close()
 	conn := genericclioptions.NewConfigFlags(false)
 	conn.APIServer, conn.Namespace = ptr.To(srv.URL), ptr.To("prod")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	var out bytes.Buffer

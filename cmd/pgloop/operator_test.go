@@ -32,7 +32,8 @@ func runOperator(t *testing.T, env map[string]string, args ...string) (*operator
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
-	cmd.SetArgs(args)
+	// Never nil: cobra reads os.Args, the test binary's flags, for nil.
+	cmd.SetArgs(append([]string{}, args...))
 	cmd.SilenceUsage = true
 	err := cmd.Execute()
 	return got, out.String(), err
@@ -204,7 +205,7 @@ func TestOperatorRunError(t *testing.T) {
 	boom := errors.New("boom")
 	cmd := newOperatorCmdWith(func(string) (string, bool) { return "", false },
 		func(context.Context, operator.Config) error { return boom })
-	cmd.SetArgs(nil)
+	cmd.SetArgs([]string{})
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
 	if err := cmd.Execute(); !errors.Is(err, boom) {

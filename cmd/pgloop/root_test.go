@@ -15,7 +15,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
-	cmd.SetArgs(args)
+	cmd.SetArgs(append([]string{}, args...)) // nil would be os.Args
 	err := cmd.Execute()
 	return out.String(), err
 }

@@ -80,7 +80,7 @@ esac
 	// drill's "drill ...") and returns the file.
 	wait := func(file, last string) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
 			if b, err := os.ReadFile(filepath.Join(spool, "backup", file)); err == nil && strings.Contains(string(b), last) {
 				return strings.TrimSpace(string(b))

@@ -218,11 +218,11 @@ func plan(id uint64, steps ...Step) *Plan { return &Plan{ID: id, Steps: steps} }
 
 func ok(context.Context) error { return nil }
 
-// waitFor polls cond until it holds, for at most ten seconds; it may be
+// waitFor polls cond until it holds, for at most a minute; it may be
 // called from a step (a worker goroutine): it reports a timeout with
 // t.Errorf and returns.
 func waitFor(t *testing.T, cond func() bool, what string) {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Errorf("timed out waiting for %s", what)

@@ -151,11 +151,11 @@ func obj(i int) runtime.Object {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: fmt.Sprintf("c%d", i), UID: "u"}}
 }
 
-// waitFor fails the test unless cond holds within 10s; it polls, so the
+// waitFor fails the test unless cond holds within a minute; it polls, so the
 // test waits only as long as the Recorder needs.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

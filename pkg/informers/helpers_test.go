@@ -55,8 +55,8 @@ func (r *recorder) next(t *testing.T) note {
 	select {
 	case n := <-r.ch:
 		return n
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notification within 10s")
+	case <-time.After(time.Minute):
+		t.Fatal("no notification within a minute")
 		return note{}
 	}
 }
@@ -78,7 +78,7 @@ func start(t testing.TB, opts Options, n Notifier, pgs []*v1.Postgresql, objs ..
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	inf.Start(ctx)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	syncCtx, cancelSync := context.WithTimeout(ctx, time.Minute)
 	defer cancelSync()
 	if err := inf.WaitForCacheSync(syncCtx); err != nil {
 		t.Fatal(err)

@@ -137,7 +137,7 @@ func TestWatchedKindsAreWhatTheInformersList(t *testing.T) {
 	for _, namespaces := range [][]string{nil, {"a", "b"}} {
 		kube := fake.NewClientset()
 		inf := informers.New(kube, fixtures.NewPGClient(), informers.Options{Namespaces: namespaces}, nopNotifier{})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		inf.Start(ctx)
 		err := inf.WaitForCacheSync(ctx)
 		cancel()

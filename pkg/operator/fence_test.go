@@ -149,8 +149,8 @@ func TestWatchRenewals(t *testing.T) {
 		if d := at.Sub(last); d < 10*time.Second {
 			t.Errorf("expired %v after the last renewal, want at least 10s", d)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not expired 10 s after the last renewal")
+	case <-time.After(time.Minute):
+		t.Fatal("not expired 10 s after the last renewal (waited a minute)")
 	}
 }
 

@@ -43,7 +43,7 @@ func startInformers(t testing.TB, pgs []*v1.Postgresql, objs ...runtime.Object) 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	inf.Start(ctx)
-	syncCtx, cancelSync := context.WithTimeout(ctx, 10*time.Second)
+	syncCtx, cancelSync := context.WithTimeout(ctx, time.Minute)
 	defer cancelSync()
 	if err := inf.WaitForCacheSync(syncCtx); err != nil {
 		t.Fatal(err)
@@ -120,8 +120,8 @@ func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *pgfake.Clientset)
 		cancel()
 		select {
 		case <-in.done:
-		case <-time.After(15 * time.Second):
-			t.Error("run did not return within 15s of its context's end")
+		case <-time.After(time.Minute):
+			t.Error("run did not return within a minute of its context's end")
 		}
 	})
 	select {
@@ -130,8 +130,8 @@ func start(t *testing.T, cfg Config, kube *fake.Clientset, pg *pgfake.Clientset)
 	case err := <-in.done:
 		in.done <- err
 		t.Fatalf("run returned before listening: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("not listening within 10s")
+	case <-time.After(time.Minute):
+		t.Fatal("not listening within a minute")
 	}
 	return in
 }
@@ -144,8 +144,8 @@ func (in *instance) stop() error {
 	case err := <-in.done:
 		in.done <- err // for the cleanup
 		return err
-	case <-time.After(15 * time.Second):
-		in.t.Fatal("run did not return within 15s of its context's end")
+	case <-time.After(time.Minute):
+		in.t.Fatal("run did not return within a minute of its context's end")
 		return nil
 	}
 }

@@ -185,7 +185,7 @@ func startBouncer(t *testing.T, pgPort int) *bouncer {
 			t.Logf("--- pgbouncer.log ---\n%s", out)
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {

@@ -48,7 +48,7 @@ func TestSettingsPendingRestart(t *testing.T) {
 
 	// The postmaster rereads the files when it gets to its SIGHUP.
 	var got Setting
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		settings, err := Settings(ctx, srv.endpoint(), []string{"max_connections"}, Options{})
 		if err != nil {
 			t.Fatal(err)

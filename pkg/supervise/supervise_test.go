@@ -44,7 +44,7 @@ func TestRunEndsOrphans(t *testing.T) {
 func TestRunForwardsSignals(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	go func() {
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if _, err := os.Stat(ready); err == nil {
 				_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
 				return

@@ -57,7 +57,7 @@ func (r *windowRig) noPlacesHeld(kind string) {
 // waiting waits until n writes of the kind wait for a place.
 func (r *windowRig) waiting(kind string, n int) {
 	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		r.w.mu.Lock()
 		got := 0

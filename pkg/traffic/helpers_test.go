@@ -115,7 +115,7 @@ func (r *gateRig) wait(name string) error {
 	select {
 	case err := <-r.errs[name]:
 		return err
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		r.t.Fatalf("request %s did not return", name)
 		return nil
 	}
@@ -126,7 +126,7 @@ func (r *gateRig) wait(name string) error {
 func (r *gateRig) arrived(want ...string) {
 	r.t.Helper()
 	want = slices.Sorted(slices.Values(want))
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		got := slices.Sorted(slices.Values(r.inner.got()))
 		if slices.Equal(got, want) {
@@ -150,7 +150,7 @@ func (r *gateRig) stays(want ...string) {
 // waiters waits until n requests wait in the gate.
 func (r *gateRig) waiters(n int) {
 	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		r.gate.mu.Lock()
 		got := len(r.gate.waiters)
