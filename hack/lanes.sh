@@ -36,11 +36,9 @@ for arg in "$@"; do
 	(
 		set +m
 		start=$SECONDS
-		bash -c "$cmd" 2>&1 | awk -v lane="$name" -v failures="$timesdir/$name.failures" '
-			{ print lane "| " $0; fflush() }
-			/^(--- FAIL|FAIL|panic:|fatal error:)|^[ \t]+[^ ]+_test\.go:[0-9]+:|\*\*\* \[/ {
-				print lane "| " $0 >failures
-			}'
+		# A copy of the lane's lines for the failures at the end (go test
+		# without -v prints little).
+		bash -c "$cmd" 2>&1 | sed -u "s/^/$name| /" | tee "$timesdir/$name.log"
 		rc=$?
 		# times' second line: the CPU time of what the lane ran (not in
 		# $(...), whose subshell has no children yet).
@@ -81,9 +79,12 @@ while [ ${#running[@]} -gt 0 ]; do
 done
 if [ "$status" -ne 0 ]; then
 	for name in "${names[@]}"; do
-		if [ -s "$timesdir/$name.failures" ]; then
+		# go test's FAIL lines and the messages of failed tests, panics,
+		# make's errors.
+		failures=$(grep -E "^$name\| ((--- FAIL|FAIL|panic:|fatal error:)|[[:space:]]+[^ ]+_test\.go:[0-9]+:|.*\*\*\* \[)" "$timesdir/$name.log" | tail -n 60)
+		if [ -n "$failures" ]; then
 			echo "lanes: what failed in $name (its last 60 such lines):" >&2
-			tail -n 60 "$timesdir/$name.failures" >&2
+			echo "$failures" >&2
 		fi
 	done
 fi
