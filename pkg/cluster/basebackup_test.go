@@ -77,12 +77,13 @@ esac
 	}
 	// wait waits for file in the runs' directory to have a line that
 	// ends the phase (the backup's exit code, verify's "exit N", the
-	// drill's "drill ...") and returns the file.
+	// drill's "drill ...") and returns the file. The line is whole: the
+	// shell makes ID.exit empty before it writes the code into it.
 	wait := func(file, last string) string {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for time.Now().Before(deadline) {
-			if b, err := os.ReadFile(filepath.Join(spool, "backup", file)); err == nil && strings.Contains(string(b), last) {
+			if b, err := os.ReadFile(filepath.Join(spool, "backup", file)); err == nil && strings.Contains(string(b), last) && strings.HasSuffix(string(b), "\n") {
 				return strings.TrimSpace(string(b))
 			}
 			time.Sleep(20 * time.Millisecond)
