@@ -4,9 +4,9 @@
 # it took and the CPU time it used. When a lane fails, the others are
 # stopped; the exit status is the first failed lane's, and the last lines
 # are the failed lanes' failures again (go test's FAIL lines and messages,
-# panics, make's errors), so that the tail of a long log names them. `make test` runs the
-# plane's builds beside the images', and its checks beside the e2e suites
-# (docs/testbed.md, "How make test uses the two cores").
+# panics, make's errors), so that the tail of a long log names them.
+# `make test` runs the plane's builds beside the images', and its checks
+# beside the e2e suites (docs/testbed.md, "How make test uses the two cores").
 set -uo pipefail
 
 if [ $# -eq 0 ]; then
